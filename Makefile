@@ -1,0 +1,36 @@
+# Set-up and checks. `make demo` and `make test` are the two commands the README promises.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+# torch is installed first, pinned, from this machine's wheel folder when it has one, so that the
+# package's `torch>=2.6` range is already satisfied and pip never pulls a multi-GB CUDA build.
+TORCH_PIN   ?= torch==2.13.0
+WHEELS      := $(wildcard /opt/wheels)
+FIND_LINKS  := $(if $(WHEELS),--find-links $(WHEELS),)
+
+.PHONY: install demo test bench lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check $(FIND_LINKS) "$(TORCH_PIN)"
+	$(PIP) install -q --disable-pip-version-check $(FIND_LINKS) -e '.[dev]'
+	touch $@
+
+demo: install
+	$(VENV)/bin/tuneproof doctor
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/flops_vs_counter.py
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

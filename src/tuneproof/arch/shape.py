@@ -1,0 +1,146 @@
+"""The shape of a decoder-only transformer, as the FLOP ledger needs it.
+
+A layer is a short program over named activations ("nodes"): weight GEMMs (`Linear`), the
+attention core (`Attention`) and residual/elementwise merges (`Join`). The ledger walks the program
+once per pass; the node graph is what tells it which backward GEMMs autograd really runs (a frozen
+weight gets no weight-gradient GEMM, an input that needs no gradient gets no input-gradient GEMM).
+
+Node names are local to a layer ("in", "q", "attn", ...) unless they start with "model:" (a
+model-level activation such as the embeddings) or "L<j>:" (another layer's node, used by Gemma 4's
+KV sharing). Every layer reads "in" and writes "out".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionSpec:
+    """One attention layer's geometry. `window` is None for full (global) attention.
+
+    Window convention (transformers `sliding_window_overlay`): query q sees keys k with
+    q - window < k <= q, i.e. itself and window-1 earlier tokens.
+    """
+
+    kind: str  # "sliding" | "full"
+    window: int | None
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int  # query/key head dim
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("sliding", "full"):
+            raise ValueError(f"AttentionSpec.kind must be 'sliding' or 'full', got {self.kind!r}")
+        if (self.kind == "sliding") != (self.window is not None):
+            raise ValueError("AttentionSpec.window must be set exactly for sliding layers")
+
+    @property
+    def label(self) -> str:
+        """Short group name: layers with equal labels have equal attention cost."""
+        win = f" w={self.window}" if self.window is not None else ""
+        return f"{self.kind}{win} h={self.num_heads} d={self.head_dim}"
+
+
+@dataclass(frozen=True, slots=True)
+class Linear:
+    """A weight GEMM y[n, out] = x[n, in] @ W[in, out], run on `tokens_per_token` x n rows.
+
+    `tokens_per_token` is top_k for routed experts (each token visits k experts) and 1 otherwise.
+    `adaptable` is True for `nn.Linear` modules (what PEFT's target_modules can wrap) and False for
+    fused 3-D expert parameters and raw router weights.
+    """
+
+    name: str  # module path relative to the layer (or the model), e.g. "self_attn.q_proj"
+    in_features: int
+    out_features: int
+    src: str
+    dst: str
+    component: str  # ledger row: "q_proj", "k_proj", "v_proj", "o_proj", "mlp", "experts", ...
+    tokens_per_token: float = 1.0
+    adaptable: bool = True
+    num_experts: int = 1  # weight copies stored (routed experts); compute uses tokens_per_token
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """The attention core: scores = q k^T (QK^T) and out = softmax(scores) v (AV)."""
+
+    q: str
+    k: str
+    v: str
+    dst: str
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """dst depends on every src (residual add, gating, normalisation): no matmul FLOPs."""
+
+    dst: str
+    srcs: tuple[str, ...]
+
+
+Step = Linear | Attention | Join
+
+
+@dataclass(frozen=True, slots=True)
+class LayerShape:
+    """One decoder layer.
+
+    `recompute_stops_early`: under non-reentrant activation checkpointing (transformers' default)
+    the recompute stops once the last tensor saved for backward is re-saved, and autograd saves an
+    op's inputs before running it. When the layer ends in a GEMM whose output no later op saves
+    (llama-style: down_proj, then only a residual add), that GEMM is not re-run (under LoRA: the
+    adapter's lora_B GEMM is the last saver instead).
+    """
+
+    index: int
+    attention: AttentionSpec
+    steps: tuple[Step, ...]
+    recompute_stops_early: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """A whole model. `pre_steps` run once before the layers (e.g. Gemma 4's per-layer input
+    projection, reading "model:embed"); `head` is the LM head reading "model:final"."""
+
+    model_type: str
+    hidden_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    layers: tuple[LayerShape, ...]
+    head: Linear
+    pre_steps: tuple[Step, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def attention_groups(self) -> dict[str, list[int]]:
+        """Layer indices per distinct attention geometry, in first-seen order."""
+        groups: dict[str, list[int]] = {}
+        for layer in self.layers:
+            groups.setdefault(layer.attention.label, []).append(layer.index)
+        return groups
+
+    def linears(self) -> list[Linear]:
+        out = [s for s in self.pre_steps if isinstance(s, Linear)]
+        for layer in self.layers:
+            out.extend(s for s in layer.steps if isinstance(s, Linear))
+        out.append(self.head)
+        return out
+
+    def parameter_count(self, active: bool = False) -> int:
+        """Weight-matrix parameters of all GEMMs (embeddings and norms excluded).
+
+        With `active`, routed experts count top_k of num_experts (the per-token active share).
+        The LM head counts once, whether tied or not.
+        """
+        total = 0.0
+        for lin in self.linears():
+            copies = lin.tokens_per_token if active else lin.num_experts
+            total += lin.in_features * lin.out_features * copies
+        return int(total)

@@ -1,0 +1,1 @@
+"""The `tuneproof` command: thin parsers that delegate to the library."""

@@ -1,0 +1,53 @@
+"""Entry point. Parses arguments and delegates; heavy modules load inside the commands.
+
+User errors (`TuneproofError`, bad flags) print `error: <what> (<how to fix>)` to stderr and exit 2,
+without a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from tuneproof.cli.doctor_cmd import doctor
+from tuneproof.cli.flops_cmd import flops
+from tuneproof.errors import TuneproofError
+
+app = typer.Typer(
+    name="tuneproof",
+    help="Honest numbers for LLM fine-tuning runs. Every number says what it counts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.command()(flops)
+app.command()(doctor)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script exits with it)."""
+    try:
+        result = app(args=argv, standalone_mode=False, prog_name="tuneproof")
+    except TuneproofError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return e.exit_code
+    except click.exceptions.NoArgsIsHelpError as e:
+        print(e.ctx.get_help() if e.ctx else str(e))
+        return 0
+    except click.UsageError as e:
+        hint = f"see '{e.ctx.command_path} --help'" if e.ctx else "see 'tuneproof --help'"
+        print(f"error: {e.format_message()} ({hint})", file=sys.stderr)
+        return 2
+    except click.exceptions.Exit as e:
+        return int(e.exit_code)
+    except click.Abort:
+        print("error: aborted", file=sys.stderr)
+        return 1
+    return int(result) if isinstance(result, int) else 0
+
+
+def run() -> None:
+    sys.exit(main())

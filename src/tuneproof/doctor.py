@@ -1,0 +1,115 @@
+"""`tuneproof doctor`: runs every diagnosis on one model and assembles one report.
+
+Sections so far: the FLOP ledger (intended vs performed) at several widths. Later capabilities
+(measurement, attention dispatch, batching, gates) add their sections here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tuneproof.io import atomic_write_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tuneproof.arch.shape import ModelShape
+    from tuneproof.flops.report import FlopReport
+
+# The story of ../shared/CASE.md told on a small model: a padded SDPA run, the same run bucketed
+# (no padding), and bucketed under flex_attention. LoRA with activation checkpointing, batch 2.
+SCENARIOS: tuple[tuple[str, str, float], ...] = (
+    ("sdpa, 30% padding", "sdpa", 0.3),
+    ("sdpa, bucketed (0% padding)", "sdpa", 0.0),
+    ("flex, bucketed (0% padding)", "flex_attention", 0.0),
+)
+BATCH = 2
+LORA_RANK = 16
+
+
+def doctor_widths(shape: ModelShape) -> list[int]:
+    """Widths below, at and well above the smallest sliding window (or 256/1024/4096 without one)."""
+    windows = [layer.attention.window for layer in shape.layers if layer.attention.window]
+    w = min(windows) if windows else 1024
+    return sorted({max(16, w // 2), w * 2, w * 8})
+
+
+@dataclass(slots=True)
+class FlopsSection:
+    widths: list[int]
+    rows: list[dict[str, Any]]
+    detail: FlopReport
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"widths": self.widths, "rows": self.rows, "detail": self.detail.to_dict()}
+
+    def render(self, console: Console) -> None:
+        from rich.table import Table
+
+        from tuneproof.flops.render import fmt_flops, render_report
+
+        t = Table(title=f"FLOPs per step (LoRA r={LORA_RANK}, grad-ckpt, batch {BATCH})")
+        for col in ("width", "scenario", "intended", "performed", "perf/int", "largest excess"):
+            t.add_column(col, justify="right" if col in ("width", "intended", "performed", "perf/int") else "left")
+        for r in self.rows:
+            t.add_row(str(r["width"]), r["scenario"], fmt_flops(r["intended"]), fmt_flops(r["performed"]),
+                      f"{r['ratio']:.2f}x", r["largest_excess"] or "-")
+        console.print(t)
+        console.print(f"\n[bold]Full ledger at width {self.detail.run.seq_len}, {SCENARIOS[0][0]}[/bold]")
+        render_report(self.detail, console)
+
+
+@dataclass(slots=True)
+class DoctorReport:
+    model: str
+    sections: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "sections": {k: v.to_dict() for k, v in self.sections.items()}}
+
+    def render(self, console: Console) -> None:
+        console.rule(f"tuneproof doctor: {self.model}")
+        for name, section in self.sections.items():
+            console.rule(name)
+            section.render(console)
+
+
+def flops_section(shape: ModelShape) -> FlopsSection:
+    from tuneproof.flops import RunSpec, flop_report
+
+    widths = doctor_widths(shape)
+    rows = []
+    detail = None
+    for width in widths:
+        for label, attn, pad in SCENARIOS:
+            run = RunSpec(seq_len=width, batch=BATCH, attn=attn, padding_fraction=pad, mode="lora",
+                          lora_rank=LORA_RANK, grad_ckpt=True)
+            rep = flop_report(shape, run)
+            top = max(rep.excess, key=lambda e: e.flops, default=None)
+            rows.append({"width": width, "scenario": label, "intended": rep.intended.total,
+                         "performed": rep.performed.total, "ratio": rep.performed.total / rep.intended.total,
+                         "largest_excess": top.name if top else None})
+            if width == widths[-1] and detail is None:
+                detail = rep
+    assert detail is not None
+    return FlopsSection(widths, rows, detail)
+
+
+def run_doctor(config: str = "tiny") -> DoctorReport:
+    from tuneproof.cli.common import resolve_config
+
+    shape = resolve_config(config)
+    name = "embedded tiny Gemma-4-style model" if config == "tiny" else str(config)
+    report = DoctorReport(model=name)
+    report.sections["flops"] = flops_section(shape)
+    return report
+
+
+def write_report(report: DoctorReport, out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        from tuneproof.errors import TuneproofError
+
+        raise TuneproofError(f"--out {out} is a file", "pass a folder; report.json is written inside it")
+    return atomic_write_json(out / "report.json", report.to_dict())

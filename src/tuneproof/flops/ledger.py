@@ -1,0 +1,194 @@
+"""Intended vs performed FLOPs of one training (or forward) step, per layer, component and pass.
+
+Convention (both ledgers):
+- Matmul FLOPs only: 2*m*n*k per GEMM (a multiply-add is 2 FLOPs). Elementwise ops, norms,
+  softmax, rotary embeddings, the router's top-k, the loss and embedding lookups are excluded.
+- Passes: forward; recompute (activation checkpointing re-runs each decoder layer's forward in the
+  backward; LM head and model-level projections are not re-run); backward = the GEMMs autograd
+  really runs: an input-gradient GEMM only where the input needs a gradient, a weight-gradient
+  GEMM only for trainable weights (under LoRA the frozen base gets none, the adapters' own four
+  GEMMs are counted). Attention backward counts dS=dO.V^T, dV, dQ, dK (2x the forward).
+- Fused attention kernels (sdpa, flash, flex) recompute QK^T inside their backward; the performed
+  ledger counts it as its own row, the intended ledger does not.
+- MoE experts: each token runs top_k experts (exact whatever the routing).
+
+Ledgers:
+- intended: real tokens only, causal and window pairs exact, no recompute. This is the MFU
+  numerator ("model FLOPs").
+- performed: what the chosen path computes: all B*T token slots, the path's attention pairs
+  (see `tuneproof.flops.attention`), recompute and fused-kernel recompute included.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tuneproof.arch.shape import Attention, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.errors import TuneproofError
+from tuneproof.flops.run import RunSpec
+
+PASSES = ("forward", "recompute", "backward")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    layer: int | None  # None for model-level GEMMs (LM head, per-layer input projection)
+    component: str
+    pass_: str
+    flops: float
+
+
+@dataclass(slots=True)
+class Ledger:
+    """FLOP rows of one step; the sums are views."""
+
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, layer: int | None, component: str, pass_: str, flops: float) -> None:
+        if flops:
+            self.rows.append(Row(layer, component, pass_, float(flops)))
+
+    @property
+    def total(self) -> float:
+        return sum(r.flops for r in self.rows)
+
+    def by(self, key: str) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for r in self.rows:
+            out[str(getattr(r, key))] += r.flops
+        return dict(out)
+
+    def by_layer(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for r in self.rows:
+            out["model" if r.layer is None else str(r.layer)] += r.flops
+        return dict(out)
+
+    def where(self, *, component_prefix: str = "", layers: set[int] | None = None) -> float:
+        return sum(
+            r.flops for r in self.rows
+            if r.component.startswith(component_prefix) and (layers is None or r.layer in layers)
+        )
+
+
+def _matches(name: str, targets: tuple[str, ...]) -> bool:
+    """PEFT target_modules semantics on a module path: exact name or '.'-suffix."""
+    return any(t == "all-linear" or name == t or name.endswith("." + t) for t in targets)
+
+
+class _Walker:
+    """Evaluates the layer programs: requires-grad flags per node, FLOPs per GEMM and pass."""
+
+    def __init__(self, shape: ModelShape, run: RunSpec, tokens: int, pairs: list[int], fused: bool,
+                 input_grads: bool) -> None:
+        self.shape, self.run, self.tokens, self.pairs, self.fused = shape, run, tokens, pairs, fused
+        self.training = run.mode != "forward"
+        full = run.mode == "full"
+        # input_grads: transformers' activation checkpointing calls enable_input_require_grads(),
+        # so the input embeddings' output needs a gradient even when the embeddings are frozen.
+        self.rg: dict[str, bool] = {"model:embed": full or (input_grads and self.training),
+                                    "model:embed_per_layer": full}
+        self.ledger = Ledger()
+
+    def adapted(self, lin: Linear) -> bool:
+        return self.run.mode == "lora" and lin.adaptable and _matches(lin.name, self.run.lora_targets)
+
+    def node(self, layer: int | None, name: str) -> str:
+        if layer is None or name.startswith(("model:", "L")) and ":" in name:
+            return name
+        return f"L{layer}:{name}"
+
+    def linear(self, layer: int | None, lin: Linear, passes: tuple[str, ...], last: bool = False) -> None:
+        """`last`: the layer's final GEMM under an early-stopping recompute (see LayerShape)."""
+        n = self.tokens * lin.tokens_per_token
+        gemm = 2.0 * n * lin.in_features * lin.out_features
+        src_rg = self.rg[self.node(layer, lin.src)]
+        trainable = self.run.mode == "full"
+        adapted = self.adapted(lin)
+        r = self.run.lora_rank
+        a_gemm = 2.0 * n * lin.in_features * r
+        b_gemm = 2.0 * n * r * lin.out_features
+        saves = src_rg or trainable  # the base GEMM saves an input for backward
+        for p in passes:
+            skip = last and p == "recompute"
+            self.ledger.add(layer, lin.component, p, 0.0 if skip and saves and not adapted else gemm)
+            if adapted:
+                self.ledger.add(layer, "lora", p, a_gemm + (0.0 if skip else b_gemm))
+        out_rg = src_rg or trainable or adapted
+        self.rg[self.node(layer, lin.dst)] = out_rg
+        if self.training and out_rg:
+            self.ledger.add(layer, lin.component, "backward", gemm * (int(src_rg) + int(trainable)))
+            if adapted:  # wgrad A and B, dgrad B always; dgrad A only when the input needs it
+                self.ledger.add(layer, "lora", "backward", a_gemm * (1 + int(src_rg)) + 2 * b_gemm)
+
+    def attention(self, layer: LayerShape, att: Attention, passes: tuple[str, ...]) -> None:
+        spec, pairs = layer.attention, self.pairs[layer.index]
+        qk = 2.0 * pairs * spec.num_heads * spec.head_dim
+        av = 2.0 * pairs * spec.num_heads * spec.v_head_dim
+        q, k, v = (self.rg[self.node(layer.index, x)] for x in (att.q, att.k, att.v))
+        for p in passes:
+            self.ledger.add(layer.index, "attention.qk", p, qk)
+            self.ledger.add(layer.index, "attention.av", p, av)
+        out_rg = q or k or v
+        self.rg[self.node(layer.index, att.dst)] = out_rg
+        if self.training and out_rg:
+            self.ledger.add(layer.index, "attention.av", "backward", av * (int(q or k) + int(v)))
+            self.ledger.add(layer.index, "attention.qk", "backward", qk * (int(q) + int(k)))
+            if self.fused and (q or k):
+                self.ledger.add(layer.index, "attention.qk_kernel_recompute", "backward", qk)
+
+    def steps(self, layer: LayerShape | None, steps: tuple[Step, ...], passes: tuple[str, ...]) -> None:
+        idx = None if layer is None else layer.index
+        linears = [s for s in steps if isinstance(s, Linear)]
+        stop_early = layer is not None and layer.recompute_stops_early and bool(linears)
+        for s in steps:
+            if isinstance(s, Linear):
+                self.linear(idx, s, passes, last=stop_early and s is linears[-1])
+            elif isinstance(s, Attention):
+                assert layer is not None
+                self.attention(layer, s, passes)
+            elif isinstance(s, Join):
+                self.rg[self.node(idx, s.dst)] = any(self.rg[self.node(idx, x)] for x in s.srcs)
+
+    def walk(self) -> Ledger:
+        self.steps(None, self.shape.pre_steps, ("forward",))
+        prev = "model:embed"
+        layer_passes = ("forward", "recompute") if self.run.grad_ckpt and self.training else ("forward",)
+        for layer in self.shape.layers:
+            self.rg[f"L{layer.index}:in"] = self.rg[prev]
+            self.steps(layer, layer.steps, layer_passes)
+            prev = f"L{layer.index}:out"
+        self.rg["model:final"] = self.rg[prev]
+        self.linear(None, self.shape.head, ("forward",))
+        return self.ledger
+
+
+def check_targets(shape: ModelShape, run: RunSpec) -> None:
+    """PEFT raises when a target matches no module; so do we."""
+    if run.mode != "lora":
+        return
+    names = [lin.name for lin in shape.linears() if lin.adaptable]
+    for t in run.lora_targets:
+        if t != "all-linear" and not any(_matches(n, (t,)) for n in names):
+            raise TuneproofError(
+                f"LoRA target {t!r} matches no nn.Linear module of this {shape.model_type} model",
+                "targets: all-linear or module names such as q_proj, v_proj, gate_proj",
+            )
+
+
+def walk(shape: ModelShape, run: RunSpec, tokens: int, pairs: list[int], *, recompute: bool, fused: bool,
+         input_grads: bool) -> Ledger:
+    """FLOP rows for `tokens` token slots and per-layer attention `pairs` (summed over the batch).
+
+    `recompute`, `fused`, `input_grads` switch on the performed-only effects one at a time, so
+    that the report can size each as its own excess line."""
+    check_targets(shape, run)
+    eff = run if recompute or not run.grad_ckpt else _without_ckpt(run)
+    return _Walker(shape, eff, tokens, pairs, fused, input_grads and run.grad_ckpt).walk()
+
+
+def _without_ckpt(run: RunSpec) -> RunSpec:
+    from dataclasses import replace
+
+    return replace(run, grad_ckpt=False)

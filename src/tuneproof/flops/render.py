@@ -1,0 +1,84 @@
+"""Human-readable tables for a `FlopReport` (rich)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tuneproof.flops.report import FlopReport
+
+COMPONENT_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "attention.qk", "attention.av",
+                   "attention.qk_kernel_recompute", "mlp", "shared_expert", "router", "experts",
+                   "per_layer_input", "lora", "lm_head")
+
+
+def fmt_flops(x: float) -> str:
+    return f"{x:.3e}"
+
+
+def render_report(report: FlopReport, console: Console) -> None:
+    from rich.table import Table
+
+    run = report.run
+    console.print(
+        f"[bold]FLOP ledger[/bold] {report.shape.model_type}: {report.shape.num_layers} layers, "
+        f"T={run.seq_len} x B={run.batch}, attn={run.attn}, mode={run.mode}"
+        + (f" r={run.lora_rank}" if run.mode == "lora" else "")
+        + (", grad-ckpt" if run.grad_ckpt else "")
+        + f", {run.real_tokens} real of {run.padded_tokens} token slots"
+    )
+    console.print("convention: matmul FLOPs (2*m*n*k); intended = real tokens, exact causal/window pairs, "
+                  "no recompute; performed = what the path computes")
+    intended, performed = report.intended.by("component"), report.performed.by("component")
+    table = Table(title="per component (all layers, all passes)")
+    table.add_column("component")
+    table.add_column("intended", justify="right")
+    table.add_column("performed", justify="right")
+    table.add_column("perf/int", justify="right")
+    names = [c for c in COMPONENT_ORDER if c in intended or c in performed]
+    names += sorted((set(intended) | set(performed)) - set(names))
+    for c in names:
+        i, p = intended.get(c, 0.0), performed.get(c, 0.0)
+        table.add_row(c, fmt_flops(i), fmt_flops(p), f"{p / i:.2f}x" if i else "-")
+    table.add_row("[bold]total[/bold]", fmt_flops(report.intended.total), fmt_flops(report.performed.total),
+                  f"{report.performed.total / report.intended.total:.2f}x" if report.intended.total else "-")
+    console.print(table)
+    passes = Table(title="per pass")
+    passes.add_column("pass")
+    passes.add_column("intended", justify="right")
+    passes.add_column("performed", justify="right")
+    ip, pp = report.intended.by("pass_"), report.performed.by("pass_")
+    for p in ("forward", "recompute", "backward"):
+        if p in ip or p in pp:
+            passes.add_row(p, fmt_flops(ip.get(p, 0.0)), fmt_flops(pp.get(p, 0.0)))
+    console.print(passes)
+    if report.excess:
+        ex = Table(title="excess: performed - intended, line by line")
+        ex.add_column("excess")
+        ex.add_column("FLOPs", justify="right")
+        ex.add_column("why")
+        for e in report.excess:
+            ex.add_row(e.name, fmt_flops(e.flops), e.why)
+        console.print(ex)
+    else:
+        console.print("excess: none (performed = intended)")
+    render_mfu(report, console)
+    for note in report.notes:
+        console.print(f"note: {note}")
+
+
+def render_mfu(report: FlopReport, console: Console) -> None:
+    m = report.mfu
+    if m.intended is None or m.performed is None or m.step_time_s is None:
+        console.print(f"MFU: unknown ({m.reason})")
+        return
+    t = m.step_time_s
+    console.print(
+        f"achieved: {report.intended.total / t / 1e12:.1f} TFLOP/s intended, "
+        f"{report.performed.total / t / 1e12:.1f} TFLOP/s performed (step {t:g} s)"
+    )
+    console.print(f"mfu_{m.dtype}_intended  = {100 * m.intended:.1f} %")
+    console.print(f"mfu_{m.dtype}_performed = {100 * m.performed:.1f} %")
+    console.print(f"peak: {m.peak_tflops:g} TFLOP/s dense {m.dtype} ({m.peak_source})")

@@ -1,0 +1,185 @@
+"""GPU peak table: dense tensor-core throughput per dtype, compute capability, shared memory.
+
+Conventions:
+- `peak_tflops` values are DENSE (no 2:4 sparsity) tensor-core TFLOP/s per GPU, at the datasheet
+  boost clock. GeForce parts are listed at FP32 accumulate (what BF16 training uses), which is half
+  their FP16-accumulate rate.
+- `smem_per_block_optin` is `cudaDevAttrMaxSharedMemoryPerBlockOptin` in bytes: the limit Triton
+  compares a kernel's shared memory against.
+- Every row carries its source. Public tables disagree (see ../shared/references/
+  flops-peaks-batching.md section 2); where they do, the row says so in `note`.
+- An unknown GPU or dtype gives no peak, never a fallback: `lookup_gpu` raises, `Peak.for_dtype`
+  returns None with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tuneproof.errors import TuneproofError
+
+# Per-block opt-in shared memory, bytes, per architecture (CUDA Programming Guide, compute
+# capabilities tables; Triton's "Hardware limit" values seen in the issues cited in the references).
+SMEM_SM80 = 166_912  # 163 KB, A100 (CUDA guide sec. 20.7.3; FlashAttention #190)
+SMEM_SM86_89_120 = 101_376  # 99 KB (CUDA guide; triton #384, pytorch #161376 RTX 5090 query)
+SMEM_SM90_100 = 232_448  # 227 KB (pytorch #132075 "Hardware limit: 232448"; Blackwell tuning guide)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU model. `peak_tflops` maps dtype name -> dense TFLOP/s."""
+
+    name: str
+    aliases: tuple[str, ...]  # lower-case substrings of torch/nvidia-smi device names
+    capability: tuple[int, int]
+    smem_per_block_optin: int
+    peak_tflops: dict[str, float]
+    source: str
+    note: str | None = None
+
+
+# Ordering rule: more specific names first (an "h100 pcie" must match before "h100"); the first row
+# whose alias is contained in the normalised device name wins.
+GPUS: tuple[GpuSpec, ...] = (
+    GpuSpec(
+        "H100 PCIe", ("h100 pcie", "h100 80gb hbm2e"), (9, 0), SMEM_SM90_100,
+        {"bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
+        "NVIDIA H100 datasheet (PCIe column, dense = sparse/2); torchtitan tools/utils.py get_peak_flops",
+    ),
+    GpuSpec(
+        "H100 NVL", ("h100 nvl",), (9, 0), SMEM_SM90_100,
+        {"bf16": 835.0, "fp16": 835.0, "fp8": 1670.0},
+        "torchtitan tools/utils.py get_peak_flops (835e12)",
+        note="Lightning lists 1978.8 for H100 NVL: a sparse or pair figure; not used",
+    ),
+    GpuSpec(
+        "H100 SXM", ("h100",), (9, 0), SMEM_SM90_100,
+        {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
+        "NVIDIA H100 datasheet (SXM column); torchtitan get_peak_flops; torchao roofline_utils",
+    ),
+    GpuSpec(
+        "GH200", ("gh200",), (9, 0), SMEM_SM90_100,
+        {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
+        "NVIDIA GH200 datasheet (same Hopper die and clocks as H100 SXM)",
+    ),
+    GpuSpec(
+        "H200 NVL", ("h200 nvl",), (9, 0), SMEM_SM90_100,
+        {"bf16": 835.0, "fp16": 835.0, "fp8": 1670.0},
+        "NVIDIA H200 datasheet (NVL column); nanochat get_peak_flops (836e12)",
+    ),
+    GpuSpec(
+        "H200", ("h200",), (9, 0), SMEM_SM90_100,
+        {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
+        "NVIDIA H200 datasheet (SXM column); torchtitan get_peak_flops",
+    ),
+    GpuSpec(
+        "GB200", ("gb200",), (10, 0), SMEM_SM90_100,
+        {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp4": 10000.0},
+        "NVIDIA DGX GB200 page (5 PF sparse BF16 per GPU); torchtitan, nanochat, verl",
+        note="contested: torchao lists 2250 (the B200 figure); NVL72 totals support 2500",
+    ),
+    GpuSpec(
+        "B200", ("b200",), (10, 0), SMEM_SM90_100,
+        {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp4": 9000.0},
+        "NVIDIA Blackwell architecture technical brief (dense = sparse/2); torchao gpu_name_to_specs",
+    ),
+    GpuSpec(
+        "RTX PRO 6000 Blackwell Max-Q", ("rtx pro 6000 blackwell max-q",), (12, 0), SMEM_SM86_89_120,
+        {"bf16": 438.9, "fp16": 438.9},
+        "RTX Blackwell PRO GPU Architecture v1.1, Table 4 (via NeMo Automodel _DEVICE_FLOPS, PR #3598)",
+    ),
+    GpuSpec(
+        "RTX PRO 6000 Blackwell", ("rtx pro 6000 blackwell",), (12, 0), SMEM_SM86_89_120,
+        {"bf16": 503.8, "fp16": 503.8},
+        "RTX Blackwell PRO GPU Architecture v1.1, Table 4 (via NeMo Automodel _DEVICE_FLOPS, PR #3598)",
+    ),
+    GpuSpec(
+        "RTX 5090", ("rtx 5090",), (12, 0), SMEM_SM86_89_120,
+        {"bf16": 209.5, "fp16": 209.5, "fp8": 419.0, "fp4": 1676.0},
+        "NVIDIA RTX Blackwell GPU architecture whitepaper (FP32 accumulate); torchao gpu_name_to_specs",
+    ),
+    GpuSpec(
+        "RTX 4090", ("rtx 4090",), (8, 9), SMEM_SM86_89_120,
+        {"bf16": 165.2, "fp16": 165.2, "fp8": 330.3},
+        "NVIDIA Ada Lovelace architecture whitepaper, Appendix A (FP32 accumulate); nanochat",
+        note="Lightning lists 82.6 (non-tensor rate) and some tables 330 (FP16 accumulate); not used",
+    ),
+    GpuSpec(
+        "L40S", ("l40s",), (8, 9), SMEM_SM86_89_120,
+        {"bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
+        "NVIDIA L40S datasheet (dense = sparse/2); nanochat, verl _DEVICE_FLOPS",
+    ),
+    GpuSpec(
+        "L4", ("l4",), (8, 9), SMEM_SM86_89_120,
+        {"bf16": 121.0, "fp16": 121.0, "fp8": 242.0},
+        "NVIDIA L4 datasheet (dense = sparse/2); Lightning _CUDA_FLOPS (Ada whitepaper)",
+    ),
+    GpuSpec(
+        "A10G", ("a10g",), (8, 6), SMEM_SM86_89_120,
+        {"bf16": 125.0, "fp16": 125.0},
+        "NVIDIA A10 datasheet (Lightning _CUDA_FLOPS['a10g'])",
+        note="no NVIDIA A10G datasheet exists; this is the A10 figure, the A10G may run lower clocks",
+    ),
+    GpuSpec(
+        "A100", ("a100",), (8, 0), SMEM_SM80,
+        {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0},
+        "NVIDIA A100 datasheet; torchtitan get_peak_flops; Lightning _CUDA_FLOPS",
+    ),
+)
+
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8"}
+
+
+def normalise_dtype(dtype: str) -> str:
+    d = dtype.strip().lower().removeprefix("torch.")
+    return DTYPE_ALIASES.get(d, d)
+
+
+def _normalise_name(name: str) -> str:
+    n = name.lower().replace("_", " ").replace("-", " ")
+    n = re.sub(r"\b(nvidia|geforce|tesla)\b", " ", n)
+    n = n.replace("max q", "max-q")
+    return " ".join(n.split())
+
+
+def known_gpu_names() -> list[str]:
+    return [g.name for g in GPUS]
+
+
+def lookup_gpu(name: str) -> GpuSpec:
+    """Find a GPU by the name torch (`get_device_name`) or nvidia-smi reports, or by table name.
+
+    Raises `TuneproofError` listing the known names when nothing matches: never a fallback.
+    """
+    n = _normalise_name(name)
+    if n:
+        for gpu in GPUS:
+            if _normalise_name(gpu.name) == n:
+                return gpu
+        for gpu in GPUS:
+            for alias in gpu.aliases:
+                if re.search(rf"(^|\s){re.escape(_normalise_name(alias))}(\s|$)", n):
+                    return gpu
+    raise TuneproofError(
+        f"unknown GPU {name!r}: no MFU without a trusted peak",
+        "use one of: " + ", ".join(known_gpu_names()) + "; or pass --peak-tflops",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """An MFU denominator, with where it came from. `tflops` None means no MFU, `reason` says why."""
+
+    tflops: float | None
+    source: str | None
+    dtype: str
+    reason: str | None = field(default=None)
+
+
+def peak_for(gpu: GpuSpec, dtype: str) -> Peak:
+    d = normalise_dtype(dtype)
+    value = gpu.peak_tflops.get(d)
+    if value is None:
+        return Peak(None, None, d, f"no dense {d} peak known for {gpu.name} (table has {sorted(gpu.peak_tflops)})")
+    return Peak(value, f"{gpu.name}: {gpu.source}", d)

@@ -1,0 +1,35 @@
+"""Safe output: nothing the user had is lost, nothing half-written is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """Write `text` to `path` via a temporary file in the same folder, then rename over it."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise TuneproofError(f"{folder} exists and is not a folder", "pass a folder path to --out") from None
+    except PermissionError:
+        raise TuneproofError(f"cannot create {folder}: permission denied", "pass a writable --out folder") from None
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(path: Path, data: Any) -> Path:
+    return atomic_write_text(path, json.dumps(data, indent=2) + "\n")

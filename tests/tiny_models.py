@@ -1,0 +1,121 @@
+"""Tiny configs of every supported family, and helpers to build and measure them on CPU.
+
+Sizes are small enough for a 2-core CPU; shapes keep each family's quirks (GQA, sliding windows
+shorter than the test widths, per-layer head_dim, MoE with eager experts, shared experts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TINY: dict[str, dict[str, Any]] = {
+    "llama": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=256),
+    "mistral": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=256, sliding_window=16),
+    "qwen2": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=256),
+    "qwen3": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, vocab_size=256),
+    "qwen3_moe": dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4,
+                      num_experts_per_tok=2, mlp_only_layers=[0], vocab_size=256),
+    "qwen2_moe": dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                      shared_expert_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, vocab_size=256),
+    "mixtral": dict(hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, vocab_size=256),
+    "gemma2": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
+                   vocab_size=256),
+    "gemma3_text": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
+                        layer_types=["sliding_attention", "full_attention"], vocab_size=256),
+    "gemma4_text": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
+                        attention_k_eq_v=True, sliding_window=16, hidden_size_per_layer_input=8,
+                        vocab_size_per_layer_input=256, vocab_size=256, enable_moe_block=True, num_experts=4,
+                        top_k_experts=2, moe_intermediate_size=32,
+                        layer_types=["sliding_attention", "full_attention", "full_attention"]),
+    "gpt_oss": dict(hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                    sliding_window=16, vocab_size=256),
+}
+
+# Gemma 4 with KV sharing and a double-wide MLP on the sharing layers.
+TINY_GEMMA4_KV_SHARED = dict(TINY["gemma4_text"], num_hidden_layers=4, num_kv_shared_layers=2,
+                             use_double_wide_mlp=True, enable_moe_block=False,
+                             layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                          "full_attention"])
+
+MOE_TYPES = {"qwen3_moe", "qwen2_moe", "mixtral", "gemma4_text", "gpt_oss"}
+
+
+def config_dict(model_type: str, **overrides: Any) -> dict[str, Any]:
+    return {"model_type": model_type, **TINY[model_type], **overrides}
+
+
+def build_model(cfg: dict[str, Any], attn: str = "eager", seed: int = 0) -> Any:
+    """A transformers causal LM with random weights; MoE experts run the eager loop so that
+    FlopCounterMode sees their GEMMs (grouped_mm is invisible to it)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    fields = {k: v for k, v in cfg.items() if k != "model_type"}
+    config = AutoConfig.for_model(cfg["model_type"], **fields)
+    kwargs: dict[str, Any] = {"attn_implementation": attn}
+    if cfg["model_type"] in MOE_TYPES:
+        kwargs["experts_implementation"] = "eager"
+    return AutoModelForCausalLM.from_config(config, **kwargs)
+
+
+def counted_flops(model: Any, batch: int, width: int, mode: str, lora_rank: int = 4, grad_ckpt: bool = False,
+                  lengths: list[int] | None = None, targets: list[str] | None = None) -> int:
+    """FlopCounterMode's total for one step: forward, or forward + loss + backward."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=lora_rank, target_modules=peft_regex(targets or []), lora_dropout=0.0))
+    if grad_ckpt:
+        model.gradient_checkpointing_enable()
+        model.train()
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 200, (batch, width), generator=gen)
+    mask = torch.ones(batch, width, dtype=torch.long)
+    for i, n in enumerate(lengths or []):
+        mask[i, n:] = 0
+    counter = FlopCounterMode(display=False)
+    if mode == "forward":
+        with torch.no_grad(), counter:
+            model(input_ids=ids, attention_mask=mask)
+    else:
+        with counter:
+            out = model(input_ids=ids, attention_mask=mask, labels=ids)
+            out.loss.backward()
+    return int(counter.get_total_flops())
+
+
+def linear_targets(shape: Any) -> list[str]:
+    """Every nn.Linear but the LM head, as module paths relative to a layer (or the model).
+
+    qwen3_moe gets attention only: PEFT 0.21 rewrites MLP target names on that family into
+    fused-expert parameter targets (and drops the dense layers' MLP), which the ledger does not
+    model as LoRA."""
+    names = sorted({lin.name for lin in shape.linears() if lin.adaptable})
+    if shape.model_type == "qwen3_moe":
+        names = [n for n in names if n.startswith("self_attn.")]
+    return names
+
+
+def peft_regex(targets: list[str]) -> str:
+    """A PEFT target_modules regex (full match on module names) for exactly these modules.
+
+    Plain names or "all-linear" are not used: recent PEFT releases also wrap MoE routers and fused
+    expert parameters whose names collide (down_proj), which would make the comparison about PEFT's
+    version rather than about the ledger."""
+    import re
+
+    return r".*\.(?:" + "|".join(re.escape(t) for t in targets) + ")"
