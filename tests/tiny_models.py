@@ -8,44 +8,141 @@ from __future__ import annotations
 from typing import Any
 
 TINY: dict[str, dict[str, Any]] = {
-    "llama": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=256),
-    "mistral": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, vocab_size=256, sliding_window=16),
-    "qwen2": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=256),
-    "qwen3": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=32, vocab_size=256),
-    "qwen3_moe": dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4,
-                      num_experts_per_tok=2, mlp_only_layers=[0], vocab_size=256),
-    "qwen2_moe": dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-                      shared_expert_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, vocab_size=256),
-    "mixtral": dict(hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, vocab_size=256),
-    "gemma2": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
-                   vocab_size=256),
-    "gemma3_text": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=16,
-                        layer_types=["sliding_attention", "full_attention"], vocab_size=256),
-    "gemma4_text": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
-                        attention_k_eq_v=True, sliding_window=16, hidden_size_per_layer_input=8,
-                        vocab_size_per_layer_input=256, vocab_size=256, enable_moe_block=True, num_experts=4,
-                        top_k_experts=2, moe_intermediate_size=32,
-                        layer_types=["sliding_attention", "full_attention", "full_attention"]),
-    "gpt_oss": dict(hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
-                    sliding_window=16, vocab_size=256),
+    "llama": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    ),
+    "mistral": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        sliding_window=16,
+    ),
+    "qwen2": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+    ),
+    "qwen3": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        vocab_size=256,
+    ),
+    "qwen3_moe": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        mlp_only_layers=[0],
+        vocab_size=256,
+    ),
+    "qwen2_moe": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=256,
+    ),
+    "mixtral": dict(
+        hidden_size=64,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        vocab_size=256,
+    ),
+    "gemma2": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=16,
+        vocab_size=256,
+    ),
+    "gemma3_text": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+        vocab_size=256,
+    ),
+    "gemma4_text": dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        global_head_dim=32,
+        num_global_key_value_heads=1,
+        attention_k_eq_v=True,
+        sliding_window=16,
+        hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=256,
+        vocab_size=256,
+        enable_moe_block=True,
+        num_experts=4,
+        top_k_experts=2,
+        moe_intermediate_size=32,
+        layer_types=["sliding_attention", "full_attention", "full_attention"],
+    ),
+    "gpt_oss": dict(
+        hidden_size=64,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=16,
+        vocab_size=256,
+    ),
 }
 
 # Gemma 4 with KV sharing and a double-wide MLP on the sharing layers.
-TINY_GEMMA4_KV_SHARED = dict(TINY["gemma4_text"], num_hidden_layers=4, num_kv_shared_layers=2,
-                             use_double_wide_mlp=True, enable_moe_block=False,
-                             layer_types=["sliding_attention", "full_attention", "sliding_attention",
-                                          "full_attention"])
+TINY_GEMMA4_KV_SHARED = dict(
+    TINY["gemma4_text"],
+    num_hidden_layers=4,
+    num_kv_shared_layers=2,
+    use_double_wide_mlp=True,
+    enable_moe_block=False,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+)
 
 MOE_TYPES = {"qwen3_moe", "qwen2_moe", "mixtral", "gemma4_text", "gpt_oss"}
 
@@ -69,8 +166,16 @@ def build_model(cfg: dict[str, Any], attn: str = "eager", seed: int = 0) -> Any:
     return AutoModelForCausalLM.from_config(config, **kwargs)
 
 
-def counted_flops(model: Any, batch: int, width: int, mode: str, lora_rank: int = 4, grad_ckpt: bool = False,
-                  lengths: list[int] | None = None, targets: list[str] | None = None) -> int:
+def counted_flops(
+    model: Any,
+    batch: int,
+    width: int,
+    mode: str,
+    lora_rank: int = 4,
+    grad_ckpt: bool = False,
+    lengths: list[int] | None = None,
+    targets: list[str] | None = None,
+) -> int:
     """FlopCounterMode's total for one step: forward, or forward + loss + backward."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -78,7 +183,9 @@ def counted_flops(model: Any, batch: int, width: int, mode: str, lora_rank: int 
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=lora_rank, target_modules=peft_regex(targets or []), lora_dropout=0.0))
+        model = get_peft_model(
+            model, LoraConfig(r=lora_rank, target_modules=peft_regex(targets or []), lora_dropout=0.0)
+        )
     if grad_ckpt:
         model.gradient_checkpointing_enable()
         model.train()

@@ -52,10 +52,18 @@ class FlopsSection:
 
         t = Table(title=f"FLOPs per step (LoRA r={LORA_RANK}, grad-ckpt, batch {BATCH})")
         for col in ("width", "scenario", "intended", "performed", "perf/int", "largest excess"):
-            t.add_column(col, justify="right" if col in ("width", "intended", "performed", "perf/int") else "left")
+            t.add_column(
+                col, justify="right" if col in ("width", "intended", "performed", "perf/int") else "left"
+            )
         for r in self.rows:
-            t.add_row(str(r["width"]), r["scenario"], fmt_flops(r["intended"]), fmt_flops(r["performed"]),
-                      f"{r['ratio']:.2f}x", r["largest_excess"] or "-")
+            t.add_row(
+                str(r["width"]),
+                r["scenario"],
+                fmt_flops(r["intended"]),
+                fmt_flops(r["performed"]),
+                f"{r['ratio']:.2f}x",
+                r["largest_excess"] or "-",
+            )
         console.print(t)
         console.print(f"\n[bold]Full ledger at width {self.detail.run.seq_len}, {SCENARIOS[0][0]}[/bold]")
         render_report(self.detail, console)
@@ -84,13 +92,27 @@ def flops_section(shape: ModelShape) -> FlopsSection:
     detail = None
     for width in widths:
         for label, attn, pad in SCENARIOS:
-            run = RunSpec(seq_len=width, batch=BATCH, attn=attn, padding_fraction=pad, mode="lora",
-                          lora_rank=LORA_RANK, grad_ckpt=True)
+            run = RunSpec(
+                seq_len=width,
+                batch=BATCH,
+                attn=attn,
+                padding_fraction=pad,
+                mode="lora",
+                lora_rank=LORA_RANK,
+                grad_ckpt=True,
+            )
             rep = flop_report(shape, run)
             top = max(rep.excess, key=lambda e: e.flops, default=None)
-            rows.append({"width": width, "scenario": label, "intended": rep.intended.total,
-                         "performed": rep.performed.total, "ratio": rep.performed.total / rep.intended.total,
-                         "largest_excess": top.name if top else None})
+            rows.append(
+                {
+                    "width": width,
+                    "scenario": label,
+                    "intended": rep.intended.total,
+                    "performed": rep.performed.total,
+                    "ratio": rep.performed.total / rep.intended.total,
+                    "largest_excess": top.name if top else None,
+                }
+            )
             if width == widths[-1] and detail is None:
                 detail = rep
     assert detail is not None

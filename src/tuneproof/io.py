@@ -19,7 +19,9 @@ def atomic_write_text(path: Path, text: str) -> Path:
     except (FileExistsError, NotADirectoryError):
         raise TuneproofError(f"{folder} exists and is not a folder", "pass a folder path to --out") from None
     except PermissionError:
-        raise TuneproofError(f"cannot create {folder}: permission denied", "pass a writable --out folder") from None
+        raise TuneproofError(
+            f"cannot create {folder}: permission denied", "pass a writable --out folder"
+        ) from None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:

@@ -88,4 +88,6 @@ def from_config(config: str | Path | dict[str, Any] | Any) -> ModelShape:
     try:
         return READERS[text.model_type](text, text.model_type)
     except (AttributeError, TypeError, KeyError, ValueError) as e:
-        raise TuneproofError(f"config for {text.model_type} is missing or has a bad field: {e}", _FIX) from None
+        raise TuneproofError(
+            f"config for {text.model_type} is missing or has a bad field: {e}", _FIX
+        ) from None

@@ -42,7 +42,9 @@ def _attention_steps(hidden: int, spec: AttentionSpec, prefix: str = "self_attn"
     ]
 
 
-def _mlp_steps(hidden: int, inter: int, src: str, dst: str, prefix: str, component: str = "mlp") -> list[Step]:
+def _mlp_steps(
+    hidden: int, inter: int, src: str, dst: str, prefix: str, component: str = "mlp"
+) -> list[Step]:
     """Gated MLP: down(act(gate(x)) * up(x))."""
     g, u, a = f"{dst}.gate", f"{dst}.up", f"{dst}.act"
     return [
@@ -54,7 +56,13 @@ def _mlp_steps(hidden: int, inter: int, src: str, dst: str, prefix: str, compone
 
 
 def _moe_steps(
-    hidden: int, inter: int, num_experts: int, top_k: int, src: str, prefix: str, router: str,
+    hidden: int,
+    inter: int,
+    num_experts: int,
+    top_k: int,
+    src: str,
+    prefix: str,
+    router: str,
     router_is_linear: bool = False,
 ) -> list[Step]:
     """Routed experts stored as fused 3-D parameters (gate_up (E, 2I, H), down (E, H, I)).
@@ -62,10 +70,28 @@ def _moe_steps(
     The router's weights scale the experts' outputs, so the MoE output depends on both."""
     return [
         Linear(router, hidden, num_experts, src, "router", "router", adaptable=router_is_linear),
-        Linear(f"{prefix}.gate_up_proj", hidden, 2 * inter, src, "experts.act", "experts",
-               tokens_per_token=top_k, adaptable=False, num_experts=num_experts),
-        Linear(f"{prefix}.down_proj", inter, hidden, "experts.act", "experts.out", "experts",
-               tokens_per_token=top_k, adaptable=False, num_experts=num_experts),
+        Linear(
+            f"{prefix}.gate_up_proj",
+            hidden,
+            2 * inter,
+            src,
+            "experts.act",
+            "experts",
+            tokens_per_token=top_k,
+            adaptable=False,
+            num_experts=num_experts,
+        ),
+        Linear(
+            f"{prefix}.down_proj",
+            inter,
+            hidden,
+            "experts.act",
+            "experts.out",
+            "experts",
+            tokens_per_token=top_k,
+            adaptable=False,
+            num_experts=num_experts,
+        ),
         Join("moe", ("experts.out", "router")),
     ]
 
@@ -76,12 +102,26 @@ def _spec(cfg: Any, i: int, head_dim: int | None = None, kv_heads: int | None = 
     return AttentionSpec(kind, window, cfg.num_attention_heads, kv_heads or cfg.num_key_value_heads, d, d)
 
 
-def _shape(cfg: Any, model_type: str, layers: list[LayerShape], pre: tuple[Step, ...] = (),
-           notes: tuple[str, ...] = ()) -> ModelShape:
-    head = Linear("lm_head", cfg.hidden_size, cfg.vocab_size, "model:final", "model:logits", "lm_head",
-                  adaptable=False)
-    return ModelShape(model_type, cfg.hidden_size, cfg.vocab_size, bool(getattr(cfg, "tie_word_embeddings", False)),
-                      tuple(layers), head, pre, notes)
+def _shape(
+    cfg: Any,
+    model_type: str,
+    layers: list[LayerShape],
+    pre: tuple[Step, ...] = (),
+    notes: tuple[str, ...] = (),
+) -> ModelShape:
+    head = Linear(
+        "lm_head", cfg.hidden_size, cfg.vocab_size, "model:final", "model:logits", "lm_head", adaptable=False
+    )
+    return ModelShape(
+        model_type,
+        cfg.hidden_size,
+        cfg.vocab_size,
+        bool(getattr(cfg, "tie_word_embeddings", False)),
+        tuple(layers),
+        head,
+        pre,
+        notes,
+    )
 
 
 def read_dense(cfg: Any, model_type: str) -> ModelShape:
@@ -93,16 +133,20 @@ def read_dense(cfg: Any, model_type: str) -> ModelShape:
         steps += _mlp_steps(cfg.hidden_size, cfg.intermediate_size, "mid", "ffn", "mlp")
         steps.append(Join("out", ("mid", "ffn")))
         # Gemma's post-feedforward norm saves the down_proj output; llama-style layers end in an add.
-        layers.append(LayerShape(i, spec, tuple(steps), recompute_stops_early=not model_type.startswith("gemma")))
+        layers.append(
+            LayerShape(i, spec, tuple(steps), recompute_stops_early=not model_type.startswith("gemma"))
+        )
     notes: tuple[str, ...] = ()
     if model_type == "gemma2" and getattr(cfg, "attn_logit_softcapping", None) is not None:
-        notes = ("attention logit softcapping: transformers refuses sdpa for this model (eager or flex only)",)
+        notes = (
+            "attention logit softcapping: transformers refuses sdpa for this model (eager or flex only)",
+        )
     return _shape(cfg, model_type, layers, notes=notes)
 
 
 def read_moe(cfg: Any, model_type: str) -> ModelShape:
     """mixtral, qwen2_moe, qwen3_moe, gpt_oss: attention + routed experts (+ shared expert)."""
-    num_experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    num_experts = int(getattr(cfg, "num_experts", None) or cfg.num_local_experts)
     top_k = cfg.num_experts_per_tok
     moe_inter = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
     sparse_step = getattr(cfg, "decoder_sparse_step", 1) or 1
@@ -118,10 +162,18 @@ def read_moe(cfg: Any, model_type: str) -> ModelShape:
         else:
             steps += _moe_steps(cfg.hidden_size, moe_inter, num_experts, top_k, "mid", "mlp.experts", router)
             if model_type == "qwen2_moe":
-                steps += _mlp_steps(cfg.hidden_size, cfg.shared_expert_intermediate_size, "mid", "shared",
-                                    "mlp.shared_expert", "shared_expert")
+                steps += _mlp_steps(
+                    cfg.hidden_size,
+                    cfg.shared_expert_intermediate_size,
+                    "mid",
+                    "shared",
+                    "mlp.shared_expert",
+                    "shared_expert",
+                )
                 steps += [
-                    Linear("mlp.shared_expert_gate", cfg.hidden_size, 1, "mid", "shared.gate", "shared_expert"),
+                    Linear(
+                        "mlp.shared_expert_gate", cfg.hidden_size, 1, "mid", "shared.gate", "shared_expert"
+                    ),
                     Join("ffn", ("moe", "shared", "shared.gate")),
                 ]
             else:
@@ -146,7 +198,14 @@ def read_gemma4(cfg: Any, model_type: str) -> ModelShape:
     pre: tuple[Step, ...] = ()
     if ple:
         pre = (
-            Linear("per_layer_model_projection", hidden, n * ple, "model:embed", "model:ple.proj", "per_layer_input"),
+            Linear(
+                "per_layer_model_projection",
+                hidden,
+                n * ple,
+                "model:embed",
+                "model:ple.proj",
+                "per_layer_input",
+            ),
             Join("model:ple", ("model:ple.proj", "model:embed_per_layer")),
         )
     layers = []
@@ -154,7 +213,9 @@ def read_gemma4(cfg: Any, model_type: str) -> ModelShape:
         lc = cfg.per_layer_config[i]
         spec = _spec(cfg, i, head_dim=lc.head_dim, kv_heads=lc.num_key_value_heads)
         k_eq_v = bool(cfg.attention_k_eq_v) and spec.kind == "full"
-        steps: list[Step] = [Linear("self_attn.q_proj", hidden, spec.num_heads * spec.head_dim, "in", "q", "q_proj")]
+        steps: list[Step] = [
+            Linear("self_attn.q_proj", hidden, spec.num_heads * spec.head_dim, "in", "q", "q_proj")
+        ]
         if modes[i] == "reuse":
             ltype = cfg.layer_types[i]
             producer = max(j for j in range(first_shared) if cfg.layer_types[j] == ltype)
@@ -163,7 +224,11 @@ def read_gemma4(cfg: Any, model_type: str) -> ModelShape:
             k, v = "k", "v"
             kv_out = spec.num_kv_heads * spec.head_dim
             steps.append(Linear("self_attn.k_proj", hidden, kv_out, "in", "k", "k_proj"))
-            steps.append(Join("v", ("k",)) if k_eq_v else Linear("self_attn.v_proj", hidden, kv_out, "in", "v", "v_proj"))
+            steps.append(
+                Join("v", ("k",))
+                if k_eq_v
+                else Linear("self_attn.v_proj", hidden, kv_out, "in", "v", "v_proj")
+            )
         steps += [
             Attention("q", k, v, "attn"),
             Linear("self_attn.o_proj", spec.num_heads * spec.head_dim, hidden, "attn", "o", "o_proj"),
@@ -171,10 +236,18 @@ def read_gemma4(cfg: Any, model_type: str) -> ModelShape:
         ]
         wide = 2 if (cfg.use_double_wide_mlp and modes[i] == "reuse") else 1
         steps += _mlp_steps(hidden, cfg.intermediate_size * wide, "mid", "ffn", "mlp")
-        merged = ("mid", "ffn")
+        merged: tuple[str, ...] = ("mid", "ffn")
         if cfg.enable_moe_block:
-            steps += _moe_steps(hidden, cfg.moe_intermediate_size, cfg.num_experts, cfg.top_k_experts, "mid",
-                                "experts", "router.proj", router_is_linear=True)
+            steps += _moe_steps(
+                hidden,
+                cfg.moe_intermediate_size,
+                cfg.num_experts,
+                cfg.top_k_experts,
+                "mid",
+                "experts",
+                "router.proj",
+                router_is_linear=True,
+            )
             merged = ("mid", "ffn", "moe")
         if ple:
             steps += [
@@ -209,4 +282,8 @@ READERS: dict[str, Reader] = {
 }
 
 # Top-level model_types accepted from a config.json, mapped to the text model_type read above.
-SUPPORTED_MODEL_TYPES: dict[str, str] = {**{k: k for k in READERS}, "gemma3": "gemma3_text", "gemma4": "gemma4_text"}
+SUPPORTED_MODEL_TYPES: dict[str, str] = {
+    **{k: k for k in READERS},
+    "gemma3": "gemma3_text",
+    "gemma4": "gemma4_text",
+}

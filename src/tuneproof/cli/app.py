@@ -9,28 +9,28 @@ from __future__ import annotations
 import sys
 
 import click
-import typer
 
 from tuneproof.cli.doctor_cmd import doctor
 from tuneproof.cli.flops_cmd import flops
 from tuneproof.errors import TuneproofError
 
-app = typer.Typer(
-    name="tuneproof",
-    help="Honest numbers for LLM fine-tuning runs. Every number says what it counts.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+
+@click.group(
+    name="tuneproof", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
 )
-app.command()(flops)
-app.command()(doctor)
+@click.version_option(package_name="tuneproof")
+def app() -> None:
+    """Honest numbers for LLM fine-tuning runs. Every number says what it counts."""
+
+
+app.add_command(flops)
+app.add_command(doctor)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     try:
-        result = app(args=argv, standalone_mode=False, prog_name="tuneproof")
+        app.main(args=argv, prog_name="tuneproof", standalone_mode=False)
     except TuneproofError as e:
         print(f"error: {e.message}", file=sys.stderr)
         return e.exit_code
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         print("error: aborted", file=sys.stderr)
         return 1
-    return int(result) if isinstance(result, int) else 0
+    return 0
 
 
 def run() -> None:

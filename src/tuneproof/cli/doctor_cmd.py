@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import click
 
 from tuneproof.cli.common import console, print_json
 
 
-def doctor(
-    config: Annotated[str, typer.Option(help="config.json path; 'tiny' = the embedded Gemma-4-style model.")] = "tiny",
-    out: Annotated[Path | None, typer.Option(help="Folder to write report.json into (created if missing).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
-) -> None:
+@click.command()
+@click.option(
+    "--config",
+    default="tiny",
+    show_default=True,
+    help="config.json path; 'tiny' = the embedded Gemma-4-style model.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder to write report.json into (created if missing).",
+)
+@click.option("--json", "json_out", is_flag=True, help="Print the report as one JSON object.")
+def doctor(config: str, out: Path | None, json_out: bool) -> None:
     """Diagnose a fine-tuning setup: FLOP ledger at several widths (more sections follow)."""
     from tuneproof.doctor import run_doctor, write_report
 

@@ -2,33 +2,66 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
+import click
 
 from tuneproof.cli.common import console, print_json, resolve_config
 from tuneproof.errors import TuneproofError
 
+ATTN_CHOICES = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # = tuneproof.flops.ATTN_PATHS
 
+
+@click.command()
+@click.option(
+    "--config",
+    default="tiny",
+    show_default=True,
+    help="config.json path (or its folder); 'tiny' = the embedded Gemma-4-style model.",
+)
+@click.option("--seq-len", type=int, required=True, help="Padded width T of every sequence, tokens.")
+@click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch, B.")
+@click.option(
+    "--attn", default="sdpa", show_default=True, help="Attention path: " + ", ".join(ATTN_CHOICES) + "."
+)
+@click.option(
+    "--padding-fraction",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Share of the B*T token slots that are padding, in [0, 1).",
+)
+@click.option(
+    "--mode", default="full", show_default=True, help="forward (no backward), full (all weights), lora."
+)
+@click.option("--lora-rank", type=int, default=16, show_default=True, help="LoRA rank r (with --mode lora).")
+@click.option(
+    "--lora-targets",
+    default="all-linear",
+    show_default=True,
+    help="Comma list of nn.Linear names (PEFT target_modules), or all-linear (every nn.Linear but lm_head).",
+)
+@click.option("--grad-ckpt", is_flag=True, help="Activation checkpointing on every decoder layer.")
+@click.option("--step-time", type=float, default=None, help="Measured seconds per micro-batch step, for MFU.")
+@click.option("--gpu", default=None, help="GPU name as torch or nvidia-smi reports it; gives the peak.")
+@click.option("--dtype", default="bf16", show_default=True, help="Dtype of the peak: bf16, fp16, fp8, tf32.")
+@click.option(
+    "--peak-tflops", type=float, default=None, help="Dense peak TFLOP/s; overrides the --gpu table."
+)
+@click.option("--json", "json_out", is_flag=True, help="Print one JSON object instead of tables.")
 def flops(
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Padded width T of every sequence, tokens.")],
-    config: Annotated[str, typer.Option(help="config.json path (or its folder); 'tiny' = embedded model.")] = "tiny",
-    batch: Annotated[int, typer.Option(help="Sequences per micro-batch, B.")] = 1,
-    attn: Annotated[str, typer.Option(help="Attention path: eager, sdpa, flash_attention_2, flex_attention.")] = "sdpa",
-    padding_fraction: Annotated[float, typer.Option(
-        "--padding-fraction", help="Share of the B*T token slots that are padding, in [0, 1).")] = 0.0,
-    mode: Annotated[str, typer.Option(help="forward (no backward), full (all weights train), lora.")] = "full",
-    lora_rank: Annotated[int, typer.Option("--lora-rank", help="LoRA rank r (with --mode lora).")] = 16,
-    lora_targets: Annotated[str, typer.Option(
-        "--lora-targets", help="Comma list of nn.Linear names (PEFT target_modules), or all-linear.")] = "all-linear",
-    grad_ckpt: Annotated[bool, typer.Option("--grad-ckpt", help="Activation checkpointing on every layer.")] = False,
-    step_time: Annotated[float | None, typer.Option(
-        "--step-time", help="Measured seconds per optimizer micro-step, for MFU.")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU name as torch or nvidia-smi reports it, for the peak.")] = None,
-    dtype: Annotated[str, typer.Option(help="Compute dtype of the peak: bf16, fp16, fp8, tf32.")] = "bf16",
-    peak_tflops: Annotated[float | None, typer.Option(
-        "--peak-tflops", help="Dense peak TFLOP/s to use instead of the GPU table.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+    config: str,
+    seq_len: int,
+    batch: int,
+    attn: str,
+    padding_fraction: float,
+    mode: str,
+    lora_rank: int,
+    lora_targets: str,
+    grad_ckpt: bool,
+    step_time: float | None,
+    gpu: str | None,
+    dtype: str,
+    peak_tflops: float | None,
+    json_out: bool,
 ) -> None:
     """Intended vs performed FLOPs per component and pass, each excess named, and MFU."""
     from tuneproof.flops import RunSpec, flop_report
@@ -37,18 +70,30 @@ def flops(
     peak: Peak | None = None
     if peak_tflops is not None:
         if peak_tflops <= 0:
-            raise TuneproofError(f"--peak-tflops must be > 0, got {peak_tflops}", "pass dense TFLOP/s, e.g. 989")
+            raise TuneproofError(
+                f"--peak-tflops must be > 0, got {peak_tflops}", "pass dense TFLOP/s, e.g. 989"
+            )
         peak = Peak(peak_tflops, "--peak-tflops (user given)", normalise_dtype(dtype))
     elif gpu is not None:
         peak = peak_for(lookup_gpu(gpu), dtype)
     if step_time is not None:
         if step_time <= 0:
-            raise TuneproofError(f"--step-time must be > 0, got {step_time}", "pass measured seconds per step")
+            raise TuneproofError(
+                f"--step-time must be > 0, got {step_time}", "pass measured seconds per step"
+            )
         if peak is None:
             raise TuneproofError("--step-time needs a peak for MFU", "add --gpu NAME or --peak-tflops P")
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip())
-    run = RunSpec(seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
-                  lora_rank=lora_rank, lora_targets=targets or ("all-linear",), grad_ckpt=grad_ckpt)
+    run = RunSpec(
+        seq_len=seq_len,
+        batch=batch,
+        attn=attn,
+        padding_fraction=padding_fraction,
+        mode=mode,
+        lora_rank=lora_rank,
+        lora_targets=targets or ("all-linear",),
+        grad_ckpt=grad_ckpt,
+    )
     report = flop_report(resolve_config(config), run, step_time_s=step_time, peak=peak)
     if json_out:
         print_json(report.to_dict())

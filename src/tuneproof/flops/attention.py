@@ -74,8 +74,11 @@ def performed_pairs(path: str, width: int, lengths: list[int], window: int | Non
     padded = any(n < width for n in lengths)
     sliding = window is not None
     if path == "eager":
-        return PathPairs(len(lengths) * width * width, True,
-                         f"eager attention computes the full {width}x{width} score matrix and masks it afterwards")
+        return PathPairs(
+            len(lengths) * width * width,
+            True,
+            f"eager attention computes the full {width}x{width} score matrix and masks it afterwards",
+        )
     if path == "sdpa":
         window_forces = sliding and window is not None and width >= window
         if padded or window_forces:
@@ -84,15 +87,24 @@ def performed_pairs(path: str, width: int, lengths: list[int], window: int | Non
                 causes.append(f"kv_length {width} >= window {window}")
             if padded:
                 causes.append("the batch has padding")
-            return PathPairs(len(lengths) * width * width, True,
-                             "mask materialised (" + " and ".join(causes) + "): SDPA gets an explicit mask, "
-                             f"loses is_causal and computes the full {width}x{width} square")
+            return PathPairs(
+                len(lengths) * width * width,
+                True,
+                "mask materialised (" + " and ".join(causes) + "): SDPA gets an explicit mask, "
+                f"loses is_causal and computes the full {width}x{width} square",
+            )
         return PathPairs(len(lengths) * intended_pairs(width, None), False, "is_causal: the causal triangle")
     if path == "flash_attention_2":
-        return PathPairs(sum(intended_pairs(n, window) for n in lengths), False,
-                         "varlen kernel on real tokens, window and causal skip native")
+        return PathPairs(
+            sum(intended_pairs(n, window) for n in lengths),
+            False,
+            "varlen kernel on real tokens, window and causal skip native",
+        )
     if path == "flex_attention":
-        return PathPairs(sum(flex_block_pairs(width, n, window) for n in lengths), False,
-                         f"flex computes whole {FLEX_BLOCK}x{FLEX_BLOCK} BlockMask blocks that touch the mask"
-                         + (", pad query rows included" if padded else ""))
+        return PathPairs(
+            sum(flex_block_pairs(width, n, window) for n in lengths),
+            False,
+            f"flex computes whole {FLEX_BLOCK}x{FLEX_BLOCK} BlockMask blocks that touch the mask"
+            + (", pad query rows included" if padded else ""),
+        )
     raise ValueError(f"unknown attention path {path!r}; expected one of {', '.join(ATTN_PATHS)}")

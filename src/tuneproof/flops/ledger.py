@@ -67,7 +67,8 @@ class Ledger:
 
     def where(self, *, component_prefix: str = "", layers: set[int] | None = None) -> float:
         return sum(
-            r.flops for r in self.rows
+            r.flops
+            for r in self.rows
             if r.component.startswith(component_prefix) and (layers is None or r.layer in layers)
         )
 
@@ -80,22 +81,25 @@ def _matches(name: str, targets: tuple[str, ...]) -> bool:
 class _Walker:
     """Evaluates the layer programs: requires-grad flags per node, FLOPs per GEMM and pass."""
 
-    def __init__(self, shape: ModelShape, run: RunSpec, tokens: int, pairs: list[int], fused: bool,
-                 input_grads: bool) -> None:
+    def __init__(
+        self, shape: ModelShape, run: RunSpec, tokens: int, pairs: list[int], fused: bool, input_grads: bool
+    ) -> None:
         self.shape, self.run, self.tokens, self.pairs, self.fused = shape, run, tokens, pairs, fused
         self.training = run.mode != "forward"
         full = run.mode == "full"
         # input_grads: transformers' activation checkpointing calls enable_input_require_grads(),
         # so the input embeddings' output needs a gradient even when the embeddings are frozen.
-        self.rg: dict[str, bool] = {"model:embed": full or (input_grads and self.training),
-                                    "model:embed_per_layer": full}
+        self.rg: dict[str, bool] = {
+            "model:embed": full or (input_grads and self.training),
+            "model:embed_per_layer": full,
+        }
         self.ledger = Ledger()
 
     def adapted(self, lin: Linear) -> bool:
         return self.run.mode == "lora" and lin.adaptable and _matches(lin.name, self.run.lora_targets)
 
     def node(self, layer: int | None, name: str) -> str:
-        if layer is None or name.startswith(("model:", "L")) and ":" in name:
+        if layer is None or (name.startswith(("model:", "L")) and ":" in name):
             return name
         return f"L{layer}:{name}"
 
@@ -177,8 +181,16 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
             )
 
 
-def walk(shape: ModelShape, run: RunSpec, tokens: int, pairs: list[int], *, recompute: bool, fused: bool,
-         input_grads: bool) -> Ledger:
+def walk(
+    shape: ModelShape,
+    run: RunSpec,
+    tokens: int,
+    pairs: list[int],
+    *,
+    recompute: bool,
+    fused: bool,
+    input_grads: bool,
+) -> Ledger:
     """FLOP rows for `tokens` token slots and per-layer attention `pairs` (summed over the batch).
 
     `recompute`, `fused`, `input_grads` switch on the performed-only effects one at a time, so

@@ -9,9 +9,22 @@ if TYPE_CHECKING:
 
     from tuneproof.flops.report import FlopReport
 
-COMPONENT_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "attention.qk", "attention.av",
-                   "attention.qk_kernel_recompute", "mlp", "shared_expert", "router", "experts",
-                   "per_layer_input", "lora", "lm_head")
+COMPONENT_ORDER = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "attention.qk",
+    "attention.av",
+    "attention.qk_kernel_recompute",
+    "mlp",
+    "shared_expert",
+    "router",
+    "experts",
+    "per_layer_input",
+    "lora",
+    "lm_head",
+)
 
 
 def fmt_flops(x: float) -> str:
@@ -29,8 +42,10 @@ def render_report(report: FlopReport, console: Console) -> None:
         + (", grad-ckpt" if run.grad_ckpt else "")
         + f", {run.real_tokens} real of {run.padded_tokens} token slots"
     )
-    console.print("convention: matmul FLOPs (2*m*n*k); intended = real tokens, exact causal/window pairs, "
-                  "no recompute; performed = what the path computes")
+    console.print(
+        "convention: matmul FLOPs (2*m*n*k); intended = real tokens, exact causal/window pairs, "
+        "no recompute; performed = what the path computes"
+    )
     intended, performed = report.intended.by("component"), report.performed.by("component")
     table = Table(title="per component (all layers, all passes)")
     table.add_column("component")
@@ -42,17 +57,21 @@ def render_report(report: FlopReport, console: Console) -> None:
     for c in names:
         i, p = intended.get(c, 0.0), performed.get(c, 0.0)
         table.add_row(c, fmt_flops(i), fmt_flops(p), f"{p / i:.2f}x" if i else "-")
-    table.add_row("[bold]total[/bold]", fmt_flops(report.intended.total), fmt_flops(report.performed.total),
-                  f"{report.performed.total / report.intended.total:.2f}x" if report.intended.total else "-")
+    table.add_row(
+        "[bold]total[/bold]",
+        fmt_flops(report.intended.total),
+        fmt_flops(report.performed.total),
+        f"{report.performed.total / report.intended.total:.2f}x" if report.intended.total else "-",
+    )
     console.print(table)
     passes = Table(title="per pass")
     passes.add_column("pass")
     passes.add_column("intended", justify="right")
     passes.add_column("performed", justify="right")
     ip, pp = report.intended.by("pass_"), report.performed.by("pass_")
-    for p in ("forward", "recompute", "backward"):
-        if p in ip or p in pp:
-            passes.add_row(p, fmt_flops(ip.get(p, 0.0)), fmt_flops(pp.get(p, 0.0)))
+    for name in ("forward", "recompute", "backward"):
+        if name in ip or name in pp:
+            passes.add_row(name, fmt_flops(ip.get(name, 0.0)), fmt_flops(pp.get(name, 0.0)))
     console.print(passes)
     if report.excess:
         ex = Table(title="excess: performed - intended, line by line")

@@ -40,8 +40,15 @@ class Mfu:
     def compute(cls, intended: float, performed: float, step_time_s: float | None, peak: Peak | None) -> Mfu:
         dtype = peak.dtype if peak else "bf16"
         if step_time_s is None:
-            return cls(None, None, peak.tflops if peak else None, peak.source if peak else None, dtype,
-                       "no --step-time given", None)
+            return cls(
+                None,
+                None,
+                peak.tflops if peak else None,
+                peak.source if peak else None,
+                dtype,
+                "no --step-time given",
+                None,
+            )
         if peak is None or peak.tflops is None:
             reason = peak.reason if peak else "no peak: pass --gpu NAME or --peak-tflops"
             return cls(None, None, None, None, dtype, reason, step_time_s)
@@ -70,17 +77,24 @@ class FlopReport:
 
         m = self.mfu
         achieved = (
-            {"intended_tflops": self.intended.total / m.step_time_s / 1e12,
-             "performed_tflops": self.performed.total / m.step_time_s / 1e12}
-            if m.step_time_s else {}
+            {
+                "intended_tflops": self.intended.total / m.step_time_s / 1e12,
+                "performed_tflops": self.performed.total / m.step_time_s / 1e12,
+            }
+            if m.step_time_s
+            else {}
         )
         return {
             "model_type": self.shape.model_type,
             "run": {
-                "seq_len": self.run.seq_len, "batch": self.run.batch, "attn": self.run.attn,
-                "padding_fraction": self.run.padding_fraction, "mode": self.run.mode,
+                "seq_len": self.run.seq_len,
+                "batch": self.run.batch,
+                "attn": self.run.attn,
+                "padding_fraction": self.run.padding_fraction,
+                "mode": self.run.mode,
                 "lora_rank": self.run.lora_rank if self.run.mode == "lora" else None,
-                "grad_ckpt": self.run.grad_ckpt, "real_tokens": self.run.real_tokens,
+                "grad_ckpt": self.run.grad_ckpt,
+                "real_tokens": self.run.real_tokens,
                 "padded_tokens": self.run.padded_tokens,
             },
             "convention": "matmul FLOPs, 2*m*n*k; see tuneproof.flops.ledger",
@@ -88,20 +102,30 @@ class FlopReport:
             "performed": side(self.performed),
             "excess": [{"name": e.name, "flops": e.flops, "why": e.why} for e in self.excess],
             "mfu": {
-                "intended": m.intended, "performed": m.performed, "peak_tflops": m.peak_tflops,
-                "peak_source": m.peak_source, "reason": m.reason, "dtype": m.dtype,
-                "step_time_s": m.step_time_s, **achieved,
+                "intended": m.intended,
+                "performed": m.performed,
+                "peak_tflops": m.peak_tflops,
+                "peak_source": m.peak_source,
+                "reason": m.reason,
+                "dtype": m.dtype,
+                "step_time_s": m.step_time_s,
+                **achieved,
             },
             "notes": self.notes,
         }
 
 
-def flop_report(shape: ModelShape, run: RunSpec, step_time_s: float | None = None, peak: Peak | None = None) -> FlopReport:
+def flop_report(
+    shape: ModelShape, run: RunSpec, step_time_s: float | None = None, peak: Peak | None = None
+) -> FlopReport:
     """Both ledgers for `run` on `shape`, the excess lines that explain their difference, and MFU."""
     lengths = run.real_lengths()
     width = run.seq_len
     want_pairs = [sum(intended_pairs(n, layer.attention.window) for n in lengths) for layer in shape.layers]
-    path = {layer.index: performed_pairs(run.attn, width, lengths, layer.attention.window) for layer in shape.layers}
+    path = {
+        layer.index: performed_pairs(run.attn, width, lengths, layer.attention.window)
+        for layer in shape.layers
+    }
     got_pairs = [path[layer.index].pairs for layer in shape.layers]
     fused = run.attn in FUSED_PATHS
 
@@ -117,30 +141,52 @@ def flop_report(shape: ModelShape, run: RunSpec, step_time_s: float | None = Non
     excess: list[Excess] = []
     recompute = with_recompute.total - intended.total
     if recompute:
-        excess.append(Excess("activation checkpointing recompute", recompute,
-                             "each decoder layer's forward runs again in the backward (real tokens, intended pairs)"))
+        excess.append(
+            Excess(
+                "activation checkpointing recompute",
+                recompute,
+                "each decoder layer's forward runs again in the backward (real tokens, intended pairs)",
+            )
+        )
     forced = with_input_grads.total - with_recompute.total
     if forced:
-        excess.append(Excess("input gradients forced by checkpointing", forced,
-                             "transformers' checkpointing calls enable_input_require_grads(): frozen first-layer "
-                             "GEMMs compute input gradients nobody needs"))
+        excess.append(
+            Excess(
+                "input gradients forced by checkpointing",
+                forced,
+                "transformers' checkpointing calls enable_input_require_grads(): frozen first-layer "
+                "GEMMs compute input gradients nobody needs",
+            )
+        )
     pad = padded_linears.total - with_input_grads.total
     if pad:
         n_pad = run.padded_tokens - run.real_tokens
-        excess.append(Excess("padding: GEMMs on pad tokens", pad,
-                             f"{n_pad} of {run.padded_tokens} token slots are padding, every GEMM runs on them"))
+        excess.append(
+            Excess(
+                "padding: GEMMs on pad tokens",
+                pad,
+                f"{n_pad} of {run.padded_tokens} token slots are padding, every GEMM runs on them",
+            )
+        )
     for label, idxs in shape.attention_groups().items():
         members = set(idxs)
         diff = attn_performed.where(component_prefix="attention", layers=members) - padded_linears.where(
-            component_prefix="attention", layers=members)
+            component_prefix="attention", layers=members
+        )
         if diff:
             kind = shape.layers[idxs[0]].attention.kind
-            excess.append(Excess(f"{kind} attention ({len(idxs)} layers, {label}): {run.attn}", diff,
-                                 path[idxs[0]].why))
+            excess.append(
+                Excess(f"{kind} attention ({len(idxs)} layers, {label}): {run.attn}", diff, path[idxs[0]].why)
+            )
     kernel = performed.total - attn_performed.total
     if kernel:
-        excess.append(Excess("fused attention backward recomputes QK^T", kernel,
-                             f"{run.attn} kernels keep no score matrix, so the backward recomputes it"))
+        excess.append(
+            Excess(
+                "fused attention backward recomputes QK^T",
+                kernel,
+                f"{run.attn} kernels keep no score matrix, so the backward recomputes it",
+            )
+        )
     notes = list(shape.notes)
     if run.attn == "sdpa" and shape.notes and any("refuses sdpa" in n for n in shape.notes):
         notes.append("this ledger assumes sdpa ran; transformers will not run sdpa for this model")

@@ -33,12 +33,16 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         if self.seq_len <= 0:
-            raise TuneproofError(f"--seq-len must be > 0, got {self.seq_len}", "pass the padded width in tokens")
+            raise TuneproofError(
+                f"--seq-len must be > 0, got {self.seq_len}", "pass the padded width in tokens"
+            )
         if self.batch <= 0:
             raise TuneproofError(f"--batch must be > 0, got {self.batch}", "pass sequences per micro-batch")
         if not 0.0 <= self.padding_fraction < 1.0:
-            raise TuneproofError(f"--padding-fraction must be in [0, 1), got {self.padding_fraction}",
-                                 "pass the share of token slots that are padding, e.g. 0.3")
+            raise TuneproofError(
+                f"--padding-fraction must be in [0, 1), got {self.padding_fraction}",
+                "pass the share of token slots that are padding, e.g. 0.3",
+            )
         if self.attn not in ATTN_PATHS:
             raise TuneproofError(f"--attn {self.attn!r} is not known", "use one of: " + ", ".join(ATTN_PATHS))
         if self.mode not in MODES:
@@ -49,9 +53,13 @@ class RunSpec:
             raise TuneproofError("--grad-ckpt needs a backward pass", "use --mode full or --mode lora")
         if self.lengths is not None:
             if len(self.lengths) != self.batch:
-                raise TuneproofError(f"{len(self.lengths)} lengths for batch {self.batch}", "give one length per sequence")
+                raise TuneproofError(
+                    f"{len(self.lengths)} lengths for batch {self.batch}", "give one length per sequence"
+                )
             if any(n <= 0 or n > self.seq_len for n in self.lengths):
-                raise TuneproofError("every length must be in [1, seq_len]", "check the lengths against --seq-len")
+                raise TuneproofError(
+                    "every length must be in [1, seq_len]", "check the lengths against --seq-len"
+                )
 
     def real_lengths(self) -> list[int]:
         """Real (unpadded) length of each sequence."""
