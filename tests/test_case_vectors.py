@@ -15,6 +15,19 @@ CASE_CONFIG = Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" 
 T, B, W, HEADS = 16384, 2, 1024, 16
 
 
+def case_run(**overrides: object) -> RunSpec:
+    """The CASE step: LoRA on the attention projections, activation checkpointing, SDPA, 2 x 16,384."""
+    fields: dict = dict(
+        seq_len=T,
+        batch=B,
+        attn="sdpa",
+        mode="lora",
+        grad_ckpt=True,
+        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
+    )
+    return RunSpec(**{**fields, **overrides})
+
+
 @pytest.fixture(scope="module")
 def shape():
     return from_config(CASE_CONFIG)
@@ -38,15 +51,7 @@ def test_billed_flops_and_logged_mfu() -> None:
 
 
 def test_dense_sliding_excess_is_8_2e14(shape) -> None:
-    run = RunSpec(
-        seq_len=T,
-        batch=B,
-        attn="sdpa",
-        mode="lora",
-        grad_ckpt=True,
-        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
-    )
-    report = flop_report(shape, run)
+    report = flop_report(shape, case_run())
     sliding = [e for e in report.excess if e.name.startswith("sliding attention")]
     assert len(sliding) == 1
     # CASE: 4 * heads * head_dim * (T^2 - T*w) per layer, sequence and pass; 25 layers x 2 seqs x 4 passes
@@ -66,16 +71,7 @@ def test_dense_sliding_excess_is_8_2e14(shape) -> None:
 
 def test_padded_global_layer_gap_is_exact(shape) -> None:
     lengths = (T, 11000)
-    run = RunSpec(
-        seq_len=T,
-        batch=B,
-        attn="sdpa",
-        mode="lora",
-        grad_ckpt=True,
-        lengths=lengths,
-        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
-    )
-    report = flop_report(shape, run)
+    report = flop_report(shape, case_run(lengths=lengths))
     glob = [e for e in report.excess if e.name.startswith("full attention")]
     assert len(glob) == 1 and "padding" in glob[0].why
     per_pair_pass = 4 * HEADS * 512  # QK^T + AV, head_dim 512
@@ -92,3 +88,14 @@ def test_flex_removes_the_dense_sliding_excess(shape) -> None:
         and sliding[0].flops < 0.1 * next(e for e in sdpa.excess if e.name.startswith("sliding")).flops
     )
     assert flex.intended.total == sdpa.intended.total
+
+
+def test_ledger_views_add_up(shape) -> None:
+    report = flop_report(
+        shape, RunSpec(seq_len=4096, batch=2, attn="sdpa", padding_fraction=0.2, mode="lora", grad_ckpt=True)
+    )
+    for ledger in (report.intended, report.performed):
+        per_layer = sum(sum(c.values()) for c in ledger.by_layer().values())
+        assert per_layer == pytest.approx(ledger.total)
+        assert sum(ledger.by("pass_").values()) == pytest.approx(ledger.total)
+        assert len(ledger.by_layer()) == 31  # 30 layers + the model-level LM head

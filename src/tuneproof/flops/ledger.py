@@ -59,11 +59,12 @@ class Ledger:
             out[str(getattr(r, key))] += r.flops
         return dict(out)
 
-    def by_layer(self) -> dict[str, float]:
-        out: dict[str, float] = defaultdict(float)
+    def by_layer(self) -> dict[str, dict[str, float]]:
+        """{layer index or "model": {component: FLOPs over all passes}}."""
+        out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for r in self.rows:
-            out["model" if r.layer is None else str(r.layer)] += r.flops
-        return dict(out)
+            out["model" if r.layer is None else str(r.layer)][r.component] += r.flops
+        return {k: dict(v) for k, v in out.items()}
 
     def where(self, *, component_prefix: str = "", layers: set[int] | None = None) -> float:
         return sum(
