@@ -11,6 +11,7 @@ import sys
 import click
 
 from tuneproof.cli.doctor_cmd import doctor
+from tuneproof.cli.fit_cmd import fit
 from tuneproof.cli.flops_cmd import flops
 from tuneproof.errors import TuneproofError
 
@@ -25,6 +26,7 @@ def app() -> None:
 
 app.add_command(flops)
 app.add_command(doctor)
+app.add_command(fit)
 
 
 def main(argv: list[str] | None = None) -> int:
