@@ -13,6 +13,7 @@ import click
 from tuneproof.cli.doctor_cmd import doctor
 from tuneproof.cli.fit_cmd import fit
 from tuneproof.cli.flops_cmd import flops
+from tuneproof.cli.peak_cmd import peak
 from tuneproof.errors import TuneproofError
 
 
@@ -27,6 +28,7 @@ def app() -> None:
 app.add_command(flops)
 app.add_command(doctor)
 app.add_command(fit)
+app.add_command(peak)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-"""Measure where step time goes: the scaling fit (more measurement tools follow)."""
+"""Measure where step time goes: timing harness, measured peak, scaling fit."""
 
 from tuneproof.measure.fit import ConstantTerm, ScalingFit, fit_scaling, read_points
+from tuneproof.measure.timing import Timing, time_fn
 
-__all__ = ["ConstantTerm", "ScalingFit", "fit_scaling", "read_points"]
+__all__ = ["ConstantTerm", "ScalingFit", "Timing", "fit_scaling", "read_points", "time_fn"]
