@@ -26,6 +26,7 @@ test: install
 
 bench: install
 	$(PY) bench/flops_vs_counter.py
+	$(PY) bench/probe_agreement.py
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench

@@ -144,8 +144,6 @@ TINY_GEMMA4_KV_SHARED = dict(
     layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
 )
 
-MOE_TYPES = {"qwen3_moe", "qwen2_moe", "mixtral", "gemma4_text", "gpt_oss"}
-
 
 def config_dict(model_type: str, **overrides: Any) -> dict[str, Any]:
     return {"model_type": model_type, **TINY[model_type], **overrides}
@@ -154,16 +152,10 @@ def config_dict(model_type: str, **overrides: Any) -> dict[str, Any]:
 def build_model(cfg: dict[str, Any], attn: str = "eager", seed: int = 0) -> Any:
     """A transformers causal LM with random weights; MoE experts run the eager loop so that
     FlopCounterMode sees their GEMMs (grouped_mm is invisible to it)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from tuneproof.arch import resolve_text_config
+    from tuneproof.model import build_model as build
 
-    torch.manual_seed(seed)
-    fields = {k: v for k, v in cfg.items() if k != "model_type"}
-    config = AutoConfig.for_model(cfg["model_type"], **fields)
-    kwargs: dict[str, Any] = {"attn_implementation": attn}
-    if cfg["model_type"] in MOE_TYPES:
-        kwargs["experts_implementation"] = "eager"
-    return AutoModelForCausalLM.from_config(config, **kwargs)
+    return build(resolve_text_config(cfg), attn, eager_experts=True, seed=seed)
 
 
 def counted_flops(
@@ -181,11 +173,9 @@ def counted_flops(
     from torch.utils.flop_counter import FlopCounterMode
 
     if mode == "lora":
-        from peft import LoraConfig, get_peft_model
+        from tuneproof.model import apply_lora
 
-        model = get_peft_model(
-            model, LoraConfig(r=lora_rank, target_modules=peft_regex(targets or []), lora_dropout=0.0)
-        )
+        model = apply_lora(model, targets or [], lora_rank)
     if grad_ckpt:
         model.gradient_checkpointing_enable()
         model.train()
@@ -206,23 +196,14 @@ def counted_flops(
 
 
 def linear_targets(shape: Any) -> list[str]:
-    """Every nn.Linear but the LM head, as module paths relative to a layer (or the model).
+    """Every nn.Linear but the LM head (tuneproof.model.lora_targets).
 
     qwen3_moe gets attention only: PEFT 0.21 rewrites MLP target names on that family into
     fused-expert parameter targets (and drops the dense layers' MLP), which the ledger does not
     model as LoRA."""
-    names = sorted({lin.name for lin in shape.linears() if lin.adaptable})
+    from tuneproof.model import lora_targets
+
+    names = lora_targets(shape)
     if shape.model_type == "qwen3_moe":
         names = [n for n in names if n.startswith("self_attn.")]
     return names
-
-
-def peft_regex(targets: list[str]) -> str:
-    """A PEFT target_modules regex (full match on module names) for exactly these modules.
-
-    Plain names or "all-linear" are not used: recent PEFT releases also wrap MoE routers and fused
-    expert parameters whose names collide (down_proj), which would make the comparison about PEFT's
-    version rather than about the ledger."""
-    import re
-
-    return r".*\.(?:" + "|".join(re.escape(t) for t in targets) + ")"

@@ -13,6 +13,11 @@ from tuneproof.errors import TuneproofError
 
 def atomic_write_text(path: Path, text: str) -> Path:
     """Write `text` to `path` via a temporary file in the same folder, then rename over it."""
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` via a temporary file in the same folder, then rename over it."""
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -24,8 +29,8 @@ def atomic_write_text(path: Path, text: str) -> Path:
         ) from None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -26,6 +26,7 @@ __all__ = [
     "Step",
     "from_config",
     "load_config_dict",
+    "resolve_text_config",
     "tiny_config_path",
 ]
 
@@ -53,8 +54,8 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _resolve(config: str | Path | dict[str, Any] | Any) -> Any:
-    """Return a transformers config object for the text model."""
+def resolve_text_config(config: str | Path | dict[str, Any] | Any) -> Any:
+    """A transformers config object for the text model (defaults resolved by its config class)."""
     if isinstance(config, str | Path):
         config = load_config_dict(config)
     if isinstance(config, dict):
@@ -84,7 +85,7 @@ def _unsupported(model_type: object) -> TuneproofError:
 
 def from_config(config: str | Path | dict[str, Any] | Any) -> ModelShape:
     """A `ModelShape` from a config.json path, a dict, or a transformers config object."""
-    text = _resolve(config)
+    text = resolve_text_config(config)
     try:
         return READERS[text.model_type](text, text.model_type)
     except (AttributeError, TypeError, KeyError, ValueError) as e:

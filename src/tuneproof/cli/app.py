@@ -13,7 +13,9 @@ import click
 from tuneproof.cli.doctor_cmd import doctor
 from tuneproof.cli.fit_cmd import fit
 from tuneproof.cli.flops_cmd import flops
+from tuneproof.cli.kernels_cmd import kernels
 from tuneproof.cli.peak_cmd import peak
+from tuneproof.cli.probe_cmd import probe
 from tuneproof.errors import TuneproofError
 
 
@@ -28,7 +30,9 @@ def app() -> None:
 app.add_command(flops)
 app.add_command(doctor)
 app.add_command(fit)
+app.add_command(kernels)
 app.add_command(peak)
+app.add_command(probe)
 
 
 def main(argv: list[str] | None = None) -> int:

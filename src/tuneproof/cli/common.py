@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,3 +26,20 @@ def console() -> Any:
     from rich.console import Console
 
     return Console(highlight=False, width=140)
+
+
+@contextmanager
+def progress_bar() -> Iterator[Callable[[str], None]]:
+    """A transient spinner on stderr with elapsed time; yields `update(description)`."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=None)
+        yield lambda msg: bar.update(task, description=msg)

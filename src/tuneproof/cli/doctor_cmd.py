@@ -24,10 +24,16 @@ from tuneproof.cli.common import console, print_json
 )
 @click.option("--json", "json_out", is_flag=True, help="Print the report as one JSON object.")
 def doctor(config: str, out: Path | None, json_out: bool) -> None:
-    """Diagnose a fine-tuning setup: FLOP ledger at several widths (more sections follow)."""
+    """Diagnose a fine-tuning setup: FLOP ledger, and a measured probe (fit, kernels, cross-check)."""
+    from tuneproof.cli.common import progress_bar
     from tuneproof.doctor import run_doctor, write_report
 
-    report = run_doctor(config)
+    if out is not None and out.exists() and not out.is_dir():
+        from tuneproof.errors import TuneproofError
+
+        raise TuneproofError(f"--out {out} is a file", "pass a folder; report.json is written inside it")
+    with progress_bar() as update:
+        report = run_doctor(config, progress=update)
     if out is not None:
         path = write_report(report, out)
         if not json_out:

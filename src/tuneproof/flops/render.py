@@ -95,8 +95,8 @@ def render_mfu(report: FlopReport, console: Console) -> None:
         return
     t = m.step_time_s
     console.print(
-        f"achieved: {report.intended.total / t / 1e12:.1f} TFLOP/s intended, "
-        f"{report.performed.total / t / 1e12:.1f} TFLOP/s performed (step {t:g} s)"
+        f"achieved: {report.intended.total / t / 1e12:.3g} TFLOP/s intended, "
+        f"{report.performed.total / t / 1e12:.3g} TFLOP/s performed (step {t:.4g} s)"
     )
     console.print(f"mfu_{m.dtype}_intended  = {100 * m.intended:.1f} %")
     console.print(f"mfu_{m.dtype}_performed = {100 * m.performed:.1f} %")

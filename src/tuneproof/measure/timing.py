@@ -19,14 +19,16 @@ class Timing:
     spread_s: float  # max - min over the timed repeats
     repeats: int
     warmup: int
+    times_s: tuple[float, ...] = ()  # every timed repeat, in order
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "median_s": self.median_s,
             "min_s": self.min_s,
             "spread_s": self.spread_s,
             "repeats": self.repeats,
             "warmup": self.warmup,
+            "times_s": list(self.times_s),
         }
 
     def __str__(self) -> str:
@@ -61,4 +63,6 @@ def time_fn(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 2, device:
         fn()
         sync()
         times.append(time.perf_counter() - t0)
-    return Timing(statistics.median(times), min(times), max(times) - min(times), repeats, warmup)
+    return Timing(
+        statistics.median(times), min(times), max(times) - min(times), repeats, warmup, tuple(times)
+    )
