@@ -85,3 +85,24 @@ def test_probe_command_json_and_errors(capsys, tmp_path: Path) -> None:
     f.write_text("x")
     assert main(["probe", "--widths", "64,128,256", "--out", str(f)]) == 2
     assert f.read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"mode": "lora", "grad_ckpt": True},
+        {"mode": "full", "attn": "eager", "batch": 2},
+    ],
+    ids=["lora-ckpt", "full-eager"],
+)
+def test_probe_training_modes_run(kw: dict) -> None:
+    result = run_probe(ProbeSpec(widths=(32, 64, 128), repeats=2, **kw))
+    assert sorted(result.timings) == [32, 64, 128]
+    assert result.flops.run.mode == kw["mode"]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_probe_on_cuda_reads_device_kernels() -> None:
+    result = run_probe(ProbeSpec(widths=(256, 512, 1024), mode="full", device="cuda", repeats=2))
+    assert result.kernels.source == "device" and result.kernels.device is not None
+    assert result.kernels.share("attention") > 0
