@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneproof.io import atomic_write_json
+from tuneproof.io import atomic_write_json, check_out_folder
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -167,8 +167,5 @@ def run_doctor(config: str = "tiny", progress: Callable[[str], None] | None = No
 
 
 def write_report(report: DoctorReport, out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        from tuneproof.errors import TuneproofError
-
-        raise TuneproofError(f"--out {out} is a file", "pass a folder; report.json is written inside it")
+    check_out_folder(out)
     return atomic_write_json(out / "report.json", report.to_dict())

@@ -40,3 +40,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
 
 def atomic_write_json(path: Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def check_out_folder(out: Path) -> Path:
+    """Refuse an --out that names an existing file, before any work is done; the folder itself is
+    created when the first output is written."""
+    if out.exists() and not out.is_dir():
+        raise TuneproofError(f"--out {out} is a file", "pass a folder; the outputs are written inside it")
+    return out

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tuneproof.cli.common import console, print_json
+from tuneproof.io import check_out_folder
 
 
 @click.command()
@@ -28,10 +29,8 @@ def doctor(config: str, out: Path | None, json_out: bool) -> None:
     from tuneproof.cli.common import progress_bar
     from tuneproof.doctor import run_doctor, write_report
 
-    if out is not None and out.exists() and not out.is_dir():
-        from tuneproof.errors import TuneproofError
-
-        raise TuneproofError(f"--out {out} is a file", "pass a folder; report.json is written inside it")
+    if out is not None:
+        check_out_folder(out)
     with progress_bar() as update:
         report = run_doctor(config, progress=update)
     if out is not None:

@@ -8,6 +8,7 @@ import click
 
 from tuneproof.cli.common import console, print_json
 from tuneproof.errors import TuneproofError
+from tuneproof.io import check_out_folder
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -60,8 +61,8 @@ def probe(
     from tuneproof.cli.common import progress_bar
     from tuneproof.measure.probe import ProbeSpec, run_probe
 
-    if out is not None and out.exists() and not out.is_dir():
-        raise TuneproofError(f"--out {out} is a file", "pass a folder")
+    if out is not None:
+        check_out_folder(out)
     spec = ProbeSpec(
         config=config,
         attn=attn,
