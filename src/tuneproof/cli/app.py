@@ -11,6 +11,7 @@ import sys
 import click
 
 from tuneproof.cli.doctor_cmd import doctor
+from tuneproof.cli.explain_cmd import explain
 from tuneproof.cli.fit_cmd import fit
 from tuneproof.cli.flops_cmd import flops
 from tuneproof.cli.kernels_cmd import kernels
@@ -29,6 +30,7 @@ def app() -> None:
 
 app.add_command(flops)
 app.add_command(doctor)
+app.add_command(explain)
 app.add_command(fit)
 app.add_command(kernels)
 app.add_command(peak)

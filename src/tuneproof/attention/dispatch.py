@@ -1,0 +1,408 @@
+"""Which attention kernel each layer really gets, and why: the dispatch chain.
+
+For every distinct attention geometry of a model (sliding/global, head_dim, kv heads) it answers:
+does transformers materialise a mask (and which condition decides), which SDPA backend runs (and
+why each higher-priority backend was refused), and which kernel family that means.
+
+Two sources, always labelled: "live" asks the installed transformers and PyTorch on the device
+present (`_ignore_causal_mask_sdpa`, `torch._fused_sdp_choice`, `can_use_*(..., debug=True)`);
+"predicted" applies the rule table in `tuneproof.attention.rules` for a device that is not here
+(explaining an sm_120 run from a laptop). Live wins when both are available.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuneproof.arch.shape import AttentionSpec, ModelShape
+from tuneproof.attention import rules as R
+from tuneproof.errors import TuneproofError
+
+ATTN_CHOICES = ("sdpa", "flex_attention", "eager", "flash_attention_2")
+
+
+def parse_capability(text: str) -> tuple[int, int]:
+    """'12.0', 'sm_120', 'sm120', '9.0' -> (major, minor). Unknown values are refused."""
+    t = text.strip().lower()
+    m = re.fullmatch(r"(\d+)\.(\d)", t) or re.fullmatch(r"sm_?(\d+)(\d)[a-z]?", t)
+    cap = (int(m.group(1)), int(m.group(2))) if m else None
+    if cap is None or cap not in R.KNOWN_CAPABILITIES:
+        known = ", ".join(f"{a}.{b}" for a, b in R.KNOWN_CAPABILITIES)
+        raise TuneproofError(f"unknown capability {text!r}", f"use MAJOR.MINOR or sm_XY, one of: {known}")
+    return cap
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the explanation is about: the run, and the device (None = CPU)."""
+
+    seq_len: int
+    batch: int
+    attn: str = "sdpa"
+    padded: bool = False
+    packed: bool = False
+    dtype: str = "bf16"
+    training: bool = False
+    capability: tuple[int, int] | None = None  # CUDA compute capability; None = CPU
+
+    def __post_init__(self) -> None:
+        if self.seq_len <= 0 or self.batch <= 0:
+            raise TuneproofError(
+                "--seq-len and --batch must be > 0", "pass the padded width and sequences per batch"
+            )
+        if self.attn not in ATTN_CHOICES:
+            raise TuneproofError(
+                f"--attn {self.attn!r} is not known", "use one of: " + ", ".join(ATTN_CHOICES)
+            )
+        if self.dtype not in ("bf16", "fp16", "fp32"):
+            raise TuneproofError(f"--dtype {self.dtype!r} is not known", "use bf16, fp16 or fp32")
+        if self.padded and self.packed:
+            raise TuneproofError("--padded and --packed together", "a packed batch has no padding; pick one")
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.capability is None else f"cuda sm_{self.capability[0]}{self.capability[1]}"
+
+
+@dataclass(slots=True)
+class LayerExplanation:
+    layer_type: str
+    head_dim: int
+    num_heads: int
+    num_kv_heads: int
+    num_layers: int
+    mask_materialised: bool
+    mask_reason: str
+    backend: str
+    refused: dict[str, str]
+    kernel: str
+    source: str  # "live" | "predicted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(slots=True)
+class Explanation:
+    context: Context
+    layers: list[LayerExplanation]
+    advice: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.context
+        return {
+            "context": {
+                "seq_len": c.seq_len,
+                "batch": c.batch,
+                "attn": c.attn,
+                "padded": c.padded,
+                "packed": c.packed,
+                "dtype": c.dtype,
+                "training": c.training,
+                "device": c.device,
+            },
+            "layers": [layer.to_dict() for layer in self.layers],
+            "advice": self.advice,
+            "notes": self.notes,
+        }
+
+
+def predict_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str]:
+    """Does transformers hand the attention a dense mask tensor, and which condition decides."""
+    if ctx.attn == "eager":
+        return True, R.MASK_SOURCES["eager"]
+    if ctx.attn == "flex_attention":
+        return False, "BlockMask, not a dense tensor: blocks outside the mask are skipped (" + R.MASK_SOURCES[
+            "flex"
+        ] + ")"
+    if ctx.attn == "flash_attention_2":
+        return False, "no 4-D mask: padding handled by varlen unpadding (" + R.MASK_SOURCES["flash"] + ")"
+    if ctx.packed:
+        return True, "packed batch: " + R.MASK_SOURCES["packed"]
+    if spec.window is not None and ctx.seq_len >= spec.window:
+        return True, f"kv_length {ctx.seq_len} >= window {spec.window}: " + R.MASK_SOURCES["window"]
+    if ctx.padded:
+        return True, "padded batch: " + R.MASK_SOURCES["padding"]
+    why = "no padding" + (f", kv_length {ctx.seq_len} < window {spec.window}" if spec.window else "")
+    return False, f"{why}: SDPA gets attn_mask=None and is_causal=True"
+
+
+def _in(cap: tuple[int, int], span: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    return span[0] <= cap <= span[1]
+
+
+def predict_sdpa_cuda(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict[str, str], str]:
+    """(backend, refusal reason per higher-priority backend, kernel family) on CUDA."""
+    cap = ctx.capability
+    assert cap is not None
+    d = spec.head_dim
+    capstr = f"{cap[0]}.{cap[1]}"
+    checks: dict[str, str | None] = {}
+    flash = None
+    if mask:
+        flash = "explicit attn_mask (" + R.SOURCES["flash_mask"] + ")"
+    elif d > R.FLASH_MAX_HEAD_DIM:
+        flash = f"head_dim {d} > {R.FLASH_MAX_HEAD_DIM} ({R.SOURCES['flash_head_dim']})"
+    elif not _in(cap, R.FLASH_CAPABILITY):
+        flash = f"capability {capstr} ({R.SOURCES['flash_capability']})"
+    elif ctx.dtype == "fp32":
+        flash = "fp32 (" + R.SOURCES["flash_dtype"] + ")"
+    elif ctx.training and cap in R.FLASH_TRAINING_GT192_CAPS and 192 < d <= 224:
+        flash = f"training with head_dim {d} in (192, 224] on {capstr} ({R.SOURCES['flash_gt192']})"
+    if mask and d > R.FLASH_MAX_HEAD_DIM:
+        flash += f"; also head_dim {d} > {R.FLASH_MAX_HEAD_DIM}"
+    checks["flash"] = flash
+    align = 4 if ctx.dtype == "fp32" else 8
+    if not _in(cap, R.EFFICIENT_CAPABILITY):
+        checks["efficient"] = f"capability {capstr} ({R.SOURCES['efficient_capability']})"
+    elif d % align:
+        checks["efficient"] = f"head_dim {d} not a multiple of {align} ({R.SOURCES['efficient_align']})"
+    else:
+        checks["efficient"] = None
+    cudnn_pref = cap[0] in R.CUDNN_PREFERRED_MAJORS
+    if not _in(cap, R.CUDNN_CAPABILITY):
+        checks["cudnn"] = f"capability {capstr} ({R.SOURCES['cudnn_capability']})"
+    elif (d > R.CUDNN_HEAD_DIM_DEFAULT and not (cap in ((9, 0),) or cap[0] == 10)) or d > 256:
+        checks["cudnn"] = f"head_dim {d} > {R.CUDNN_HEAD_DIM_DEFAULT} ({R.SOURCES['cudnn_head_dim']})"
+    elif ctx.dtype == "fp32":
+        checks["cudnn"] = "fp32: cuDNN attention takes fp16/bf16 only"
+    else:
+        checks["cudnn"] = None
+    checks["math"] = None
+    order = R.CUDA_PRIORITY_CUDNN_FIRST if cudnn_pref else R.CUDA_PRIORITY
+    refused: dict[str, str] = {}
+    backend = "math"
+    for name in order:
+        reason = checks[name]
+        if reason is None:
+            backend = name
+            break
+        refused[name] = reason
+    if not cudnn_pref and "cudnn" not in refused:
+        refused["cudnn"] = f"not preferred on capability {capstr} ({R.SOURCES['cudnn_preference']})" + (
+            f"; would also refuse: {checks['cudnn']}" if checks["cudnn"] else ""
+        )
+    return backend, refused, _kernel(backend, d)
+
+
+def _kernel(backend: str, head_dim: int) -> str:
+    return {
+        "flash": "FlashAttention-2 (pytorch_flash::flash_fwd/bwd kernels)",
+        "efficient": R.efficient_kernel(head_dim),
+        "cudnn": "cuDNN SDPA (cudnn_generated_fort_native_sdpa*)",
+        "math": "math: aten matmul + softmax, the full score matrix materialised",
+        "cpu_flash": "flash attention for CPU (aten::_scaled_dot_product_flash_attention_for_cpu)",
+    }[backend]
+
+
+def predict(ctx: Context, spec: AttentionSpec) -> tuple[bool, str, str, dict[str, str], str]:
+    mask, mask_reason = predict_mask(ctx, spec)
+    if ctx.attn == "eager":
+        return (
+            mask,
+            mask_reason,
+            "eager",
+            {},
+            "aten matmul + softmax: the full score matrix, mask added after",
+        )
+    if ctx.attn == "flex_attention":
+        where = "Triton kernel compiled for this card" if ctx.capability else "inductor CPU lowering"
+        return mask, mask_reason, "flex", {}, f"flex_attention ({where}; triton_tem_fused_flex_attention*)"
+    if ctx.attn == "flash_attention_2":
+        return (
+            mask,
+            mask_reason,
+            "flash_attention_2",
+            {},
+            "flash-attn package varlen kernels (flash_attn_varlen_func)",
+        )
+    if ctx.capability is None:
+        return (
+            mask,
+            mask_reason,
+            "cpu_flash",
+            {},
+            _kernel("cpu_flash", spec.head_dim) + " (" + R.SOURCES["cpu"] + ")",
+        )
+    backend, refused, kernel = predict_sdpa_cuda(ctx, spec, mask)
+    return mask, mask_reason, backend, refused, kernel
+
+
+def _live_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str] | None:
+    """Ask transformers' own `_ignore_causal_mask_sdpa` with the real lengths (sdpa, unpacked only)."""
+    if ctx.attn != "sdpa" or ctx.packed:
+        return None
+    try:
+        import torch
+        from transformers.masking_utils import _ignore_causal_mask_sdpa
+    except ImportError:
+        return None
+    padding = torch.ones(ctx.batch, ctx.seq_len, dtype=torch.bool)
+    if ctx.padded:
+        padding[-1, -1] = False
+    materialised = not bool(_ignore_causal_mask_sdpa(padding, ctx.seq_len, ctx.seq_len, 0, 0, spec.window))
+    predicted, reason = predict_mask(ctx, spec)
+    if materialised != predicted:
+        return materialised, (
+            f"transformers._ignore_causal_mask_sdpa says mask {'materialised' if materialised else 'skipped'}, "
+            "unlike the rule table: the installed transformers differs from the verified one"
+        )
+    return materialised, reason + " [asked transformers._ignore_causal_mask_sdpa]"
+
+
+LIVE_LEN = 256  # the live SDPA check uses real heads and head_dim but this many tokens: dispatch rules do not depend on it
+
+
+def _live_sdpa(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict[str, str], str] | None:
+    """Ask PyTorch which SDPA backend it picks for these shapes on the device present."""
+    import warnings
+
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    device = "cpu" if ctx.capability is None else "cuda"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ctx.dtype]
+    t = min(ctx.seq_len, LIVE_LEN)
+    # transformers expands K/V with repeat_kv whenever a mask is passed (use_gqa_in_sdpa), so heads match
+    q = torch.zeros(
+        ctx.batch, spec.num_heads, t, spec.head_dim, device=device, dtype=dtype, requires_grad=ctx.training
+    )
+    k = torch.zeros_like(q)
+    v = torch.zeros(
+        ctx.batch, spec.num_heads, t, spec.v_head_dim, device=device, dtype=dtype, requires_grad=ctx.training
+    )
+    attn_mask = torch.ones(ctx.batch, 1, t, t, device=device, dtype=torch.bool) if mask else None
+    choice = SDPBackend(int(torch._fused_sdp_choice(q, k, v, attn_mask, 0.0, not mask)))
+    names = {
+        SDPBackend.FLASH_ATTENTION: "flash",
+        SDPBackend.EFFICIENT_ATTENTION: "efficient",
+        SDPBackend.CUDNN_ATTENTION: "cudnn",
+        SDPBackend.MATH: "math",
+    }
+    backend = names.get(choice, choice.name.lower())
+    if device == "cpu":
+        backend = "cpu_flash" if backend == "flash" else backend
+        refused = (
+            {} if backend == "cpu_flash" else {"flash": "torch._fused_sdp_choice did not pick flash for CPU"}
+        )
+        return backend, refused, _kernel(backend, spec.head_dim)
+    from torch.backends import cuda as tbc
+
+    params = tbc.SDPAParams(q, k, v, attn_mask, 0.0, not mask, False)
+    refused = {}
+    for name, fn in (
+        ("flash", tbc.can_use_flash_attention),
+        ("efficient", tbc.can_use_efficient_attention),
+        ("cudnn", tbc.can_use_cudnn_attention),
+    ):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ok = fn(params, debug=True)
+        if not ok:
+            refused[name] = "; ".join(str(w.message).strip() for w in caught) or "refused (no reason given)"
+        if name == backend:
+            break
+    return backend, refused, _kernel(backend, spec.head_dim)
+
+
+def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
+    """Explain every attention geometry of `shape` under `ctx`. Live where the device is present."""
+    live_ok = live and _device_present(ctx)
+    layers = []
+    for label, idxs in shape.attention_groups().items():
+        spec = shape.layers[idxs[0]].attention
+        mask, mask_reason, backend, refused, kernel = predict(ctx, spec)
+        source = "predicted"
+        if live_ok and ctx.attn == "sdpa":
+            got_mask = _live_mask(ctx, spec)
+            if got_mask is not None:
+                mask, mask_reason = got_mask
+            got = _live_sdpa(ctx, spec, mask)
+            if got is not None:
+                backend, refused, kernel = got
+                source = "live"
+        del label
+        layers.append(
+            LayerExplanation(
+                spec.kind,
+                spec.head_dim,
+                spec.num_heads,
+                spec.num_kv_heads,
+                len(idxs),
+                mask,
+                mask_reason,
+                backend,
+                refused,
+                kernel,
+                source,
+            )
+        )
+    return Explanation(ctx, layers, advise(shape, ctx, layers), _version_notes())
+
+
+def _device_present(ctx: Context) -> bool:
+    import torch
+
+    if ctx.capability is None:
+        return True
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == ctx.capability
+
+
+def _version_notes() -> list[str]:
+    import torch
+    import transformers
+
+    notes = []
+    tv, hv = torch.__version__.split("+")[0], transformers.__version__
+    if not tv.startswith(R.VERIFIED_TORCH) or not hv.startswith(R.VERIFIED_TRANSFORMERS):
+        notes.append(
+            f"rules verified on torch {R.VERIFIED_TORCH} / transformers {R.VERIFIED_TRANSFORMERS}; "
+            f"installed torch {tv} / transformers {hv}: predictions may drift"
+        )
+    return notes
+
+
+def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> list[str]:
+    """Concrete next steps, from what the layers get."""
+    out: list[str] = []
+    dense_sliding = [
+        x
+        for x in layers
+        if x.layer_type == "sliding" and x.mask_materialised and ctx.attn != "flex_attention"
+    ]
+    if dense_sliding:
+        opts = ""
+        if ctx.capability is not None:
+            from tuneproof.attention.kernel_options import choose_for_head_dims
+
+            dims = {x.head_dim for x in layers}
+            picked: dict[str, int] = {}
+            reasons = []
+            for p in ("fwd", "bwd") if ctx.training else ("fwd",):
+                choice = choose_for_head_dims(dims, ctx.dtype, capability=ctx.capability, pass_=p)
+                picked.update(choice.options)
+                reasons.append(f"{p}: {choice.reason}")
+            opts = f" with kernel_options {picked or '{} (defaults fit)'} ({'; '.join(reasons)})"
+        out.append(
+            f"use flex_attention{opts}: the sliding layers compute the full {ctx.seq_len}x{ctx.seq_len} "
+            "square today; flex skips the blocks outside the window"
+        )
+    if ctx.padded and any(x.layer_type == "full" and x.mask_materialised for x in layers):
+        out.append(
+            "bucket to avoid padding (sequences of one length per micro-batch): the global layers regain "
+            "is_causal and skip half the square"
+        )
+    if any(x.backend == "efficient" and x.head_dim > 128 for x in layers):
+        out.append(
+            "head_dim > 128 on the memory-efficient backend runs its gmem tier, the slowest; flash "
+            "cannot take head_dim > 256 at all: flex_attention is the path that compiles for this card"
+        )
+    if ctx.attn == "sdpa" and ctx.capability is not None and any(x.mask_materialised for x in layers):
+        out.append(
+            "with a mask, transformers also expands K/V with repeat_kv (use_gqa_in_sdpa is False): "
+            "memory traffic grows by num_heads/num_kv_heads"
+        )
+    return out

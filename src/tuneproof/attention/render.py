@@ -1,0 +1,36 @@
+"""Human-readable output for the attention tools (rich)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tuneproof.attention.dispatch import Explanation
+
+
+def render_explanation(result: Explanation, console: Console) -> None:
+    c = result.context
+    console.print(
+        f"[bold]attention dispatch[/bold] on {c.device}: attn={c.attn}, T={c.seq_len}, B={c.batch}"
+        + (", padded" if c.padded else "")
+        + (", packed" if c.packed else "")
+        + f", {c.dtype}"
+        + (", training" if c.training else "")
+    )
+    for x in result.layers:
+        console.print(
+            f"\n[bold]{x.layer_type} layers[/bold] ({x.num_layers}): head_dim {x.head_dim}, "
+            f"{x.num_heads} heads / {x.num_kv_heads} kv heads  [{x.source}]"
+        )
+        console.print(f"  mask materialised: {'yes' if x.mask_materialised else 'no'} - {x.mask_reason}")
+        for name, reason in x.refused.items():
+            console.print(f"  {name} refused: {reason}")
+        console.print(f"  backend: {x.backend} -> {x.kernel}")
+    if result.advice:
+        console.print("\n[bold]advice[/bold]")
+        for a in result.advice:
+            console.print(f"  - {a}")
+    for n in result.notes:
+        console.print(f"note: {n}")

@@ -1,0 +1,72 @@
+"""`tuneproof explain`: which attention kernel each layer gets, and why."""
+
+from __future__ import annotations
+
+import click
+
+from tuneproof.cli.common import console, print_json, resolve_config
+
+
+@click.command()
+@click.option(
+    "--config", default="tiny", show_default=True, help="config.json path; 'tiny' = embedded model."
+)
+@click.option("--seq-len", type=int, required=True, help="Padded width T, tokens.")
+@click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch.")
+@click.option("--padded", is_flag=True, help="The batch holds padding (any sequence shorter than T).")
+@click.option(
+    "--packed", is_flag=True, help="Documents packed into rows (position_ids restart, no 2-D mask)."
+)
+@click.option(
+    "--attn", default="sdpa", show_default=True, help="sdpa, flex_attention, eager or flash_attention_2."
+)
+@click.option("--dtype", default="bf16", show_default=True, help="bf16, fp16 or fp32.")
+@click.option("--training", is_flag=True, help="Tensors require grad (training step), not inference.")
+@click.option(
+    "--capability", default=None, help="CUDA compute capability to explain for, e.g. 12.0 or sm_90."
+)
+@click.option(
+    "--gpu",
+    default=None,
+    help="GPU name (capability from the hardware table), e.g. 'RTX PRO 6000 Blackwell'.",
+)
+@click.option("--json", "json_out", is_flag=True, help="Print one JSON object.")
+def explain(
+    config: str,
+    seq_len: int,
+    batch: int,
+    padded: bool,
+    packed: bool,
+    attn: str,
+    dtype: str,
+    training: bool,
+    capability: str | None,
+    gpu: str | None,
+    json_out: bool,
+) -> None:
+    """Per attention layer type: is a mask materialised, which SDPA backend runs, what each refusal was."""
+    from tuneproof.attention.dispatch import Context, parse_capability
+    from tuneproof.attention.dispatch import explain as run_explain
+    from tuneproof.errors import TuneproofError
+    from tuneproof.hardware import lookup_gpu
+
+    if capability and gpu:
+        raise TuneproofError("--capability and --gpu together", "give one of them")
+    cap = parse_capability(capability) if capability else lookup_gpu(gpu).capability if gpu else None
+    ctx = Context(
+        seq_len=seq_len,
+        batch=batch,
+        attn=attn,
+        padded=padded,
+        packed=packed,
+        dtype=dtype,
+        training=training,
+        capability=cap,
+    )
+    result = run_explain(resolve_config(config), ctx)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    from tuneproof.attention.render import render_explanation
+
+    render_explanation(result, console())
