@@ -153,7 +153,7 @@ def predict_sdpa_cuda(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[st
     elif ctx.training and cap in R.FLASH_TRAINING_GT192_CAPS and 192 < d <= 224:
         flash = f"training with head_dim {d} in (192, 224] on {capstr} ({R.SOURCES['flash_gt192']})"
     if mask and d > R.FLASH_MAX_HEAD_DIM:
-        flash += f"; also head_dim {d} > {R.FLASH_MAX_HEAD_DIM}"
+        flash = f"{flash}; also head_dim {d} > {R.FLASH_MAX_HEAD_DIM}"
     checks["flash"] = flash
     align = 4 if ctx.dtype == "fp32" else 8
     if not _in(cap, R.EFFICIENT_CAPABILITY):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -128,11 +129,12 @@ class RecompileGuard:
             "recompile_limit": dc.recompile_limit,
             "fail": dc.fail_on_recompile_limit_hit,
             "accumulated": dc.accumulated_recompile_limit,
+            "filters": list(warnings.filters),
         }
         dc.recompile_limit = max(dc.recompile_limit, self.limit)
         dc.accumulated_recompile_limit = max(dc.accumulated_recompile_limit, self.limit)
         dc.fail_on_recompile_limit_hit = True
-        warnings.filterwarnings("error", message=f".*{EAGER_FLEX_WARNING}.*")
+        warnings.filterwarnings("error", message=f".*{re.escape(EAGER_FLEX_WARNING)}.*")
 
     def uninstall(self) -> None:
         import torch._dynamo.config as dc
@@ -142,11 +144,7 @@ class RecompileGuard:
         dc.recompile_limit = self._saved["recompile_limit"]
         dc.fail_on_recompile_limit_hit = self._saved["fail"]
         dc.accumulated_recompile_limit = self._saved["accumulated"]
-        warnings.filters[:] = [
-            f
-            for f in warnings.filters
-            if not (f[0] == "error" and f[1] is not None and EAGER_FLEX_WARNING in f[1].pattern)
-        ]
+        warnings.filters[:] = self._saved["filters"]  # type: ignore[index]
         self._saved = None
 
     def __enter__(self) -> RecompileGuard:

@@ -1,0 +1,172 @@
+"""flex_attention safety: kernel options, out-of-resource fallback, the recompile guard, block masks."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tuneproof.attention.flex import (
+    EAGER_FLEX_WARNING,
+    RecompileGuard,
+    document_block_mask,
+    loud_recompile_errors,
+    padding_block_mask,
+    sliding_block_mask,
+)
+from tuneproof.attention.kernel_options import (
+    choose_for_head_dims,
+    choose_kernel_options,
+    parse_out_of_resource,
+    run_with_smem_fallback,
+    smem_bwd,
+    smem_fwd,
+)
+from tuneproof.errors import TuneproofError
+
+
+def test_estimate_reproduces_the_published_data_points() -> None:
+    assert smem_fwd(64, 32, 512, "bf16") == 102_400  # CASE: 64x32 at head_dim 512
+    assert smem_fwd(64, 32, 256, "fp32") == 106_496  # pytorch#143832
+    assert smem_bwd(64, 64, 256, "bf16") == 114_688  # pytorch#198224, sm_12x backward default
+    assert smem_fwd(32, 32, 384, "bf16") == smem_fwd(
+        32, 32, 512, "bf16"
+    )  # head_dim rounds up to a power of 2
+
+
+def test_sm120_head_dim_512_forward_gets_32x32_with_the_bytes() -> None:
+    c = choose_kernel_options(512, "bf16", capability=(12, 0), pass_="fwd")
+    assert c.options["fwd_BLOCK_M"] == 32 and c.options["fwd_BLOCK_N"] == 32
+    assert "102,400 B > 101,376 B" in c.reason and "32x32 needs 67,584 B" in c.reason
+
+
+def test_sm90_head_dim_512_keeps_the_default() -> None:
+    c = choose_kernel_options(512, "bf16", capability=(9, 0), pass_="fwd")
+    assert c.options == {} and "102,400 B <= 232,448 B" in c.reason
+
+
+def test_sm120_backward_head_dim_256_needs_smaller_blocks() -> None:
+    c = choose_kernel_options(256, "bf16", capability=(12, 0), pass_="bwd")
+    assert "114,688 B > 101,376 B" in c.reason and c.smem_bytes <= 101_376
+    assert c.options["bwd_BLOCK_M1"] % 16 == 0 and 128 % c.options["bwd_BLOCK_N1"] == 0
+
+
+def test_one_setting_fits_every_head_dim() -> None:
+    c = choose_for_head_dims([256, 512], "bf16", capability=(12, 0), pass_="bwd")
+    m, n = c.options["bwd_BLOCK_M1"], c.options["bwd_BLOCK_N1"]
+    assert max(smem_bwd(m, n, 256, "bf16"), smem_bwd(m, n, 512, "bf16")) <= 101_376
+
+
+@pytest.mark.parametrize(
+    "message,expected",
+    [
+        (
+            "out of resource: shared memory, Required: 106496, Hardware limit: 101376. Reducing block sizes or "
+            "`num_stages` may help.",
+            (106_496, 101_376),
+        ),
+        (
+            "torch._inductor.exc.InductorError: RuntimeError: No valid triton configs. OutOfMemoryError: out of resource: "
+            "triton_tem_fused_flex_attention_backward_1\nRequired: 114688 Hardware limit:101376 Reducing block sizes",
+            (114_688, 101_376),
+        ),
+        ("CUDA error: an illegal memory access", None),
+    ],
+)
+def test_both_out_of_resource_forms_parse(message: str, expected: tuple[int, int] | None) -> None:
+    assert parse_out_of_resource(message) == expected
+
+
+def test_fallback_retries_smaller_blocks_and_reports() -> None:
+    seen: list[dict[str, int]] = []
+
+    def fake_kernel(opts: dict[str, int]) -> str:
+        seen.append(opts)
+        if not opts or opts["fwd_BLOCK_M"] * opts["fwd_BLOCK_N"] > 32 * 32:
+            raise RuntimeError("out of resource: shared memory, Required: 102400, Hardware limit: 101376.")
+        return "ok"
+
+    result, log = run_with_smem_fallback(fake_kernel, 512, "bf16", "fwd")
+    assert result == "ok" and seen[-1]["fwd_BLOCK_M"] == 32 and seen[-1]["fwd_BLOCK_N"] == 32
+    assert "required 102,400 B" in log[0] and log[-1].endswith("ran")
+
+
+def test_fallback_does_not_swallow_other_errors() -> None:
+    def broken(opts: dict[str, int]) -> None:
+        raise RuntimeError("illegal memory access")
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        run_with_smem_fallback(broken, 256, "bf16", "fwd")
+
+
+# ---- recompile guard: the failure it prevents, and its prevention (dynamo with the eager backend
+# traces, guards and counts recompiles exactly like inductor, without minutes of CPU codegen) ----
+
+WIDTHS = [16 * i for i in range(1, 11)]  # 10 widths: more than the default limit of 8
+
+
+def _run_widths(widths: list[int]) -> list[str]:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.reset()
+    compiled = torch.compile(flex_attention, backend="eager", dynamic=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for t in widths:
+            q = torch.randn(1, 2, t, 16)
+            compiled(q, q, q)
+    return [str(w.message) for w in caught]
+
+
+def test_without_guard_more_than_8_widths_fall_back_silently() -> None:
+    assert torch._dynamo.config.recompile_limit == 8
+    messages = _run_widths(WIDTHS)
+    assert any(EAGER_FLEX_WARNING in m for m in messages)  # ran uncompiled, no error raised
+
+
+def test_guard_sized_for_the_widths_stays_compiled() -> None:
+    with RecompileGuard(tuple(WIDTHS)) as guard:
+        assert torch._dynamo.config.recompile_limit == guard.limit >= len(WIDTHS)
+        messages = _run_widths(WIDTHS)
+    assert not any(EAGER_FLEX_WARNING in m for m in messages)
+    assert torch._dynamo.config.recompile_limit == 8 and not torch._dynamo.config.fail_on_recompile_limit_hit
+
+
+def test_guard_too_small_raises_instead_of_falling_back() -> None:
+    with RecompileGuard(tuple(WIDTHS[:2]), margin=0), pytest.raises(TuneproofError, match="uncompiled eager"):
+        with loud_recompile_errors():
+            _run_widths(WIDTHS)
+    assert torch._dynamo.config.recompile_limit == 8
+
+
+# ---- block masks against brute force ----
+
+
+def _dense(bm) -> torch.Tensor:
+    return bm.to_dense()
+
+
+def test_sliding_block_mask_blocks() -> None:
+    bm = sliding_block_mask(512, 128)
+    dense = _dense(bm)[0, 0]  # (q blocks, kv blocks) of 128
+    assert dense.shape == (4, 4)
+    assert dense.tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
+    assert sliding_block_mask(512, 128) is bm  # cached per width
+
+
+def test_document_and_padding_masks_attend_only_where_allowed() -> None:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    lengths = (100, 156)
+    q = torch.randn(1, 2, 256, 16)
+    got = flex_attention(q, q, q, block_mask=document_block_mask(lengths))
+    first = torch.nn.functional.scaled_dot_product_attention(
+        q[:, :, :100], q[:, :, :100], q[:, :, :100], is_causal=True
+    )
+    second = torch.nn.functional.scaled_dot_product_attention(
+        q[:, :, 100:], q[:, :, 100:], q[:, :, 100:], is_causal=True
+    )
+    assert torch.allclose(got, torch.cat([first, second], dim=2), atol=1e-5)
+    pad = padding_block_mask((256, 100), 256)
+    assert _dense(pad)[1, 0].tolist() == [[1, 0], [1, 0]]  # second sequence: keys past 100 are never attended
