@@ -142,7 +142,7 @@ def test_flex_on_old_torch_is_refused(monkeypatch) -> None:
     from tuneproof.attention.flex import require_flex
 
     monkeypatch.setattr(torch, "__version__", "2.5.1+cu124")
-    with pytest.raises(TuneproofError, match="flex_attention needs torch >= 2.6"):
+    with pytest.raises(TuneproofError, match=r"flex_attention needs torch >= 2\.6"):
         require_flex()
 
 

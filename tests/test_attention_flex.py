@@ -62,13 +62,14 @@ def test_one_setting_fits_every_head_dim() -> None:
     "message,expected",
     [
         (
-            "out of resource: shared memory, Required: 106496, Hardware limit: 101376. Reducing block sizes or "
-            "`num_stages` may help.",
+            "out of resource: shared memory, Required: 106496, Hardware limit: 101376. "
+            "Reducing block sizes or `num_stages` may help.",
             (106_496, 101_376),
         ),
         (
-            "torch._inductor.exc.InductorError: RuntimeError: No valid triton configs. OutOfMemoryError: out of resource: "
-            "triton_tem_fused_flex_attention_backward_1\nRequired: 114688 Hardware limit:101376 Reducing block sizes",
+            "torch._inductor.exc.InductorError: RuntimeError: No valid triton configs. "
+            "OutOfMemoryError: out of resource: triton_tem_fused_flex_attention_backward_1\n"
+            "Required: 114688 Hardware limit:101376 Reducing block sizes",
             (114_688, 101_376),
         ),
         ("CUDA error: an illegal memory access", None),
@@ -134,9 +135,9 @@ def test_guard_sized_for_the_widths_stays_compiled() -> None:
 
 
 def test_guard_too_small_raises_instead_of_falling_back() -> None:
-    with RecompileGuard(tuple(WIDTHS[:2]), margin=0), pytest.raises(TuneproofError, match="uncompiled eager"):
-        with loud_recompile_errors():
-            _run_widths(WIDTHS)
+    guard = RecompileGuard(tuple(WIDTHS[:2]), margin=0)
+    with guard, pytest.raises(TuneproofError, match="uncompiled eager"), loud_recompile_errors():
+        _run_widths(WIDTHS)
     assert torch._dynamo.config.recompile_limit == 8
 
 

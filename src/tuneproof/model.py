@@ -22,9 +22,13 @@ def build_model(
 ) -> Any:
     """A causal LM with random weights. `eager_experts` runs MoE experts as a Python loop of GEMMs
     (what FlopCounterMode can see); the default is transformers' own choice (grouped_mm)."""
+    import copy
+
     import torch
     from transformers import AutoModelForCausalLM
 
+    # transformers writes the attention choice into the config object: never share it between models
+    text_config = copy.deepcopy(text_config)
     torch.manual_seed(seed)
     kwargs: dict[str, Any] = {"attn_implementation": attn}
     if eager_experts and text_config.model_type in MOE_TYPES:

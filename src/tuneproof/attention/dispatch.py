@@ -247,13 +247,16 @@ def _live_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str] | None:
     predicted, reason = predict_mask(ctx, spec)
     if materialised != predicted:
         return materialised, (
-            f"transformers._ignore_causal_mask_sdpa says mask {'materialised' if materialised else 'skipped'}, "
+            "transformers._ignore_causal_mask_sdpa says mask "
+            f"{'materialised' if materialised else 'skipped'}, "
             "unlike the rule table: the installed transformers differs from the verified one"
         )
     return materialised, reason + " [asked transformers._ignore_causal_mask_sdpa]"
 
 
-LIVE_LEN = 256  # the live SDPA check uses real heads and head_dim but this many tokens: dispatch rules do not depend on it
+# The live SDPA check uses the real heads and head_dim but this many tokens: the dispatch rules do not
+# depend on the length, and the full width could need gigabytes of mask.
+LIVE_LEN = 256
 
 
 def _live_sdpa(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict[str, str], str] | None:

@@ -120,11 +120,11 @@ def choose_kernel_options(
     cap = capability or (8, 0)
     limit = smem_limit_bytes if smem_limit_bytes is not None else smem_limit(cap)
     if pass_ == "fwd":
-        bm, bn, stages, warps = default_fwd(head_dim, dtype, cap)
+        bm, bn, _stages, warps = default_fwd(head_dim, dtype, cap)
         need = smem_fwd(bm, bn, head_dim, dtype)
         estimate = smem_fwd
     else:
-        bm, bn, stages, warps = default_bwd(head_dim, dtype, cap)
+        bm, bn, _stages, warps = default_bwd(head_dim, dtype, cap)
         need = smem_bwd(bm, bn, head_dim, dtype)
         estimate = smem_bwd
     where = f"capability {cap[0]}.{cap[1]}" if capability else "given limit"

@@ -53,7 +53,8 @@ KNOWN_CAPABILITIES = (
 )
 
 SOURCES = {
-    "flash_mask": "sdp_utils_cpp.h check_for_attn_mask: 'Flash Attention does not support non-null attn_mask.'",
+    "flash_mask": "sdp_utils_cpp.h check_for_attn_mask: "
+    "'Flash Attention does not support non-null attn_mask.'",
     "flash_head_dim": "cuda/sdp_utils.cpp check_head_dim_size_flash: q,k,v last dims equal and <= 256",
     "flash_capability": "cuda/sdp_utils.cpp check_flash_attention_hardware_support: sm80-sm121",
     "flash_dtype": "cuda/sdp_utils.cpp check_dtypes_flash_attention: fp16/bf16 only",

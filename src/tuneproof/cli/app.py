@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from tuneproof.cli.adjudicate_cmd import adjudicate
 from tuneproof.cli.doctor_cmd import doctor
 from tuneproof.cli.explain_cmd import explain
 from tuneproof.cli.fit_cmd import fit
@@ -29,6 +30,7 @@ def app() -> None:
 
 
 app.add_command(flops)
+app.add_command(adjudicate)
 app.add_command(doctor)
 app.add_command(explain)
 app.add_command(fit)
