@@ -27,6 +27,7 @@ test: install
 bench: install
 	$(PY) bench/flops_vs_counter.py
 	$(PY) bench/probe_agreement.py
+	$(PY) bench/flex_vs_sdpa.py
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench

@@ -1,8 +1,8 @@
 """`tuneproof doctor`: runs every diagnosis on one model and assembles one report.
 
-Sections so far: the FLOP ledger (intended vs performed) at several widths, and the measurement
-probe (scaling fit, kernel table, cross-check) on the CPU. Later capabilities (attention dispatch,
-batching, gates) add their sections here.
+Sections so far: the FLOP ledger (intended vs performed) at several widths, the attention dispatch
+chain (live here, predicted for the CASE's sm_120 card), and the measurement probe (scaling fit,
+kernel table, cross-check) on the CPU. Later capabilities (batching, gates) add their sections here.
 """
 
 from __future__ import annotations
@@ -153,6 +153,36 @@ def probe_section(config: str, progress: Callable[[str], None] | None = None) ->
     return ProbeSection(run_probe(spec, progress=progress), PROBE_NOTE)
 
 
+@dataclass(slots=True)
+class ExplainSection:
+    """The dispatch chain for the doctor's padded SDPA training run: live on this device, and
+    predicted for the CASE's card (sm_120), where the chain ends in the slow path."""
+
+    live: Any  # Explanation
+    case_card: Any  # Explanation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"live": self.live.to_dict(), "predicted_sm120": self.case_card.to_dict()}
+
+    def render(self, console: Console) -> None:
+        from tuneproof.attention.render import render_explanation
+
+        render_explanation(self.live, console)
+        console.print()
+        render_explanation(self.case_card, console)
+
+
+def explain_section(shape: ModelShape) -> ExplainSection:
+    from dataclasses import replace
+
+    from tuneproof.attention.dispatch import Context, explain
+
+    here = Context(seq_len=doctor_widths(shape)[-1], batch=BATCH, padded=True, training=True, dtype="fp32")
+    return ExplainSection(
+        explain(shape, here), explain(shape, replace(here, dtype="bf16", capability=(12, 0)))
+    )
+
+
 def run_doctor(config: str = "tiny", progress: Callable[[str], None] | None = None) -> DoctorReport:
     from tuneproof.cli.common import resolve_config
 
@@ -162,6 +192,9 @@ def run_doctor(config: str = "tiny", progress: Callable[[str], None] | None = No
     if progress:
         progress("FLOP ledger")
     report.sections["flops"] = flops_section(shape)
+    if progress:
+        progress("attention dispatch")
+    report.sections["attention dispatch"] = explain_section(shape)
     report.sections["probe"] = probe_section(config, progress)
     return report
 

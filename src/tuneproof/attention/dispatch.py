@@ -251,7 +251,7 @@ def _live_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str] | None:
             f"{'materialised' if materialised else 'skipped'}, "
             "unlike the rule table: the installed transformers differs from the verified one"
         )
-    return materialised, reason + " [asked transformers._ignore_causal_mask_sdpa]"
+    return materialised, reason + " (asked transformers._ignore_causal_mask_sdpa)"
 
 
 # The live SDPA check uses the real heads and head_dim but this many tokens: the dispatch rules do not

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 
 def render_explanation(result: Explanation, console: Console) -> None:
+    from rich.markup import escape
+
     c = result.context
     console.print(
         f"[bold]attention dispatch[/bold] on {c.device}: attn={c.attn}, T={c.seq_len}, B={c.batch}"
@@ -22,15 +24,17 @@ def render_explanation(result: Explanation, console: Console) -> None:
     for x in result.layers:
         console.print(
             f"\n[bold]{x.layer_type} layers[/bold] ({x.num_layers}): head_dim {x.head_dim}, "
-            f"{x.num_heads} heads / {x.num_kv_heads} kv heads  [{x.source}]"
+            f"{x.num_heads} heads / {x.num_kv_heads} kv heads ({x.source})"
         )
-        console.print(f"  mask materialised: {'yes' if x.mask_materialised else 'no'} - {x.mask_reason}")
+        console.print(
+            f"  mask materialised: {'yes' if x.mask_materialised else 'no'} - {escape(x.mask_reason)}"
+        )
         for name, reason in x.refused.items():
-            console.print(f"  {name} refused: {reason}")
-        console.print(f"  backend: {x.backend} -> {x.kernel}")
+            console.print(f"  {name} refused: {escape(reason)}")
+        console.print(f"  backend: {x.backend} -> {escape(x.kernel)}")
     if result.advice:
         console.print("\n[bold]advice[/bold]")
         for a in result.advice:
-            console.print(f"  - {a}")
+            console.print(f"  - {escape(a)}")
     for n in result.notes:
-        console.print(f"note: {n}")
+        console.print(f"note: {escape(n)}")
