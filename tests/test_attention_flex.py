@@ -171,3 +171,30 @@ def test_document_and_padding_masks_attend_only_where_allowed() -> None:
     assert torch.allclose(got, torch.cat([first, second], dim=2), atol=1e-5)
     pad = padding_block_mask((256, 100), 256)
     assert _dense(pad)[1, 0].tolist() == [[1, 0], [1, 0]]  # second sequence: keys past 100 are never attended
+
+
+def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
+    from tuneproof.arch import resolve_text_config
+    from tuneproof.attention.flex import enable_flex
+    from tuneproof.model import build_model
+
+    # a small Gemma 4 with the CASE's head dims: 256 on sliding layers, 512 on global ones
+    cfg = {"model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+           "sliding_window": 32, "hidden_size_per_layer_input": 0, "vocab_size": 64,
+           "layer_types": ["sliding_attention", "full_attention"]}
+    model = build_model(resolve_text_config(cfg), "sdpa")
+    setup = enable_flex(model, widths=[256, 512, 1024], capability=(12, 0), dtype="bf16", training=True)
+    try:
+        assert model.config._attn_implementation == "flex_attention"
+        assert setup.kernel_options["fwd_BLOCK_M"] == 32 and setup.kernel_options["fwd_BLOCK_N"] == 32
+        assert "bwd_BLOCK_M1" in setup.kernel_options
+        assert torch._dynamo.config.recompile_limit == setup.guard.limit == 3 * 2 + 4
+        assert torch._dynamo.config.fail_on_recompile_limit_hit
+        hook = next(iter(model._forward_pre_hooks.values()))
+        _, kwargs = hook(model, (), {})
+        assert kwargs["kernel_options"] == setup.kernel_options
+        assert any("recompile limit 10" in line for line in setup.describe())
+    finally:
+        setup.guard.uninstall()
+    assert torch._dynamo.config.recompile_limit == 8
