@@ -179,10 +179,20 @@ def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
     from tuneproof.model import build_model
 
     # a small Gemma 4 with the CASE's head dims: 256 on sliding layers, 512 on global ones
-    cfg = {"model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
-           "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
-           "sliding_window": 32, "hidden_size_per_layer_input": 0, "vocab_size": 64,
-           "layer_types": ["sliding_attention", "full_attention"]}
+    cfg = {
+        "model_type": "gemma4_text",
+        "hidden_size": 64,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "sliding_window": 32,
+        "hidden_size_per_layer_input": 0,
+        "vocab_size": 64,
+        "layer_types": ["sliding_attention", "full_attention"],
+    }
     model = build_model(resolve_text_config(cfg), "sdpa")
     setup = enable_flex(model, widths=[256, 512, 1024], capability=(12, 0), dtype="bf16", training=True)
     try:

@@ -11,6 +11,7 @@ import sys
 import click
 
 from tuneproof.cli.adjudicate_cmd import adjudicate
+from tuneproof.cli.buckets_cmd import buckets
 from tuneproof.cli.doctor_cmd import doctor
 from tuneproof.cli.explain_cmd import explain
 from tuneproof.cli.fit_cmd import fit
@@ -33,6 +34,7 @@ app.add_command(flops)
 app.add_command(adjudicate)
 app.add_command(doctor)
 app.add_command(explain)
+app.add_command(buckets)
 app.add_command(fit)
 app.add_command(kernels)
 app.add_command(peak)

@@ -1,0 +1,38 @@
+"""Pad each micro-batch to its own longest member (never to a global maximum)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+
+
+class PadToLongest:
+    """input_ids padded with `pad_token_id`, labels with -100, attention_mask 1/0, to the micro-batch's
+    longest sequence (rounded up to `pad_to_multiple_of`)."""
+
+    def __init__(self, pad_token_id: int, pad_to_multiple_of: int = 1, label_pad: int = -100) -> None:
+        if pad_to_multiple_of < 1:
+            raise TuneproofError(
+                f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}", "use 1 for none"
+            )
+        self.pad, self.multiple, self.label_pad = pad_token_id, pad_to_multiple_of, label_pad
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        longest = max(len(f["input_ids"]) for f in features)
+        width = -(-longest // self.multiple) * self.multiple
+        ids, labels, mask = [], [], []
+        for f in features:
+            x = list(f["input_ids"])
+            y = list(f.get("labels", x))
+            pad = width - len(x)
+            ids.append(x + [self.pad] * pad)
+            labels.append(y + [self.label_pad] * pad)
+            mask.append([1] * len(x) + [0] * pad)
+        return {
+            "input_ids": torch.tensor(ids),
+            "labels": torch.tensor(labels),
+            "attention_mask": torch.tensor(mask),
+        }

@@ -1,0 +1,224 @@
+"""`BucketBatchSampler`: bucket-to-pair, shuffle-to-mix (../shared/CASE.md section 4).
+
+- bucket-to-pair: sequences are ordered by length (random order among equal keys) and neighbours
+  form the micro-batches, so a micro-batch holds (nearly) one length and pads (nearly) nothing. The
+  default bucket is the tightest (exact length); `bucket_width` (tokens) or `boundaries` make
+  coarser buckets, inside which the order is random.
+- shuffle-to-mix: the micro-batches are then shuffled globally, so every gradient-accumulation
+  window still mixes lengths and documents. (HF's LengthGroupedSampler instead makes every
+  optimizer step length-homogeneous, which its users see as a sawtooth loss.)
+
+Deterministic for (seed, epoch). Distributed without communication: every rank computes the same
+global plan from (seed, epoch) and takes micro-batches rank, rank + R, rank + 2R, ...
+Remainder policy, stated once: with drop_last the last (num_batches mod R) micro-batches of the
+shuffled plan are dropped; without it the first R - (num_batches mod R) micro-batches are repeated,
+so every rank runs the same number of steps either way.
+Resumable: `state_dict()` holds (seed, epoch, position); `load_state_dict` restarts at that exact
+micro-batch. Position counts micro-batches handed out by this sampler: a DataLoader that prefetches
+may have taken more than the model consumed, so pass `consumed=` when saving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from tuneproof.errors import TuneproofError
+
+
+def _check_lengths(lengths: Any) -> np.ndarray:
+    arr = np.asarray(lengths)
+    if arr.ndim != 1 or arr.size == 0:
+        raise TuneproofError("lengths must be a non-empty list of integers", "pass one length per example")
+    if not np.issubdtype(arr.dtype, np.integer):
+        if not np.all(np.mod(arr, 1) == 0):
+            bad = int(np.flatnonzero(np.mod(arr, 1) != 0)[0])
+            raise TuneproofError(
+                f"length at index {bad} is not an integer: {arr[bad]!r}", "lengths are token counts"
+            )
+        arr = arr.astype(np.int64)
+    if (arr <= 0).any():
+        bad = int(np.flatnonzero(arr <= 0)[0])
+        raise TuneproofError(
+            f"length at index {bad} is {int(arr[bad])}: lengths must be > 0",
+            "drop empty sequences before batching",
+        )
+    return arr.astype(np.int64)
+
+
+def sort_key_order(keys: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+    """Indices ordered by key, random among equal keys (radix sort when keys fit 16 bits)."""
+    perm = rng.permutation(keys.size) if rng is not None else np.arange(keys.size)
+    k = keys[perm]
+    if k.size and int(k.max()) < 65536 and int(k.min()) >= 0:
+        k = k.astype(np.uint16)
+    return perm[np.argsort(k, kind="stable")]
+
+
+def chunk(order: np.ndarray, size: int, drop_last: bool) -> list[np.ndarray]:
+    """Consecutive chunks of `size`; the short tail is kept unless drop_last."""
+    full = order.size // size
+    batches = list(order[: full * size].reshape(full, size)) if full else []
+    if order.size % size and not drop_last:
+        batches.append(order[full * size :])
+    return batches
+
+
+def token_budget_chunks(
+    order: np.ndarray, lengths: np.ndarray, max_tokens: int, max_items: int
+) -> list[np.ndarray]:
+    """Neighbours in length order, as many per micro-batch as fit count * longest <= max_tokens."""
+    ls = lengths[order]
+    out: list[np.ndarray] = []
+    end = order.size
+    while end > 0:  # from the longest end: the longest member fixes the budget
+        k = max(1, min(max_items, max_tokens // int(ls[end - 1]), end))
+        out.append(order[end - k : end])
+        end -= k
+    out.reverse()
+    return out
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Micro-batches of same-length neighbours, shuffled globally. For DataLoader(batch_sampler=...)."""
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        micro_batch_size: int,
+        grad_accum: int = 1,
+        bucket_width: int | None = None,
+        boundaries: Sequence[int] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        roots: Sequence[int] | np.ndarray | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        self.lengths = _check_lengths(lengths)
+        if micro_batch_size < 1:
+            raise TuneproofError(
+                f"micro_batch_size must be >= 1, got {micro_batch_size}", "pass --micro-batch 1 or more"
+            )
+        if grad_accum < 1:
+            raise TuneproofError(f"grad_accum must be >= 1, got {grad_accum}", "pass --grad-accum 1 or more")
+        if bucket_width is not None and boundaries is not None:
+            raise TuneproofError(
+                "bucket_width and boundaries together", "give one of them (or neither: tightest)"
+            )
+        if bucket_width is not None and bucket_width < 1:
+            raise TuneproofError(f"bucket_width must be >= 1, got {bucket_width}", "a width in tokens")
+        if boundaries is not None and list(boundaries) != sorted(set(boundaries)):
+            raise TuneproofError("boundaries must be strictly increasing", "e.g. [512, 1024, 2048]")
+        if roots is not None and len(roots) != self.lengths.size:
+            raise TuneproofError(
+                f"{len(roots)} roots for {self.lengths.size} lengths", "give one root id per length"
+            )
+        if max_tokens is not None:
+            if max_tokens < 1:
+                raise TuneproofError(
+                    f"max_tokens must be >= 1, got {max_tokens}", "a token budget per micro-batch"
+                )
+            too_long = np.flatnonzero(self.lengths > max_tokens)
+            if too_long.size:
+                i = int(too_long[0])
+                raise TuneproofError(
+                    f"length {int(self.lengths[i])} at index {i} exceeds max_tokens {max_tokens}",
+                    "raise max_tokens or truncate that example",
+                )
+        num_replicas, rank = _world(num_replicas, rank)
+        self.micro_batch_size, self.grad_accum = micro_batch_size, grad_accum
+        self.bucket_width = bucket_width
+        self.boundaries = np.asarray(boundaries) if boundaries is not None else None
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.num_replicas, self.rank = num_replicas, rank
+        self.roots = None if roots is None else np.asarray(roots)
+        self.max_tokens = max_tokens
+        self.epoch = 0
+        self.position = 0
+
+    # ---- planning ----
+    def bucket_keys(self) -> np.ndarray:
+        if self.boundaries is not None:
+            return np.searchsorted(self.boundaries, self.lengths, side="right")
+        if self.bucket_width is not None:
+            return self.lengths // self.bucket_width
+        return self.lengths
+
+    def global_plan(self, epoch: int | None = None) -> list[np.ndarray]:
+        """Every micro-batch of the epoch, in the order ranks take them (all ranks compute the same)."""
+        e = self.epoch if epoch is None else epoch
+        rng = np.random.default_rng([self.seed, e]) if self.shuffle else None
+        order = sort_key_order(self.bucket_keys(), rng)
+        if self.max_tokens is not None:
+            batches = token_budget_chunks(order, self.lengths, self.max_tokens, self.micro_batch_size)
+        else:
+            batches = chunk(order, self.micro_batch_size, self.drop_last)
+        if rng is not None:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def plan(self, epoch: int | None = None) -> list[np.ndarray]:
+        """This rank's micro-batches for the epoch (equal count on every rank)."""
+        batches = self.global_plan(epoch)
+        r = self.num_replicas
+        if r > 1:
+            if self.drop_last:
+                batches = batches[: len(batches) - len(batches) % r]
+            elif len(batches) % r:
+                batches = batches + batches[: r - len(batches) % r]
+            batches = batches[self.rank :: r]
+        return batches
+
+    def widths(self, pad_to_multiple_of: int = 1) -> list[int]:
+        """Distinct padded widths the epoch's micro-batches will have: size the recompile guard with these."""
+        m = pad_to_multiple_of
+        return sorted({-(-int(self.lengths[b].max()) // m) * m for b in self.global_plan()})
+
+    # ---- Sampler protocol ----
+    def __len__(self) -> int:
+        return len(self.plan())
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.plan()
+        start = self.position
+        for i in range(start, len(batches)):
+            self.position = i + 1
+            yield batches[i].tolist()
+        self.position = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.position = 0
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, int]:
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self.position if consumed is None else consumed,
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state.get("seed") != self.seed:
+            raise TuneproofError(
+                f"state was saved with seed {state.get('seed')}, this sampler has {self.seed}",
+                "build the sampler with the same seed to resume",
+            )
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+def _world(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
+    if num_replicas is None or rank is None:
+        import torch.distributed as dist
+
+        ready = dist.is_available() and dist.is_initialized()
+        num_replicas = num_replicas if num_replicas is not None else (dist.get_world_size() if ready else 1)
+        rank = rank if rank is not None else (dist.get_rank() if ready else 0)
+    if num_replicas < 1 or not 0 <= rank < num_replicas:
+        raise TuneproofError(f"rank {rank} of {num_replicas} replicas", "rank must be in [0, num_replicas)")
+    return num_replicas, rank

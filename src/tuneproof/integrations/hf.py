@@ -1,0 +1,100 @@
+"""Make a `transformers.Trainer` (or TRL's `SFTTrainer`, a Trainer subclass) batch with
+`BucketBatchSampler` and pad each micro-batch only to its own longest member.
+
+One call, before `trainer.train()`:
+
+    sampler = use_bucketing(trainer)
+
+The sampler is built from the Trainer's own arguments (per-device batch size, gradient
+accumulation, seed, world size and rank, drop_last) and is rank-aware itself, so the
+`BatchSamplerShard` that `accelerator.prepare` adds is made a passthrough, as transformers does for
+its own `BatchRebalanceSampler`. The Trainer calls `set_epoch` on it every epoch.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+
+from tuneproof.data.collate import PadToLongest
+from tuneproof.data.sampler import BucketBatchSampler
+from tuneproof.errors import TuneproofError
+
+
+def dataset_lengths(dataset: Any) -> np.ndarray:
+    """Token counts per example: a "length" column when present, else len(input_ids)."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None:  # datasets.Dataset: column access, no per-row Python objects
+        if "length" in columns:
+            return np.asarray(dataset["length"], dtype=np.int64)
+        if "input_ids" in columns:
+            return np.fromiter((len(x) for x in dataset["input_ids"]), dtype=np.int64, count=len(dataset))
+        raise TuneproofError(
+            "the train dataset has neither 'length' nor 'input_ids'", "tokenize the dataset first"
+        )
+    try:
+        return np.fromiter(
+            (len(dataset[i]["input_ids"]) for i in range(len(dataset))), dtype=np.int64, count=len(dataset)
+        )
+    except (KeyError, TypeError) as e:
+        raise TuneproofError(
+            f"cannot read input_ids lengths from the train dataset ({e})",
+            "give each example an 'input_ids' list, or pass lengths=",
+        ) from None
+
+
+def use_bucketing(
+    trainer: Any,
+    lengths: Any = None,
+    *,
+    bucket_width: int | None = None,
+    max_tokens: int | None = None,
+    pad_to_multiple_of: int = 1,
+) -> BucketBatchSampler:
+    """Replace the Trainer's train dataloader with a bucketing one. Returns the sampler (its
+    `widths()` size the flex recompile guard)."""
+    args = trainer.args
+    dataset = trainer.train_dataset
+    if dataset is None:
+        raise TuneproofError("the Trainer has no train_dataset", "pass train_dataset to the Trainer")
+    lens = dataset_lengths(dataset) if lengths is None else np.asarray(lengths)
+    sampler = BucketBatchSampler(
+        lens,
+        args.per_device_train_batch_size,
+        args.gradient_accumulation_steps,
+        bucket_width=bucket_width,
+        seed=args.seed,
+        drop_last=args.dataloader_drop_last,
+        num_replicas=args.world_size,
+        rank=args.process_index,
+        max_tokens=max_tokens,
+    )
+    tokenizer = getattr(trainer, "processing_class", None)
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    if pad_id is None:
+        pad_id = getattr(trainer.model.config, "pad_token_id", None)
+    collator = PadToLongest(pad_id if pad_id is not None else 0, pad_to_multiple_of)
+
+    def get_train_dataloader(self: Any) -> Any:
+        from torch.utils.data import DataLoader
+
+        ds = self.train_dataset
+        if hasattr(ds, "column_names"):
+            ds = self._remove_unused_columns(ds, description="Training")
+        loader = DataLoader(
+            ds,
+            batch_sampler=sampler,
+            collate_fn=collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+        )
+        prepared = self.accelerator.prepare(loader)
+        shard = getattr(prepared, "batch_sampler", None)
+        if shard is not None and getattr(shard, "batch_sampler", None) is sampler:
+            shard.num_processes, shard.process_index = 1, 0  # already rank-aware: no re-sharding
+        return prepared
+
+    trainer.get_train_dataloader = types.MethodType(get_train_dataloader, trainer)
+    return sampler
