@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch.multiprocessing as mp
+
 from dist_worker import sampler_worker
 
 

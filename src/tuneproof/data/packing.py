@@ -165,7 +165,7 @@ class PackedCollator:
             x = list(f["input_ids"])
             y = list(f.get("labels", x))
             ids += x
-            labels += [self.label_pad] + y[1:]
+            labels += [self.label_pad, *y[1:]]
             pos += range(len(x))
             seq += [d] * len(x)
             cu.append(cu[-1] + len(x))

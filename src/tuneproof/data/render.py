@@ -59,17 +59,18 @@ def render_buckets(
         "windows are not comparable on roots or length mix."
     )
     if sweep:
-        s = Table(
-            title="bucket width sweep: padding grows, mixing does not move (bucket size is not a diversity knob)"
+        st = Table(
+            title="bucket width sweep: padding grows, mixing does not move "
+            "(bucket size is not a diversity knob)"
         )
         for c in ("bucket width", "padding", "zero-pad", "roots/window", "length mix"):
-            s.add_column(c, justify="right")
-        for row in sweep:
-            s.add_row(
-                str(row["bucket_width"]),
-                f"{100 * row['padding_fraction']:.2f} %",
-                f"{100 * row['zero_pad_share']:.1f} %",
-                f"{row['roots_per_window']:.2f}" if row["roots_per_window"] is not None else "-",
-                f"{row['length_mix']:.3f}",
+            st.add_column(c, justify="right")
+        for sw in sweep:
+            st.add_row(
+                str(sw["bucket_width"]),
+                f"{100 * sw['padding_fraction']:.2f} %",
+                f"{100 * sw['zero_pad_share']:.1f} %",
+                f"{sw['roots_per_window']:.2f}" if sw["roots_per_window"] is not None else "-",
+                f"{sw['length_mix']:.3f}",
             )
-        console.print(s)
+        console.print(st)
