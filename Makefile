@@ -28,6 +28,7 @@ bench: install
 	$(PY) bench/flops_vs_counter.py
 	$(PY) bench/probe_agreement.py
 	$(PY) bench/flex_vs_sdpa.py
+	$(PY) bench/bucketing.py
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench

@@ -4,7 +4,7 @@ model) the attention FLOPs each plan performs under an attention path, from the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,14 +34,14 @@ class SamplerResult:
         }
 
 
-def _timed(fn: Callable[[], list[np.ndarray]]) -> tuple[list[np.ndarray], float]:
+def _timed(fn: Callable[[], Sequence[np.ndarray]]) -> tuple[Sequence[np.ndarray], float]:
     t0 = time.perf_counter()
     plan = fn()
     return plan, time.perf_counter() - t0
 
 
 def attention_flops(
-    shape: Any, attn: str, batches: list[np.ndarray], lengths: np.ndarray, packed: bool = False
+    shape: Any, attn: str, batches: Sequence[np.ndarray], lengths: np.ndarray, packed: bool = False
 ) -> dict[str, float]:
     """Forward attention FLOPs (QK^T + AV, all layers) the plan performs under `attn`, and intended.
 
@@ -109,7 +109,7 @@ def compare(
             f"--compare {','.join(unknown)} is not known", "use " + ", ".join(COMPARE_CHOICES)
         )
     capacity = micro_batch * int(lengths.max())
-    planners: dict[str, Callable[[], list[np.ndarray]]] = {
+    planners: dict[str, Callable[[], Sequence[np.ndarray]]] = {
         "bucketed": lambda: BucketBatchSampler(lengths, micro_batch, grad_accum, seed=seed).global_plan(),
         "random": lambda: random_plan(lengths.size, micro_batch, seed),
         "hf-length-grouped": lambda: hf_length_grouped_plan(lengths, micro_batch, grad_accum, seed),
@@ -145,6 +145,6 @@ def compare(
     return results, rows
 
 
-def _shuffled(rows: list[np.ndarray], seed: int) -> list[np.ndarray]:
+def _shuffled(rows: Sequence[np.ndarray], seed: int) -> Sequence[np.ndarray]:
     perm = np.random.default_rng([seed, 2]).permutation(len(rows))
     return [rows[i] for i in perm]

@@ -4,10 +4,13 @@ A packed row concatenates documents; `position_ids` restart at 0 for each docume
 number them, `cu_seqlens` are their cumulative lengths. These feed flex document masks
 (`tuneproof.attention.flex.document_block_mask`) and flash-attention varlen.
 
-The trap the collator refuses: transformers detects packed sequences from `position_ids` only when
-`attention_mask is None` (`masking_utils._preprocess_mask_arguments`). A 2-D all-ones attention
-mask next to packed position_ids therefore silently brings back cross-document attention on the
-sdpa and eager paths. The collator emits no attention mask, and refuses to add one.
+The traps the collator avoids: transformers detects packed sequences from `position_ids` only when
+`attention_mask is None` and no cache exists (`masking_utils._preprocess_mask_arguments`).
+- A 2-D all-ones attention mask next to packed position_ids silently brings back cross-document
+  attention on the sdpa and eager paths. The collator emits no attention mask and refuses to add one.
+- With the config's default use_cache=True, the model builds a DynamicCache even in a training
+  forward (without gradient checkpointing), and detection is skipped the same way (measured on
+  transformers 5.24, sdpa and eager). The collator sets use_cache=False in every batch.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from tuneproof.errors import TuneproofError
 MASK_TRAP = (
     "a 2-D attention_mask next to packed position_ids makes transformers skip packed-sequence detection "
     "(masking_utils._preprocess_mask_arguments), so documents attend to each other"
+)
+CACHE_TRAP = (
+    "packed position_ids with use_cache not False: the model builds a cache and transformers skips "
+    "packed-sequence detection, so documents attend to each other"
 )
 
 
@@ -141,15 +148,17 @@ class PackedBatchSampler(Sampler[list[int]]):
 class PackedCollator:
     """Concatenate a row's examples into one sequence: input_ids, labels (the first token of each
     document is -100, as in HF's DataCollatorWithFlattening), position_ids restarting per document,
-    seq_ids and cu_seqlens. No attention_mask: see the module docstring."""
+    and use_cache=False. No attention_mask: see the module docstring. With `metadata`, also seq_ids
+    and cu_seqlens (for flex document masks or flash varlen in your own loop; a transformers model
+    does not take them as keyword arguments)."""
 
-    def __init__(self, attention_mask: bool = False, label_pad: int = -100) -> None:
+    def __init__(self, attention_mask: bool = False, label_pad: int = -100, metadata: bool = False) -> None:
         if attention_mask:
             raise TuneproofError(
                 "refusing to add an attention_mask to packed rows: " + MASK_TRAP,
                 "pass no attention mask; transformers builds the document mask from position_ids",
             )
-        self.label_pad = label_pad
+        self.label_pad, self.metadata = label_pad, metadata
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
@@ -169,22 +178,27 @@ class PackedCollator:
             pos += range(len(x))
             seq += [d] * len(x)
             cu.append(cu[-1] + len(x))
-        return {
+        batch: dict[str, Any] = {
             "input_ids": torch.tensor([ids]),
             "labels": torch.tensor([labels]),
             "position_ids": torch.tensor([pos]),
-            "seq_ids": torch.tensor([seq]),
-            "cu_seqlens": torch.tensor(cu, dtype=torch.int32),
+            "use_cache": False,
         }
+        if self.metadata:
+            batch["seq_ids"] = torch.tensor([seq])
+            batch["cu_seqlens"] = torch.tensor(cu, dtype=torch.int32)
+        return batch
 
 
 def check_packed_batch(batch: dict[str, Any]) -> None:
-    """Raise if a packed batch (position_ids restarting inside a row) also carries an attention_mask."""
+    """Raise if a packed batch (position_ids restarting inside a row) would let documents attend to
+    each other: an attention_mask present, or use_cache not set to False."""
     pos = batch.get("position_ids")
-    if pos is None or batch.get("attention_mask") is None:
+    if pos is None or not bool((pos[..., 1:] == 0).any()):
         return
-    restarts = (pos[..., 1:] == 0).any() if hasattr(pos, "any") else False
-    if bool(restarts):
+    if batch.get("attention_mask") is not None:
         raise TuneproofError(
             "packed batch with an attention_mask: " + MASK_TRAP, "drop the attention_mask from packed batches"
         )
+    if batch.get("use_cache") is not False:
+        raise TuneproofError(CACHE_TRAP, "put use_cache=False in packed batches (PackedCollator does)")

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
+from tuneproof.data.plan import Plan
 from tuneproof.errors import TuneproofError
 
 
@@ -58,28 +59,15 @@ def sort_key_order(keys: np.ndarray, rng: np.random.Generator | None) -> np.ndar
     return perm[np.argsort(k, kind="stable")]
 
 
-def chunk(order: np.ndarray, size: int, drop_last: bool) -> list[np.ndarray]:
-    """Consecutive chunks of `size`; the short tail is kept unless drop_last."""
-    full = order.size // size
-    batches = list(order[: full * size].reshape(full, size)) if full else []
-    if order.size % size and not drop_last:
-        batches.append(order[full * size :])
-    return batches
-
-
-def token_budget_chunks(
-    order: np.ndarray, lengths: np.ndarray, max_tokens: int, max_items: int
-) -> list[np.ndarray]:
+def token_budget_chunks(order: np.ndarray, lengths: np.ndarray, max_tokens: int, max_items: int) -> Plan:
     """Neighbours in length order, as many per micro-batch as fit count * longest <= max_tokens."""
     ls = lengths[order]
-    out: list[np.ndarray] = []
+    cuts = [order.size]
     end = order.size
     while end > 0:  # from the longest end: the longest member fixes the budget
-        k = max(1, min(max_items, max_tokens // int(ls[end - 1]), end))
-        out.append(order[end - k : end])
-        end -= k
-    out.reverse()
-    return out
+        end -= max(1, min(max_items, max_tokens // int(ls[end - 1]), end))
+        cuts.append(end)
+    return Plan(order, np.asarray(cuts[::-1], dtype=np.int64))
 
 
 class BucketBatchSampler(Sampler[list[int]]):
@@ -150,30 +138,25 @@ class BucketBatchSampler(Sampler[list[int]]):
             return self.lengths // self.bucket_width
         return self.lengths
 
-    def global_plan(self, epoch: int | None = None) -> list[np.ndarray]:
+    def global_plan(self, epoch: int | None = None) -> Plan:
         """Every micro-batch of the epoch, in the order ranks take them (all ranks compute the same)."""
         e = self.epoch if epoch is None else epoch
         rng = np.random.default_rng([self.seed, e]) if self.shuffle else None
         order = sort_key_order(self.bucket_keys(), rng)
         if self.max_tokens is not None:
-            batches = token_budget_chunks(order, self.lengths, self.max_tokens, self.micro_batch_size)
+            plan = token_budget_chunks(order, self.lengths, self.max_tokens, self.micro_batch_size)
         else:
-            batches = chunk(order, self.micro_batch_size, self.drop_last)
-        if rng is not None:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        return batches
+            plan = Plan.fixed(order, self.micro_batch_size, self.drop_last)
+        return plan if rng is None else plan.select(rng.permutation(len(plan)))
 
-    def plan(self, epoch: int | None = None) -> list[np.ndarray]:
+    def plan(self, epoch: int | None = None) -> Plan:
         """This rank's micro-batches for the epoch (equal count on every rank)."""
         batches = self.global_plan(epoch)
-        r = self.num_replicas
-        if r > 1:
-            if self.drop_last:
-                batches = batches[: len(batches) - len(batches) % r]
-            elif len(batches) % r:
-                batches = batches + batches[: r - len(batches) % r]
-            batches = batches[self.rank :: r]
-        return batches
+        r, n = self.num_replicas, len(batches)
+        if r == 1:
+            return batches
+        ids = np.arange(n - n % r if self.drop_last else -(-n // r) * r) % max(n, 1)
+        return batches.select(ids[self.rank :: r])
 
     def widths(self, pad_to_multiple_of: int = 1) -> list[int]:
         """Distinct padded widths the epoch's micro-batches will have: size the recompile guard with these."""

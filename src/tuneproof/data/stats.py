@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tuneproof.data.plan import Plan
+
 
 @dataclass(frozen=True, slots=True)
 class PlanStats:
@@ -45,23 +47,33 @@ def plan_stats(
     capacity: int | None = None,
 ) -> PlanStats:
     """Stats of a plan. `capacity`: packed rows of a fixed token capacity (padding = unused capacity)."""
-    sizes = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
-    flat = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    ls = lengths[flat]
-    real = float(ls.sum())
-    mx = np.maximum.reduceat(ls, starts)
-    mn = np.minimum.reduceat(ls, starts)
+    plan = Plan.from_batches(batches)
+    if not len(plan):
+        return PlanStats(0, 0.0, 0.0, None, 0.0)
+    # per stored micro-batch, then taken in run order (a run may repeat or skip stored ones)
+    ro = np.arange(plan.starts.size - 1) if plan.run_order is None else plan.run_order
+    starts = plan.starts[:-1]
+    stored_ls = lengths[plan.flat]
+    mx = np.maximum.reduceat(stored_ls, starts)[ro]
+    mn = np.minimum.reduceat(stored_ls, starts)[ro]
+    sums = np.add.reduceat(stored_ls, starts)[ro]
+    sizes = plan.stored_sizes[ro]
+    real = float(sums.sum())
     if capacity is not None:
-        slots = float(capacity) * len(batches)
-        zero = np.add.reduceat(ls, starts) == capacity
+        slots = float(capacity) * len(plan)
+        zero = sums == capacity
     else:
         slots = float((mx * sizes).sum())
         zero = mx == mn
-    window = np.repeat(np.arange(len(batches)) // grad_accum, sizes)
-    num_windows = int(window[-1]) + 1 if window.size else 0
+    # the elements in run order, and the accumulation window each falls in
+    run_starts = np.concatenate([[0], np.cumsum(sizes)])
+    offsets = np.arange(int(run_starts[-1])) - np.repeat(run_starts[:-1], sizes)
+    flat = plan.flat[np.repeat(starts[ro], sizes) + offsets]
+    ls = lengths[flat]
+    window = np.repeat(np.arange(len(plan)) // grad_accum, sizes)
+    num_windows = int(window[-1]) + 1
     roots_pw = None
-    if roots is not None and num_windows:
+    if roots is not None:
         r = roots[flat].astype(np.int64)
         pairs = window * (int(r.max()) + 1) + r
         roots_pw = float(np.unique(pairs).size / num_windows)
@@ -71,27 +83,22 @@ def plan_stats(
     s2 = np.bincount(window, weights=x * x, minlength=num_windows)
     var = np.maximum(s2 / cnt - (s1 / cnt) ** 2, 0.0)
     return PlanStats(
-        len(batches),
+        len(plan),
         1.0 - real / slots if slots else 0.0,
-        float(zero.mean()) if len(batches) else 0.0,
+        float(zero.mean()),
         roots_pw,
-        float(np.sqrt(var).mean()) if num_windows else 0.0,
+        float(np.sqrt(var).mean()),
     )
 
 
-def random_plan(n: int, micro_batch_size: int, seed: int = 0) -> list[np.ndarray]:
+def random_plan(n: int, micro_batch_size: int, seed: int = 0) -> Plan:
     """Uniformly shuffled examples in micro-batches: the padding and mixing baseline."""
-    order = np.random.default_rng([seed, 1]).permutation(n)
-    full = n // micro_batch_size
-    out = list(order[: full * micro_batch_size].reshape(full, micro_batch_size)) if full else []
-    if n % micro_batch_size:
-        out.append(order[full * micro_batch_size :])
-    return out
+    return Plan.fixed(np.random.default_rng([seed, 1]).permutation(n), micro_batch_size, drop_last=False)
 
 
 def hf_length_grouped_plan(
     lengths: np.ndarray, micro_batch_size: int, grad_accum: int, seed: int = 0
-) -> list[np.ndarray]:
+) -> Plan:
     """What HF Trainer's group_by_length does: `get_length_grouped_indices` with
     batch_size = train_batch_size * gradient_accumulation_steps, then micro-batches in that order."""
     import torch
@@ -101,8 +108,4 @@ def hf_length_grouped_plan(
     order = np.asarray(
         get_length_grouped_indices(lengths.tolist(), micro_batch_size * grad_accum, generator=g)
     )
-    full = order.size // micro_batch_size
-    out = list(order[: full * micro_batch_size].reshape(full, micro_batch_size)) if full else []
-    if order.size % micro_batch_size:
-        out.append(order[full * micro_batch_size :])
-    return out
+    return Plan.fixed(order, micro_batch_size, drop_last=False)

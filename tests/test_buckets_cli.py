@@ -1,0 +1,133 @@
+"""`tuneproof buckets`, the lengths file format, and the attention FLOPs each plan performs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuneproof.cli.app import main
+from tuneproof.data import read_lengths
+from tuneproof.data.compare import _packed_pairs
+from tuneproof.errors import TuneproofError
+
+
+def test_buckets_json_on_the_shipped_set(capsys) -> None:
+    assert main(["buckets", "--sweep", "1,16,256", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    s = d["samplers"]
+    assert set(s) == {"bucketed", "random", "hf-length-grouped", "packing"}
+    for v in s.values():
+        assert {
+            "padding_fraction",
+            "zero_pad_share",
+            "roots_per_window",
+            "length_mix",
+            "plan_seconds",
+        } <= v.keys()
+    assert s["bucketed"]["padding_fraction"] <= 0.002 < s["random"]["padding_fraction"]
+    assert s["hf-length-grouped"]["length_mix"] < 0.2 * s["random"]["length_mix"]  # homogeneous steps
+    roots = [row["roots_per_window"] for row in d["sweep"]]
+    pads = [row["padding_fraction"] for row in d["sweep"]]
+    assert max(roots) - min(roots) < 0.02 * max(roots) and pads == sorted(pads)
+
+
+def test_attention_flops_flip_between_sdpa_and_flex(capsys) -> None:
+    out = {}
+    for attn in ("sdpa", "flex_attention"):
+        assert (
+            main(
+                [
+                    "buckets",
+                    "--config",
+                    "tiny",
+                    "--attn",
+                    attn,
+                    "--compare",
+                    "packing",
+                    "--sweep",
+                    "",
+                    "--json",
+                ]
+            )
+            == 0
+        )
+        out[attn] = json.loads(capsys.readouterr().out)["samplers"]
+    sdpa, flex = out["sdpa"], out["flex_attention"]
+    # under SDPA packed rows get a dense block-diagonal mask: bucketing wins; flex skips off-document blocks
+    assert (
+        sdpa["packing"]["attention_flops"]["performed"] > 3 * sdpa["bucketed"]["attention_flops"]["performed"]
+    )
+    assert (
+        flex["packing"]["attention_flops"]["performed"] < 2 * flex["bucketed"]["attention_flops"]["performed"]
+    )
+    assert sdpa["bucketed"]["attention_flops"]["intended"] == flex["bucketed"]["attention_flops"]["intended"]
+
+
+def test_packed_flex_pairs_against_brute_force() -> None:
+    docs = np.array([100, 200, 30, 300])
+    width = int(docs.sum())
+    doc = np.repeat(np.arange(docs.size), docs)
+    q, k = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
+    ok = (doc[q] == doc[k]) & (k <= q)
+    expect = 0
+    for q0 in range(0, width, 128):
+        for k0 in range(0, width, 128):
+            tile = ok[q0 : q0 + 128, k0 : k0 + 128]
+            expect += tile.size if tile.any() else 0
+    assert _packed_pairs("flex_attention", docs, None) == expect
+    assert _packed_pairs("sdpa", docs, None) == width * width
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "lengths.txt"
+    p.write_text(text)
+    return p
+
+
+def test_lengths_formats(tmp_path: Path) -> None:
+    lengths, roots = read_lengths(_write(tmp_path, "5\n7\n\n9\n"))
+    assert lengths.tolist() == [5, 7, 9] and roots is None
+    lengths, roots = read_lengths(
+        _write(
+            tmp_path, '{"length": 5, "root": "a"}\n{"length": 6, "root": "b"}\n{"length": 7, "root": "a"}\n'
+        )
+    )
+    assert lengths.tolist() == [5, 6, 7] and roots.tolist() == [0, 1, 0]
+
+
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("", "holds no lengths"),
+        ("5\n0\n", ":2: length 0 must be > 0"),
+        ("5\n-3\n", ":2: length -3 must be > 0"),
+        ("5\n2.5\n", ":2: length '2.5' is not an integer"),
+        ("5\nabc\n", ":2: length 'abc' is not an integer"),
+        ('{"len": 5}\n', ":1: no 'length' key"),
+        ('{"length": 5, "root": 1}\n{"length": 6}\n', "some rows have a root"),
+    ],
+)
+def test_bad_lengths_files(tmp_path: Path, capsys, text: str, fragment: str) -> None:
+    with pytest.raises(TuneproofError) as e:
+        read_lengths(_write(tmp_path, text))
+    assert fragment in e.value.message
+    assert main(["buckets", "--lengths", str(tmp_path / "lengths.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--micro-batch", "0"], "--micro-batch and --grad-accum must be >= 1"),
+        (["--compare", "fairseq"], "--compare fairseq is not known"),
+        (["--sweep", "1,x"], "not a comma list of integers"),
+        (["--lengths", "/nonexistent"], "lengths file not found"),
+    ],
+)
+def test_bad_buckets_flags(capsys, args: list[str], fragment: str) -> None:
+    assert main(["buckets", *args]) == 2
+    assert fragment in capsys.readouterr().err
