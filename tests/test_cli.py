@@ -123,7 +123,12 @@ def test_doctor_prints_and_writes_report(capsys, tmp_path: Path) -> None:
     code, out, _ = run(capsys, "doctor", "--out", str(tmp_path / "rep"))
     assert code == 0 and "FLOPs per step" in out and "excess" in out
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
-    assert report["sections"]["flops"]["rows"]
+    sections = report["sections"]
+    assert list(sections) == ["flops", "attention dispatch", "batching", "probe"]
+    assert sections["flops"]["rows"]
+    assert sections["attention dispatch"]["predicted_sm120"]["layers"][0]["backend"] == "efficient"
+    assert sections["batching"]["samplers"]["bucketed"]["padding_fraction"] < 0.002
+    assert sections["probe"]["cross_check"]["verdict"] in ("agree", "disagree")
     assert [p.name for p in (tmp_path / "rep").iterdir()] == ["report.json"]  # no temp files left
 
 

@@ -1,8 +1,9 @@
 """`tuneproof doctor`: runs every diagnosis on one model and assembles one report.
 
 Sections so far: the FLOP ledger (intended vs performed) at several widths, the attention dispatch
-chain (live here, predicted for the CASE's sm_120 card), and the measurement probe (scaling fit,
-kernel table, cross-check) on the CPU. Later capabilities (batching, gates) add their sections here.
+chain (live here, predicted for the CASE's sm_120 card), batching choices on the shipped long-tail
+length set, and the measurement probe (scaling fit, kernel table, cross-check) on the CPU. Later
+capabilities (gates, shipping) add their sections here.
 """
 
 from __future__ import annotations
@@ -183,6 +184,47 @@ def explain_section(shape: ModelShape) -> ExplainSection:
     )
 
 
+@dataclass(slots=True)
+class BucketsSection:
+    """Batching choices on the shipped synthetic long-tail set (20,000 lengths, ~5 per root)."""
+
+    results: list[Any]  # SamplerResult
+    sweep: list[dict[str, Any]]
+    num_lengths: int
+    widths: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samplers": {r.name: r.to_dict() for r in self.results},
+            "sweep": self.sweep,
+            "num_lengths": self.num_lengths,
+            "distinct_widths": self.widths,
+        }
+
+    def render(self, console: Console) -> None:
+        from tuneproof.data.render import render_buckets
+
+        render_buckets(self.results, self.sweep, self.num_lengths, BATCH, GRAD_ACCUM, "sdpa", console)
+        console.print(
+            f"bucketed plan: {self.widths['exact']} distinct widths, {self.widths['multiple_of_64']} when "
+            "padded to a multiple of 64: size flex's RecompileGuard with them"
+        )
+
+
+GRAD_ACCUM = 16
+
+
+def buckets_section(shape: ModelShape) -> BucketsSection:
+    from tuneproof.data import BucketBatchSampler, synthetic_lengths
+    from tuneproof.data.compare import compare
+
+    lengths, roots = synthetic_lengths()
+    results, sweep = compare(lengths, roots, BATCH, GRAD_ACCUM, sweep=(1, 16, 256), shape=shape, attn="sdpa")
+    sampler = BucketBatchSampler(lengths, BATCH, GRAD_ACCUM)
+    widths = {"exact": len(sampler.widths()), "multiple_of_64": len(sampler.widths(64))}
+    return BucketsSection(results, sweep, int(lengths.size), widths)
+
+
 def run_doctor(config: str = "tiny", progress: Callable[[str], None] | None = None) -> DoctorReport:
     from tuneproof.cli.common import resolve_config
 
@@ -195,6 +237,9 @@ def run_doctor(config: str = "tiny", progress: Callable[[str], None] | None = No
     if progress:
         progress("attention dispatch")
     report.sections["attention dispatch"] = explain_section(shape)
+    if progress:
+        progress("batching")
+    report.sections["batching"] = buckets_section(shape)
     report.sections["probe"] = probe_section(config, progress)
     return report
 
