@@ -24,19 +24,11 @@ class ListDataset(torch.utils.data.Dataset):
 def test_trainer_trains_with_bucketed_micro_batches(tmp_path: Path) -> None:
     from transformers import Trainer, TrainingArguments
 
+    from tiny_models import config_dict
     from tuneproof.arch import resolve_text_config
     from tuneproof.model import build_model
 
-    cfg = {
-        "model_type": "llama",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "vocab_size": 64,
-        "pad_token_id": 0,
-    }
+    cfg = config_dict("llama", num_hidden_layers=1, pad_token_id=0)
     model = build_model(resolve_text_config(cfg), "sdpa")
     rng = np.random.default_rng(0)
     lengths = rng.integers(4, 60, 64)

@@ -69,18 +69,11 @@ def test_collator_and_check_refuse_both_traps() -> None:
 def test_the_trap_is_real_in_transformers(attn: str) -> None:
     """Why the collator refuses a mask and sets use_cache=False: packed position_ids isolate documents
     only without a 2-D mask and without a cache (measured on transformers 5.24)."""
+    from tiny_models import config_dict
     from tuneproof.arch import resolve_text_config
     from tuneproof.model import build_model
 
-    cfg = {
-        "model_type": "llama",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "vocab_size": 64,
-    }
+    cfg = config_dict("llama", num_hidden_layers=1)
     model = build_model(resolve_text_config(cfg), attn).train()
     doc_a, doc_b = [3, 4, 5, 6], [7, 8, 9]
     batch = PackedCollator()([{"input_ids": doc_a}, {"input_ids": doc_b}])
