@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.cli.common import console, print_json
+from tuneproof.cli.common import console, int_list, print_json
 
 
 @click.command()
@@ -35,13 +35,12 @@ def adjudicate(
     """Distance of each backend to fp32 truth (loss, logits, gradients); names the closest per width."""
     from tuneproof.attention.adjudicate import adjudicate as run
     from tuneproof.cli.common import progress_bar
-    from tuneproof.cli.probe_cmd import parse_widths
 
     with progress_bar() as update:
         update("building models and compiling (flex compiles once per width on CPU)")
         result = run(
             config,
-            list(parse_widths(widths)),
+            list(int_list(widths, "--widths")),
             [b.strip() for b in backends.split(",") if b.strip()],
             dtype=dtype,
             grads=grads,

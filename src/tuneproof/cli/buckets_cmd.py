@@ -6,17 +6,8 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, print_json
+from tuneproof.cli.common import console, int_list, print_json
 from tuneproof.errors import TuneproofError
-
-
-def _ints(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise TuneproofError(
-            f"{flag} {text!r} is not a comma list of integers", f"e.g. {flag} 1,4,16"
-        ) from None
 
 
 @click.command()
@@ -78,7 +69,7 @@ def buckets(
             raise TuneproofError(f"--attn {attn!r} is not known", "use one of: " + ", ".join(ATTN_PATHS))
     choices = tuple(c.strip() for c in compare_with.split(",") if c.strip())
     results, rows = compare(
-        lengths, roots, micro_batch, grad_accum, choices, _ints(sweep, "--sweep"), shape, attn, seed
+        lengths, roots, micro_batch, grad_accum, choices, int_list(sweep, "--sweep"), shape, attn, seed
     )
     if json_out:
         print_json(

@@ -43,3 +43,15 @@ def progress_bar() -> Iterator[Callable[[str], None]]:
     ) as bar:
         task = bar.add_task("starting", total=None)
         yield lambda msg: bar.update(task, description=msg)
+
+
+def int_list(text: str, flag: str) -> tuple[int, ...]:
+    """A comma list of integers from a flag, or a one-line error naming the flag."""
+    from tuneproof.errors import TuneproofError
+
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise TuneproofError(
+            f"{flag} {text!r} is not a comma list of integers", f"e.g. {flag} 512,1024,2048"
+        ) from None

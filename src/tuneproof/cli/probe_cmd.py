@@ -6,18 +6,8 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, print_json
-from tuneproof.errors import TuneproofError
+from tuneproof.cli.common import console, int_list, print_json
 from tuneproof.io import check_out_folder
-
-
-def parse_widths(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise TuneproofError(
-            f"--widths {text!r} is not a comma list of integers", "e.g. --widths 512,1024,2048"
-        ) from None
 
 
 @click.command()
@@ -66,7 +56,7 @@ def probe(
     spec = ProbeSpec(
         config=config,
         attn=attn,
-        widths=parse_widths(widths),
+        widths=int_list(widths, "--widths"),
         batch=batch,
         mode=mode,
         grad_ckpt=grad_ckpt,
