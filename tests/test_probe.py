@@ -106,3 +106,24 @@ def test_probe_on_cuda_reads_device_kernels() -> None:
     result = run_probe(ProbeSpec(widths=(256, 512, 1024), mode="full", device="cuda", repeats=2))
     assert result.kernels.source == "device" and result.kernels.device is not None
     assert result.kernels.share("attention") > 0
+
+
+def test_a_model_too_large_for_this_machine_is_refused_before_building(capsys) -> None:
+    from tuneproof.arch import resolve_text_config, tiny_config_path
+    from tuneproof.model import build_model, parameter_estimate
+
+    tiny = resolve_text_config(tiny_config_path())
+    built = build_model(tiny, "sdpa")
+    assert parameter_estimate(tiny) == pytest.approx(sum(p.numel() for p in built.parameters()), rel=0.01)
+    case = str(Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json")
+    assert main(["probe", "--config", case]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: gemma4_text with ~25.2B parameters needs") and "--device cuda" in err
+
+
+def test_doctor_skips_the_probe_with_the_reason_for_a_large_model(capsys) -> None:
+    case = str(Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json")
+    assert main(["doctor", "--config", case, "--json"]) == 0
+    sections = json.loads(capsys.readouterr().out)["sections"]
+    assert "25.2B parameters" in sections["probe"]["skipped"]
+    assert sections["flops"]["rows"] and sections["batching"]["samplers"]

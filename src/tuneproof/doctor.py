@@ -147,11 +147,30 @@ class ProbeSection:
         console.print(f"note: {self.note}")
 
 
-def probe_section(config: str, progress: Callable[[str], None] | None = None) -> ProbeSection:
+@dataclass(slots=True)
+class SkippedSection:
+    """A section that could not run here, and why: never a placeholder result."""
+
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"skipped": self.reason}
+
+    def render(self, console: Console) -> None:
+        console.print(f"skipped: {self.reason}")
+
+
+def probe_section(
+    config: str, progress: Callable[[str], None] | None = None
+) -> ProbeSection | SkippedSection:
+    from tuneproof.errors import TuneproofError
     from tuneproof.measure.probe import ProbeSpec, run_probe
 
     spec = ProbeSpec(config=config, widths=PROBE_WIDTHS, batch=2, mode="forward", repeats=3)
-    return ProbeSection(run_probe(spec, progress=progress), PROBE_NOTE)
+    try:
+        return ProbeSection(run_probe(spec, progress=progress), PROBE_NOTE)
+    except TuneproofError as e:
+        return SkippedSection(f"the probe cannot run this model here: {e.message}")
 
 
 @dataclass(slots=True)

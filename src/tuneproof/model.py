@@ -9,6 +9,47 @@ from tuneproof.arch.shape import ModelShape
 from tuneproof.errors import TuneproofError
 
 MOE_TYPES = {"qwen3_moe", "qwen2_moe", "mixtral", "gemma4_text", "gpt_oss"}
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Building needs the weights once in fp32 (initialisation) plus working room for a training step.
+HEADROOM = 3.0
+
+
+def parameter_estimate(text_config: Any) -> int:
+    """Parameters of the model a config describes: every GEMM weight (all experts, the LM head
+    counted once) plus the input embeddings (and Gemma 4's per-layer embeddings). Norms excluded."""
+    from tuneproof.arch import from_config
+
+    shape = from_config(text_config)
+    embeddings = shape.vocab_size * shape.hidden_size
+    per_layer = (
+        getattr(text_config, "vocab_size_per_layer_input", 0)
+        * (getattr(text_config, "hidden_size_per_layer_input", 0) or 0)
+        * shape.num_layers
+    )
+    # the LM head is one of the GEMMs; tied, it is the input embedding matrix itself
+    return shape.parameter_count() + (0 if shape.tie_word_embeddings else embeddings) + per_layer
+
+
+def available_memory_bytes() -> int | None:
+    """Physical memory available on this machine (Linux), or None when unknown."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits_on_cpu(text_config: Any) -> None:
+    """Refuse to build a model this machine cannot hold, before trying (and swapping or dying)."""
+    need = parameter_estimate(text_config) * BYTES["fp32"] * HEADROOM
+    have = available_memory_bytes()
+    if have is not None and need > have:
+        raise TuneproofError(
+            f"{text_config.model_type} with ~{parameter_estimate(text_config) / 1e9:.1f}B parameters needs "
+            f"~{need / 2**30:.0f} GiB to build and step on the CPU, {have / 2**30:.0f} GiB are available",
+            "use a smaller config (e.g. fewer layers) or --device cuda",
+        )
 
 
 def build_model(
@@ -27,6 +68,8 @@ def build_model(
     import torch
     from transformers import AutoModelForCausalLM
 
+    if device == "cpu":
+        check_fits_on_cpu(text_config)
     # transformers writes the attention choice into the config object: never share it between models
     text_config = copy.deepcopy(text_config)
     torch.manual_seed(seed)
