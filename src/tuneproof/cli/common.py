@@ -30,16 +30,19 @@ def console() -> Any:
 
 @contextmanager
 def progress_bar() -> Iterator[Callable[[str], None]]:
-    """A transient spinner on stderr with elapsed time; yields `update(description)`."""
+    """A transient spinner on stderr with elapsed time, only on a terminal; yields `update(description)`.
+    Off a terminal it prints nothing, so stderr holds only errors."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    err = Console(stderr=True)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=err,
         transient=True,
+        disable=not err.is_terminal,
     ) as bar:
         task = bar.add_task("starting", total=None)
         yield lambda msg: bar.update(task, description=msg)
