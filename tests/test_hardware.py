@@ -68,3 +68,8 @@ def test_capabilities_and_shared_memory() -> None:
     assert lookup_gpu("RTX PRO 6000 Blackwell").smem_per_block_optin == SMEM_SM86_89_120 == 101_376
     assert lookup_gpu("H100").smem_per_block_optin == SMEM_SM90_100 == 232_448
     assert all(g.aliases and g.capability[0] >= 8 for g in GPUS)
+
+
+def test_contested_values_carry_their_note_into_the_peak_source() -> None:
+    p = peak_for(lookup_gpu("NVIDIA GB200"), "bf16")
+    assert p.tflops == 2500.0 and "contested" in (p.source or "") and "2250" in (p.source or "")

@@ -232,4 +232,5 @@ def peak_for(gpu: GpuSpec, dtype: str) -> Peak:
         return Peak(
             None, None, d, f"no dense {d} peak known for {gpu.name} (table has {sorted(gpu.peak_tflops)})"
         )
-    return Peak(value, f"{gpu.name}: {gpu.source}", d)
+    note = f" [note: {gpu.note}]" if gpu.note else ""
+    return Peak(value, f"{gpu.name}: {gpu.source}{note}", d)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -79,19 +81,19 @@ def render_report(report: FlopReport, console: Console) -> None:
         ex.add_column("FLOPs", justify="right")
         ex.add_column("why")
         for e in report.excess:
-            ex.add_row(e.name, fmt_flops(e.flops), e.why)
+            ex.add_row(escape(e.name), fmt_flops(e.flops), escape(e.why))
         console.print(ex)
     else:
         console.print("excess: none (performed = intended)")
     render_mfu(report, console)
     for note in report.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
 
 
 def render_mfu(report: FlopReport, console: Console) -> None:
     m = report.mfu
     if m.intended is None or m.performed is None or m.step_time_s is None:
-        console.print(f"MFU: unknown ({m.reason})")
+        console.print(f"MFU: unknown ({escape(m.reason or '')})")
         return
     t = m.step_time_s
     console.print(
@@ -100,4 +102,4 @@ def render_mfu(report: FlopReport, console: Console) -> None:
     )
     console.print(f"mfu_{m.dtype}_intended  = {100 * m.intended:.1f} %")
     console.print(f"mfu_{m.dtype}_performed = {100 * m.performed:.1f} %")
-    console.print(f"peak: {m.peak_tflops:g} TFLOP/s dense {m.dtype} ({m.peak_source})")
+    console.print(f"peak: {m.peak_tflops:g} TFLOP/s dense {m.dtype} ({escape(m.peak_source or '')})")

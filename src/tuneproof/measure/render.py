@@ -10,6 +10,8 @@ if TYPE_CHECKING:
     from tuneproof.measure.kernels import KernelTable
     from tuneproof.measure.probe import ProbeResult
 
+from rich.markup import escape
+
 from tuneproof.measure.kernels import CLASSES
 
 
@@ -23,7 +25,7 @@ def render_kernels(table: KernelTable, console: Console) -> None:
     for col in ("class", "ms", "share", "top kernels (ms, calls)"):
         t.add_column(col, justify="right" if col in ("ms", "share") else "left")
     for cls in CLASSES:
-        tops = "; ".join(f"{n[:70]} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
+        tops = "; ".join(f"{escape(n[:70])} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
         t.add_row(cls, f"{table.ms.get(cls, 0.0):.1f}", f"{100 * table.share(cls):.1f} %", tops or "-")
     console.print(t)
     if table.device:
@@ -32,7 +34,7 @@ def render_kernels(table: KernelTable, console: Console) -> None:
             f"{table.device.get('computeMajor')}.{table.device.get('computeMinor')})"
         )
     for m in table.arch_mismatch:
-        console.print(f"[bold]finding:[/bold] {m.finding}; e.g. {', '.join(m.examples)}")
+        console.print(f"[bold]finding:[/bold] {escape(m.finding)}; e.g. {escape(', '.join(m.examples))}")
 
 
 def render_probe(result: ProbeResult, console: Console) -> None:
