@@ -1,6 +1,42 @@
 """Attention: which path each layer really takes and why (dispatch), flex_attention done safely
 (block masks, kernel options, recompile guard), numerics judged against fp32 truth."""
 
-from tuneproof.attention.dispatch import Explanation, LayerExplanation, explain, parse_capability
+from tuneproof.attention.adjudicate import Adjudication, Diff, adjudicate
+from tuneproof.attention.dispatch import Context, Explanation, LayerExplanation, explain, parse_capability
+from tuneproof.attention.flex import (
+    FlexSetup,
+    RecompileGuard,
+    causal_block_mask,
+    document_block_mask,
+    enable_flex,
+    padding_block_mask,
+    sliding_block_mask,
+)
+from tuneproof.attention.kernel_options import (
+    KernelChoice,
+    choose_for_head_dims,
+    choose_kernel_options,
+    run_with_smem_fallback,
+)
 
-__all__ = ["Explanation", "LayerExplanation", "explain", "parse_capability"]
+__all__ = [
+    "Adjudication",
+    "Context",
+    "Diff",
+    "Explanation",
+    "FlexSetup",
+    "KernelChoice",
+    "LayerExplanation",
+    "RecompileGuard",
+    "adjudicate",
+    "causal_block_mask",
+    "choose_for_head_dims",
+    "choose_kernel_options",
+    "document_block_mask",
+    "enable_flex",
+    "explain",
+    "padding_block_mask",
+    "parse_capability",
+    "run_with_smem_fallback",
+    "sliding_block_mask",
+]

@@ -39,7 +39,9 @@ from tuneproof.errors import TuneproofError
     "--config", default=None, help="config.json (or 'tiny') to add the attention FLOPs each plan performs."
 )
 @click.option("--attn", default="sdpa", show_default=True, help="Attention path for --config.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of every shuffle (same seed, same plan)."
+)
 @click.option("--json", "json_out", is_flag=True, help="Print one JSON object.")
 def buckets(
     lengths_file: Path | None,

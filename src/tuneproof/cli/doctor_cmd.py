@@ -25,7 +25,7 @@ from tuneproof.io import check_out_folder
 )
 @click.option("--json", "json_out", is_flag=True, help="Print the report as one JSON object.")
 def doctor(config: str, out: Path | None, json_out: bool) -> None:
-    """Diagnose a fine-tuning setup: FLOP ledger, and a measured probe (fit, kernels, cross-check)."""
+    """Diagnose a setup end to end: FLOP ledger, attention dispatch, batching, measured probe."""
     from tuneproof.cli.common import progress_bar
     from tuneproof.doctor import run_doctor, write_report
 
