@@ -31,11 +31,19 @@ def parameter_estimate(text_config: Any) -> int:
 
 
 def available_memory_bytes() -> int | None:
-    """Physical memory available on this machine (Linux), or None when unknown."""
+    """Memory a new allocation can get on this machine: MemAvailable from /proc/meminfo (free plus
+    reclaimable cache), else total physical memory, else None (unknown: no check)."""
     import os
+    from pathlib import Path
 
     try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return None
 
