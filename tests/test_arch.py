@@ -77,3 +77,17 @@ def test_mistral_slides_everywhere_and_llama_nowhere() -> None:
 def test_bad_configs(cfg: dict, fragment: str) -> None:
     with pytest.raises(TuneproofError, match=fragment):
         from_config(cfg)
+
+
+def test_refused_attention_implementations_are_data() -> None:
+    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.flops import RunSpec, flop_report
+
+    gemma2 = from_config(config_dict("gemma2"))
+    assert "softcapping" in gemma2.attn_refused["sdpa"]
+    assert "sinks" in from_config(config_dict("gpt_oss")).attn_refused["sdpa"]
+    assert from_config(config_dict("llama")).attn_refused == {}
+    report = flop_report(gemma2, RunSpec(seq_len=32, attn="sdpa"))
+    assert any("will not run sdpa for gemma2" in n for n in report.notes)
+    assert not flop_report(gemma2, RunSpec(seq_len=32, attn="eager")).notes
+    assert "will not run sdpa" in explain(gemma2, Context(seq_len=32, batch=1)).notes[0]

@@ -107,7 +107,7 @@ def _shape(
     model_type: str,
     layers: list[LayerShape],
     pre: tuple[Step, ...] = (),
-    notes: tuple[str, ...] = (),
+    attn_refused: dict[str, str] | None = None,
 ) -> ModelShape:
     head = Linear(
         "lm_head", cfg.hidden_size, cfg.vocab_size, "model:final", "model:logits", "lm_head", adaptable=False
@@ -120,7 +120,7 @@ def _shape(
         tuple(layers),
         head,
         pre,
-        notes,
+        attn_refused or {},
     )
 
 
@@ -136,12 +136,11 @@ def read_dense(cfg: Any, model_type: str) -> ModelShape:
         layers.append(
             LayerShape(i, spec, tuple(steps), recompute_stops_early=not model_type.startswith("gemma"))
         )
-    notes: tuple[str, ...] = ()
+    refused = {}
     if model_type == "gemma2" and getattr(cfg, "attn_logit_softcapping", None) is not None:
-        notes = (
-            "attention logit softcapping: transformers refuses sdpa for this model (eager or flex only)",
-        )
-    return _shape(cfg, model_type, layers, notes=notes)
+        # modeling_gemma2.py: _supports_sdpa = False ("sdpa does not support softcapping")
+        refused["sdpa"] = "attention logit softcapping (Gemma2PreTrainedModel._supports_sdpa is False)"
+    return _shape(cfg, model_type, layers, attn_refused=refused)
 
 
 def read_moe(cfg: Any, model_type: str) -> ModelShape:
@@ -181,10 +180,11 @@ def read_moe(cfg: Any, model_type: str) -> ModelShape:
         steps.append(Join("out", ("mid", "ffn")))
         # MoE layers end in the routing-weight multiply, which saves the experts' output.
         layers.append(LayerShape(i, spec, tuple(steps), recompute_stops_early=dense))
-    notes: tuple[str, ...] = ()
+    refused = {}
     if model_type == "gpt_oss":
-        notes = ("attention sinks: transformers refuses sdpa for gpt_oss (eager, flex or kernels only)",)
-    return _shape(cfg, model_type, layers, notes=notes)
+        # modeling_gpt_oss.py: _supports_sdpa = False (attention sinks)
+        refused["sdpa"] = "attention sinks (GptOssPreTrainedModel._supports_sdpa is False)"
+    return _shape(cfg, model_type, layers, attn_refused=refused)
 
 
 def read_gemma4(cfg: Any, model_type: str) -> ModelShape:

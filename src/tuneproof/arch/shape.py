@@ -104,7 +104,8 @@ class LayerShape:
 @dataclass(frozen=True, slots=True)
 class ModelShape:
     """A whole model. `pre_steps` run once before the layers (e.g. Gemma 4's per-layer input
-    projection, reading "model:embed"); `head` is the LM head reading "model:final"."""
+    projection, reading "model:embed"); `head` is the LM head reading "model:final"; `attn_refused`
+    maps an attention implementation transformers will not run for this model to the reason."""
 
     model_type: str
     hidden_size: int
@@ -113,7 +114,8 @@ class ModelShape:
     layers: tuple[LayerShape, ...]
     head: Linear
     pre_steps: tuple[Step, ...] = field(default=())
-    notes: tuple[str, ...] = field(default=())
+    # attention implementations transformers refuses for this model, with the reason
+    attn_refused: dict[str, str] = field(default_factory=dict)
 
     @property
     def num_layers(self) -> int:

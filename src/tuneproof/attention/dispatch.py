@@ -343,7 +343,14 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
                 source,
             )
         )
-    return Explanation(ctx, layers, advise(shape, ctx, layers), _version_notes())
+    notes = _version_notes()
+    if ctx.attn in shape.attn_refused:
+        notes.insert(
+            0,
+            f"transformers will not run {ctx.attn} for {shape.model_type} "
+            f"({shape.attn_refused[ctx.attn]}): this explains what it would do",
+        )
+    return Explanation(ctx, layers, advise(shape, ctx, layers), notes)
 
 
 def _device_present(ctx: Context) -> bool:

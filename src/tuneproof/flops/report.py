@@ -187,8 +187,11 @@ def flop_report(
                 f"{run.attn} kernels keep no score matrix, so the backward recomputes it",
             )
         )
-    notes = list(shape.notes)
-    if run.attn == "sdpa" and shape.notes and any("refuses sdpa" in n for n in shape.notes):
-        notes.append("this ledger assumes sdpa ran; transformers will not run sdpa for this model")
+    notes = []
+    if run.attn in shape.attn_refused:
+        notes.append(
+            f"transformers will not run {run.attn} for {shape.model_type} ({shape.attn_refused[run.attn]}): "
+            "this ledger shows what it would compute; use eager or flex_attention"
+        )
     mfu = Mfu.compute(intended.total, performed.total, step_time_s, peak)
     return FlopReport(shape, run, intended, performed, excess, mfu, notes)
