@@ -33,7 +33,7 @@ def dispatch_grid() -> int:
                         seq_len=4096, batch=2, padded=padded, training=training, dtype=dtype, capability=cap
                     )
                     spec = AttentionSpec("full", None, 16, 16, head_dim, head_dim)
-                    mask, _, backend, refused, _ = predict(ctx, spec)
+                    mask, _, backend, _, _ = predict(ctx, spec)
                     live = _live_sdpa(ctx, spec, mask)
                     assert live is not None
                     ok = live[0] == backend
