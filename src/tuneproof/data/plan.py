@@ -43,14 +43,6 @@ class Plan(Sequence[np.ndarray]):
         s = self.stored_sizes
         return s if self.run_order is None else s[self.run_order]
 
-    def run_position(self) -> np.ndarray:
-        """For each stored micro-batch, its position in the run."""
-        if self.run_order is None:
-            return np.arange(len(self))
-        pos = np.empty_like(self.run_order)
-        pos[self.run_order] = np.arange(self.run_order.size)
-        return pos
-
     def __len__(self) -> int:
         return self.starts.size - 1 if self.run_order is None else self.run_order.size
 

@@ -22,7 +22,7 @@ Ledgers:
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tuneproof.arch.shape import Attention, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.errors import TuneproofError
@@ -197,11 +197,5 @@ def walk(
     `recompute`, `fused`, `input_grads` switch on the performed-only effects one at a time, so
     that the report can size each as its own excess line."""
     check_targets(shape, run)
-    eff = run if recompute or not run.grad_ckpt else _without_ckpt(run)
+    eff = run if recompute or not run.grad_ckpt else replace(run, grad_ckpt=False)
     return _Walker(shape, eff, tokens, pairs, fused, input_grads and run.grad_ckpt).walk()
-
-
-def _without_ckpt(run: RunSpec) -> RunSpec:
-    from dataclasses import replace
-
-    return replace(run, grad_ckpt=False)
