@@ -62,3 +62,50 @@ def test_trainer_trains_with_bucketed_micro_batches(tmp_path: Path) -> None:
     assert (
         sampler.epoch == 0 and sampler.widths()
     )  # the Trainer set the epoch; widths size the recompile guard
+
+
+def test_trl_sft_trainer_keeps_its_collator_and_trains(tmp_path: Path) -> None:
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    from trl import SFTConfig, SFTTrainer
+
+    from tiny_models import config_dict
+    from tuneproof.arch import resolve_text_config
+    from tuneproof.model import build_model
+
+    model = build_model(
+        resolve_text_config(config_dict("llama", num_hidden_layers=1, pad_token_id=0)), "sdpa"
+    )
+    vocab = {f"t{i}": i for i in range(64)}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t1")),
+        pad_token="t0",
+        eos_token="t2",
+        unk_token="t1",
+    )
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(4, 60, 64)
+    dataset = Dataset.from_dict({"input_ids": [rng.integers(3, 64, n).tolist() for n in lengths]})
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=3,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataset_kwargs={"skip_prepare_dataset": True},
+        remove_unused_columns=False,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    own = trainer.data_collator
+    sampler = use_bucketing(trainer)
+    batches = list(trainer.get_train_dataloader())
+    assert trainer.data_collator is own and len(batches) == len(sampler)
+    widths = [b["input_ids"].shape[1] for b in batches]
+    maxima = [int(lengths[idx].max()) for idx in sampler.plan()]
+    assert widths == maxima  # TRL's collator pads each micro-batch to its own longest member
+    result = trainer.train()
+    assert result.global_step == 3 and np.isfinite(result.training_loss)

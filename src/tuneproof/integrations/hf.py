@@ -9,6 +9,10 @@ The sampler is built from the Trainer's own arguments (per-device batch size, gr
 accumulation, seed, world size and rank, drop_last) and is rank-aware itself, so the
 `BatchSamplerShard` that `accelerator.prepare` adds is made a passthrough, as transformers does for
 its own `BatchRebalanceSampler`. The Trainer calls `set_epoch` on it every epoch.
+
+Collator: the Trainer's own is kept when it pads per batch (DataCollatorWithPadding, TRL's
+collators: they also carry completion masks, which a replacement would silently drop); only
+transformers' `default_data_collator`, which cannot pad, is replaced by `PadToLongest`.
 """
 
 from __future__ import annotations
@@ -71,11 +75,13 @@ def use_bucketing(
         rank=args.process_index,
         max_tokens=max_tokens,
     )
-    tokenizer = getattr(trainer, "processing_class", None)
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    if pad_id is None:
-        pad_id = getattr(trainer.model.config, "pad_token_id", None)
-    collator = PadToLongest(pad_id if pad_id is not None else 0, pad_to_multiple_of)
+    collator = trainer.data_collator
+    if collator is None or collator is _default_collator():
+        tokenizer = getattr(trainer, "processing_class", None)
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        if pad_id is None:
+            pad_id = getattr(trainer.model.config, "pad_token_id", None)
+        collator = PadToLongest(pad_id if pad_id is not None else 0, pad_to_multiple_of)
 
     def get_train_dataloader(self: Any) -> Any:
         from torch.utils.data import DataLoader
@@ -98,3 +104,9 @@ def use_bucketing(
 
     trainer.get_train_dataloader = types.MethodType(get_train_dataloader, trainer)
     return sampler
+
+
+def _default_collator() -> Any:
+    from transformers import default_data_collator
+
+    return default_data_collator
