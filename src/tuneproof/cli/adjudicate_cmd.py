@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.cli.common import console, int_list, print_json
+from tuneproof.cli.common import config_option, console, int_list, json_option, print_json
 
 
 @click.command()
-@click.option(
-    "--config", default="tiny", show_default=True, help="config.json path; 'tiny' = embedded model."
-)
+@config_option
 @click.option(
     "--widths", default="256,1024", show_default=True, help="Comma list of sequence widths (tokens)."
 )
@@ -28,7 +26,7 @@ from tuneproof.cli.common import console, int_list, print_json
     help="auto (where the backend has a backward here), on (required), off (forward only).",
 )
 @click.option("--batch", type=int, default=1, show_default=True, help="Sequences per batch.")
-@click.option("--json", "json_out", is_flag=True, help="Print one JSON object.")
+@json_option
 def adjudicate(
     config: str, widths: str, backends: str, dtype: str, grads: str, batch: int, json_out: bool
 ) -> None:

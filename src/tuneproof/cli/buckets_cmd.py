@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, int_list, print_json
+from tuneproof.cli.common import console, int_list, json_option, print_json
 from tuneproof.errors import TuneproofError
 
 
@@ -42,7 +42,7 @@ from tuneproof.errors import TuneproofError
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of every shuffle (same seed, same plan)."
 )
-@click.option("--json", "json_out", is_flag=True, help="Print one JSON object.")
+@json_option
 def buckets(
     lengths_file: Path | None,
     micro_batch: int,

@@ -9,6 +9,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import click
+
+# Options every command spells the same way.
+config_option = click.option(
+    "--config",
+    default="tiny",
+    show_default=True,
+    help="config.json path (or its folder); 'tiny' = the embedded Gemma-4-style model.",
+)
+json_option = click.option(
+    "--json", "json_out", is_flag=True, help="Print one JSON object instead of tables."
+)
+
 
 def resolve_config(config: str) -> Any:
     """'tiny' means the embedded tiny Gemma-4-style config; anything else is a path."""

@@ -6,24 +6,19 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, print_json
+from tuneproof.cli.common import config_option, console, json_option, print_json
 from tuneproof.io import check_out_folder
 
 
 @click.command()
-@click.option(
-    "--config",
-    default="tiny",
-    show_default=True,
-    help="config.json path; 'tiny' = the embedded Gemma-4-style model.",
-)
+@config_option
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=None,
     help="Folder to write report.json into (created if missing).",
 )
-@click.option("--json", "json_out", is_flag=True, help="Print the report as one JSON object.")
+@json_option
 def doctor(config: str, out: Path | None, json_out: bool) -> None:
     """Diagnose a setup end to end: FLOP ledger, attention dispatch, batching, measured probe."""
     from tuneproof.cli.common import progress_bar

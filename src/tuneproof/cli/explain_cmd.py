@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.cli.common import console, print_json, resolve_config
+from tuneproof.cli.common import config_option, console, json_option, print_json, resolve_config
 
 
 @click.command()
-@click.option(
-    "--config", default="tiny", show_default=True, help="config.json path; 'tiny' = embedded model."
-)
+@config_option
 @click.option("--seq-len", type=int, required=True, help="Padded width T, tokens.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch.")
 @click.option("--padded", is_flag=True, help="The batch holds padding (any sequence shorter than T).")
@@ -30,7 +28,7 @@ from tuneproof.cli.common import console, print_json, resolve_config
     default=None,
     help="GPU name (capability from the hardware table), e.g. 'RTX PRO 6000 Blackwell'.",
 )
-@click.option("--json", "json_out", is_flag=True, help="Print one JSON object.")
+@json_option
 def explain(
     config: str,
     seq_len: int,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, print_json
+from tuneproof.cli.common import console, json_option, print_json
 from tuneproof.errors import TuneproofError
 
 
@@ -32,7 +32,7 @@ def _widths(text: str | None) -> list[float]:
 @click.option(
     "--at", "at", default=None, help="Extra widths to report the quadratic share at, e.g. 32768,65536."
 )
-@click.option("--json", "json_out", is_flag=True, help="Print one JSON object instead of tables.")
+@json_option
 def fit(points: Path, at: str | None, json_out: bool) -> None:
     """Fit t = A*w + B*w^2 (no constant): quadratic (attention) share per width, and a constant-term test."""
     from tuneproof.measure import fit_scaling, read_points

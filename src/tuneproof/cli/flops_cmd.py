@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.cli.common import console, print_json, resolve_config
+from tuneproof.cli.common import config_option, console, json_option, print_json, resolve_config
 from tuneproof.errors import TuneproofError
 
 ATTN_CHOICES = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # = tuneproof.flops.ATTN_PATHS
 
 
 @click.command()
-@click.option(
-    "--config",
-    default="tiny",
-    show_default=True,
-    help="config.json path (or its folder); 'tiny' = the embedded Gemma-4-style model.",
-)
+@config_option
 @click.option("--seq-len", type=int, required=True, help="Padded width T of every sequence, tokens.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch, B.")
 @click.option(
@@ -46,7 +41,7 @@ ATTN_CHOICES = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # = tun
 @click.option(
     "--peak-tflops", type=float, default=None, help="Dense peak TFLOP/s; overrides the --gpu table."
 )
-@click.option("--json", "json_out", is_flag=True, help="Print one JSON object instead of tables.")
+@json_option
 def flops(
     config: str,
     seq_len: int,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, print_json
+from tuneproof.cli.common import console, json_option, print_json
 
 
 @click.command()
@@ -17,7 +17,7 @@ from tuneproof.cli.common import console, print_json
     help="Chrome trace from torch.profiler (export_chrome_trace or tensorboard handler; .json or .json.gz).",
 )
 @click.option("--top", type=int, default=5, show_default=True, help="Top kernels listed per class.")
-@click.option("--json", "json_out", is_flag=True, help="Print one JSON object.")
+@json_option
 def kernels(trace: Path, top: int, json_out: bool) -> None:
     """Sum device time by kernel class (attention, gemm, communication, memory, other) and read arch tags."""
     from tuneproof.measure.kernels import kernel_table, load_trace

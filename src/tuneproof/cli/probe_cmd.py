@@ -6,14 +6,12 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, int_list, print_json
+from tuneproof.cli.common import config_option, console, int_list, json_option, print_json
 from tuneproof.io import check_out_folder
 
 
 @click.command()
-@click.option(
-    "--config", default="tiny", show_default=True, help="config.json path; 'tiny' = embedded model."
-)
+@config_option
 @click.option("--attn", default="sdpa", show_default=True, help="sdpa, eager or flex_attention.")
 @click.option(
     "--widths",
@@ -33,7 +31,7 @@ from tuneproof.io import check_out_folder
     default=None,
     help="Folder for points.csv, trace.json.gz and probe.json (created if missing).",
 )
-@click.option("--json", "json_out", is_flag=True, help="Print one JSON object.")
+@json_option
 def probe(
     config: str,
     attn: str,
