@@ -75,12 +75,12 @@ def planning_time() -> None:
 
 
 def training_throughput() -> None:
-    from tuneproof.arch import resolve_text_config, tiny_config_path
+    from tuneproof.arch import resolve
     from tuneproof.data.collate import PadToLongest
     from tuneproof.model import build_model
 
     torch.set_num_threads(2)
-    model = build_model(resolve_text_config(tiny_config_path()), "sdpa").train()
+    model = build_model(resolve("tiny"), "sdpa").train()
     full, _ = synthetic_lengths()
     lengths = np.clip(full[:160] // 4, 32, 2048)  # CPU-sized: the shipped shape, scaled down 4x
     rng = np.random.default_rng(0)

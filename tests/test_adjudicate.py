@@ -1,4 +1,5 @@
-"""Backends judged against fp32 truth on the embedded tiny model (CPU)."""
+"""Backends judged against fp32 truth: the verdict pinned with fakes whose answer is known, then the
+real thing on the embedded tiny model (CPU)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 import pytest
 import torch
 
-from tuneproof.attention.adjudicate import Diff, adjudicate
+from tuneproof.arch import resolve
+from tuneproof.attention.adjudicate import AdjudicateSpec, Diff, adjudicate, judge_width, paired_halfwidth
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
 
@@ -19,36 +21,89 @@ def test_diff_reports_max_and_mean() -> None:
     assert (many.max_abs, many.mean_abs) == (1.0, 0.5)
 
 
-def test_adjudicate_names_the_backend_closest_to_truth(capsys) -> None:
-    assert (
-        main(["adjudicate", "--widths", "64,160", "--backends", "sdpa,flex_attention,eager", "--json"]) == 0
+def test_closest_is_the_smallest_error_beyond_the_noise() -> None:
+    v = judge_width(
+        256, {"sdpa": [3.0, 3.1, 2.9], "flex_attention": [2.0, 2.1, 1.9], "eager": [5.0, 5.2, 4.8]}
     )
+    assert (v.outcome, v.choice, v.tied) == ("closest", "flex_attention", ())
+    assert v.margin == pytest.approx(1.0) and v.noise == pytest.approx(0.0, abs=1e-9)
+    assert v.errors == pytest.approx({"sdpa": 3.0, "flex_attention": 2.0, "eager": 5.0})
+    assert "flex_attention is closest" in v.reason and "below sdpa" in v.reason
+
+
+def test_a_difference_inside_its_own_spread_is_a_tie() -> None:
+    v = judge_width(256, {"sdpa": [2.0, 3.0, 1.0], "flex_attention": [2.5, 1.6, 1.8]})
+    assert v.outcome == "tied" and v.choice == "flex_attention" and v.tied == ("sdpa",)
+    assert v.margin == pytest.approx(2.0 - 5.9 / 3) and v.noise is not None and v.noise > abs(v.margin)
+
+
+def test_one_batch_gives_no_verdict() -> None:
+    v = judge_width(256, {"sdpa": [3.0], "eager": [2.0]})
+    assert v.outcome == "inconclusive" and v.choice == "eager" and v.noise is None
+    assert "one batch gives no spread" in v.reason
+
+
+def test_nothing_measurable() -> None:
+    assert judge_width(64, {}).outcome == "inconclusive"
+    assert judge_width(64, {"sdpa": [1.0, 2.0]}).outcome == "inconclusive"
+
+
+def test_paired_interval() -> None:
+    assert paired_halfwidth([1.0]) is None
+    assert paired_halfwidth([1.0, 3.0]) == pytest.approx(12.706 * (2**0.5) / (2**0.5))
+    assert paired_halfwidth([2.0, 2.0, 2.0]) == 0.0
+
+
+def test_adjudicate_states_its_criterion_and_judges_each_width(capsys) -> None:
+    args = ["adjudicate", "--widths", "64,160", "--backends", "sdpa,flex_attention,eager", "--samples", "2"]
+    assert main([*args, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert set(d["closest_to_fp32_truth"]) == {"64", "160"}
-    assert set(d["closest_to_fp32_truth"].values()) <= {"sdpa", "flex_attention", "eager"}
-    rows = {(r["backend"], r["width"]): r for r in d["results"]}
-    assert len(rows) == 6
-    for (backend, _), r in rows.items():
+    assert d["criterion"] == "logits" and "mean |logit - fp32 truth|" in d["criterion_definition"]
+    assert d["samples"] == 2 and set(d["verdicts"]) == {"64", "160"}
+    for v in d["verdicts"].values():
+        assert v["outcome"] in ("closest", "tied", "inconclusive")
+        assert set(v["mean_error"]) == {"sdpa", "flex_attention", "eager"}
+    rows = {(r["backend"], r["width"], r["sample"]): r for r in d["results"]}
+    assert len(rows) == 12
+    for (backend, _, _), r in rows.items():
         assert r["logits"]["max_abs"] >= r["logits"]["mean_abs"] > 0  # bf16 is never exactly fp32
         if backend == "flex_attention":
             assert r["grads"] is None and "no backward on CPU" in r["grads_note"]
         else:
             assert r["grads"]["mean_abs"] > 0
-    # backends differ from each other: each is measured, none is a copy of another
-    assert rows[("sdpa", 160)]["logits"] != rows[("eager", 160)]["logits"]
+    assert rows[("sdpa", 160, 0)]["logits"] != rows[("eager", 160, 0)]["logits"]  # each measured
+    assert rows[("sdpa", 160, 0)]["logits"] != rows[("sdpa", 160, 1)]["logits"]  # batches differ
     assert any("forward only" in n for n in d["notes"])
+
+
+def test_gradients_as_the_criterion_leave_out_backends_without_a_backward() -> None:
+    result = adjudicate(
+        resolve("tiny"),
+        AdjudicateSpec(
+            widths=(64,), backends=("sdpa", "flex_attention", "eager"), criterion="grads", samples=2
+        ),
+    )
+    v = result.judge(64)
+    assert set(v.errors) == {"sdpa", "eager"}
+    assert any("no part in the grads verdict" in n for n in result.notes)
 
 
 @pytest.mark.parametrize(
     "kw,fragment",
     [
-        ({"backends": ["flex_attention"], "grads": "on"}, "backward requested for flex_attention on CPU"),
-        ({"backends": ["xformers"]}, "unknown ['xformers']"),
-        ({"backends": ["sdpa"], "dtype": "fp32"}, "cannot be adjudicated"),
-        ({"backends": ["sdpa"], "grads": "maybe"}, "--grads 'maybe'"),
+        ({"backends": ("flex_attention",), "grads": "on"}, "backward requested for flex_attention on CPU"),
+        ({"backends": ("xformers",)}, "backends 'xformers' is not known"),
+        ({"backends": ("flash_attention_2",)}, "backends 'flash_attention_2' is not known"),
+        ({"backends": ()}, "backends is empty"),
+        ({"dtype": "fp32"}, "dtype 'fp32' is not known"),
+        ({"grads": "maybe"}, "grads 'maybe' is not known"),
+        ({"criterion": "vibes"}, "criterion 'vibes' is not known"),
+        ({"criterion": "grads", "grads": "off"}, "criterion grads with grads off"),
+        ({"samples": 0}, "samples must be >= 1"),
+        ({"widths": (1,)}, "widths must be >= 2"),
     ],
 )
 def test_bad_adjudicate_input(kw: dict, fragment: str) -> None:
     with pytest.raises(TuneproofError) as e:
-        adjudicate("tiny", [64], **kw)
+        AdjudicateSpec(**kw)
     assert fragment in e.value.message

@@ -2,109 +2,190 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import tuneproof
 import tuneproof.arch
+import tuneproof.attention
+import tuneproof.data
 import tuneproof.flops
+import tuneproof.measure
+
+SRC = Path(tuneproof.__file__).parent
+
+FRONT_DOORS = {
+    tuneproof: [
+        "RunSpec",
+        "TuneproofError",
+        "__version__",
+        "flop_report",
+        "from_config",
+        "lookup_gpu",
+        "resolve",
+        "resolve_peak",
+    ],
+    tuneproof.arch: [
+        "Attention",
+        "AttentionSpec",
+        "FAMILIES",
+        "Family",
+        "Join",
+        "LayerShape",
+        "Linear",
+        "ModelShape",
+        "ResolvedModel",
+        "SUPPORTED_MODEL_TYPES",
+        "Step",
+        "TINY",
+        "from_config",
+        "load_config_dict",
+        "resolve",
+        "resolve_text_config",
+        "tiny_config_path",
+    ],
+    tuneproof.flops: [
+        "EFFECTS",
+        "Effect",
+        "Excess",
+        "FlopReport",
+        "Ledger",
+        "MODES",
+        "Mfu",
+        "Row",
+        "RunSpec",
+        "WalkState",
+        "flop_report",
+    ],
+    tuneproof.attention: [
+        "AdjudicateSpec",
+        "Adjudication",
+        "AttentionPath",
+        "Context",
+        "Diff",
+        "Explanation",
+        "FlexSetup",
+        "KernelChoice",
+        "LayerExplanation",
+        "PATHS",
+        "RecompileGuard",
+        "Rows",
+        "WidthVerdict",
+        "adjudicate",
+        "causal_block_mask",
+        "choose_for_head_dims",
+        "choose_kernel_options",
+        "document_block_mask",
+        "enable_flex",
+        "explain",
+        "padding_block_mask",
+        "parse_capability",
+        "path",
+        "run_with_smem_fallback",
+        "sliding_block_mask",
+    ],
+    tuneproof.data: [
+        "BucketBatchSampler",
+        "PackedBatchSampler",
+        "PackedCollator",
+        "PadToLongest",
+        "PlanStats",
+        "best_fit_decreasing",
+        "check_packed_batch",
+        "hf_length_grouped_plan",
+        "plan_stats",
+        "random_plan",
+        "read_lengths",
+        "synthetic_lengths",
+    ],
+    tuneproof.measure: [
+        "ConstantTerm",
+        "CrossCheck",
+        "Interleaved",
+        "KernelTable",
+        "ProbeResult",
+        "ProbeSpec",
+        "ScalingFit",
+        "Timing",
+        "Verdict",
+        "cross_check",
+        "fit_scaling",
+        "judge",
+        "judge_constant",
+        "kernel_table",
+        "load_trace",
+        "read_points",
+        "run_probe",
+        "time_fn",
+        "time_interleaved",
+    ],
+}
 
 
-def test_front_door_names() -> None:
-    assert sorted(tuneproof.__all__) == sorted(
-        ["RunSpec", "TuneproofError", "__version__", "flop_report", "from_config", "lookup_gpu"]
-    )
-    for name in tuneproof.__all__:
-        assert getattr(tuneproof, name) is not None
-
-
-def test_area_exports() -> None:
-    assert sorted(tuneproof.flops.__all__) == sorted(
-        [
-            "ATTN_PATHS",
-            "MODES",
-            "Excess",
-            "FlopReport",
-            "Ledger",
-            "Mfu",
-            "Row",
-            "RunSpec",
-            "flex_block_pairs",
-            "flop_report",
-            "intended_pairs",
-            "performed_pairs",
-        ]
-    )
-    assert "from_config" in tuneproof.arch.__all__ and "ModelShape" in tuneproof.arch.__all__
-
-
-def test_other_areas_front_doors() -> None:
-    import tuneproof.attention
-    import tuneproof.data
-    import tuneproof.measure
-
-    assert sorted(tuneproof.attention.__all__) == sorted(
-        [
-            "Adjudication",
-            "Context",
-            "Diff",
-            "Explanation",
-            "FlexSetup",
-            "KernelChoice",
-            "LayerExplanation",
-            "RecompileGuard",
-            "adjudicate",
-            "causal_block_mask",
-            "choose_for_head_dims",
-            "choose_kernel_options",
-            "document_block_mask",
-            "enable_flex",
-            "explain",
-            "padding_block_mask",
-            "parse_capability",
-            "run_with_smem_fallback",
-            "sliding_block_mask",
-        ]
-    )
-    assert sorted(tuneproof.data.__all__) == sorted(
-        [
-            "BucketBatchSampler",
-            "PackedBatchSampler",
-            "PackedCollator",
-            "PadToLongest",
-            "PlanStats",
-            "best_fit_decreasing",
-            "check_packed_batch",
-            "hf_length_grouped_plan",
-            "plan_stats",
-            "random_plan",
-            "read_lengths",
-            "synthetic_lengths",
-        ]
-    )
-    assert sorted(tuneproof.measure.__all__) == sorted(
-        [
-            "ConstantTerm",
-            "KernelTable",
-            "ProbeResult",
-            "ProbeSpec",
-            "ScalingFit",
-            "Timing",
-            "fit_scaling",
-            "kernel_table",
-            "load_trace",
-            "read_points",
-            "run_probe",
-            "time_fn",
-        ]
-    )
-    for area in (tuneproof.attention, tuneproof.data, tuneproof.measure):
-        for name in area.__all__:
-            assert getattr(area, name) is not None
+def test_front_doors_export_exactly_these_names() -> None:
+    for area, names in FRONT_DOORS.items():
+        assert sorted(area.__all__) == sorted(names), area.__name__
+        for name in names:
+            assert getattr(area, name) is not None, (area.__name__, name)
 
 
 def test_import_tuneproof_is_light() -> None:
-    heavy = "('torch', 'transformers', 'numpy', 'rich', 'click')"
-    code = f"import sys, tuneproof; print(sorted(m for m in {heavy} if m in sys.modules))"
+    heavy = "('torch', 'transformers', 'numpy', 'scipy', 'rich', 'click')"
+    code = f"import sys, tuneproof, tuneproof.data; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return out
+
+
+def test_no_library_module_imports_the_cli() -> None:
+    offenders = [
+        str(p.relative_to(SRC))
+        for p in SRC.rglob("*.py")
+        if "cli" not in p.relative_to(SRC).parts and any(m.startswith("tuneproof.cli") for m in _imports(p))
+    ]
+    assert offenders == []
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
+            out.add(id(first.value))
+    return out
+
+
+def test_library_messages_never_name_a_cli_flag() -> None:
+    """Library errors name fields ({seq_len}); only the CLI turns them into flags (--seq-len)."""
+    flag = re.compile(r"(^|\s)--[a-z][a-z-]+")
+    offenders = []
+    for p in SRC.rglob("*.py"):
+        if "cli" in p.relative_to(SRC).parts:
+            continue
+        tree = ast.parse(p.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            is_message = (
+                isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+            )
+            if is_message and flag.search(node.value):
+                offenders.append(f"{p.relative_to(SRC)}:{node.lineno}: {node.value[:60]}")
+    assert offenders == []

@@ -104,10 +104,13 @@ def test_capability_strings(text: str, cap: tuple[int, int]) -> None:
 @pytest.mark.parametrize(
     "args,fragment",
     [
-        (["--capability", "13.5"], "unknown capability '13.5'"),
-        (["--capability", "twelve"], "unknown capability 'twelve'"),
+        (["--capability", "13.5"], "unknown --capability '13.5'"),
+        (["--capability", "twelve"], "unknown --capability 'twelve'"),
+        (["--capability", "9.0", "--gpu", "H100"], "--capability and --gpu together"),
+        (["--batch", "0"], "--batch must be >= 1, got 0"),
+        (["--dtype", "fp8"], "--dtype 'fp8' is not known"),
         (["--padded", "--packed"], "--padded and --packed together"),
-        (["--attn", "xformers"], "--attn 'xformers' is not known"),
+        (["--attn", "xformers"], "--attn 'xformers' is not a known attention path"),
         (["--gpu", "Voodoo"], "unknown GPU 'Voodoo'"),
     ],
 )

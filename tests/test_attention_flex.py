@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 
+from tuneproof.arch import resolve
 from tuneproof.attention.flex import (
     EAGER_FLEX_WARNING,
     RecompileGuard,
@@ -174,7 +175,7 @@ def test_document_and_padding_masks_attend_only_where_allowed() -> None:
 
 
 def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
-    from tuneproof.arch import resolve_text_config
+    from tuneproof.arch import resolve
     from tuneproof.attention.flex import enable_flex
     from tuneproof.model import build_model
 
@@ -193,9 +194,10 @@ def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
         "vocab_size": 64,
         "layer_types": ["sliding_attention", "full_attention"],
     }
-    model = build_model(resolve_text_config(cfg), "sdpa")
-    setup = enable_flex(model, widths=[256, 512, 1024], capability=(12, 0), dtype="bf16", training=True)
-    try:
+    model = build_model(resolve(cfg), "sdpa")
+    with enable_flex(
+        model, widths=[256, 512, 1024], capability=(12, 0), dtype="bf16", training=True
+    ) as setup:
         assert model.config._attn_implementation == "flex_attention"
         assert setup.kernel_options["fwd_BLOCK_M"] == 32 and setup.kernel_options["fwd_BLOCK_N"] == 32
         assert "bwd_BLOCK_M1" in setup.kernel_options
@@ -205,6 +207,30 @@ def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
         _, kwargs = hook(model, (), {})
         assert kwargs["kernel_options"] == setup.kernel_options
         assert any("recompile limit 10" in line for line in setup.describe())
-    finally:
-        setup.guard.uninstall()
+    # everything undone: no hidden global state outlives the block
+    assert model.config._attn_implementation == "sdpa" and not model._forward_pre_hooks
+    assert torch._dynamo.config.recompile_limit == 8 and not torch._dynamo.config.fail_on_recompile_limit_hit
+
+
+def test_enable_flex_turns_dynamo_failure_into_the_tools_error_and_still_restores() -> None:
+    from tuneproof.attention.flex import enable_flex
+    from tuneproof.model import build_model
+
+    model = build_model(resolve({"model_type": "llama", **_LLAMA}), "sdpa")
+    with (
+        pytest.raises(TuneproofError, match="would fall back to uncompiled eager"),
+        enable_flex(model, widths=[16]),
+    ):
+        raise torch._dynamo.exc.FailOnRecompileLimitHit("recompile_limit reached")
+    assert model.config._attn_implementation == "sdpa"
     assert torch._dynamo.config.recompile_limit == 8
+
+
+_LLAMA = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=64,
+)

@@ -1,4 +1,5 @@
-"""Pair counts against brute force over the (q, k) grid."""
+"""Pair counts against brute force over the (q, k) grid, and the attention path table: one mask rule
+read by the ledger, the explainer and batching alike."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuneproof.flops.attention import flex_block_pairs, intended_pairs, performed_pairs
+from tuneproof.arch import from_config
+from tuneproof.attention.dispatch import Context, explain
+from tuneproof.attention.pairs import flex_block_pairs, flex_document_pairs, intended_pairs
+from tuneproof.attention.paths import PATHS, Rows, names, path
+from tuneproof.errors import TuneproofError
+from tuneproof.flops import RunSpec, flop_report
 
 
 def _allowed(width: int, length: int, window: int | None) -> np.ndarray:
@@ -17,6 +23,17 @@ def _allowed(width: int, length: int, window: int | None) -> np.ndarray:
     if window is not None:
         ok &= q - k < window
     return ok
+
+
+def _blocks_touched(ok: np.ndarray, block: int) -> int:
+    width = ok.shape[0]
+    total = 0
+    for q0 in range(0, width, block):
+        for k0 in range(0, width, block):
+            tile = ok[q0 : q0 + block, k0 : k0 + block]
+            if tile.any():
+                total += tile.size
+    return total
 
 
 @given(length=st.integers(1, 300), window=st.one_of(st.none(), st.integers(1, 200)))
@@ -31,19 +48,34 @@ def test_intended_pairs_is_exact(length: int, window: int | None) -> None:
     window=st.one_of(st.none(), st.integers(1, 400)),
     block=st.sampled_from([16, 64, 128]),
 )
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_flex_blocks_match_brute_force(
     width: int, data: st.DataObject, window: int | None, block: int
 ) -> None:
     length = data.draw(st.integers(1, width))
-    ok = _allowed(width, length, window)
-    expect = 0
-    for q0 in range(0, width, block):
-        for k0 in range(0, width, block):
-            tile = ok[q0 : q0 + block, k0 : k0 + block]
-            if tile.any():
-                expect += tile.size
-    assert flex_block_pairs(width, length, window, block) == expect
+    assert flex_block_pairs(width, length, window, block) == _blocks_touched(
+        _allowed(width, length, window), block
+    )
+
+
+@given(
+    docs=st.lists(st.integers(1, 150), min_size=1, max_size=8),
+    window=st.one_of(st.none(), st.integers(1, 300)),
+    block=st.sampled_from([16, 64, 128]),
+)
+@settings(max_examples=150, deadline=None)
+def test_flex_document_blocks_match_brute_force(docs: list[int], window: int | None, block: int) -> None:
+    width = sum(docs)
+    doc = np.repeat(np.arange(len(docs)), docs)
+    ok = _allowed(width, width, window) & (doc[:, None] == doc[None, :])
+    assert flex_document_pairs(docs, window, block) == _blocks_touched(ok, block)
+
+
+def test_flex_counts_stay_cheap_at_huge_widths() -> None:
+    # one pass over the query blocks: a million-token row is counted without a blocks-squared matrix
+    t = 1 << 20
+    assert flex_block_pairs(t, t, None) == sum(128 * 128 * (i + 1) for i in range(t // 128))
+    assert flex_block_pairs(t, t, 1024) < flex_block_pairs(t, t, None) // 100
 
 
 def test_sliding_formula_from_the_issue() -> None:
@@ -53,25 +85,91 @@ def test_sliding_formula_from_the_issue() -> None:
 
 
 def test_sdpa_materialises_at_and_above_the_window_only() -> None:
-    below = performed_pairs("sdpa", 1023, [1023], 1024)
-    at = performed_pairs("sdpa", 1024, [1024], 1024)
-    assert not below.mask_materialised and below.pairs == intended_pairs(1023, None)
-    assert at.mask_materialised and at.pairs == 1024 * 1024
+    sdpa = path("sdpa")
+    below = sdpa.performed(Rows.padded(1023, [1023]), 1024)
+    at = sdpa.performed(Rows.padded(1024, [1024]), 1024)
+    assert not below.mask.materialised and below.pairs == intended_pairs(1023, None)
+    assert at.mask.materialised and at.pairs == 1024 * 1024
     assert "kv_length 1024 >= window 1024" in at.why
 
 
-def test_sdpa_padding_forces_the_full_square_on_global_layers() -> None:
-    r = performed_pairs("sdpa", 100, [100, 60], None)
-    assert r.mask_materialised and r.pairs == 2 * 100 * 100 and "padding" in r.why
-    assert performed_pairs("sdpa", 100, [100, 100], None).pairs == 2 * intended_pairs(100, None)
+def test_sdpa_padding_or_packing_forces_the_full_square() -> None:
+    sdpa = path("sdpa")
+    padded = sdpa.performed(Rows.padded(100, [100, 60]), None)
+    assert padded.mask.materialised and padded.pairs == 2 * 100 * 100 and "padded batch" in padded.why
+    assert sdpa.performed(Rows.padded(100, [100, 100]), None).pairs == 2 * intended_pairs(100, None)
+    packed = sdpa.performed(Rows(100, ((40, 60),)), None)
+    assert packed.mask.materialised and packed.pairs == 100 * 100 and "packed batch" in packed.why
 
 
-def test_flash_attention_counts_real_tokens_only() -> None:
-    assert performed_pairs("flash_attention_2", 100, [100, 60], 16).pairs == (
-        intended_pairs(100, 16) + intended_pairs(60, 16)
+def test_flash_counts_real_tokens_and_documents_only() -> None:
+    flash = path("flash_attention_2")
+    assert flash.performed(Rows.padded(100, [100, 60]), 16).pairs == intended_pairs(100, 16) + intended_pairs(
+        60, 16
+    )
+    assert flash.performed(Rows(100, ((40, 60),)), None).pairs == intended_pairs(40, None) + intended_pairs(
+        60, None
     )
 
 
-def test_unknown_path_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown attention path"):
-        performed_pairs("xformers", 10, [10], None)
+def test_unknown_path_is_refused_never_costed_as_another() -> None:
+    with pytest.raises(TuneproofError, match="'xformers' is not a known attention path"):
+        path("xformers")
+    with pytest.raises(TuneproofError, match="attn 'xformers'"):
+        RunSpec(seq_len=8, attn="xformers")
+
+
+def test_rows_refuse_padded_packed_rows_and_overfull_rows() -> None:
+    with pytest.raises(TuneproofError, match="packed rows are not padded"):
+        Rows(100, ((40, 50),))
+    with pytest.raises(TuneproofError, match="hold 120 tokens in a row of width 100"):
+        Rows.padded(100, [120])
+
+
+def test_path_table_flags() -> None:
+    assert list(PATHS) == ["eager", "sdpa", "flash_attention_2", "flex_attention"]
+    assert names(probe=True) == ("eager", "sdpa", "flex_attention")
+    assert names(adjudicate=True) == ("eager", "sdpa", "flex_attention")
+    assert [p.name for p in PATHS.values() if p.fused_backward] == [
+        "sdpa",
+        "flash_attention_2",
+        "flex_attention",
+    ]
+
+
+# ---- the ledger and the explainer read one mask rule --------------------------------------------
+
+GRID_SHAPE = {
+    "model_type": "gemma3_text",
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "query_pre_attn_scalar": 16,
+    "sliding_window": 64,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "vocab_size": 256,
+}
+
+
+@pytest.mark.parametrize("attn", list(PATHS))
+@pytest.mark.parametrize("geometry", ["plain", "padded", "packed"])
+@pytest.mark.parametrize("width", [32, 63, 64, 65, 256])  # below, at and above the window of 64
+def test_ledger_and_explainer_agree_on_the_mask(attn: str, geometry: str, width: int) -> None:
+    shape = from_config(GRID_SHAPE)
+    ctx = Context(seq_len=width, batch=2, attn=attn, padded=geometry == "padded", packed=geometry == "packed")
+    rows = ctx.rows()
+    run = RunSpec(seq_len=width, batch=2, attn=attn, documents=rows.docs)
+    ledger = flop_report(shape, run).attention
+    explained = {f"{x.layer_type}": x.mask_materialised for x in explain(shape, ctx, live=False).layers}
+    for label, mask in ledger.items():
+        kind = label.split()[0]
+        assert mask.materialised == explained[kind], (label, attn, geometry, width)
+    # and the rule itself, spelled out once here: sdpa materialises iff packed, padded or width >= window
+    sliding = next(m for label, m in ledger.items() if label.startswith("sliding"))
+    expect = {"eager": True, "flash_attention_2": False, "flex_attention": False}.get(
+        attn, geometry != "plain" or width >= 64
+    )
+    assert sliding.materialised == expect

@@ -10,7 +10,6 @@ import pytest
 
 from tuneproof.cli.app import main
 from tuneproof.data import read_lengths
-from tuneproof.data.compare import _packed_pairs
 from tuneproof.errors import TuneproofError
 
 
@@ -66,19 +65,21 @@ def test_attention_flops_flip_between_sdpa_and_flex(capsys) -> None:
     assert sdpa["bucketed"]["attention_flops"]["intended"] == flex["bucketed"]["attention_flops"]["intended"]
 
 
-def test_packed_flex_pairs_against_brute_force() -> None:
-    docs = np.array([100, 200, 30, 300])
-    width = int(docs.sum())
-    doc = np.repeat(np.arange(docs.size), docs)
-    q, k = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
-    ok = (doc[q] == doc[k]) & (k <= q)
-    expect = 0
-    for q0 in range(0, width, 128):
-        for k0 in range(0, width, 128):
-            tile = ok[q0 : q0 + 128, k0 : k0 + 128]
-            expect += tile.size if tile.any() else 0
-    assert _packed_pairs("flex_attention", docs, None) == expect
-    assert _packed_pairs("sdpa", docs, None) == width * width
+def test_packed_plans_are_costed_by_the_path_table() -> None:
+    from tiny_models import config_dict
+    from tuneproof.arch import from_config
+    from tuneproof.attention.pairs import flex_document_pairs
+    from tuneproof.data.compare import attention_flops
+
+    shape = from_config(config_dict("llama", num_hidden_layers=1))
+    lengths = np.array([100, 200, 30, 300])
+    plan = [np.arange(4)]
+    per_pair = 2.0 * 4 * (16 + 16)  # heads x (head_dim + v_head_dim), one layer
+    flex = attention_flops(shape, "flex_attention", plan, lengths, packed=True)
+    assert flex["performed"] == flex_document_pairs(lengths, None) * per_pair
+    assert attention_flops(shape, "sdpa", plan, lengths, packed=True)["performed"] == 630 * 630 * per_pair
+    with pytest.raises(TuneproofError, match="'xformers' is not a known attention path"):
+        attention_flops(shape, "xformers", plan, lengths, packed=True)
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -122,8 +123,9 @@ def test_bad_lengths_files(tmp_path: Path, capsys, text: str, fragment: str) -> 
 @pytest.mark.parametrize(
     "args,fragment",
     [
-        (["--micro-batch", "0"], "--micro-batch and --grad-accum must be >= 1"),
-        (["--compare", "fairseq"], "--compare fairseq is not known"),
+        (["--micro-batch", "0"], "--micro-batch must be >= 1, got 0"),
+        (["--grad-accum", "-2"], "--grad-accum must be >= 1, got -2"),
+        (["--compare", "fairseq"], "--compare 'fairseq' is not known"),
         (["--sweep", "1,x"], "not a comma list of integers"),
         (["--lengths", "/nonexistent"], "lengths file not found"),
     ],

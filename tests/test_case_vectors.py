@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tuneproof.arch import from_config
-from tuneproof.flops import RunSpec, flop_report, intended_pairs
+from tuneproof.attention.pairs import intended_pairs
+from tuneproof.flops import RunSpec, flop_report
 from tuneproof.flops.report import Mfu
 from tuneproof.hardware import Peak
 

@@ -1,4 +1,5 @@
-"""The scaling fit on CASE-like synthetic points (../shared/CASE.md section 2)."""
+"""The scaling fit on CASE-like points (../shared/CASE.md section 2), and the examples of the trust
+issue that the old fit got wrong, each with the numbers the old code printed."""
 
 from __future__ import annotations
 
@@ -8,19 +9,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fakes import A, B, FakeClock, case_time
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
-from tuneproof.measure import fit_scaling, read_points
+from tuneproof.measure import fit_scaling, judge_constant, read_points, time_interleaved
 
-A, B = 6.87e-4, 8.85e-8
 WIDTHS = (2048, 8192, 16384)  # 8x range, as in the CASE
 
 
-def case_points(c: float = 0.0, noise: float = 0.001, repeats: int = 5, seed: int = 1):
+def case_points(c: float = 0.0, noise: float = 0.001, repeats: int = 6, seed: int = 1):
     rng = np.random.default_rng(seed)
     w = np.repeat(np.array(WIDTHS, dtype=float), repeats)
     t = c + A * w + B * w * w + rng.normal(0, noise, size=w.size)
     return w, t
+
+
+def rows(widths: tuple[float, ...], times: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+    w = np.concatenate([[x] * len(t) for x, t in zip(widths, times, strict=True)]).astype(float)
+    return w, np.concatenate([np.asarray(t, dtype=float) for t in times])
 
 
 def test_recovers_case_shares() -> None:
@@ -28,28 +34,146 @@ def test_recovers_case_shares() -> None:
     assert fit.quad_share[2048.0] == pytest.approx(0.209, abs=0.005)
     assert fit.quad_share[16384.0] == pytest.approx(0.678, abs=0.005)
     assert fit.a == pytest.approx(A, rel=0.02) and fit.b == pytest.approx(B, rel=0.02)
+    assert fit.quad_share_ci is not None
     lo, hi = fit.quad_share_ci[16384.0]
     assert lo < fit.quad_share[16384.0] < hi and hi - lo < 0.02
     assert max(abs(r) for r in fit.residuals_s) < 0.005
+    assert fit.constant.verdict == "absent" and not fit.constant_in_model  # the CASE: no constant term
 
 
-def test_constant_term_detected_only_when_present() -> None:
+def test_constant_present_absent_undetermined() -> None:
     absent = fit_scaling(*case_points(c=0.0))
     present = fit_scaling(*case_points(c=0.5))
-    assert absent.constant.significant is False and "refuted" in absent.constant.reason
-    assert present.constant.significant is True and present.constant.c == pytest.approx(0.5, abs=0.05)
+    noisy = fit_scaling(*case_points(c=0.05, noise=0.2, seed=4))
+    assert absent.constant.verdict == "absent" and "refuted" in absent.constant.reason
+    assert present.constant.verdict == "present" and present.constant.c == pytest.approx(0.5, abs=0.05)
+    assert present.constant_in_model and present.quad_share[16384.0] == pytest.approx(
+        B * 16384**2 / case_time(16384, 0.5), abs=0.01
+    )
+    assert noisy.constant.verdict == "undetermined" and "refuted" not in noisy.constant.reason
+    assert noisy.constant.repeats_to_decide and "repeats per width would decide it" in noisy.constant.reason
+    assert noisy.constant_in_model  # an unproven "no overhead" is never assumed
 
 
-def test_three_rows_cannot_test_the_constant() -> None:
+@pytest.mark.parametrize(
+    "c,interval,verdict",
+    [
+        (0.5, (0.45, 0.55), "present"),
+        (0.0, (-0.05, 0.05), "absent"),
+        (0.0, (-0.2, 0.2), "undetermined"),
+        (0.12, (0.05, 0.2), "undetermined"),  # above 0 but not above the margin
+        (-0.5, (-0.6, -0.4), "undetermined"),  # negative: the model does not fit
+        (0.09, (-0.01, 0.101), "undetermined"),  # one end just outside the margin
+    ],
+)
+def test_constant_verdicts_at_their_edges(c: float, interval: tuple[float, float], verdict: str) -> None:
+    assert judge_constant(c, interval, margin=0.1, repeats=6).verdict == verdict
+
+
+def test_repeats_to_decide_scale_with_the_square_of_the_interval() -> None:
+    t = judge_constant(0.0, (-0.2, 0.2), margin=0.1, repeats=6)
+    assert t.repeats_to_decide == 24  # half-width 0.2 must shrink to 0.1: four times the repeats
+
+
+def test_example_one_outlier_no_longer_makes_everything_quadratic() -> None:
+    """Issue example: one repeat of 5.93 s among 0.54-0.61 s. The old fit (NNLS on every row) printed
+    a 100.0 % quadratic share at every width. Truth here: 50 % at 4096."""
+    a, b = 0.285 / 4096, 0.285 / 4096**2
+    widths = (1024.0, 2048.0, 4096.0)
+    base = [[a * w + b * w * w] * 6 for w in widths]
+    base[2] = [0.54, 0.61, 5.93, 0.57, 0.56, 0.58]
+    fit = fit_scaling(*rows(widths, base))
+    assert fit.outliers[4096.0] == [5.93]
+    assert fit.quad_share[4096.0] == pytest.approx(0.5, abs=0.03)
+    assert fit.quad_share[1024.0] < 0.25
+
+
+def test_example_boundary_b_zero_gets_an_honest_upper_bound() -> None:
+    """Issue example: B = 0 at the NNLS boundary with a bootstrap interval of [0, 0]. These noisy,
+    nearly linear timings give B = 0; the interval must still say how much quadratic work the noise
+    allows. The old code also called the constant 'refuted' with SE 0.11 > |C| = 0.023."""
+    rng = np.random.default_rng(5)
+    widths = (1024.0, 2048.0, 4096.0)
+    times = [list(3.3e-4 * w + 2e-9 * w * w + 3.3e-4 * w * 0.08 * rng.standard_normal(6)) for w in widths]
+    fit = fit_scaling(*rows(widths, times))
+    assert fit.b == 0.0 and fit.quad_share[4096.0] == 0.0
+    assert fit.quad_share_ci is not None
+    lo, hi = fit.quad_share_ci[4096.0]
+    assert lo == 0.0 and hi > 0.1
+    assert fit.constant.verdict == "undetermined" and "refuted" not in fit.constant.reason
+
+
+def test_example_refuted_with_a_huge_standard_error_is_now_undetermined() -> None:
+    """Issue example: 'C = 5.34 s is not distinguishable from 0 (SE 2.5): the launch-/host-bound
+    hypothesis is refuted'. Noise that large decides nothing."""
+    rng = np.random.default_rng(0)
+    widths = (1024.0, 2048.0, 4096.0)
+    times = [list(0.35 * (w / 1024) * (1 + 0.6 * np.abs(rng.standard_normal(6)))) for w in widths]
+    fit = fit_scaling(*rows(widths, times))
+    assert fit.constant.verdict == "undetermined"
+    assert "refuted" not in fit.constant.reason and "too wide" in fit.constant.reason
+
+
+def test_example_a_burst_no_longer_fakes_a_constant() -> None:
+    """Issue example: under load 'C = 2.49 s is distinguishable from 0 ... (launch- or host-bound)'.
+    A neighbour's burst that lasts while one width is timed bends a width-by-width measurement into a
+    constant term; interleaved timing spreads it over every width, and the outlier rule drops it."""
+
+    def machine(clock: FakeClock):
+        def step(w: int):
+            def run() -> None:
+                busy = clock.now < 20.0  # a 20 s burst at the start
+                clock.now += case_time(w) * (2.5 if busy else 1.0)
+
+            return run
+
+        return step
+
+    widths = (2048, 8192, 16384)
+    one_by_one = FakeClock()
+    step = machine(one_by_one)
+    sequential = {
+        w: time_interleaved(
+            {w: step(w)}, warmup=0, min_repeats=6, max_repeats=6, budget_s=1e6, clock=one_by_one
+        )
+        for w in widths
+    }
+    seq = fit_scaling(
+        *rows(tuple(map(float, widths)), [list(sequential[w].timings[w].times_s) for w in widths])
+    )
+    clock = FakeClock()
+    inter = time_interleaved(
+        {w: machine(clock)(w) for w in widths},
+        warmup=0,
+        min_repeats=6,
+        max_repeats=10,
+        budget_s=1e6,
+        clock=clock,
+    )
+    fit = fit_scaling(*rows(tuple(map(float, widths)), [list(inter.timings[w].times_s) for w in widths]))
+    assert seq.constant.verdict != "absent"  # the burst on the first width looks like overhead
+    assert fit.constant.verdict == "absent" and fit.quad_share[16384.0] == pytest.approx(0.678, abs=0.01)
+    assert sum(t.num_outliers for t in inter.timings.values()) == 2  # the burst's two repeats, set aside
+
+
+def test_three_rows_give_shares_but_no_interval() -> None:
     fit = fit_scaling(*case_points(repeats=1, noise=0.0))
-    assert fit.constant.significant is None and "add repeats" in fit.constant.reason
+    assert fit.quad_share_ci is None and "needs 6" in (fit.ci_reason or "")
+    assert fit.constant.verdict == "undetermined" and "add repeats" in fit.constant.reason
     assert fit.quad_share[16384.0] == pytest.approx(0.678, abs=0.001)
 
 
 def test_shares_at_extra_widths_and_nonnegativity() -> None:
-    w = np.array([1000.0, 2000, 4000, 8000])
+    w = np.repeat([1000.0, 2000, 4000, 8000], 6)
     fit = fit_scaling(w, 1e-3 * w, at=[32000.0])  # purely linear: B must be 0, not negative
-    assert fit.b == 0 and fit.quad_share[32000.0] == 0
+    assert fit.b == pytest.approx(0.0, abs=1e-15) and fit.quad_share[32000.0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_model_that_does_not_fit_gives_no_interval() -> None:
+    w = np.repeat([1024.0, 2048.0, 4096.0], 6)
+    t = np.repeat([1.0, 0.5, 2.0], 6) * (1 + 0.001 * np.arange(18) % 3)  # 2048 faster than 1024
+    fit = fit_scaling(w, t)
+    assert fit.quad_share_ci is None and "negative beyond the noise" in (fit.ci_reason or "")
 
 
 @pytest.mark.parametrize(
@@ -77,6 +201,9 @@ def _csv(tmp_path: Path, text: str) -> Path:
         ("width,time\n1,2\n", "missing column seconds"),
         ("width,seconds\n2048,0.5\n8192,-1\n", "points.csv:3: seconds must be > 0"),
         ("width,seconds\n2048,abc\n", "points.csv:2: not numbers"),
+        ("width,seconds\n2048,nan\n", "points.csv:2: not numbers"),
+        ("width,seconds\n2048.5,1\n", "width must be a positive integer"),
+        ("width,seconds\n", "holds no rows"),
         ("", "missing column width, seconds"),
     ],
 )
@@ -90,9 +217,9 @@ def test_fit_command_json(tmp_path: Path, capsys) -> None:
     p = _csv(tmp_path, "width,seconds\n" + "".join(f"{int(a)},{b}\n" for a, b in zip(w, t, strict=True)))
     assert main(["fit", "--points", str(p), "--at", "32768", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert {"A", "B", "residuals_s", "quad_share", "quad_share_ci", "constant"} <= d.keys()
+    assert {"A", "B", "C", "residuals_s", "quad_share", "quad_share_ci", "constant", "medians_s"} <= d.keys()
     assert d["quad_share"]["16384"] == pytest.approx(0.678, abs=0.005) and "32768" in d["quad_share"]
-    assert d["constant"]["significant"] is False
+    assert d["constant"]["verdict"] == "absent"
     assert main(["fit", "--points", str(p)]) == 0
     assert "quadratic share" in capsys.readouterr().out
 

@@ -55,7 +55,7 @@ def test_lookup_by_reported_name(reported: str, expected: str) -> None:
 def test_unknown_gpu_gives_no_fallback() -> None:
     with pytest.raises(TuneproofError) as e:
         lookup_gpu("NVIDIA GeForce RTX 3070 Ti")
-    assert "H100 SXM" in e.value.message and "--peak-tflops" in e.value.message
+    assert "H100 SXM" in e.value.message and "give peak_tflops" in e.value.message  # a field, not a flag
 
 
 def test_unknown_dtype_gives_no_peak_with_reason() -> None:
@@ -73,3 +73,50 @@ def test_capabilities_and_shared_memory() -> None:
 def test_contested_values_carry_their_note_into_the_peak_source() -> None:
     p = peak_for(lookup_gpu("NVIDIA GB200"), "bf16")
     assert p.tflops == 2500.0 and "contested" in (p.source or "") and "2250" in (p.source or "")
+
+
+def test_table_constants_the_case_and_the_mfu_depend_on() -> None:
+    """Pinned by value: a typo in a peak is an MFU off by 10x that no other test would notice."""
+    expected = {
+        "H100 SXM": 989.0,
+        "H100 PCIe": 756.0,
+        "H100 NVL": 835.0,
+        "H200": 989.0,
+        "GH200": 989.0,
+        "H200 NVL": 835.0,
+        "B200": 2250.0,
+        "GB200": 2500.0,
+        "A100": 312.0,
+        "L40S": 362.05,
+        "L4": 121.0,
+        "A10G": 125.0,
+        "RTX 4090": 165.2,
+        "RTX 5090": 209.5,
+        "RTX PRO 6000 Blackwell": 503.8,
+        "RTX PRO 6000 Blackwell Max-Q": 438.9,
+    }
+    assert {g.name: g.peak_tflops["bf16"] for g in GPUS} == expected
+    assert {g.name: g.capability for g in GPUS}["RTX PRO 6000 Blackwell"] == (12, 0)
+    assert lookup_gpu("H100").peak_tflops["fp8"] == 1979.0
+
+
+def test_resolve_peak_policy_and_reasons() -> None:
+    from tuneproof.hardware import Peak, resolve_peak
+
+    given = resolve_peak("A100", "bf16", peak_tflops=100.0)
+    assert (given.tflops, given.source) == (100.0, "user-given peak")
+    table = resolve_peak("NVIDIA A100-SXM4-80GB", "bf16")
+    assert table.tflops == 312.0 and "A100" in (table.source or "")
+    none = resolve_peak(None, "bf16")
+    assert none.tflops is None and "no GPU named" in (none.reason or "")
+    measured = resolve_peak("A100", "fp8", measure=lambda: Peak(1.5, "measured peak (x)", "fp8"))
+    assert measured.tflops == 1.5 and "no dense fp8 peak known for A100" in (measured.reason or "")
+    unknown = resolve_peak("Voodoo 5", "bf16", measure=lambda: Peak(0.5, "measured peak (x)", "bf16"))
+    assert unknown.tflops == 0.5 and "not in the table: measured instead" in (unknown.reason or "")
+    with pytest.raises(TuneproofError, match="unknown GPU 'Voodoo 5'"):
+        resolve_peak("Voodoo 5", "bf16")
+    for bad in (float("nan"), float("inf"), 0.0, -3.0):
+        with pytest.raises(TuneproofError, match="peak_tflops"):
+            resolve_peak(None, "bf16", peak_tflops=bad)
+    with pytest.raises(TuneproofError, match="dtype 'int3' is not known"):
+        resolve_peak("A100", "int3")

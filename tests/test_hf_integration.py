@@ -25,11 +25,11 @@ def test_trainer_trains_with_bucketed_micro_batches(tmp_path: Path) -> None:
     from transformers import Trainer, TrainingArguments
 
     from tiny_models import config_dict
-    from tuneproof.arch import resolve_text_config
+    from tuneproof.arch import resolve
     from tuneproof.model import build_model
 
     cfg = config_dict("llama", num_hidden_layers=1, pad_token_id=0)
-    model = build_model(resolve_text_config(cfg), "sdpa")
+    model = build_model(resolve(cfg), "sdpa")
     rng = np.random.default_rng(0)
     lengths = rng.integers(4, 60, 64)
     rows = [{"input_ids": rng.integers(1, 64, n).tolist()} for n in lengths]
@@ -71,12 +71,10 @@ def test_trl_sft_trainer_keeps_its_collator_and_trains(tmp_path: Path) -> None:
     from trl import SFTConfig, SFTTrainer
 
     from tiny_models import config_dict
-    from tuneproof.arch import resolve_text_config
+    from tuneproof.arch import resolve
     from tuneproof.model import build_model
 
-    model = build_model(
-        resolve_text_config(config_dict("llama", num_hidden_layers=1, pad_token_id=0)), "sdpa"
-    )
+    model = build_model(resolve(config_dict("llama", num_hidden_layers=1, pad_token_id=0)), "sdpa")
     vocab = {f"t{i}": i for i in range(64)}
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t1")),

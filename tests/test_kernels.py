@@ -126,7 +126,7 @@ def test_kernels_command(capsys) -> None:
 @pytest.mark.parametrize(
     "content,fragment",
     [
-        (b"this is not json", "is not JSON"),
+        (b"this is not json", "is not a readable JSON trace"),
         (json.dumps({"traceEvents": []}).encode(), "no kernel or CPU operator events"),
         (json.dumps({"foo": 1}).encode(), "has no traceEvents list"),
     ],
@@ -142,5 +142,5 @@ def test_bad_traces(tmp_path: Path, capsys, content: bytes, fragment: str) -> No
 def test_corrupt_gzip(tmp_path: Path) -> None:
     p = tmp_path / "trace.json.gz"
     p.write_bytes(gzip.compress(b"{}")[:10])
-    with pytest.raises(TuneproofError, match="is not JSON"):
+    with pytest.raises(TuneproofError, match="is not a readable JSON trace"):
         load_trace(p)

@@ -70,11 +70,11 @@ def test_the_trap_is_real_in_transformers(attn: str) -> None:
     """Why the collator refuses a mask and sets use_cache=False: packed position_ids isolate documents
     only without a 2-D mask and without a cache (measured on transformers 5.24)."""
     from tiny_models import config_dict
-    from tuneproof.arch import resolve_text_config
+    from tuneproof.arch import resolve
     from tuneproof.model import build_model
 
     cfg = config_dict("llama", num_hidden_layers=1)
-    model = build_model(resolve_text_config(cfg), attn).train()
+    model = build_model(resolve(cfg), attn).train()
     doc_a, doc_b = [3, 4, 5, 6], [7, 8, 9]
     batch = PackedCollator()([{"input_ids": doc_a}, {"input_ids": doc_b}])
     with torch.no_grad():

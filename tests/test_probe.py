@@ -1,61 +1,86 @@
-"""The probe end to end on the embedded tiny model (CPU, small widths: fast, not a speed test)."""
+"""The probe end to end on the embedded tiny model (CPU, small widths: fast, not a speed test), and the
+cross-check's verdict pinned with fakes whose right answer is known."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from fakes import A, B, case_time
+from tuneproof.arch import resolve
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
+from tuneproof.measure import cross_check, judge
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.fit import read_points
-from tuneproof.measure.kernels import kernel_table, load_trace
+from tuneproof.measure.kernels import PROFILE_COLUMNS, kernel_table, load_trace
 from tuneproof.measure.probe import ProbeSpec, run_probe
+from tuneproof.measure.timing import Skip
+
+TINY = resolve("tiny")
+FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2)
 
 
 def test_probe_runs_fits_profiles_and_keeps_files(tmp_path: Path) -> None:
-    spec = ProbeSpec(widths=(64, 128, 256), mode="forward", repeats=2)
-    result = run_probe(spec, out=tmp_path / "out")
+    result = run_probe(TINY, ProbeSpec(**FAST), out=tmp_path / "out")
     assert sorted(result.timings) == [64, 128, 256] and result.profiled_width == 256
-    assert all(t.repeats == 2 and len(t.times_s) == 2 for t in result.timings.values())
+    assert all(t.repeats >= 3 for t in result.timings.values())
+    assert all(len(p) == 2 for p in result.kernel_ms.values())  # every width profiled
     assert result.kernels.source == "cpu_ops" and result.kernels.share("attention") > 0
-    assert result.verdict in ("agree", "disagree")
-    assert result.cross_check_line().startswith("quadratic share (fit) ")
-    assert " vs attention share (kernels) " in result.cross_check_line()
-    assert result.peak.source.startswith("measured peak")
+    assert result.verdict in ("agree", "disagree", "inconclusive")
+    assert result.cross.line().startswith("quadratic share at width 256: ")
+    assert result.peak.source.startswith("measured peak") and "measured instead" in result.peak.reason
     assert result.flops.mfu.intended is not None  # measured peak on CPU
     widths, seconds = read_points(tmp_path / "out" / "points.csv")
-    assert sorted(set(widths.tolist())) == [64.0, 128.0, 256.0] and len(seconds) == 6
+    assert sorted(set(widths.tolist())) == [64.0, 128.0, 256.0]
+    assert len(seconds) == sum(len(t.times_s) for t in result.timings.values())
     assert kernel_table(load_trace(tmp_path / "out" / "trace.json.gz")).source == "cpu_ops"
+    header = (tmp_path / "out" / "kernels.csv").read_text().splitlines()[0]
+    assert header == "width,profile," + ",".join(f"{c}_ms" for c in PROFILE_COLUMNS)
     saved = json.loads((tmp_path / "out" / "probe.json").read_text())
-    assert {"points", "fit", "kernels", "cross_check", "flops"} <= saved.keys()
+    assert {"points", "fit", "kernels", "kernel_ms", "cross_check", "flops", "timing"} <= saved.keys()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "kernels.csv",
+        "points.csv",
+        "probe.json",
+        "trace.json.gz",
+    ]
+
+
+def test_the_global_rng_is_left_alone() -> None:
+    import torch
+
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state().clone()
+    run_probe(TINY, ProbeSpec(**FAST))
+    assert torch.equal(torch.random.get_rng_state(), before)
 
 
 def test_out_of_memory_width_is_skipped(monkeypatch) -> None:
-    real = probe_mod.time_fn
-    calls = {"n": 0}
+    real = probe_mod.time_interleaved
 
-    def flaky(fn, **kw):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(fn, **kw)
+    def flaky(steps, **kw):
+        def oom() -> None:
+            raise Skip("out of memory: CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(probe_mod, "time_fn", flaky)
-    result = run_probe(ProbeSpec(widths=(64, 96, 128, 256), mode="forward", repeats=2))
+        return real({**steps, 96: oom}, **kw)
+
+    monkeypatch.setattr(probe_mod, "time_interleaved", flaky)
+    result = run_probe(TINY, ProbeSpec(**{**FAST, "widths": (64, 96, 128, 256)}))
     assert list(result.skipped) == [96] and "out of memory" in result.skipped[96]
     assert sorted(result.timings) == [64, 128, 256]
 
 
 def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
-    def broken(fn, **kw):
+    def broken(steps, **kw):
         raise RuntimeError("shape mismatch")
 
-    monkeypatch.setattr(probe_mod, "time_fn", broken)
+    monkeypatch.setattr(probe_mod, "time_interleaved", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        run_probe(ProbeSpec(widths=(64, 128, 256), mode="forward", repeats=2))
+        run_probe(TINY, ProbeSpec(**FAST))
 
 
 @pytest.mark.parametrize(
@@ -63,9 +88,17 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
     [
         ({"widths": (64, 128)}, "at least 3 distinct widths"),
         ({"widths": (100, 150, 200)}, "span 2.00x"),
+        ({"widths": (0, 64, 256)}, "widths must be >= 2"),
         ({"attn": "flex_attention", "mode": "full"}, "flex_attention has no backward on CPU"),
-        ({"mode": "forward", "grad_ckpt": True}, "--grad-ckpt needs a backward pass"),
-        ({"device": "tpu"}, "--device 'tpu' is not known"),
+        ({"attn": "flash_attention_2"}, "attn 'flash_attention_2' is not known"),
+        ({"mode": "forward", "grad_ckpt": True}, "grad_ckpt needs a backward pass"),
+        ({"device": "tpu"}, "device 'tpu' is not known"),
+        ({"budget_s": float("nan")}, "budget_s must be a finite number"),
+        ({"min_repeats": 2}, "min_repeats must be >= 3"),
+        ({"max_repeats": 4}, "max_repeats must be >= 6"),
+        ({"profiles": 0}, "profiles must be >= 1"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"batch": "2"}, "batch must be an integer, got '2'"),
     ],
 )
 def test_bad_probe_specs(kw: dict, fragment: str) -> None:
@@ -73,52 +106,63 @@ def test_bad_probe_specs(kw: dict, fragment: str) -> None:
         ProbeSpec(**kw)
 
 
+def test_widths_beyond_the_model_are_refused_before_building(capsys) -> None:
+    # the tiny config holds 4,096 positions
+    assert main(["probe", "--widths", "2048,4096,8192"]) == 2
+    err = capsys.readouterr().err
+    assert "--widths 8192 exceeds the model's max_position_embeddings 4096" in err
+
+
 def test_probe_command_json_and_errors(capsys, tmp_path: Path) -> None:
-    assert main(["probe", "--widths", "64,128,256", "--mode", "forward", "--repeats", "2", "--json"]) == 0
+    args = ["probe", "--widths", "64,128,256", "--mode", "forward", "--budget", "3", "--profiles", "2"]
+    assert main([*args, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert {"width", "quad_share_fit", "attention_share_kernels", "gap_points", "verdict"} <= d[
+    assert {"quad_share_fit", "quad_share_kernels", "gap_points", "verdict", "explanation"} <= d[
         "cross_check"
     ].keys()
     assert main(["probe", "--widths", "64,abc"]) == 2
     assert "not a comma list of integers" in capsys.readouterr().err
     f = tmp_path / "file"
     f.write_text("x")
-    assert main(["probe", "--widths", "64,128,256", "--out", str(f)]) == 2
+    assert main([*args, "--out", str(f)]) == 2
     assert f.read_text() == "x"
 
 
 @pytest.mark.parametrize(
     "kw",
-    [
-        {"mode": "lora", "grad_ckpt": True},
-        {"mode": "full", "attn": "eager", "batch": 2},
-    ],
+    [{"mode": "lora", "grad_ckpt": True}, {"mode": "full", "attn": "eager", "batch": 2}],
     ids=["lora-ckpt", "full-eager"],
 )
 def test_probe_training_modes_run(kw: dict) -> None:
-    result = run_probe(ProbeSpec(widths=(32, 64, 128), repeats=2, **kw))
+    spec = ProbeSpec(**{**FAST, "widths": (32, 64, 128), **kw})
+    result = run_probe(TINY, spec)
     assert sorted(result.timings) == [32, 64, 128]
     assert result.flops.run.mode == kw["mode"]
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
 def test_probe_on_cuda_reads_device_kernels() -> None:
-    result = run_probe(ProbeSpec(widths=(256, 512, 1024), mode="full", device="cuda", repeats=2))
+    result = run_probe(TINY, ProbeSpec(widths=(256, 512, 1024), mode="full", device="cuda"))
     assert result.kernels.source == "device" and result.kernels.device is not None
     assert result.kernels.share("attention") > 0
 
 
 def test_a_model_too_large_for_this_machine_is_refused_before_building(capsys) -> None:
-    from tuneproof.arch import resolve_text_config, tiny_config_path
     from tuneproof.model import build_model, parameter_estimate
 
-    tiny = resolve_text_config(tiny_config_path())
-    built = build_model(tiny, "sdpa")
-    assert parameter_estimate(tiny) == pytest.approx(sum(p.numel() for p in built.parameters()), rel=0.01)
+    built = build_model(TINY, "sdpa")
+    assert parameter_estimate(TINY) == pytest.approx(sum(p.numel() for p in built.parameters()), rel=0.01)
     case = str(Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json")
-    assert main(["probe", "--config", case]) == 2
+    assert main(["probe", "--config", case, "--widths", "256,512,1024"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: gemma4_text with ~25.2B parameters needs") and "--device cuda" in err
+    assert err.startswith("error: gemma4_text with ~25.2B parameters needs") and "CUDA device" in err
+
+
+def test_a_width_too_large_for_this_machine_is_refused_before_building() -> None:
+    from tuneproof.model import check_fits_on_cpu
+
+    with pytest.raises(TuneproofError, match=r"width 65536 needs ~.* GiB .*eager score matrices"):
+        check_fits_on_cpu(TINY, attn="eager", batch=8, width=65536, training=True)
 
 
 def test_doctor_skips_the_probe_with_the_reason_for_a_large_model(capsys) -> None:
@@ -127,3 +171,93 @@ def test_doctor_skips_the_probe_with_the_reason_for_a_large_model(capsys) -> Non
     sections = json.loads(capsys.readouterr().out)["sections"]
     assert "25.2B parameters" in sections["probe"]["skipped"]
     assert sections["flops"]["rows"] and sections["batching"]["samplers"]
+
+
+# ---- the verdict, pinned with fakes ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "gap,interval,outcome",
+    [
+        (1.0, (-2.0, 4.0), "agree"),
+        (-1.0, (-5.0, 5.0), "agree"),  # the edges belong to agreement
+        (12.0, (8.0, 16.0), "disagree"),
+        (-12.0, (-16.0, -8.0), "disagree"),
+        (6.0, (2.0, 10.0), "inconclusive"),  # real perhaps, but not beyond the tolerance
+        (0.0, (-9.0, 9.0), "inconclusive"),  # too noisy to say
+        (3.0, None, "inconclusive"),
+    ],
+)
+def test_verdict_edges(gap: float, interval: tuple[float, float] | None, outcome: str) -> None:
+    v = judge(gap, interval, tolerance=5.0)
+    assert v.outcome == outcome and v.gap == gap and v.interval == interval and v.tolerance == 5.0
+    assert f"{gap:+.1f}" in v.reason
+
+
+def _profiles(widths, quad_outside: float, scale: float, rng, n: int = 4):
+    """Kernel time per profile for a step whose quadratic part is attention (a share of it) and other."""
+    out = []
+    for w in widths:
+        quad, lin = B * w * w * 1e3, A * w * 1e3
+        rows = []
+        for _ in range(n):
+            noise = 1 + scale * rng.standard_normal()
+            row = dict.fromkeys(PROFILE_COLUMNS, 0.0)
+            row["attention"] = quad * (1 - quad_outside) * noise
+            row["other"] = quad * quad_outside * noise
+            row["gemm"] = lin * noise
+            rows.append([row[c] for c in PROFILE_COLUMNS])
+        out.append(np.array(rows))
+    return out
+
+
+def test_cross_check_agrees_when_both_instruments_see_the_same_step() -> None:
+    rng = np.random.default_rng(0)
+    widths = [2048.0, 8192.0, 16384.0]
+    timed = [case_time(w) * (1 + 0.005 * rng.standard_normal(8)) for w in widths]
+    cc = cross_check(widths, timed, _profiles(widths, 0.0, 0.005, rng), at=16384)
+    assert cc.verdict.outcome == "agree"
+    assert cc.values["quad_share_fit"] == pytest.approx(0.678, abs=0.01)
+    assert cc.values["quadratic_attention"] == pytest.approx(0.678, abs=0.01)
+    assert cc.values["attention_linear"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_cross_check_attributes_quadratic_work_outside_attention() -> None:
+    rng = np.random.default_rng(1)
+    widths = [2048.0, 8192.0, 16384.0]
+    timed = [case_time(w) * (1 + 0.005 * rng.standard_normal(8)) for w in widths]
+    cc = cross_check(widths, timed, _profiles(widths, 0.25, 0.005, rng), at=16384)
+    assert cc.verdict.outcome == "agree"  # the timer and the profiler still see the same step
+    assert cc.values["quadratic_other"] == pytest.approx(0.25 * 0.678, abs=0.01)
+    assert cc.values["quadratic_outside_attention"] == pytest.approx(0.25 * 0.678, abs=0.01)
+    assert any("outside them: other +17.0" in line for line in cc.explanation)
+
+
+def test_cross_check_disagrees_when_the_profiler_sees_another_step() -> None:
+    rng = np.random.default_rng(2)
+    widths = [2048.0, 8192.0, 16384.0]
+    timed = [case_time(w) * (1 + 0.005 * rng.standard_normal(8)) for w in widths]
+    linear_profiles = [
+        np.array([[A * w * 1e3 if c == "gemm" else 0.0 for c in PROFILE_COLUMNS]] * 4) for w in widths
+    ]
+    for p in linear_profiles:
+        p[:, 0] += 1.0  # some attention time, constant in width
+    cc = cross_check(widths, timed, linear_profiles, at=16384)
+    assert cc.verdict.outcome == "disagree" and cc.verdict.gap > 50
+
+
+def test_cross_check_is_inconclusive_when_the_profiles_are_noisy() -> None:
+    rng = np.random.default_rng(3)
+    widths = [2048.0, 8192.0, 16384.0]
+    timed = [case_time(w) * (1 + 0.005 * rng.standard_normal(8)) for w in widths]
+    cc = cross_check(widths, timed, _profiles(widths, 0.0, 0.3, rng, n=3), at=16384)
+    assert cc.verdict.outcome == "inconclusive"
+
+
+def test_cross_check_without_repeats_has_no_interval() -> None:
+    widths = [2048.0, 8192.0, 16384.0]
+    rng = np.random.default_rng(4)
+    timed = [np.array([case_time(w)] * 3) for w in widths]
+    cc = cross_check(widths, timed, _profiles(widths, 0.0, 0.0, rng), at=16384)
+    assert cc.verdict.outcome == "inconclusive" and cc.intervals is None
+    assert any("fewer than 6 kept repeats" in n for n in cc.notes)

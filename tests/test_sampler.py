@@ -97,7 +97,7 @@ def test_token_budget_micro_batches() -> None:
     plan = s.global_plan()
     assert all(len(b) * lengths[b].max() <= 1000 for b in plan)
     assert sorted(int(i) for b in plan for i in b) == list(range(10))
-    with pytest.raises(TuneproofError, match="exceeds max_tokens 800"):
+    with pytest.raises(TuneproofError, match="max_tokens 800 is below length 900"):
         BucketBatchSampler(lengths, 8, max_tokens=800)
 
 
@@ -114,10 +114,16 @@ def test_widths_for_the_recompile_guard() -> None:
         ({"lengths": [3, -2]}, "index 1 is -2"),
         ({"lengths": [3.0, 2.5]}, "index 1 is not an integer"),
         ({"micro_batch_size": 0}, "micro_batch_size must be >= 1"),
-        ({"roots": [1, 2]}, "2 roots for 3 lengths"),
-        ({"max_tokens": 4}, "exceeds max_tokens 4"),
+        ({"roots": [1, 2]}, "roots has 2 ids for 3 lengths"),
+        ({"max_tokens": 4}, "max_tokens 4 is below length 5"),
         ({"bucket_width": 4, "boundaries": [8]}, "bucket_width and boundaries together"),
-        ({"num_replicas": 2, "rank": 2}, "rank 2 of 2"),
+        ({"num_replicas": 2, "rank": 2}, "rank must be <= 1, got 2"),
+        ({"lengths": [3, float("nan")]}, "index 1 is not an integer"),
+        ({"lengths": ["a", "b"]}, "lengths must be integers"),
+        ({"lengths": [True, False]}, "lengths must be integers"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"grad_accum": 1.5}, "grad_accum must be an integer"),
+        ({"lengths": [2**40]}, "lengths must be in [1, 2,147,483,647]"),
     ],
 )
 def test_bad_input(kwargs: dict, fragment: str) -> None:

@@ -1,38 +1,158 @@
+"""The timing harness driven by fake clocks whose right answer is known: warm-up excluded, widths
+interleaved, outliers set aside and re-measured, early stop when tight, budget respected."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from fakes import FakeClock, case_time, noisy
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
-from tuneproof.measure import time_fn
+from tuneproof.measure import robust, time_fn, time_interleaved
 
 
-def test_warmup_is_excluded_and_repeats_counted() -> None:
-    calls: list[int] = []
-    timing = time_fn(lambda: calls.append(1), repeats=4, warmup=3)
-    assert len(calls) == 7 and timing.repeats == 4 and timing.warmup == 3
-    assert timing.min_s <= timing.median_s and timing.spread_s >= 0
-    assert "4 repeats after 3 warm-up" in str(timing)
+def test_warmup_is_never_timed() -> None:
+    clock = FakeClock()
+    # the first call (warm-up: compilation, allocation) takes 100 s; every later call 1 s
+    timing = time_fn(clock.workload(lambda n: 100.0 if n == 0 else 1.0), repeats=4, warmup=1, clock=clock)
+    assert timing.times_s == (1.0, 1.0, 1.0, 1.0) and timing.warmup == 1
+    assert timing.median_s == 1.0 and timing.spread_s == 0.0
+    assert "4 repeats after 1 warm-up" in str(timing)
 
 
-def test_single_run_is_refused() -> None:
-    with pytest.raises(TuneproofError, match="a single run is not a measurement"):
-        time_fn(lambda: None, repeats=1)
+def test_widths_are_interleaved_round_robin_with_a_rotating_start() -> None:
+    order: list[int] = []
+    clock = FakeClock()
+
+    def step(w: int):
+        def run() -> None:
+            order.append(w)
+            clock.now += 1.0
+
+        return run
+
+    time_interleaved({w: step(w) for w in (1, 2, 3)}, warmup=0, min_repeats=3, max_repeats=3, clock=clock)
+    assert order == [1, 2, 3, 2, 3, 1, 3, 1, 2]
+
+
+def test_a_burst_hits_every_width_alike() -> None:
+    """A neighbour's burst lasting one round slows one repeat of every width, not all of one width."""
+    clock = FakeClock()
+
+    def step(w: int):
+        def run() -> None:
+            slow = 3.0 if 10.0 <= clock.now < 10.0 + 3 * case_time(4096) else 1.0
+            clock.now += case_time(w) * slow
+
+        return run
+
+    result = time_interleaved({w: step(w) for w in (1024, 2048, 4096)}, warmup=0, min_repeats=6, clock=clock)
+    slowed = {w: sum(t > 1.5 * case_time(w) for t in tm.times_s) for w, tm in result.timings.items()}
+    assert max(slowed.values()) <= 2 and all(
+        tm.median_s == pytest.approx(case_time(w)) for w, tm in result.timings.items()
+    )
+
+
+def test_one_outlier_is_set_aside_named_and_made_up_for() -> None:
+    clock = FakeClock()
+    times = {0: 0.54, 1: 0.61, 2: 5.93, 3: 0.57, 4: 0.58, 5: 0.56, 6: 0.55, 7: 0.57, 8: 0.56}
+    result = time_interleaved(
+        {4096: clock.workload(lambda n: times.get(n - 1, 0.56))},
+        warmup=1,
+        min_repeats=6,
+        target=0.5,
+        clock=clock,
+    )
+    t = result.timings[4096]
+    assert 5.93 in t.times_s and 5.93 not in t.kept.tolist() and t.num_outliers == 1
+    assert t.repeats >= 6  # re-measured until six repeats are kept
+    assert t.median_s == pytest.approx(0.565, abs=0.01)
+    assert any("1 outlier repeat(s) excluded (5.93 s" in n for n in result.notes)
+
+
+def test_stops_early_once_every_median_is_tight() -> None:
+    clock = FakeClock()
+    result = time_interleaved(
+        {w: clock.workload(noisy(w, 0.01, seed=1)) for w in (1024, 2048, 4096)},
+        warmup=1,
+        min_repeats=6,
+        max_repeats=50,
+        target=0.05,
+        clock=clock,
+    )
+    assert result.rounds == 6 and "known to +-5 % after 6 rounds" in result.stopped
+    assert all((t.relative_halfwidth or 1) <= 0.05 for t in result.timings.values())
+
+
+def test_noise_keeps_measuring_until_the_budget_ends_and_says_so() -> None:
+    clock = FakeClock()
+    steps = {w: clock.workload(noisy(w, 0.5, seed=2)) for w in (1024, 2048, 4096)}
+    result = time_interleaved(
+        steps, warmup=1, min_repeats=6, max_repeats=500, budget_s=40.0, target=0.01, clock=clock
+    )
+    round_s = sum(case_time(w) for w in (1024, 2048, 4096))
+    assert 3 <= result.rounds <= 40.0 / round_s * 1.5 + 1
+    assert "40 s budget ended" in result.stopped
+    assert any("not the +-1 % asked for" in n for n in result.notes)
+
+
+def test_drift_is_shared_by_every_width() -> None:
+    """A machine that slows down steadily: interleaving keeps the widths' ratios right."""
+    clock = FakeClock()
+
+    def step(w: int):
+        def run() -> None:
+            clock.now += case_time(w) * (1.0 + 0.01 * clock.now)
+
+        return run
+
+    result = time_interleaved(
+        {w: step(w) for w in (1024, 2048, 4096)}, warmup=0, min_repeats=6, max_repeats=6, clock=clock
+    )
+    m = {w: t.median_s for w, t in result.timings.items()}
+    truth = case_time(4096) / case_time(1024)
+    assert m[4096] / m[1024] == pytest.approx(truth, rel=0.03)
+
+
+def test_outlier_rule() -> None:
+    assert robust.outliers([0.54, 0.61, 5.93]).tolist() == [False, False, True]
+    assert robust.outliers([1.0, 1.0, 1.005]).tolist() == [
+        False,
+        False,
+        False,
+    ]  # 0.5 %: jitter, not an outlier
+    assert robust.outliers([1.0, 2.0]).tolist() == [False, False]  # two values cannot tell
+    assert robust.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None  # 95 % needs six
+    assert robust.median_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (1.0, 6.0)
+
+
+@pytest.mark.parametrize(
+    "kw,fragment",
+    [
+        ({"repeats": 1}, "repeats must be >= 2"),
+        ({"repeats": 2, "warmup": -1}, "warmup must be >= 0"),
+    ],
+)
+def test_bad_timing_arguments(kw: dict, fragment: str) -> None:
+    with pytest.raises(TuneproofError, match=fragment):
+        time_fn(lambda: None, **kw)
 
 
 def test_peak_command_is_labelled_measured(capsys) -> None:
-    assert main(["peak", "--dtype", "fp32", "--repeats", "2", "--json"]) == 0
+    assert main(["peak", "--dtype", "fp32", "--max-seconds", "0.2", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["label"] == "measured peak" and d["tflops"] > 0 and d["timing"]["repeats"] == 2
+    assert d["label"] == "measured peak" and d["tflops"] > 0 and d["runs"] >= 1
 
 
 @pytest.mark.parametrize(
     "args,fragment",
     [
-        (["--dtype", "int4"], "cannot be measured"),
+        (["--dtype", "int4"], "--dtype 'int4' is not known"),
         (["--device", "tpu"], "--device 'tpu' is not known"),
+        (["--max-seconds", "nan"], "--max-seconds must be a finite number"),
+        (["--max-seconds", "0"], "--max-seconds must be > 0"),
     ],
 )
 def test_peak_bad_input(capsys, args: list[str], fragment: str) -> None:

@@ -152,10 +152,10 @@ def config_dict(model_type: str, **overrides: Any) -> dict[str, Any]:
 def build_model(cfg: dict[str, Any], attn: str = "eager", seed: int = 0) -> Any:
     """A transformers causal LM with random weights; MoE experts run the eager loop so that
     FlopCounterMode sees their GEMMs (grouped_mm is invisible to it)."""
-    from tuneproof.arch import resolve_text_config
+    from tuneproof.arch import resolve
     from tuneproof.model import build_model as build
 
-    return build(resolve_text_config(cfg), attn, eager_experts=True, seed=seed)
+    return build(resolve(cfg), attn, eager_experts=True, seed=seed)
 
 
 def counted_flops(

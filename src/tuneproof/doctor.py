@@ -18,6 +18,7 @@ from tuneproof.io import atomic_write_json, check_out_folder
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tuneproof.arch import ResolvedModel
     from tuneproof.arch.shape import ModelShape
     from tuneproof.flops.report import FlopReport
 
@@ -76,12 +77,19 @@ class FlopsSection:
 class DoctorReport:
     model: str
     sections: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "sections": {k: v.to_dict() for k, v in self.sections.items()}}
+        return {
+            "model": self.model,
+            "notes": self.notes,
+            "sections": {k: v.to_dict() for k, v in self.sections.items()},
+        }
 
     def render(self, console: Console) -> None:
         console.rule(f"tuneproof doctor: {self.model}")
+        for note in self.notes:
+            console.print(f"note: {note}")
         for name, section in self.sections.items():
             console.rule(name)
             section.render(console)
@@ -126,6 +134,7 @@ def flops_section(shape: ModelShape) -> FlopsSection:
 # per-row cost linear in width (measured: 38.5, 118.8, 409.5, 1746.7 ms of attention at 512-4096
 # tokens), which the kernel table rightly files under attention while the fit calls it linear.
 PROBE_WIDTHS = (1024, 2048, 4096)
+PROBE_MODE = "forward"
 PROBE_NOTE = (
     "CPU probe times the forward pass: the CPU flash-attention backward kernel has a large "
     "linear-in-width part, so a training-step probe on CPU disagrees by ~10-20 points (see README)"
@@ -161,14 +170,14 @@ class SkippedSection:
 
 
 def probe_section(
-    config: str, progress: Callable[[str], None] | None = None
+    model: ResolvedModel, budget_s: float, progress: Callable[[str], None] | None = None
 ) -> ProbeSection | SkippedSection:
     from tuneproof.errors import TuneproofError
     from tuneproof.measure.probe import ProbeSpec, run_probe
 
-    spec = ProbeSpec(config=config, widths=PROBE_WIDTHS, batch=2, mode="forward", repeats=3)
+    spec = ProbeSpec(widths=PROBE_WIDTHS, batch=2, mode=PROBE_MODE, budget_s=budget_s)
     try:
-        return ProbeSection(run_probe(spec, progress=progress), PROBE_NOTE)
+        return ProbeSection(run_probe(model, spec, progress=progress), PROBE_NOTE)
     except TuneproofError as e:
         return SkippedSection(f"the probe cannot run this model here: {e.message}")
 
@@ -244,22 +253,22 @@ def buckets_section(shape: ModelShape) -> BucketsSection:
     return BucketsSection(results, sweep, int(lengths.size), widths)
 
 
-def run_doctor(config: str = "tiny", progress: Callable[[str], None] | None = None) -> DoctorReport:
-    from tuneproof.cli.common import resolve_config
-
-    shape = resolve_config(config)
-    name = "embedded tiny Gemma-4-style model" if config == "tiny" else str(config)
-    report = DoctorReport(model=name)
+def run_doctor(
+    model: ResolvedModel, probe_budget_s: float = 30.0, progress: Callable[[str], None] | None = None
+) -> DoctorReport:
+    """Every diagnosis on `model` (see `tuneproof.arch.resolve`); the probe times for at most
+    `probe_budget_s` seconds."""
+    report = DoctorReport(model=model.name, notes=list(model.notes))
     if progress:
         progress("FLOP ledger")
-    report.sections["flops"] = flops_section(shape)
+    report.sections["flops"] = flops_section(model.shape)
     if progress:
         progress("attention dispatch")
-    report.sections["attention dispatch"] = explain_section(shape)
+    report.sections["attention dispatch"] = explain_section(model.shape)
     if progress:
         progress("batching")
-    report.sections["batching"] = buckets_section(shape)
-    report.sections["probe"] = probe_section(config, progress)
+    report.sections["batching"] = buckets_section(model.shape)
+    report.sections["probe"] = probe_section(model, probe_budget_s, progress)
     return report
 
 

@@ -15,6 +15,7 @@ Conventions:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tuneproof.errors import TuneproofError
@@ -176,12 +177,24 @@ GPUS: tuple[GpuSpec, ...] = (
     ),
 )
 
+# Dtypes a peak can be asked for (table columns, plus fp32 for a measured peak).
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8"}
 
 
 def normalise_dtype(dtype: str) -> str:
     d = dtype.strip().lower().removeprefix("torch.")
     return DTYPE_ALIASES.get(d, d)
+
+
+def check_dtype(dtype: object) -> str:
+    """The normalised dtype name, or an error naming the known ones."""
+    d = normalise_dtype(dtype) if isinstance(dtype, str) else ""
+    if d not in DTYPES:
+        raise TuneproofError(
+            f"{{dtype}} {dtype!r} is not known", "use one of: " + ", ".join(DTYPES), fields=("dtype",)
+        )
+    return d
 
 
 def _normalise_name(name: str) -> str:
@@ -210,14 +223,15 @@ def lookup_gpu(name: str) -> GpuSpec:
                 if re.search(rf"(^|\s){re.escape(_normalise_name(alias))}(\s|$)", n):
                     return gpu
     raise TuneproofError(
-        f"unknown GPU {name!r}: no MFU without a trusted peak",
-        "use one of: " + ", ".join(known_gpu_names()) + "; or pass --peak-tflops",
+        f"unknown GPU {name!r} ({{gpu}}): no MFU without a trusted peak",
+        "use one of: " + ", ".join(known_gpu_names()) + "; or give {peak_tflops}",
+        fields=("gpu", "peak_tflops"),
     )
 
 
 @dataclass(frozen=True, slots=True)
 class Peak:
-    """An MFU denominator, with where it came from. `tflops` None means no MFU, `reason` says why."""
+    """An MFU denominator and why it is the one used. `tflops` None means no MFU; `reason` then says why."""
 
     tflops: float | None
     source: str | None
@@ -234,3 +248,46 @@ def peak_for(gpu: GpuSpec, dtype: str) -> Peak:
         )
     note = f" [note: {gpu.note}]" if gpu.note else ""
     return Peak(value, f"{gpu.name}: {gpu.source}{note}", d)
+
+
+def resolve_peak(
+    gpu: str | None,
+    dtype: str,
+    peak_tflops: float | None = None,
+    measure: Callable[[], Peak] | None = None,
+) -> Peak:
+    """The one policy for an MFU denominator, with its reason:
+
+    1. a user-given `peak_tflops` (finite, > 0) wins, labelled as given;
+    2. else the table value for `gpu` and `dtype` (an unknown GPU name is an error listing the known ones);
+    3. else, when `measure` is given, a measured peak, labelled as measured, with why the table had none
+       (an unknown GPU name included);
+    4. else no peak (tflops None) and the reason.
+    """
+    from tuneproof import validate
+
+    d = check_dtype(dtype)
+    if peak_tflops is not None:
+        value = validate.real(
+            "peak_tflops", peak_tflops, low=0.0, low_open=True, hint="pass dense TFLOP/s, e.g. 989"
+        )
+        return Peak(value, "user-given peak", d)
+    try:
+        table = peak_for(lookup_gpu(gpu), d) if gpu is not None else None
+    except TuneproofError:
+        if measure is None:
+            raise
+        measured = measure()
+        return Peak(
+            measured.tflops,
+            measured.source,
+            measured.dtype,
+            f"GPU {gpu!r} is not in the table: measured instead",
+        )
+    if table is not None and table.tflops is not None:
+        return table
+    why = table.reason if table is not None else "no GPU named"
+    if measure is not None:
+        measured = measure()
+        return Peak(measured.tflops, measured.source, measured.dtype, f"{why}: measured instead")
+    return Peak(None, None, d, (why or "") + ": give a GPU name or a peak in TFLOP/s")

@@ -1,8 +1,10 @@
-"""Safe output: nothing the user had is lost, nothing half-written is left behind."""
+"""Safe output: nothing the user had is lost, nothing half-written is left behind, files keep the
+user's umask, and JSON is strict (no NaN or Infinity literals: an unknown number is null)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -11,25 +13,47 @@ from typing import Any
 from tuneproof.errors import TuneproofError
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (/proc/self/status)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def atomic_write_text(path: Path, text: str) -> Path:
     """Write `text` to `path` via a temporary file in the same folder, then rename over it."""
     return atomic_write_bytes(path, text.encode())
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` via a temporary file in the same folder, then rename over it."""
+    """Write `data` to `path` via a temporary file in the same folder, then rename over it. The file
+    gets the mode a plain `open(path, "w")` would give (0o666 minus the umask), not mkstemp's 0o600."""
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise TuneproofError(f"{folder} exists and is not a folder", "pass a folder path to --out") from None
-    except PermissionError:
         raise TuneproofError(
-            f"cannot create {folder}: permission denied", "pass a writable --out folder"
+            f"{folder} exists and is not a folder", "pass a folder path for the output"
         ) from None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    except OSError as e:
+        raise TuneproofError(
+            f"cannot create {folder}: {e.strerror}", "pass a writable output folder"
+        ) from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    except OSError as e:
+        raise TuneproofError(
+            f"cannot write in {folder}: {e.strerror}", "pass a writable output folder"
+        ) from None
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
@@ -38,13 +62,55 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
     return path
 
 
+def strict(data: Any) -> Any:
+    """`data` with every non-finite float replaced by None and numpy scalars made plain, so that
+    `json.dumps(..., allow_nan=False)` never meets NaN or Infinity. Producers give a reason next to
+    every unknown; this is the last guard, not the way unknowns are made."""
+    if isinstance(data, dict):
+        return {str(k): strict(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [strict(v) for v in data]
+    if isinstance(data, bool) or data is None or isinstance(data, str):
+        return data
+    if isinstance(data, int):
+        return data
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    item = getattr(data, "item", None)  # numpy / torch scalars
+    if callable(item):
+        return strict(item())
+    return data
+
+
+def dumps(data: Any) -> str:
+    """Strict JSON text (see `strict`)."""
+    return json.dumps(strict(data), indent=2, allow_nan=False)
+
+
 def atomic_write_json(path: Path, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+    return atomic_write_text(path, dumps(data) + "\n")
 
 
 def check_out_folder(out: Path) -> Path:
-    """Refuse an --out that names an existing file, before any work is done; the folder itself is
-    created when the first output is written."""
+    """Refuse an output folder that cannot be created or written, before any work is done. Nothing is
+    left behind by the check: it creates and removes one temporary file in the folder, or in the
+    nearest existing parent when the folder does not exist yet (it is created with the first output)."""
+    out = Path(out)
     if out.exists() and not out.is_dir():
-        raise TuneproofError(f"--out {out} is a file", "pass a folder; the outputs are written inside it")
+        raise TuneproofError(f"{out} is a file", "pass a folder; the outputs are written inside it")
+    probe_in = out
+    while not probe_in.exists():
+        if probe_in.parent == probe_in:
+            break
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        raise TuneproofError(f"{out} cannot be created: {probe_in} is not a folder", "pass a folder path")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tuneproof-write-check.", dir=probe_in)
+    except OSError as e:
+        raise TuneproofError(
+            f"{out} cannot be written: {e.strerror} in {probe_in}", "pass a writable folder"
+        ) from None
+    os.close(fd)
+    os.unlink(tmp)
     return out

@@ -1,29 +1,32 @@
-"""Build real transformers models from configs (random weights, never downloaded) for measuring."""
+"""Build real transformers models from configs (random weights, never downloaded) for measuring.
+
+Nothing here touches global state: weights are initialised under a forked RNG, so building a model
+leaves the caller's `torch` random stream where it was.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
+from tuneproof.attention.paths import path
 from tuneproof.errors import TuneproofError
 
-MOE_TYPES = {"qwen3_moe", "qwen2_moe", "mixtral", "gemma4_text", "gpt_oss"}
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # Building needs the weights once in fp32 (initialisation) plus working room for a training step.
 HEADROOM = 3.0
 
 
-def parameter_estimate(text_config: Any) -> int:
+def parameter_estimate(model: ResolvedModel) -> int:
     """Parameters of the model a config describes: every GEMM weight (all experts, the LM head
     counted once) plus the input embeddings (and Gemma 4's per-layer embeddings). Norms excluded."""
-    from tuneproof.arch import from_config
-
-    shape = from_config(text_config)
+    shape, cfg = model.shape, model.config
     embeddings = shape.vocab_size * shape.hidden_size
     per_layer = (
-        getattr(text_config, "vocab_size_per_layer_input", 0)
-        * (getattr(text_config, "hidden_size_per_layer_input", 0) or 0)
+        getattr(cfg, "vocab_size_per_layer_input", 0)
+        * (getattr(cfg, "hidden_size_per_layer_input", 0) or 0)
         * shape.num_layers
     )
     # the LM head is one of the GEMMs; tied, it is the input embedding matrix itself
@@ -48,20 +51,51 @@ def available_memory_bytes() -> int | None:
         return None
 
 
-def check_fits_on_cpu(text_config: Any) -> None:
-    """Refuse to build a model this machine cannot hold, before trying (and swapping or dying)."""
-    need = parameter_estimate(text_config) * BYTES["fp32"] * HEADROOM
+def score_bytes(shape: ModelShape, attn: str, batch: int, width: int, training: bool) -> tuple[int, str]:
+    """Bytes of the width-squared tensors one step holds at once, and what they are (the attention
+    path's own estimate; a backward keeps every layer's alive, a forward one layer's)."""
+    heads = max(layer.attention.num_heads for layer in shape.layers)
+    return path(attn).square_bytes(batch, width, heads, shape.num_layers if training else 1)
+
+
+def check_fits_on_cpu(
+    model: ResolvedModel, *, attn: str = "sdpa", batch: int = 1, width: int = 0, training: bool = False
+) -> None:
+    """Refuse to build or step a model this machine cannot hold, before trying (and swapping or dying):
+    ~3x the fp32 weights to build, plus the width-squared tensors of the step (`score_bytes`)."""
+    params = parameter_estimate(model)
+    weights = params * BYTES["fp32"] * HEADROOM
+    scores, what = score_bytes(model.shape, attn, batch, width, training) if width else (0, "")
     have = available_memory_bytes()
-    if have is not None and need > have:
+    if have is None:
+        return
+    if weights > have:
         raise TuneproofError(
-            f"{text_config.model_type} with ~{parameter_estimate(text_config) / 1e9:.1f}B parameters needs "
-            f"~{need / 2**30:.0f} GiB to build and step on the CPU, {have / 2**30:.0f} GiB are available",
-            "use a smaller config (e.g. fewer layers) or --device cuda",
+            f"{model.shape.model_type} with ~{params / 1e9:.1f}B parameters needs ~{weights / 2**30:.0f} GiB "
+            f"to build and step on the CPU, {have / 2**30:.0f} GiB are available",
+            "use a smaller config (e.g. fewer layers) or a CUDA device",
+        )
+    if weights + scores > have:
+        raise TuneproofError(
+            f"width {width} needs ~{(weights + scores) / 2**30:.1f} GiB on the CPU, "
+            f"{have / 2**30:.1f} GiB are available: {what}",
+            "use smaller widths or batch, or another attention path",
+        )
+
+
+def check_positions(model: ResolvedModel, widths: list[int] | tuple[int, ...], field: str = "widths") -> None:
+    """Refuse widths the model cannot place: more tokens than its max_position_embeddings."""
+    limit = model.max_positions
+    if limit is not None and max(widths) > limit:
+        raise TuneproofError(
+            f"{{{field}}} {max(widths)} exceeds the model's max_position_embeddings {limit}",
+            f"use widths up to {limit}",
+            fields=(field,),
         )
 
 
 def build_model(
-    text_config: Any,
+    model: ResolvedModel,
     attn: str,
     *,
     device: str = "cpu",
@@ -69,30 +103,32 @@ def build_model(
     eager_experts: bool = False,
     seed: int = 0,
 ) -> Any:
-    """A causal LM with random weights. `eager_experts` runs MoE experts as a Python loop of GEMMs
-    (what FlopCounterMode can see); the default is transformers' own choice (grouped_mm)."""
+    """A causal LM with random weights drawn from `seed` (the global RNG is left untouched).
+    `eager_experts` runs MoE experts as a Python loop of GEMMs (what FlopCounterMode can see); the
+    default is transformers' own choice (grouped_mm)."""
     import copy
 
     import torch
     from transformers import AutoModelForCausalLM
 
     if device == "cpu":
-        check_fits_on_cpu(text_config)
+        check_fits_on_cpu(model)
     # transformers writes the attention choice into the config object: never share it between models
-    text_config = copy.deepcopy(text_config)
-    torch.manual_seed(seed)
+    text_config = copy.deepcopy(model.config)
     kwargs: dict[str, Any] = {"attn_implementation": attn}
-    if eager_experts and text_config.model_type in MOE_TYPES:
+    if eager_experts and model.family.moe:
         kwargs["experts_implementation"] = "eager"
-    try:
-        model = AutoModelForCausalLM.from_config(text_config, **kwargs)
-    except ValueError as e:
-        raise TuneproofError(
-            f"transformers refuses attn {attn!r} for {text_config.model_type}: {str(e).splitlines()[0]}",
-            "pick another --attn",
-        ) from None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            built = AutoModelForCausalLM.from_config(text_config, **kwargs)
+        except ValueError as e:
+            raise TuneproofError(
+                f"transformers refuses attn {attn!r} for {text_config.model_type}: {str(e).splitlines()[0]}",
+                "pick another attention path",
+            ) from None
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    return model.to(device=device, dtype=torch_dtype)
+    return built.to(device=device, dtype=torch_dtype)
 
 
 def peft_target_regex(targets: list[str]) -> str:

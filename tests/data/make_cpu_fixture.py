@@ -13,13 +13,13 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tuneproof.arch import resolve_text_config, tiny_config_path
+from tuneproof.arch import resolve
 from tuneproof.model import build_model
 
 HERE = Path(__file__).parent
 
 if __name__ == "__main__":
-    model = build_model(resolve_text_config(tiny_config_path()), "sdpa")
+    model = build_model(resolve("tiny"), "sdpa")
     ids = torch.randint(0, 500, (1, 256), generator=torch.Generator().manual_seed(0))
 
     def step() -> None:

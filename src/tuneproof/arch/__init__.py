@@ -1,41 +1,93 @@
-"""Model shapes from Hugging Face configs: `from_config(path | dict | PretrainedConfig)`.
+"""Model shapes from Hugging Face configs.
 
-The config is resolved through transformers' own config class for its model_type, so defaults
+One front door, `resolve(config)`, takes what a user can point at: "tiny" (the embedded model), a
+config.json path or its folder, a dict, a transformers `PretrainedConfig`, or an already resolved
+model. The config is read through transformers' own config class for its model_type, so defaults
 (layer_types patterns, Gemma 4's per-layer head_dim, KV-sharing modes) are exactly what the modeling
-code will use. A nested `text_config` (multimodal wrappers) is used when present.
+code will use; a nested `text_config` (multimodal wrappers) is used when present. Every size field is
+checked on the way in, and fields taken from transformers' defaults are named in `notes`.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import numbers
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuneproof.arch.families import READERS, SUPPORTED_MODEL_TYPES
+from tuneproof.arch.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
 from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.errors import TuneproofError
 
 __all__ = [
+    "FAMILIES",
     "SUPPORTED_MODEL_TYPES",
+    "TINY",
     "Attention",
     "AttentionSpec",
+    "Family",
     "Join",
     "LayerShape",
     "Linear",
     "ModelShape",
+    "ResolvedModel",
     "Step",
     "from_config",
     "load_config_dict",
+    "resolve",
     "resolve_text_config",
     "tiny_config_path",
 ]
 
+TINY = "tiny"
 _FIX = "pass a Hugging Face config.json"
+# Fields that must be positive integers when a config sets them (besides a family's size fields).
+_POSITIVE_INTS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "head_dim",
+    "global_head_dim",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "top_k_experts",
+    "max_position_embeddings",
+    "sliding_window",
+)
 
 
 def tiny_config_path() -> Path:
     """The embedded default: a tiny Gemma-4-style MoE text config shipped with the package."""
     return Path(__file__).resolve().parent.parent / "configs" / "tiny_gemma4.json"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedModel:
+    """A model the tools can account for and build: its name, transformers text config and shape.
+
+    `notes` name every size field that came from transformers' defaults rather than the config."""
+
+    name: str
+    config: Any  # transformers PretrainedConfig of the text model
+    shape: ModelShape
+    notes: tuple[str, ...] = ()
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.shape.model_type]
+
+    @property
+    def max_positions(self) -> int | None:
+        value = getattr(self.config, "max_position_embeddings", None)
+        return int(value) if isinstance(value, int) and value > 0 else None
 
 
 def load_config_dict(path: str | Path) -> dict[str, Any]:
@@ -46,34 +98,106 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise TuneproofError(f"config not found: {p}", _FIX)
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TuneproofError(f"config {p} is not valid JSON: {e}", _FIX) from None
+    except RecursionError:
+        raise TuneproofError(f"config {p} is nested too deeply", _FIX) from None
     if not isinstance(data, dict):
         raise TuneproofError(f"config {p} is not a JSON object", _FIX)
     return data
 
 
+def _check_values(data: dict[str, Any], where: str) -> None:
+    """Numbers where numbers belong: NaN, infinity, strings, bools and non-positive sizes are refused."""
+    for key, value in data.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise TuneproofError(
+                f"{where}: {key} is {value}", "fix that field: a config holds finite numbers"
+            )
+    for key in _POSITIVE_INTS:
+        value = data.get(key)
+        if value is None and key in ("sliding_window", "head_dim", "global_head_dim"):
+            continue
+        if key in data and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0):
+            raise TuneproofError(
+                f"{where}: {key} is {value!r}", "fix that field: it must be a positive integer"
+            )
+
+
+def _text_part(data: dict[str, Any]) -> dict[str, Any]:
+    nested = data.get("text_config")
+    return nested if isinstance(nested, dict) else data
+
+
+def _from_dict(data: dict[str, Any], where: str) -> tuple[Any, tuple[str, ...]]:
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        raise _unsupported(model_type)
+    text = _text_part(data)
+    _check_values(data, where)
+    if text is not data:
+        _check_values(text, where + " text_config")
+    family = FAMILIES[SUPPORTED_MODEL_TYPES[model_type]]
+    missing = [f for f in family.size_fields if f not in text]
+    if len(missing) == len(family.size_fields):
+        raise TuneproofError(
+            f"{where} holds none of {', '.join(family.size_fields)}: every size would come from "
+            f"transformers' {family.model_type} defaults, not your model",
+            "pass the model's full config.json",
+        )
+    from transformers import AutoConfig
+
+    fields = {k: v for k, v in data.items() if k != "model_type"}
+    try:
+        config = AutoConfig.for_model(model_type, **fields)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TuneproofError(
+            f"invalid {model_type} config in {where}: {first}", "fix the named field"
+        ) from None
+    text_config = _text_of(config)
+    notes = tuple(
+        f"{f} not in the config: transformers' default {getattr(text_config, f, None)!r} is used"
+        for f in missing
+    )
+    return config, notes
+
+
+def _text_of(config: Any) -> Any:
+    get_text = getattr(config, "get_text_config", None)
+    return get_text() if callable(get_text) else config
+
+
 def resolve_text_config(config: str | Path | dict[str, Any] | Any) -> Any:
     """A transformers config object for the text model (defaults resolved by its config class)."""
-    if isinstance(config, str | Path):
-        config = load_config_dict(config)
-    if isinstance(config, dict):
-        model_type = config.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise _unsupported(model_type)
-        from transformers import AutoConfig
+    return resolve(config).config
 
-        fields = {k: v for k, v in config.items() if k != "model_type"}
-        try:
-            config = AutoConfig.for_model(model_type, **fields)
-        except (ValueError, TypeError, KeyError) as e:
-            raise TuneproofError(f"invalid {model_type} config: {e}", "fix the named field") from None
-    get_text = getattr(config, "get_text_config", None)
-    text = get_text() if callable(get_text) else config
-    if getattr(text, "model_type", None) not in READERS:
-        raise _unsupported(getattr(text, "model_type", None))
-    return text
+
+def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
+    """The one way in: "tiny", a config.json path (or folder), a dict, a PretrainedConfig, or a
+    ResolvedModel (returned as is)."""
+    if isinstance(config, ResolvedModel):
+        return config
+    notes: tuple[str, ...] = ()
+    if isinstance(config, str) and config == TINY:
+        name, config = "embedded tiny Gemma-4-style model", load_config_dict(tiny_config_path())
+    elif isinstance(config, str | Path):
+        name, config = str(config), load_config_dict(config)
+    else:
+        name = "config object" if not isinstance(config, dict) else "config dict"
+    if isinstance(config, dict):
+        config, notes = _from_dict(config, name)
+    text = _text_of(config)
+    model_type = getattr(text, "model_type", None)
+    if model_type not in FAMILIES:
+        raise _unsupported(model_type)
+    family = FAMILIES[model_type]
+    try:
+        shape = family.reader(text, family)
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError, ZeroDivisionError) as e:
+        raise TuneproofError(f"config for {model_type} is missing or has a bad field: {e}", _FIX) from None
+    return ResolvedModel(name, text, shape, notes)
 
 
 def _unsupported(model_type: object) -> TuneproofError:
@@ -84,11 +208,5 @@ def _unsupported(model_type: object) -> TuneproofError:
 
 
 def from_config(config: str | Path | dict[str, Any] | Any) -> ModelShape:
-    """A `ModelShape` from a config.json path, a dict, or a transformers config object."""
-    text = resolve_text_config(config)
-    try:
-        return READERS[text.model_type](text, text.model_type)
-    except (AttributeError, TypeError, KeyError, ValueError) as e:
-        raise TuneproofError(
-            f"config for {text.model_type} is missing or has a bad field: {e}", _FIX
-        ) from None
+    """A `ModelShape` from anything `resolve` takes."""
+    return resolve(config).shape

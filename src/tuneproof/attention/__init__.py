@@ -1,7 +1,8 @@
-"""Attention: which path each layer really takes and why (dispatch), flex_attention done safely
-(block masks, kernel options, recompile guard), numerics judged against fp32 truth."""
+"""Attention: the table of attention paths (mask rule, pairs computed), which path each layer really
+takes and why (dispatch), flex_attention done safely (block masks, kernel options, recompile guard),
+numerics judged against fp32 truth."""
 
-from tuneproof.attention.adjudicate import Adjudication, Diff, adjudicate
+from tuneproof.attention.adjudicate import AdjudicateSpec, Adjudication, Diff, WidthVerdict, adjudicate
 from tuneproof.attention.dispatch import Context, Explanation, LayerExplanation, explain, parse_capability
 from tuneproof.attention.flex import (
     FlexSetup,
@@ -18,9 +19,13 @@ from tuneproof.attention.kernel_options import (
     choose_kernel_options,
     run_with_smem_fallback,
 )
+from tuneproof.attention.paths import PATHS, AttentionPath, Rows, path
 
 __all__ = [
+    "PATHS",
+    "AdjudicateSpec",
     "Adjudication",
+    "AttentionPath",
     "Context",
     "Diff",
     "Explanation",
@@ -28,6 +33,8 @@ __all__ = [
     "KernelChoice",
     "LayerExplanation",
     "RecompileGuard",
+    "Rows",
+    "WidthVerdict",
     "adjudicate",
     "causal_block_mask",
     "choose_for_head_dims",
@@ -37,6 +44,7 @@ __all__ = [
     "explain",
     "padding_block_mask",
     "parse_capability",
+    "path",
     "run_with_smem_fallback",
     "sliding_block_mask",
 ]

@@ -3,19 +3,38 @@
 Backend-vs-backend differences cannot say which one is right (../shared/CASE.md section 5); each is
 measured against the same model in fp32 with SDPA's math backend. The truth uses the very weights the
 low-precision runs use (rounded to the low dtype, then held in fp32), so the distances measure the
-computation, not the weight rounding. Distances: |loss - truth|, max and mean absolute error of the
-logits, and of the gradients of every parameter where the backend has a backward on this device.
+computation, not the weight rounding.
+
+Criterion (stated in every result): per random batch, the mean absolute error against the truth of
+the logits (every batch x width x vocab value), or of the gradients (every parameter element, where
+the backend has a backward here), or of the loss; `samples` random batches per width. The closest
+backend has the smallest mean error over the batches. Two backends are tied when their paired
+difference (same batches) is inside its own spread: the difference's 95 % t-interval over the batches
+contains 0. One batch gives no spread, so no verdict.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneproof import validate
+from tuneproof.arch import ResolvedModel
+from tuneproof.attention.paths import names as path_names
 from tuneproof.errors import TuneproofError
 
-BACKENDS = ("sdpa", "flex_attention", "eager")
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+CRITERIA = {
+    "logits": "mean |logit - fp32 truth| over every batch x width x vocab logit",
+    "grads": "mean |gradient - fp32 truth| over every parameter element",
+    "loss": "|loss - fp32 truth loss|",
+}
+GRADS = ("auto", "on", "off")
+# two-sided 95 % Student-t quantiles for 1..30 degrees of freedom; 1.96 beyond
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,17 +62,29 @@ class Diff:
 
 @dataclass(slots=True)
 class BackendResult:
+    """One backend at one width on one random batch."""
+
     backend: str
     width: int
+    sample: int
     loss_diff: float
     logits: Diff
     grads: Diff | None
     grads_note: str | None = None
 
+    def error(self, criterion: str) -> float | None:
+        """The criterion's error, or None where it cannot be measured (no backward here)."""
+        if criterion == "logits":
+            return self.logits.mean_abs
+        if criterion == "grads":
+            return None if self.grads is None else self.grads.mean_abs
+        return self.loss_diff
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
             "width": self.width,
+            "sample": self.sample,
             "loss_diff": self.loss_diff,
             "logits": {"max_abs": self.logits.max_abs, "mean_abs": self.logits.mean_abs},
             "grads": None
@@ -63,34 +94,180 @@ class BackendResult:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class WidthVerdict:
+    """Which backend is closest to the truth at one width, and what that rests on.
+
+    `outcome`: "closest" (one backend beats every other beyond the noise), "tied" (`choice` is the
+    smallest mean error but `tied` are inside its noise), or "inconclusive" (no spread: one batch, or
+    no backend measurable on the criterion). `margin` is the runner-up's mean error minus the best's;
+    `noise` the half-width of the paired difference's 95 % interval."""
+
+    width: int
+    outcome: str
+    choice: str | None
+    tied: tuple[str, ...]
+    margin: float | None
+    noise: float | None
+    errors: dict[str, float]
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "width": self.width,
+            "outcome": self.outcome,
+            "choice": self.choice,
+            "tied": list(self.tied),
+            "margin": self.margin,
+            "noise": self.noise,
+            "mean_error": self.errors,
+            "reason": self.reason,
+        }
+
+
+def paired_halfwidth(diffs: list[float]) -> float | None:
+    """Half-width of the 95 % t-interval of the mean of paired differences, or None with one value."""
+    n = len(diffs)
+    if n < 2:
+        return None
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
+    return t * sd / math.sqrt(n)
+
+
+def judge_width(width: int, errors: dict[str, list[float]]) -> WidthVerdict:
+    """`errors[backend]` lists the criterion's error per batch (same batches for every backend)."""
+    means = {b: sum(e) / len(e) for b, e in errors.items() if e}
+    if not means:
+        return WidthVerdict(
+            width, "inconclusive", None, (), None, None, {}, "no backend is measurable on this criterion"
+        )
+    ranked = sorted(means, key=lambda b: means[b])
+    best = ranked[0]
+    if len(ranked) == 1:
+        return WidthVerdict(width, "inconclusive", best, (), None, None, means, "only one backend measured")
+    runner = ranked[1]
+    margin = means[runner] - means[best]
+    noise = paired_halfwidth([r - b for r, b in zip(errors[runner], errors[best], strict=True)])
+    if noise is None:
+        return WidthVerdict(
+            width,
+            "inconclusive",
+            best,
+            (),
+            margin,
+            None,
+            means,
+            f"{best} has the smallest error, but one batch gives no spread: use 2 or more samples",
+        )
+    tied = []
+    for other in ranked[1:]:
+        d = [o - b for o, b in zip(errors[other], errors[best], strict=True)]
+        half = paired_halfwidth(d)
+        if half is not None and abs(sum(d) / len(d)) <= half:
+            tied.append(other)
+    if tied:
+        return WidthVerdict(
+            width,
+            "tied",
+            best,
+            tuple(tied),
+            margin,
+            noise,
+            means,
+            f"{best} and {', '.join(tied)} are tied: their paired difference is inside its own 95 % interval",
+        )
+    return WidthVerdict(
+        width,
+        "closest",
+        best,
+        (),
+        margin,
+        noise,
+        means,
+        f"{best} is closest: {margin:.3g} below {runner}, beyond the paired noise of +-{noise:.3g}",
+    )
+
+
 @dataclass(slots=True)
 class Adjudication:
     dtype: str
     device: str
+    criterion: str
+    samples: int
     results: list[BackendResult]
     notes: list[str] = field(default_factory=list)
-
-    def closest(self, width: int) -> BackendResult:
-        """Closest to fp32 truth at this width: smallest mean |logits error| (ties: smaller loss diff)."""
-        rows = [r for r in self.results if r.width == width]
-        return min(rows, key=lambda r: (r.logits.mean_abs, r.loss_diff))
 
     @property
     def widths(self) -> list[int]:
         return sorted({r.width for r in self.results})
 
-    def verdicts(self) -> dict[int, str]:
-        return {w: self.closest(w).backend for w in self.widths}
+    def judge(self, width: int) -> WidthVerdict:
+        errors: dict[str, list[float]] = {}
+        for r in self.results:
+            if r.width == width:
+                e = r.error(self.criterion)
+                errors.setdefault(r.backend, [])
+                if e is not None:
+                    errors[r.backend].append(e)
+        return judge_width(width, {b: e for b, e in errors.items() if len(e) == self.samples})
+
+    def verdicts(self) -> dict[int, WidthVerdict]:
+        return {w: self.judge(w) for w in self.widths}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "dtype": self.dtype,
             "device": self.device,
             "truth": "fp32, SDPA math backend, same (rounded) weights",
+            "criterion": self.criterion,
+            "criterion_definition": CRITERIA[self.criterion],
+            "samples": self.samples,
             "results": [r.to_dict() for r in self.results],
-            "closest_to_fp32_truth": {str(w): b for w, b in self.verdicts().items()},
+            "verdicts": {str(w): v.to_dict() for w, v in self.verdicts().items()},
             "notes": self.notes,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class AdjudicateSpec:
+    widths: tuple[int, ...] = (256, 1024)
+    backends: tuple[str, ...] = ("sdpa", "flex_attention", "eager")
+    dtype: str = "bf16"
+    grads: str = "auto"
+    criterion: str = "logits"
+    batch: int = 1
+    samples: int = 3
+    device: str = "cpu"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        validate.integers("widths", self.widths, low=2)
+        if not self.backends:
+            raise TuneproofError(
+                "{backends} is empty", "give one or more attention paths", fields=("backends",)
+            )
+        for b in self.backends:
+            validate.choice("backends", b, path_names(adjudicate=True))
+        validate.choice("dtype", self.dtype, TORCH_DTYPES)
+        validate.choice("grads", self.grads, GRADS)
+        validate.choice("criterion", self.criterion, CRITERIA)
+        validate.integer("batch", self.batch, high=1024)
+        validate.integer("samples", self.samples, high=1000)
+        validate.choice("device", self.device, ("cpu", "cuda"))
+        validate.integer("seed", self.seed, low=0, high=2**63 - 1)
+        if self.criterion == "grads" and self.grads == "off":
+            raise TuneproofError(
+                "{criterion} grads with {grads} off",
+                "turn gradients on or judge logits",
+                fields=("criterion", "grads"),
+            )
+        if "flex_attention" in self.backends and self.device == "cpu" and self.grads == "on":
+            raise TuneproofError(
+                "backward requested for flex_attention on CPU: PyTorch has no flex backward on CPU",
+                "use grads auto (forward only for flex) or a CUDA device",
+            )
 
 
 def _run(model: Any, ids: Any, backward: bool) -> tuple[float, Any, dict[str, Any] | None]:
@@ -109,73 +286,59 @@ def _run(model: Any, ids: Any, backward: bool) -> tuple[float, Any, dict[str, An
     return float(out.loss), out.logits.float(), None
 
 
-def adjudicate(
-    config: str,
-    widths: list[int],
-    backends: list[str],
-    *,
-    dtype: str = "bf16",
-    grads: str = "auto",
-    batch: int = 1,
-    device: str = "cpu",
-    seed: int = 0,
-) -> Adjudication:
-    """Run each backend at each width in `dtype` and measure its distance to fp32 math truth."""
+def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
+    """Run each backend at each width on `samples` random batches in `dtype` and measure its distance to
+    fp32 math truth on the same batches."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from tuneproof.arch import resolve_text_config, tiny_config_path
-    from tuneproof.model import build_model
+    from tuneproof.model import build_model, check_fits_on_cpu, check_positions
 
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown or not backends:
-        raise TuneproofError(
-            f"--backends {','.join(backends)!s}: unknown {unknown or 'none given'}",
-            "use a comma list of " + ", ".join(BACKENDS),
-        )
-    if dtype not in TORCH_DTYPES:
-        raise TuneproofError(
-            f"--dtype {dtype!r} cannot be adjudicated", "use bf16 or fp16 (fp32 is the truth)"
-        )
-    if grads not in ("auto", "on", "off"):
-        raise TuneproofError(f"--grads {grads!r} is not known", "use auto, on or off")
-    if not widths or any(w <= 1 for w in widths):
-        raise TuneproofError("--widths must be integers > 1", "e.g. --widths 256,1024")
-    if "flex_attention" in backends:
+    check_positions(model, spec.widths)
+    if "flex_attention" in spec.backends:
         from tuneproof.attention.flex import require_flex
 
         require_flex()
-        if device == "cpu" and grads == "on":
-            raise TuneproofError(
-                "backward requested for flex_attention on CPU: PyTorch has no flex backward on CPU",
-                "use --grads auto (forward only for flex) or a CUDA device",
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        raise TuneproofError("{device} cuda but torch sees no CUDA device", "use cpu", fields=("device",))
+    if spec.device == "cpu":
+        for b in spec.backends:
+            check_fits_on_cpu(
+                model, attn=b, batch=spec.batch, width=max(spec.widths), training=spec.grads != "off"
             )
-    text = resolve_text_config(tiny_config_path() if config == "tiny" else config)
-    low = getattr(torch, TORCH_DTYPES[dtype])
-    reference = build_model(text, "sdpa", device=device, dtype="fp32", seed=seed)
+    low = getattr(torch, TORCH_DTYPES[spec.dtype])
+    reference = build_model(model, "sdpa", device=spec.device, dtype="fp32", seed=spec.seed)
     state = {k: v.to(low).to(torch.float32) for k, v in reference.state_dict().items()}
     reference.load_state_dict(state)
-    gen = torch.Generator().manual_seed(seed + 1)
-    notes: list[str] = []
+    gen = torch.Generator().manual_seed(spec.seed + 1)
     results: list[BackendResult] = []
     models = {}
-    for b in backends:
-        m = build_model(text, b, device=device, dtype="fp32", seed=seed)
+    for b in spec.backends:
+        m = build_model(model, b, device=spec.device, dtype="fp32", seed=spec.seed)
         m.load_state_dict(state)
         models[b] = m.to(low)
-    want_grads = grads != "off"
-    for width in widths:
-        ids = torch.randint(0, int(text.vocab_size), (batch, width), generator=gen).to(device)
-        with sdpa_kernel(SDPBackend.MATH):
-            t_loss, t_logits, t_grads = _run(reference, ids, backward=want_grads)
-        for b in backends:
-            no_bwd = b == "flex_attention" and device == "cpu"
-            loss, logits, g = _run(models[b], ids, backward=want_grads and not no_bwd)
-            note = "forward only: flex_attention has no backward on CPU" if (no_bwd and want_grads) else None
-            gd = Diff.of_many(g, t_grads) if g is not None and t_grads is not None else None
-            results.append(BackendResult(b, width, abs(loss - t_loss), Diff.of(logits, t_logits), gd, note))
+    want_grads = spec.grads != "off"
+    vocab = int(model.config.vocab_size)
+    for width in spec.widths:
+        for sample in range(spec.samples):
+            ids = torch.randint(0, vocab, (spec.batch, width), generator=gen).to(spec.device)
+            with sdpa_kernel(SDPBackend.MATH):
+                t_loss, t_logits, t_grads = _run(reference, ids, backward=want_grads)
+            for b in spec.backends:
+                no_bwd = b == "flex_attention" and spec.device == "cpu"
+                loss, logits, g = _run(models[b], ids, backward=want_grads and not no_bwd)
+                note = (
+                    "forward only: flex_attention has no backward on CPU" if (no_bwd and want_grads) else None
+                )
+                gd = Diff.of_many(g, t_grads) if g is not None and t_grads is not None else None
+                results.append(
+                    BackendResult(b, width, sample, abs(loss - t_loss), Diff.of(logits, t_logits), gd, note)
+                )
+    notes = [f"criterion: {CRITERIA[spec.criterion]}, over {spec.samples} random batch(es) per width"]
     if any(r.grads_note for r in results):
         notes.append(
             "flex_attention is adjudicated on the forward only here: PyTorch has no flex backward on CPU"
         )
-    return Adjudication(dtype, device, results, notes)
+        if spec.criterion == "grads":
+            notes.append("flex_attention has no gradients here, so it takes no part in the grads verdict")
+    return Adjudication(spec.dtype, spec.device, spec.criterion, spec.samples, results, notes)

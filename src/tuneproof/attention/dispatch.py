@@ -16,11 +16,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneproof import validate
 from tuneproof.arch.shape import AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
+from tuneproof.attention.paths import Rows, path
 from tuneproof.errors import TuneproofError
 
-ATTN_CHOICES = ("sdpa", "flex_attention", "eager", "flash_attention_2")
+DTYPES = ("bf16", "fp16", "fp32")
 
 
 def parse_capability(text: str) -> tuple[int, int]:
@@ -30,8 +32,28 @@ def parse_capability(text: str) -> tuple[int, int]:
     cap = (int(m.group(1)), int(m.group(2))) if m else None
     if cap is None or cap not in R.KNOWN_CAPABILITIES:
         known = ", ".join(f"{a}.{b}" for a, b in R.KNOWN_CAPABILITIES)
-        raise TuneproofError(f"unknown capability {text!r}", f"use MAJOR.MINOR or sm_XY, one of: {known}")
+        raise TuneproofError(
+            f"unknown {{capability}} {text!r}",
+            f"use MAJOR.MINOR or sm_XY, one of: {known}",
+            fields=("capability",),
+        )
     return cap
+
+
+def device_capability(capability: str | None, gpu: str | None) -> tuple[int, int] | None:
+    """The CUDA capability to explain for: parsed from `capability`, or the table's for `gpu`, or None
+    (the CPU)."""
+    if capability is not None and gpu is not None:
+        raise TuneproofError(
+            "{capability} and {gpu} together", "give one of them", fields=("capability", "gpu")
+        )
+    if capability is not None:
+        return parse_capability(capability)
+    if gpu is not None:
+        from tuneproof.hardware import lookup_gpu
+
+        return lookup_gpu(gpu).capability
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,18 +70,33 @@ class Context:
     capability: tuple[int, int] | None = None  # CUDA compute capability; None = CPU
 
     def __post_init__(self) -> None:
-        if self.seq_len <= 0 or self.batch <= 0:
-            raise TuneproofError(
-                "--seq-len and --batch must be > 0", "pass the padded width and sequences per batch"
-            )
-        if self.attn not in ATTN_CHOICES:
-            raise TuneproofError(
-                f"--attn {self.attn!r} is not known", "use one of: " + ", ".join(ATTN_CHOICES)
-            )
-        if self.dtype not in ("bf16", "fp16", "fp32"):
-            raise TuneproofError(f"--dtype {self.dtype!r} is not known", "use bf16, fp16 or fp32")
+        validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
+        validate.integer("batch", self.batch, hint="pass sequences per micro-batch")
+        path(self.attn)
+        validate.choice("dtype", self.dtype, DTYPES)
         if self.padded and self.packed:
-            raise TuneproofError("--padded and --packed together", "a packed batch has no padding; pick one")
+            raise TuneproofError(
+                "{padded} and {packed} together",
+                "a packed batch has no padding; pick one",
+                fields=("padded", "packed"),
+            )
+        if self.packed and self.seq_len < 2:
+            raise TuneproofError("a packed row of width 1 holds one document", "pack rows of width 2 or more")
+        if self.capability is not None and self.capability not in R.KNOWN_CAPABILITIES:
+            raise TuneproofError(
+                f"unknown {{capability}} {self.capability}", "use MAJOR.MINOR", fields=("capability",)
+            )
+
+    def rows(self) -> Rows:
+        """A batch with this context's geometry: the last row one token short when padded, each row
+        two documents when packed (the mask rules read only whether there is padding or packing)."""
+        if self.packed:
+            half = self.seq_len // 2
+            return Rows(self.seq_len, ((half, self.seq_len - half),) * self.batch)
+        lengths = [self.seq_len] * self.batch
+        if self.padded:
+            lengths[-1] = max(1, self.seq_len - 1)
+        return Rows.padded(self.seq_len, lengths)
 
     @property
     def device(self) -> str:
@@ -111,23 +148,10 @@ class Explanation:
 
 
 def predict_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str]:
-    """Does transformers hand the attention a dense mask tensor, and which condition decides."""
-    if ctx.attn == "eager":
-        return True, R.MASK_SOURCES["eager"]
-    if ctx.attn == "flex_attention":
-        return False, "BlockMask, not a dense tensor: blocks outside the mask are skipped (" + R.MASK_SOURCES[
-            "flex"
-        ] + ")"
-    if ctx.attn == "flash_attention_2":
-        return False, "no 4-D mask: padding handled by varlen unpadding (" + R.MASK_SOURCES["flash"] + ")"
-    if ctx.packed:
-        return True, "packed batch: " + R.MASK_SOURCES["packed"]
-    if spec.window is not None and ctx.seq_len >= spec.window:
-        return True, f"kv_length {ctx.seq_len} >= window {spec.window}: " + R.MASK_SOURCES["window"]
-    if ctx.padded:
-        return True, "padded batch: " + R.MASK_SOURCES["padding"]
-    why = "no padding" + (f", kv_length {ctx.seq_len} < window {spec.window}" if spec.window else "")
-    return False, f"{why}: SDPA gets attn_mask=None and is_causal=True"
+    """Does transformers hand the attention a dense mask tensor, and which condition decides
+    (the attention path table's rule, shared with the FLOP ledger)."""
+    mask = path(ctx.attn).mask(ctx.rows(), spec.window)
+    return mask.materialised, mask.reason
 
 
 def _in(cap: tuple[int, int], span: tuple[tuple[int, int], tuple[int, int]]) -> bool:
@@ -198,41 +222,41 @@ def _kernel(backend: str, head_dim: int) -> str:
     }[backend]
 
 
+# Paths that do not go through SDPA's backend choice: (backend name, kernel) for a device (None = CPU).
+_OWN_KERNELS: dict[str, tuple[str, Any]] = {
+    "eager": ("eager", lambda cap: "aten matmul + softmax: the full score matrix, mask added after"),
+    "flex_attention": (
+        "flex",
+        lambda cap: (
+            "flex_attention ("
+            + ("Triton kernel compiled for this card" if cap else "inductor CPU lowering")
+            + "; triton_tem_fused_flex_attention*)"
+        ),
+    ),
+    "flash_attention_2": (
+        "flash_attention_2",
+        lambda cap: "flash-attn package varlen kernels (flash_attn_varlen_func)",
+    ),
+}
+
+
 def predict(ctx: Context, spec: AttentionSpec) -> tuple[bool, str, str, dict[str, str], str]:
+    """(mask materialised, why, backend, refusal reason per skipped backend, kernel), from the rules."""
     mask, mask_reason = predict_mask(ctx, spec)
-    if ctx.attn == "eager":
-        return (
-            mask,
-            mask_reason,
-            "eager",
-            {},
-            "aten matmul + softmax: the full score matrix, mask added after",
-        )
-    if ctx.attn == "flex_attention":
-        where = "Triton kernel compiled for this card" if ctx.capability else "inductor CPU lowering"
-        return mask, mask_reason, "flex", {}, f"flex_attention ({where}; triton_tem_fused_flex_attention*)"
-    if ctx.attn == "flash_attention_2":
-        return (
-            mask,
-            mask_reason,
-            "flash_attention_2",
-            {},
-            "flash-attn package varlen kernels (flash_attn_varlen_func)",
-        )
+    if ctx.attn in _OWN_KERNELS:
+        backend, kernel = _OWN_KERNELS[ctx.attn]
+        return mask, mask_reason, backend, {}, kernel(ctx.capability)
     if ctx.capability is None:
-        return (
-            mask,
-            mask_reason,
-            "cpu_flash",
-            {},
-            _kernel("cpu_flash", spec.head_dim) + " (" + R.SOURCES["cpu"] + ")",
-        )
+        kernel = _kernel("cpu_flash", spec.head_dim) + " (" + R.SOURCES["cpu"] + ")"
+        return mask, mask_reason, "cpu_flash", {}, kernel
     backend, refused, kernel = predict_sdpa_cuda(ctx, spec, mask)
     return mask, mask_reason, backend, refused, kernel
 
 
 def _live_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str] | None:
-    """Ask transformers' own `_ignore_causal_mask_sdpa` with the real lengths (sdpa, unpacked only)."""
+    """Ask transformers' own `_ignore_causal_mask_sdpa` (sdpa, unpacked only). The padding mask handed
+    to it is two tokens wide: the function reads only whether it is all ones, and a (batch, seq_len)
+    tensor could need gigabytes."""
     if ctx.attn != "sdpa" or ctx.packed:
         return None
     try:
@@ -240,9 +264,9 @@ def _live_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str] | None:
         from transformers.masking_utils import _ignore_causal_mask_sdpa
     except ImportError:
         return None
-    padding = torch.ones(ctx.batch, ctx.seq_len, dtype=torch.bool)
+    padding = torch.ones(1, 2, dtype=torch.bool)
     if ctx.padded:
-        padding[-1, -1] = False
+        padding[0, -1] = False
     materialised = not bool(_ignore_causal_mask_sdpa(padding, ctx.seq_len, ctx.seq_len, 0, 0, spec.window))
     predicted, reason = predict_mask(ctx, spec)
     if materialised != predicted:
@@ -269,15 +293,16 @@ def _live_sdpa(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict
     device = "cpu" if ctx.capability is None else "cuda"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ctx.dtype]
     t = min(ctx.seq_len, LIVE_LEN)
+    batch = min(ctx.batch, 2)  # the rules do not depend on the batch size either
     # transformers expands K/V with repeat_kv whenever a mask is passed (use_gqa_in_sdpa), so heads match
     q = torch.zeros(
-        ctx.batch, spec.num_heads, t, spec.head_dim, device=device, dtype=dtype, requires_grad=ctx.training
+        batch, spec.num_heads, t, spec.head_dim, device=device, dtype=dtype, requires_grad=ctx.training
     )
     k = torch.zeros_like(q)
     v = torch.zeros(
-        ctx.batch, spec.num_heads, t, spec.v_head_dim, device=device, dtype=dtype, requires_grad=ctx.training
+        batch, spec.num_heads, t, spec.v_head_dim, device=device, dtype=dtype, requires_grad=ctx.training
     )
-    attn_mask = torch.ones(ctx.batch, 1, t, t, device=device, dtype=torch.bool) if mask else None
+    attn_mask = torch.ones(batch, 1, t, t, device=device, dtype=torch.bool) if mask else None
     choice = SDPBackend(int(torch._fused_sdp_choice(q, k, v, attn_mask, 0.0, not mask)))
     names = {
         SDPBackend.FLASH_ATTENTION: "flash",

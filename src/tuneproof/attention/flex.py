@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tuneproof import validate
 from tuneproof.attention.kernel_options import KernelChoice, choose_for_head_dims
 from tuneproof.errors import TuneproofError
 
@@ -32,7 +33,7 @@ def require_flex() -> None:
     if (major, minor) < MIN_TORCH:
         raise TuneproofError(
             f"flex_attention needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]}, found {torch.__version__}",
-            "upgrade torch or use --attn sdpa",
+            "upgrade torch or use the sdpa attention path",
         )
 
 
@@ -187,6 +188,7 @@ class FlexSetup:
         ]
 
 
+@contextlib.contextmanager
 def enable_flex(
     model: Any,
     widths: Iterable[int],
@@ -194,17 +196,22 @@ def enable_flex(
     capability: tuple[int, int] | None = None,
     dtype: str = "bf16",
     training: bool = True,
-) -> FlexSetup:
-    """Switch a transformers model to flex_attention, pass kernel options that fit the card to every
-    attention call, and install the recompile guard.
+) -> Iterator[FlexSetup]:
+    """Inside the block, `model` runs flex_attention with kernel options that fit the card on every
+    attention call, under a recompile guard sized for `widths`; a call that would fall back to
+    uncompiled flex raises `TuneproofError`. On exit everything is undone: the model's previous
+    attention implementation, the options hook, dynamo's limits and the warning filters.
+
+        with enable_flex(model, sampler.widths(), capability=(12, 0)) as setup:
+            trainer.train()
 
     transformers passes one `kernel_options` to all layers, so the options must fit every head_dim
     of the model (Gemma 4: 256 on sliding layers, 512 on global ones)."""
     require_flex()
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    from tuneproof.arch import from_config
+    from tuneproof.arch import resolve
 
-    shape = from_config(cfg)
+    widths = tuple(validate.integers("widths", list(widths)))
+    shape = resolve(model.config).shape
     variants = {(s.attention.num_heads, s.attention.num_kv_heads, s.attention.head_dim) for s in shape.layers}
     options: dict[str, int] = {}
     choices: dict[str, KernelChoice] = {}
@@ -214,14 +221,25 @@ def enable_flex(
             choice = choose_for_head_dims(dims, dtype, capability=capability, pass_=p)
             choices[p] = choice
             options.update(choice.options)
+    previous = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    guard = RecompileGuard(widths, num_variants=len(variants))
+    handle = None
     model.set_attn_implementation("flex_attention")
-    guard = RecompileGuard(tuple(widths), num_variants=len(variants))
-    guard.install()
-    if options:
+    try:
+        guard.install()
+        if options:
 
-        def inject(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-            kwargs.setdefault("kernel_options", options)
-            return args, kwargs
+            def inject(
+                module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> tuple[Any, dict[str, Any]]:
+                kwargs.setdefault("kernel_options", options)
+                return args, kwargs
 
-        model.register_forward_pre_hook(inject, with_kwargs=True)
-    return FlexSetup(options, choices, guard)
+            handle = model.register_forward_pre_hook(inject, with_kwargs=True)
+        with loud_recompile_errors():
+            yield FlexSetup(options, choices, guard)
+    finally:
+        if handle is not None:
+            handle.remove()
+        guard.uninstall()
+        model.set_attn_implementation(previous)

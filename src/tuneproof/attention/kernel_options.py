@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneproof import validate
+from tuneproof.attention.pairs import FLEX_BLOCK
 from tuneproof.errors import TuneproofError
 from tuneproof.hardware import SMEM_SM80, SMEM_SM86_89_120, SMEM_SM90_100
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-SPARSE_BLOCK = 128  # BLOCK_M/BLOCK_N must divide the BlockMask block size
 
 
 def smem_limit(capability: tuple[int, int]) -> int:
@@ -111,10 +112,9 @@ def choose_kernel_options(
     pass_: str = "fwd",
 ) -> KernelChoice:
     """Keep torch's default blocks when they fit the per-block shared memory; else the largest that does."""
-    if dtype not in DTYPE_BYTES:
-        raise TuneproofError(f"dtype {dtype!r} is not known", "use bf16, fp16 or fp32")
-    if pass_ not in ("fwd", "bwd"):
-        raise TuneproofError(f"pass {pass_!r} is not known", "use fwd or bwd")
+    validate.integer("head_dim", head_dim, high=65536)
+    validate.choice("dtype", dtype, DTYPE_BYTES)
+    validate.choice("pass_", pass_, ("fwd", "bwd"))
     if capability is None and smem_limit_bytes is None:
         raise TuneproofError("no device given", "pass capability=(major, minor) or smem_limit_bytes")
     cap = capability or (8, 0)
@@ -140,7 +140,7 @@ def choose_kernel_options(
         if m > bm or n > bn:
             continue
         got = estimate(m, n, head_dim, dtype)
-        if got <= limit and m <= SPARSE_BLOCK and n <= SPARSE_BLOCK:
+        if got <= limit and m <= FLEX_BLOCK and n <= FLEX_BLOCK:  # blocks must divide the BlockMask block
             opts = _options(pass_, m, n, 1, warps)
             return KernelChoice(
                 opts,

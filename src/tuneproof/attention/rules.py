@@ -1,4 +1,4 @@
-"""Predicted dispatch rules, as data. Each rule cites the file and function it encodes.
+"""Predicted SDPA dispatch rules, as data. Each rule cites the file and function it encodes.
 
 Verified against PyTorch 2.13.0 and transformers 5.24.0 (../shared/references/attention-dispatch.md);
 for other versions the explainer still predicts with these rules and says so.
@@ -9,18 +9,7 @@ from __future__ import annotations
 VERIFIED_TORCH = "2.13"
 VERIFIED_TRANSFORMERS = "5.24"
 
-# transformers: when is a dense mask materialised instead of SDPA's is_causal?
-MASK_SOURCES = {
-    "window": "transformers masking_utils._ignore_causal_mask_sdpa: returns False when "
-    "local_attention_size is set and kv_length >= local_attention_size",
-    "padding": "transformers masking_utils._ignore_causal_mask_sdpa: skips the mask only when the padding "
-    "mask is all ones (fast_all)",
-    "packed": "transformers masking_utils._preprocess_mask_arguments / find_packed_sequence_indices: packed "
-    "position_ids set allow_is_causal_skip=False",
-    "eager": "transformers masking_utils.eager_mask: always builds a (B,1,q,kv) float mask",
-    "flex": "transformers masking_utils.flex_attention_mask: a BlockMask via create_block_mask",
-    "flash": "transformers masking_utils.flash_attention_mask: the 2-D padding mask or None (varlen)",
-}
+# transformers' mask decisions live with the attention paths (tuneproof.attention.paths.MASK_SOURCES).
 
 # PyTorch SDPA on CUDA: default priority (ATen/Context.h) and the cuDNN preference
 # (cuda/sdp_utils.cpp check_prefer_cudnn_attention: cuDNN > 9.15.0 and major 9 or 10).

@@ -4,68 +4,88 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.cli.common import config_option, console, int_list, json_option, print_json
+from tuneproof.attention.adjudicate import CRITERIA, GRADS
+from tuneproof.attention.paths import names
+from tuneproof.cli.common import (
+    command,
+    config_option,
+    console,
+    int_list,
+    json_option,
+    print_json,
+    progress_bar,
+    resolve_model,
+    str_list,
+)
 
 
-@click.command()
+@command()
 @config_option
 @click.option(
     "--widths", default="256,1024", show_default=True, help="Comma list of sequence widths (tokens)."
 )
 @click.option(
     "--backends",
-    default="sdpa,flex_attention,eager",
+    default=",".join(names(adjudicate=True)),
     show_default=True,
-    help="Comma list of attention backends to judge.",
+    help="Comma list of attention paths to judge.",
 )
 @click.option("--dtype", default="bf16", show_default=True, help="Low precision under test: bf16 or fp16.")
 @click.option(
     "--grads",
     default="auto",
     show_default=True,
-    help="auto (where the backend has a backward here), on (required), off (forward only).",
+    help=f"{', '.join(GRADS)}: compare gradients where the backend has a backward here / always / never.",
+)
+@click.option(
+    "--criterion",
+    default="logits",
+    show_default=True,
+    help="What 'closest to the truth' means: " + "; ".join(f"{k}: {v}" for k, v in CRITERIA.items()) + ".",
 )
 @click.option("--batch", type=int, default=1, show_default=True, help="Sequences per batch.")
+@click.option(
+    "--samples",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Random batches per width (2+ to tell a win from a tie).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the weights and the batches.")
 @json_option
 def adjudicate(
-    config: str, widths: str, backends: str, dtype: str, grads: str, batch: int, json_out: bool
+    config: str,
+    widths: str,
+    backends: str,
+    dtype: str,
+    grads: str,
+    criterion: str,
+    batch: int,
+    samples: int,
+    seed: int,
+    json_out: bool,
 ) -> None:
-    """Distance of each backend to fp32 truth (loss, logits, gradients); names the closest per width."""
+    """Distance of each backend to fp32 truth (loss, logits, gradients); the closest per width, or a tie."""
+    from tuneproof.attention.adjudicate import AdjudicateSpec
     from tuneproof.attention.adjudicate import adjudicate as run
-    from tuneproof.cli.common import progress_bar
 
+    spec = AdjudicateSpec(
+        widths=int_list(widths, "--widths"),
+        backends=str_list(backends),
+        dtype=dtype,
+        grads=grads,
+        criterion=criterion,
+        batch=batch,
+        samples=samples,
+        seed=seed,
+    )
+    model = resolve_model(config)
     with progress_bar() as update:
         update("building models and compiling (flex compiles once per width on CPU)")
-        result = run(
-            config,
-            list(int_list(widths, "--widths")),
-            [b.strip() for b in backends.split(",") if b.strip()],
-            dtype=dtype,
-            grads=grads,
-            batch=batch,
-        )
+        result = run(model, spec)
     if json_out:
         print_json(result.to_dict())
         return
-    from rich.table import Table
+    from tuneproof.attention.render import render_adjudication
 
-    out = console()
-    t = Table(title=f"distance to fp32 math truth ({result.dtype} on {result.device}; same rounded weights)")
-    for col in ("width", "backend", "|loss diff|", "logits max", "logits mean", "grads max", "grads mean"):
-        t.add_column(col, justify="left" if col == "backend" else "right")
-    for r in result.results:
-        g = r.grads
-        t.add_row(
-            str(r.width),
-            r.backend,
-            f"{r.loss_diff:.3e}",
-            f"{r.logits.max_abs:.3e}",
-            f"{r.logits.mean_abs:.3e}",
-            f"{g.max_abs:.3e}" if g else "-",
-            f"{g.mean_abs:.3e}" if g else "-",
-        )
-    out.print(t)
-    for w, b in result.verdicts().items():
-        out.print(f"width {w}: closest to fp32 truth: {b}")
-    for n in result.notes:
-        out.print(f"note: {n}")
+    render_adjudication(result, console())

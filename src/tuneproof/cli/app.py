@@ -46,14 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app.main(args=argv, prog_name="tuneproof", standalone_mode=False)
     except TuneproofError as e:
-        print(f"error: {e.message}", file=sys.stderr)
+        print(f"error: {_one_line(e.message)}", file=sys.stderr)
         return e.exit_code
     except click.exceptions.NoArgsIsHelpError as e:
         print(e.ctx.get_help() if e.ctx else str(e))
         return 0
     except click.UsageError as e:
         hint = f"see '{e.ctx.command_path} --help'" if e.ctx else "see 'tuneproof --help'"
-        print(f"error: {e.format_message()} ({hint})", file=sys.stderr)
+        print(f"error: {_one_line(e.format_message())} ({hint})", file=sys.stderr)
         return 2
     except click.exceptions.Exit as e:
         return int(e.exit_code)
@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         print("error: aborted", file=sys.stderr)
         return 1
     return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def run() -> None:

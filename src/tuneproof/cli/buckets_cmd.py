@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, int_list, json_option, print_json
-from tuneproof.errors import TuneproofError
+from tuneproof.attention.paths import PATHS
+from tuneproof.cli.common import command, console, int_list, json_option, print_json, resolve_model, str_list
+from tuneproof.data.compare import COMPARE_CHOICES
 
 
-@click.command()
+@command()
 @click.option(
     "--lengths",
     "lengths_file",
     type=click.Path(path_type=Path),
     default=None,
-    help="One integer per line, or JSONL with 'length' (and 'root'). Default: the shipped synthetic set.",
+    help="One integer per line, or JSONL with 'length' (and 'root'); .gz too. "
+    "Default: the shipped synthetic set.",
 )
 @click.option("--micro-batch", type=int, default=2, show_default=True, help="Sequences per micro-batch.")
 @click.option(
@@ -30,15 +33,17 @@ from tuneproof.errors import TuneproofError
 )
 @click.option(
     "--compare",
-    "compare_with",
-    default="random,hf-length-grouped,packing",
+    "choices",
+    default=",".join(COMPARE_CHOICES),
     show_default=True,
-    help="Baselines: random, hf-length-grouped, packing.",
+    help="Baselines: " + ", ".join(COMPARE_CHOICES) + " (empty for none).",
 )
 @click.option(
     "--config", default=None, help="config.json (or 'tiny') to add the attention FLOPs each plan performs."
 )
-@click.option("--attn", default="sdpa", show_default=True, help="Attention path for --config.")
+@click.option(
+    "--attn", default="sdpa", show_default=True, help="Attention path for --config: " + ", ".join(PATHS) + "."
+)
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of every shuffle (same seed, same plan)."
 )
@@ -48,7 +53,7 @@ def buckets(
     micro_batch: int,
     grad_accum: int,
     sweep: str,
-    compare_with: str,
+    choices: str,
     config: str | None,
     attn: str,
     seed: int,
@@ -56,23 +61,24 @@ def buckets(
 ) -> None:
     """Bucketing vs random, HF length grouping and packing: padding, zero-pad share, roots per window,
     length mix, planning time; with --config, the attention FLOPs each plan performs."""
-    from tuneproof.cli.common import resolve_config
     from tuneproof.data import read_lengths, synthetic_lengths
-    from tuneproof.data.compare import compare
+    from tuneproof.data.compare import check_compare_args, compare
 
-    if micro_batch < 1 or grad_accum < 1:
-        raise TuneproofError("--micro-batch and --grad-accum must be >= 1", "pass positive integers")
-    lengths, roots = read_lengths(lengths_file) if lengths_file else synthetic_lengths()
-    shape = resolve_config(config) if config else None
-    if shape is not None:
-        from tuneproof.flops.attention import ATTN_PATHS
-
-        if attn not in ATTN_PATHS:
-            raise TuneproofError(f"--attn {attn!r} is not known", "use one of: " + ", ".join(ATTN_PATHS))
-    choices = tuple(c.strip() for c in compare_with.split(",") if c.strip())
+    sweep_widths = int_list(sweep, "--sweep")
+    baselines = str_list(choices)
+    check_compare_args(micro_batch, grad_accum, baselines, sweep_widths, attn, seed)
+    model = resolve_model(config) if config is not None else None
+    lengths, roots = read_lengths(lengths_file) if lengths_file is not None else synthetic_lengths()
+    shape = model.shape if model is not None else None
     results, rows = compare(
-        lengths, roots, micro_batch, grad_accum, choices, int_list(sweep, "--sweep"), shape, attn, seed
+        lengths, roots, micro_batch, grad_accum, baselines, sweep_widths, shape, attn, seed
     )
+    if model is not None and model.max_positions is not None and int(lengths.max()) > model.max_positions:
+        print(
+            f"warning: the longest length {int(lengths.max())} exceeds the config's max_position_embeddings "
+            f"{model.max_positions}",
+            file=sys.stderr,
+        )
     if json_out:
         print_json(
             {

@@ -1,15 +1,32 @@
-"""Helpers shared by commands: config resolution, output."""
+"""What every command shares: the command class, the options spelled the same everywhere, output."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import click
+
+from tuneproof.errors import TuneproofError
+
+
+class Command(click.Command):
+    """A command whose library errors name its own flags: a `TuneproofError` about the field
+    `seq_len` is shown as `--seq-len` (the option whose parameter name is that field)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TuneproofError as e:
+            labels = {p.name: p.opts[0] for p in self.params if isinstance(p, click.Option) and p.name}
+            raise e.with_labels(labels) from None
+
+
+def command(**kwargs: Any) -> Callable[[Callable[..., Any]], click.Command]:
+    return click.command(cls=Command, **kwargs)
+
 
 # Options every command spells the same way.
 config_option = click.option(
@@ -23,28 +40,34 @@ json_option = click.option(
 )
 
 
-def resolve_config(config: str) -> Any:
-    """'tiny' means the embedded tiny Gemma-4-style config; anything else is a path."""
-    from tuneproof.arch import from_config, tiny_config_path
+def resolve_model(config: str) -> Any:
+    """The model behind --config; fields taken from transformers' defaults are warned about on stderr."""
+    from tuneproof.arch import resolve
 
-    return from_config(tiny_config_path() if config == "tiny" else Path(config))
+    model = resolve(config)
+    for note in model.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    return model
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+    """Strict JSON on stdout: never NaN or Infinity (an unknown is null, with its reason beside it)."""
+    from tuneproof.io import dumps
+
+    sys.stdout.write(dumps(data) + "\n")
 
 
 def console() -> Any:
+    """Rich console on stdout at the terminal's width (80 columns off a terminal, or $COLUMNS)."""
     from rich.console import Console
 
-    return Console(highlight=False, width=140)
+    return Console(highlight=False)
 
 
 @contextmanager
 def progress_bar() -> Iterator[Callable[[str], None]]:
     """A transient spinner on stderr with elapsed time, only on a terminal; yields `update(description)`.
-    Off a terminal it prints nothing, so stderr holds only errors."""
+    Off a terminal it prints nothing, so stderr holds only errors and warnings."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -63,11 +86,13 @@ def progress_bar() -> Iterator[Callable[[str], None]]:
 
 def int_list(text: str, flag: str) -> tuple[int, ...]:
     """A comma list of integers from a flag, or a one-line error naming the flag."""
-    from tuneproof.errors import TuneproofError
-
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise TuneproofError(
             f"{flag} {text!r} is not a comma list of integers", f"e.g. {flag} 512,1024,2048"
         ) from None
+
+
+def str_list(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())

@@ -6,11 +6,18 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import config_option, console, json_option, print_json
-from tuneproof.io import check_out_folder
+from tuneproof.cli.common import (
+    command,
+    config_option,
+    console,
+    json_option,
+    print_json,
+    progress_bar,
+    resolve_model,
+)
 
 
-@click.command()
+@command()
 @config_option
 @click.option(
     "--out",
@@ -18,16 +25,27 @@ from tuneproof.io import check_out_folder
     default=None,
     help="Folder to write report.json into (created if missing).",
 )
+@click.option(
+    "--probe-budget",
+    "probe_budget_s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds of timing rounds for the probe section.",
+)
 @json_option
-def doctor(config: str, out: Path | None, json_out: bool) -> None:
+def doctor(config: str, out: Path | None, probe_budget_s: float, json_out: bool) -> None:
     """Diagnose a setup end to end: FLOP ledger, attention dispatch, batching, measured probe."""
-    from tuneproof.cli.common import progress_bar
+    from tuneproof import validate
     from tuneproof.doctor import run_doctor, write_report
+    from tuneproof.io import check_out_folder
 
+    validate.real("probe_budget_s", probe_budget_s, low=0.0, low_open=True, high=86_400.0)
     if out is not None:
         check_out_folder(out)
+    model = resolve_model(config)
     with progress_bar() as update:
-        report = run_doctor(config, progress=update)
+        report = run_doctor(model, probe_budget_s, progress=update)
     if out is not None:
         path = write_report(report, out)
         if not json_out:

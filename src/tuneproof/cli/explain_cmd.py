@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.cli.common import config_option, console, json_option, print_json, resolve_config
+from tuneproof.attention.paths import PATHS
+from tuneproof.cli.common import command, config_option, console, json_option, print_json, resolve_model
 
 
-@click.command()
+@command()
 @config_option
 @click.option("--seq-len", type=int, required=True, help="Padded width T, tokens.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch.")
@@ -15,9 +16,7 @@ from tuneproof.cli.common import config_option, console, json_option, print_json
 @click.option(
     "--packed", is_flag=True, help="Documents packed into rows (position_ids restart, no 2-D mask)."
 )
-@click.option(
-    "--attn", default="sdpa", show_default=True, help="sdpa, flex_attention, eager or flash_attention_2."
-)
+@click.option("--attn", default="sdpa", show_default=True, help=", ".join(PATHS) + ".")
 @click.option("--dtype", default="bf16", show_default=True, help="bf16, fp16 or fp32.")
 @click.option("--training", is_flag=True, help="Tensors require grad (training step), not inference.")
 @click.option(
@@ -43,14 +42,9 @@ def explain(
     json_out: bool,
 ) -> None:
     """Per attention layer type: is a mask materialised, which SDPA backend runs, what each refusal was."""
-    from tuneproof.attention.dispatch import Context, parse_capability
+    from tuneproof.attention.dispatch import Context, device_capability
     from tuneproof.attention.dispatch import explain as run_explain
-    from tuneproof.errors import TuneproofError
-    from tuneproof.hardware import lookup_gpu
 
-    if capability and gpu:
-        raise TuneproofError("--capability and --gpu together", "give one of them")
-    cap = parse_capability(capability) if capability else lookup_gpu(gpu).capability if gpu else None
     ctx = Context(
         seq_len=seq_len,
         batch=batch,
@@ -59,9 +53,14 @@ def explain(
         packed=packed,
         dtype=dtype,
         training=training,
-        capability=cap,
+        capability=device_capability(capability, gpu),
     )
-    result = run_explain(resolve_config(config), ctx)
+    model = resolve_model(config)
+    result = run_explain(model.shape, ctx)
+    if model.max_positions is not None and seq_len > model.max_positions:
+        result.notes.append(
+            f"seq_len {seq_len} exceeds this config's max_position_embeddings {model.max_positions}"
+        )
     if json_out:
         print_json(result.to_dict())
         return

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.cli.common import config_option, console, json_option, print_json, resolve_config
-from tuneproof.errors import TuneproofError
+from tuneproof.attention.paths import PATHS
+from tuneproof.cli.common import (
+    command,
+    config_option,
+    console,
+    json_option,
+    print_json,
+    resolve_model,
+    str_list,
+)
 
-ATTN_CHOICES = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # = tuneproof.flops.ATTN_PATHS
 
-
-@click.command()
+@command()
 @config_option
 @click.option("--seq-len", type=int, required=True, help="Padded width T of every sequence, tokens.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch, B.")
-@click.option(
-    "--attn", default="sdpa", show_default=True, help="Attention path: " + ", ".join(ATTN_CHOICES) + "."
-)
+@click.option("--attn", default="sdpa", show_default=True, help="Attention path: " + ", ".join(PATHS) + ".")
 @click.option(
     "--padding-fraction",
     type=float,
@@ -37,7 +41,9 @@ ATTN_CHOICES = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # = tun
 @click.option("--grad-ckpt", is_flag=True, help="Activation checkpointing on every decoder layer.")
 @click.option("--step-time", type=float, default=None, help="Measured seconds per micro-batch step, for MFU.")
 @click.option("--gpu", default=None, help="GPU name as torch or nvidia-smi reports it; gives the peak.")
-@click.option("--dtype", default="bf16", show_default=True, help="Dtype of the peak: bf16, fp16, fp8, tf32.")
+@click.option(
+    "--dtype", default="bf16", show_default=True, help="Dtype of the peak: bf16, fp16, fp8, fp4, tf32."
+)
 @click.option(
     "--peak-tflops", type=float, default=None, help="Dense peak TFLOP/s; overrides the --gpu table."
 )
@@ -60,25 +66,10 @@ def flops(
 ) -> None:
     """Intended vs performed FLOPs per component and pass, each excess named, and MFU."""
     from tuneproof.flops import RunSpec, flop_report
-    from tuneproof.hardware import Peak, lookup_gpu, normalise_dtype, peak_for
+    from tuneproof.hardware import check_dtype, resolve_peak
 
-    peak: Peak | None = None
-    if peak_tflops is not None:
-        if peak_tflops <= 0:
-            raise TuneproofError(
-                f"--peak-tflops must be > 0, got {peak_tflops}", "pass dense TFLOP/s, e.g. 989"
-            )
-        peak = Peak(peak_tflops, "--peak-tflops (user given)", normalise_dtype(dtype))
-    elif gpu is not None:
-        peak = peak_for(lookup_gpu(gpu), dtype)
-    if step_time is not None:
-        if step_time <= 0:
-            raise TuneproofError(
-                f"--step-time must be > 0, got {step_time}", "pass measured seconds per step"
-            )
-        if peak is None:
-            raise TuneproofError("--step-time needs a peak for MFU", "add --gpu NAME or --peak-tflops P")
-    targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip())
+    check_dtype(dtype)
+    peak = resolve_peak(gpu, dtype, peak_tflops) if (gpu is not None or peak_tflops is not None) else None
     run = RunSpec(
         seq_len=seq_len,
         batch=batch,
@@ -86,10 +77,16 @@ def flops(
         padding_fraction=padding_fraction,
         mode=mode,
         lora_rank=lora_rank,
-        lora_targets=targets or ("all-linear",),
+        lora_targets=str_list(lora_targets),
         grad_ckpt=grad_ckpt,
     )
-    report = flop_report(resolve_config(config), run, step_time_s=step_time, peak=peak)
+    model = resolve_model(config)
+    report = flop_report(model.shape, run, step_time_s=step_time, peak=peak)
+    if model.max_positions is not None and seq_len > model.max_positions:
+        report.notes.append(
+            f"seq_len {seq_len} exceeds this config's max_position_embeddings {model.max_positions}: "
+            "the ledger counts it as asked (context extension?)"
+        )
     if json_out:
         print_json(report.to_dict())
     else:

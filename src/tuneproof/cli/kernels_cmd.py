@@ -6,23 +6,27 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import console, json_option, print_json
+from tuneproof.cli.common import command, console, json_option, print_json
 
 
-@click.command()
+@command()
 @click.option(
     "--trace",
     type=click.Path(path_type=Path),
     required=True,
     help="Chrome trace from torch.profiler (export_chrome_trace or tensorboard handler; .json or .json.gz).",
 )
-@click.option("--top", type=int, default=5, show_default=True, help="Top kernels listed per class.")
+@click.option(
+    "--top", "top_n", type=int, default=5, show_default=True, help="Top kernels listed per class (>= 1)."
+)
 @json_option
-def kernels(trace: Path, top: int, json_out: bool) -> None:
+def kernels(trace: Path, top_n: int, json_out: bool) -> None:
     """Sum device time by kernel class (attention, gemm, communication, memory, other) and read arch tags."""
+    from tuneproof import validate
     from tuneproof.measure.kernels import kernel_table, load_trace
 
-    table = kernel_table(load_trace(trace), top_n=max(1, top))
+    validate.integer("top_n", top_n, high=10_000)
+    table = kernel_table(load_trace(trace), top_n=top_n)
     if json_out:
         print_json(table.to_dict())
         return

@@ -6,13 +6,22 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import config_option, console, int_list, json_option, print_json
-from tuneproof.io import check_out_folder
+from tuneproof.attention.paths import names
+from tuneproof.cli.common import (
+    command,
+    config_option,
+    console,
+    int_list,
+    json_option,
+    print_json,
+    progress_bar,
+    resolve_model,
+)
 
 
-@click.command()
+@command()
 @config_option
-@click.option("--attn", default="sdpa", show_default=True, help="sdpa, eager or flex_attention.")
+@click.option("--attn", default="sdpa", show_default=True, help=", ".join(names(probe=True)) + ".")
 @click.option(
     "--widths",
     default="512,1024,2048",
@@ -24,12 +33,42 @@ from tuneproof.io import check_out_folder
 @click.option("--grad-ckpt", is_flag=True, help="Activation checkpointing on every decoder layer.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--dtype", default=None, help="fp32, bf16 or fp16 (default: fp32 on cpu, bf16 on cuda).")
-@click.option("--repeats", type=int, default=3, show_default=True, help="Timed repeats per width (>= 2).")
+@click.option(
+    "--min-repeats",
+    type=int,
+    default=6,
+    show_default=True,
+    help="Timed repeats per width before stopping early (6 or more give the median a 95 % interval).",
+)
+@click.option("--max-repeats", type=int, default=30, show_default=True, help="Most timed repeats per width.")
+@click.option(
+    "--budget",
+    "budget_s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds of timing rounds (3 rounds always run); rounds stop earlier once every median is tight.",
+)
+@click.option(
+    "--target",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Stop when every width's median is known to +-this share (0.05 = 5 %).",
+)
+@click.option(
+    "--profiles",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Profiled steps per width (2+ give an interval; from 3 an outlying profile is re-taken).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the weights and the inputs.")
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=None,
-    help="Folder for points.csv, trace.json.gz and probe.json (created if missing).",
+    help="Folder for points.csv, kernels.csv, trace.json.gz and probe.json (created if missing).",
 )
 @json_option
 def probe(
@@ -41,18 +80,20 @@ def probe(
     grad_ckpt: bool,
     device: str,
     dtype: str | None,
-    repeats: int,
+    min_repeats: int,
+    max_repeats: int,
+    budget_s: float,
+    target: float,
+    profiles: int,
+    seed: int,
     out: Path | None,
     json_out: bool,
 ) -> None:
-    """Time a step at several widths, fit t = A*w + B*w^2, profile the largest, cross-check the two."""
-    from tuneproof.cli.common import progress_bar
-    from tuneproof.measure.probe import ProbeSpec, run_probe
+    """Time a step at several widths, fit t = A*w + B*w^2, profile every width, cross-check the two."""
+    from tuneproof.io import check_out_folder
+    from tuneproof.measure.probe import ProbeSpec, check_probe, run_probe
 
-    if out is not None:
-        check_out_folder(out)
     spec = ProbeSpec(
-        config=config,
         attn=attn,
         widths=int_list(widths, "--widths"),
         batch=batch,
@@ -60,10 +101,19 @@ def probe(
         grad_ckpt=grad_ckpt,
         device=device,
         dtype=dtype,
-        repeats=repeats,
+        min_repeats=min_repeats,
+        max_repeats=max_repeats,
+        budget_s=budget_s,
+        target=target,
+        profiles=profiles,
+        seed=seed,
     )
+    if out is not None:
+        check_out_folder(out)
+    model = resolve_model(config)
+    check_probe(model, spec)
     with progress_bar() as update:
-        result = run_probe(spec, out, progress=update)
+        result = run_probe(model, spec, out, progress=update)
     if json_out:
         print_json(result.to_dict())
         return

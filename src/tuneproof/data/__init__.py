@@ -1,22 +1,22 @@
-"""Batching: the bucketing sampler, packing, collators and the plan statistics that judge them."""
+"""Batching: the bucketing sampler, packing, collators and the plan statistics that judge them.
 
-from tuneproof.data.collate import PadToLongest
-from tuneproof.data.lengths import read_lengths, synthetic_lengths
-from tuneproof.data.packing import PackedBatchSampler, PackedCollator, best_fit_decreasing, check_packed_batch
-from tuneproof.data.sampler import BucketBatchSampler
-from tuneproof.data.stats import PlanStats, hf_length_grouped_plan, plan_stats, random_plan
+Names load on first use (numpy and torch are not imported by `import tuneproof.data`)."""
 
-__all__ = [
-    "BucketBatchSampler",
-    "PackedBatchSampler",
-    "PackedCollator",
-    "PadToLongest",
-    "PlanStats",
-    "best_fit_decreasing",
-    "check_packed_batch",
-    "hf_length_grouped_plan",
-    "plan_stats",
-    "random_plan",
-    "read_lengths",
-    "synthetic_lengths",
-]
+from tuneproof._lazy import lazy
+
+_EXPORTS = {
+    "BucketBatchSampler": "tuneproof.data.sampler",
+    "PackedBatchSampler": "tuneproof.data.packing",
+    "PackedCollator": "tuneproof.data.packing",
+    "PadToLongest": "tuneproof.data.collate",
+    "PlanStats": "tuneproof.data.stats",
+    "best_fit_decreasing": "tuneproof.data.packing",
+    "check_packed_batch": "tuneproof.data.packing",
+    "hf_length_grouped_plan": "tuneproof.data.stats",
+    "plan_stats": "tuneproof.data.stats",
+    "random_plan": "tuneproof.data.stats",
+    "read_lengths": "tuneproof.data.lengths",
+    "synthetic_lengths": "tuneproof.data.lengths",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy(__name__, _EXPORTS)

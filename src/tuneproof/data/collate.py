@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof import validate
 
 
 class PadToLongest:
@@ -12,10 +12,8 @@ class PadToLongest:
     longest sequence (rounded up to `pad_to_multiple_of`)."""
 
     def __init__(self, pad_token_id: int, pad_to_multiple_of: int = 1, label_pad: int = -100) -> None:
-        if pad_to_multiple_of < 1:
-            raise TuneproofError(
-                f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}", "use 1 for none"
-            )
+        validate.integer("pad_token_id", pad_token_id, low=0, high=2**31 - 1)
+        validate.integer("pad_to_multiple_of", pad_to_multiple_of, high=1 << 20, hint="use 1 for none")
         self.pad, self.multiple, self.label_pad = pad_token_id, pad_to_multiple_of, label_pad
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,22 +1,21 @@
 """Compare batching choices on one set of lengths: the plan statistics, planning time, and (given a
-model) the attention FLOPs each plan performs under an attention path, from the FLOP ledger."""
+model) the attention FLOPs each plan performs under an attention path, from the path table."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from tuneproof import validate
 
-from tuneproof.data.packing import best_fit_decreasing
-from tuneproof.data.sampler import BucketBatchSampler
-from tuneproof.data.stats import PlanStats, hf_length_grouped_plan, plan_stats, random_plan
-from tuneproof.errors import TuneproofError
+if TYPE_CHECKING:  # the planners load in the functions: the CLI reads COMPARE_CHOICES for its help text
+    import numpy as np
+
+    from tuneproof.data.stats import PlanStats
 
 COMPARE_CHOICES = ("random", "hf-length-grouped", "packing")
-FLEX_BLOCK = 128
 
 
 @dataclass(slots=True)
@@ -45,50 +44,38 @@ def attention_flops(
 ) -> dict[str, float]:
     """Forward attention FLOPs (QK^T + AV, all layers) the plan performs under `attn`, and intended.
 
-    Padded micro-batches: width = the micro-batch's longest member (`tuneproof.flops.attention`).
-    Packed rows: one row per batch; sdpa/eager materialise the block-diagonal mask (the full row
-    square), flex computes the BlockMask blocks that touch a document, flash varlen the documents."""
-    from tuneproof.flops.attention import intended_pairs, performed_pairs
+    Each micro-batch is costed by the attention path table (`tuneproof.attention.paths`): padded
+    micro-batches are rows as wide as their longest member; a packed micro-batch is one row holding
+    its documents back to back."""
+    from tuneproof.attention.paths import Rows, path
 
+    chosen = path(attn)
     groups = [(shape.layers[idx[0]].attention, len(idx)) for idx in shape.attention_groups().values()]
     performed = intended = 0.0
-    for spec, count in groups:
-        per_pair = 2.0 * spec.num_heads * (spec.head_dim + spec.v_head_dim) * count
-        for b in batches:
-            ls = lengths[b]
-            want = sum(intended_pairs(int(n), spec.window) for n in ls)
-            if packed:
-                got = _packed_pairs(attn, ls, spec.window)
-            else:
-                got = performed_pairs(attn, int(ls.max()), [int(n) for n in ls], spec.window).pairs
-            performed += got * per_pair
-            intended += want * per_pair
+    for b in batches:
+        ls = [int(n) for n in lengths[b]]
+        rows = Rows(sum(ls), (tuple(ls),)) if packed else Rows.padded(max(ls), ls)
+        for spec, count in groups:
+            per_pair = 2.0 * spec.num_heads * (spec.head_dim + spec.v_head_dim) * count
+            performed += chosen.performed(rows, spec.window).pairs * per_pair
+            intended += rows.intended(spec.window) * per_pair
     return {"performed": performed, "intended": intended}
 
 
-def _packed_pairs(attn: str, docs: np.ndarray, window: int | None) -> int:
-    from tuneproof.flops.attention import intended_pairs
+def check_compare_args(
+    micro_batch: int, grad_accum: int, choices: tuple[str, ...], sweep: tuple[int, ...], attn: str, seed: int
+) -> None:
+    """Every argument of `compare` but the lengths, checked before any lengths are read."""
+    from tuneproof.attention.paths import path
 
-    width = int(docs.sum())
-    if attn in ("sdpa", "eager"):
-        return width * width
-    if attn == "flash_attention_2":
-        return sum(intended_pairs(int(n), window) for n in docs)
-    # flex: block (qb, kb), kb <= qb, is non-empty iff some document spans both blocks (and, with a
-    # window, some pair in it is within the window)
-    ends = np.cumsum(docs)
-    starts = ends - docs
-    nb = -(-width // FLEX_BLOCK)
-    b0 = np.arange(nb) * FLEX_BLOCK
-    b1 = np.minimum(b0 + FLEX_BLOCK, width) - 1
-    first = np.searchsorted(ends, b0, side="right")  # first document overlapping each block
-    last = np.searchsorted(starts, b1, side="right") - 1  # last document overlapping each block
-    q, k = np.meshgrid(np.arange(nb), np.arange(nb), indexing="ij")
-    ok = (k <= q) & (first[q] <= last[k])
-    if window is not None:
-        ok &= b0[q] - b1[k] <= window - 1
-    size = (b1 - b0 + 1).astype(np.int64)
-    return int((size[q] * size[k] * ok).sum())
+    validate.integer("micro_batch", micro_batch, high=1 << 20)
+    validate.integer("grad_accum", grad_accum, high=1 << 20)
+    validate.integer("seed", seed, low=0, high=2**63 - 1)
+    for c in choices:
+        validate.choice("choices", c, COMPARE_CHOICES)
+    for width in sweep:
+        validate.integer("sweep", width, hint="bucket widths are token counts")
+    path(attn)
 
 
 def compare(
@@ -103,11 +90,11 @@ def compare(
     seed: int = 0,
 ) -> tuple[list[SamplerResult], list[dict[str, Any]]]:
     """Tightest bucketing vs the chosen baselines, and the bucket-width sweep."""
-    unknown = [c for c in choices if c not in COMPARE_CHOICES]
-    if unknown:
-        raise TuneproofError(
-            f"--compare {','.join(unknown)} is not known", "use " + ", ".join(COMPARE_CHOICES)
-        )
+    from tuneproof.data.packing import best_fit_decreasing
+    from tuneproof.data.sampler import BucketBatchSampler
+    from tuneproof.data.stats import hf_length_grouped_plan, plan_stats, random_plan
+
+    check_compare_args(micro_batch, grad_accum, choices, sweep, attn, seed)
     capacity = micro_batch * int(lengths.max())
     planners: dict[str, Callable[[], Sequence[np.ndarray]]] = {
         "bucketed": lambda: BucketBatchSampler(lengths, micro_batch, grad_accum, seed=seed).global_plan(),
@@ -124,8 +111,6 @@ def compare(
         results.append(SamplerResult(name, stats, seconds, attn_flops))
     rows = []
     for width in sweep:
-        if width < 1:
-            raise TuneproofError(f"--sweep width {width} must be >= 1", "bucket widths are token counts")
         plan, seconds = _timed(
             lambda w=width: BucketBatchSampler(
                 lengths,
@@ -146,5 +131,7 @@ def compare(
 
 
 def _shuffled(rows: Sequence[np.ndarray], seed: int) -> Sequence[np.ndarray]:
+    import numpy as np
+
     perm = np.random.default_rng([seed, 2]).permutation(len(rows))
     return [rows[i] for i in perm]

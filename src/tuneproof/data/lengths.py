@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from tuneproof.errors import TuneproofError
+from tuneproof.validate import MAX_TOKENS
 
+_INT = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit also accepts "²", which int() refuses
 SYNTHETIC = Path(__file__).resolve().parent / "longtail_20k.jsonl.gz"
 
 
@@ -34,7 +38,7 @@ def read_lengths(path: str | Path) -> tuple[np.ndarray, np.ndarray | None]:
                 n, root = _parse(line, p, line_no)
                 lengths.append(n)
                 roots.append(root)
-    except (OSError, UnicodeDecodeError, EOFError) as e:
+    except (OSError, UnicodeDecodeError, EOFError, zlib.error) as e:
         raise TuneproofError(f"cannot read {p}: {e}", "pass a text file (or .gz)") from None
     if not lengths:
         raise TuneproofError(f"{p} holds no lengths", "one integer per line, or JSONL with 'length'")
@@ -56,18 +60,28 @@ def _parse(line: str, p: Path, line_no: int) -> tuple[int, object]:
     if line.startswith("{"):
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TuneproofError(f"{p}:{line_no}: not JSON: {e.msg}", "fix that line") from None
-        if "length" not in obj:
+        except (json.JSONDecodeError, RecursionError) as e:
+            msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+            raise TuneproofError(f"{p}:{line_no}: not JSON: {msg}", "fix that line") from None
+        if not isinstance(obj, dict) or "length" not in obj:
             raise TuneproofError(f"{p}:{line_no}: no 'length' key", "each JSONL row needs 'length'")
         value, root = obj["length"], obj.get("root")
+        if root is not None and (isinstance(root, bool) or not isinstance(root, int | str)):
+            raise TuneproofError(
+                f"{p}:{line_no}: root {root!r} is not a string or an integer", "fix that line"
+            )
     else:
         value, root = line, None
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).lstrip("-").isdigit():
+    if isinstance(value, bool) or not isinstance(value, int | str) or not _INT.fullmatch(str(value).strip()):
         raise TuneproofError(f"{p}:{line_no}: length {value!r} is not an integer", "lengths are token counts")
     n = int(value)
     if n <= 0:
         raise TuneproofError(f"{p}:{line_no}: length {n} must be > 0", "drop empty sequences before batching")
+    if n > MAX_TOKENS:
+        raise TuneproofError(
+            f"{p}:{line_no}: length {n:,} is beyond any model's context",
+            f"lengths are at most {MAX_TOKENS:,}",
+        )
     return n, root
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
+from tuneproof import validate
 from tuneproof.data.sampler import _check_lengths
 from tuneproof.errors import TuneproofError
 
@@ -123,8 +124,8 @@ class PackedBatchSampler(Sampler[list[int]]):
         self, lengths: Sequence[int] | np.ndarray, capacity: int, shuffle: bool = True, seed: int = 0
     ) -> None:
         self.lengths = _check_lengths(lengths)
-        if capacity < 1:
-            raise TuneproofError(f"capacity must be >= 1, got {capacity}", "a token capacity per packed row")
+        validate.integer("capacity", capacity, hint="a token capacity per packed row")
+        validate.integer("seed", seed, low=0, high=2**63 - 1)
         self.capacity, self.shuffle, self.seed, self.epoch = capacity, shuffle, seed, 0
         self.rows = best_fit_decreasing(self.lengths, capacity)
 

@@ -26,25 +26,34 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
+from tuneproof import validate
 from tuneproof.data.plan import Plan
-from tuneproof.errors import TuneproofError
+from tuneproof.errors import TuneproofError, field_error
 
 
 def _check_lengths(lengths: Any) -> np.ndarray:
-    arr = np.asarray(lengths)
+    try:
+        arr = np.asarray(lengths)
+    except (ValueError, TypeError):
+        raise field_error("lengths", "must be a list of integers", "pass one length per example") from None
     if arr.ndim != 1 or arr.size == 0:
-        raise TuneproofError("lengths must be a non-empty list of integers", "pass one length per example")
+        raise field_error("lengths", "must be a non-empty list of integers", "pass one length per example")
+    if arr.dtype == bool or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise field_error("lengths", f"must be integers, got {arr.dtype} values", "lengths are token counts")
     if not np.issubdtype(arr.dtype, np.integer):
-        if not np.all(np.mod(arr, 1) == 0):
-            bad = int(np.flatnonzero(np.mod(arr, 1) != 0)[0])
-            raise TuneproofError(
-                f"length at index {bad} is not an integer: {arr[bad]!r}", "lengths are token counts"
+        bad = np.flatnonzero(~np.isfinite(arr) | (np.mod(arr, 1) != 0))
+        if bad.size:
+            i = int(bad[0])
+            raise field_error(
+                "lengths", f"at index {i} is not an integer: {arr[i]!r}", "lengths are token counts"
             )
-        arr = arr.astype(np.int64)
-    if (arr <= 0).any():
-        bad = int(np.flatnonzero(arr <= 0)[0])
-        raise TuneproofError(
-            f"length at index {bad} is {int(arr[bad])}: lengths must be > 0",
+    if (arr <= 0).any() or (arr > validate.MAX_TOKENS).any():
+        i = int(np.flatnonzero((arr <= 0) | (arr > validate.MAX_TOKENS))[0])
+        raise field_error(
+            "lengths",
+            f"at index {i} is {int(arr[i])}: lengths must be in [1, {validate.MAX_TOKENS:,}]",
             "drop empty sequences before batching",
         )
     return arr.astype(np.int64)
@@ -89,35 +98,36 @@ class BucketBatchSampler(Sampler[list[int]]):
         max_tokens: int | None = None,
     ) -> None:
         self.lengths = _check_lengths(lengths)
-        if micro_batch_size < 1:
-            raise TuneproofError(
-                f"micro_batch_size must be >= 1, got {micro_batch_size}", "pass --micro-batch 1 or more"
-            )
-        if grad_accum < 1:
-            raise TuneproofError(f"grad_accum must be >= 1, got {grad_accum}", "pass --grad-accum 1 or more")
+        validate.integer("micro_batch_size", micro_batch_size, high=1 << 20)
+        validate.integer("grad_accum", grad_accum, high=1 << 20)
+        validate.integer("seed", seed, low=0, high=2**63 - 1)
         if bucket_width is not None and boundaries is not None:
             raise TuneproofError(
-                "bucket_width and boundaries together", "give one of them (or neither: tightest)"
+                "{bucket_width} and {boundaries} together",
+                "give one of them (or neither: tightest)",
+                fields=("bucket_width", "boundaries"),
             )
-        if bucket_width is not None and bucket_width < 1:
-            raise TuneproofError(f"bucket_width must be >= 1, got {bucket_width}", "a width in tokens")
-        if boundaries is not None and list(boundaries) != sorted(set(boundaries)):
-            raise TuneproofError("boundaries must be strictly increasing", "e.g. [512, 1024, 2048]")
+        if bucket_width is not None:
+            validate.integer("bucket_width", bucket_width, hint="a width in tokens")
+        if boundaries is not None:
+            validate.integers("boundaries", boundaries)
+            if list(boundaries) != sorted(set(boundaries)):
+                raise field_error("boundaries", "must be strictly increasing", "e.g. [512, 1024, 2048]")
         if roots is not None and len(roots) != self.lengths.size:
-            raise TuneproofError(
-                f"{len(roots)} roots for {self.lengths.size} lengths", "give one root id per length"
+            raise field_error(
+                "roots",
+                f"has {len(roots)} ids for {self.lengths.size} lengths",
+                "give one root id per length",
             )
         if max_tokens is not None:
-            if max_tokens < 1:
-                raise TuneproofError(
-                    f"max_tokens must be >= 1, got {max_tokens}", "a token budget per micro-batch"
-                )
+            validate.integer("max_tokens", max_tokens, hint="a token budget per micro-batch")
             too_long = np.flatnonzero(self.lengths > max_tokens)
             if too_long.size:
                 i = int(too_long[0])
-                raise TuneproofError(
-                    f"length {int(self.lengths[i])} at index {i} exceeds max_tokens {max_tokens}",
-                    "raise max_tokens or truncate that example",
+                raise field_error(
+                    "max_tokens",
+                    f"{max_tokens} is below length {int(self.lengths[i])} at index {i}",
+                    "raise it or truncate that example",
                 )
         num_replicas, rank = _world(num_replicas, rank)
         self.micro_batch_size, self.grad_accum = micro_batch_size, grad_accum
@@ -202,6 +212,6 @@ def _world(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
         ready = dist.is_available() and dist.is_initialized()
         num_replicas = num_replicas if num_replicas is not None else (dist.get_world_size() if ready else 1)
         rank = rank if rank is not None else (dist.get_rank() if ready else 0)
-    if num_replicas < 1 or not 0 <= rank < num_replicas:
-        raise TuneproofError(f"rank {rank} of {num_replicas} replicas", "rank must be in [0, num_replicas)")
+    validate.integer("num_replicas", num_replicas, high=1 << 20)
+    validate.integer("rank", rank, low=0, high=num_replicas - 1, hint="rank must be in [0, num_replicas)")
     return num_replicas, rank

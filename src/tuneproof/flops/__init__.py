@@ -1,21 +1,20 @@
 """FLOP accounting: intended vs performed ledgers, named excess, MFU."""
 
-from tuneproof.flops.attention import ATTN_PATHS, flex_block_pairs, intended_pairs, performed_pairs
-from tuneproof.flops.ledger import Ledger, Row
+from tuneproof.flops.effects import EFFECTS, Effect
+from tuneproof.flops.ledger import Ledger, Row, WalkState
 from tuneproof.flops.report import Excess, FlopReport, Mfu, flop_report
 from tuneproof.flops.run import MODES, RunSpec
 
 __all__ = [
-    "ATTN_PATHS",
+    "EFFECTS",
     "MODES",
+    "Effect",
     "Excess",
     "FlopReport",
     "Ledger",
     "Mfu",
     "Row",
     "RunSpec",
-    "flex_block_pairs",
+    "WalkState",
     "flop_report",
-    "intended_pairs",
-    "performed_pairs",
 ]

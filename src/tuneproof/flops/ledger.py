@@ -22,10 +22,10 @@ Ledgers:
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from tuneproof.arch.shape import Attention, Join, LayerShape, Linear, ModelShape, Step
-from tuneproof.errors import TuneproofError
+from tuneproof.errors import field_error
 from tuneproof.flops.run import RunSpec
 
 PASSES = ("forward", "recompute", "backward")
@@ -79,19 +79,38 @@ def _matches(name: str, targets: tuple[str, ...]) -> bool:
     return any(t == "all-linear" or name == t or name.endswith("." + t) for t in targets)
 
 
+@dataclass(frozen=True, slots=True)
+class WalkState:
+    """What one walk of the layer programs counts. The intended ledger is one state, the performed
+    ledger another; `tuneproof.flops.effects` moves from the first to the second one named effect
+    at a time.
+
+    - `tokens`: token slots every GEMM runs on (real tokens, or all B*T slots);
+    - `pairs`: attention pairs per layer, summed over the batch;
+    - `recompute`: activation checkpointing re-runs each decoder layer's forward in the backward;
+    - `input_grads`: the input embeddings' output needs a gradient (transformers' checkpointing calls
+      enable_input_require_grads(), even when the embeddings are frozen);
+    - `fused`: fused attention kernels recompute QK^T in their backward.
+    """
+
+    tokens: int
+    pairs: tuple[int, ...]
+    recompute: bool = False
+    input_grads: bool = False
+    fused: bool = False
+
+
 class _Walker:
     """Evaluates the layer programs: requires-grad flags per node, FLOPs per GEMM and pass."""
 
-    def __init__(
-        self, shape: ModelShape, run: RunSpec, tokens: int, pairs: list[int], fused: bool, input_grads: bool
-    ) -> None:
-        self.shape, self.run, self.tokens, self.pairs, self.fused = shape, run, tokens, pairs, fused
+    def __init__(self, shape: ModelShape, run: RunSpec, state: WalkState) -> None:
+        self.shape, self.run = shape, run
+        self.tokens, self.pairs, self.fused = state.tokens, state.pairs, state.fused
+        self.recompute = state.recompute and run.grad_ckpt
         self.training = run.mode != "forward"
         full = run.mode == "full"
-        # input_grads: transformers' activation checkpointing calls enable_input_require_grads(),
-        # so the input embeddings' output needs a gradient even when the embeddings are frozen.
         self.rg: dict[str, bool] = {
-            "model:embed": full or (input_grads and self.training),
+            "model:embed": full or (state.input_grads and run.grad_ckpt and self.training),
             "model:embed_per_layer": full,
         }
         self.ledger = Ledger()
@@ -159,7 +178,7 @@ class _Walker:
     def walk(self) -> Ledger:
         self.steps(None, self.shape.pre_steps, ("forward",))
         prev = "model:embed"
-        layer_passes = ("forward", "recompute") if self.run.grad_ckpt and self.training else ("forward",)
+        layer_passes = ("forward", "recompute") if self.recompute and self.training else ("forward",)
         for layer in self.shape.layers:
             self.rg[f"L{layer.index}:in"] = self.rg[prev]
             self.steps(layer, layer.steps, layer_passes)
@@ -176,26 +195,14 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
     names = [lin.name for lin in shape.linears() if lin.adaptable]
     for t in run.lora_targets:
         if t != "all-linear" and not any(_matches(n, (t,)) for n in names):
-            raise TuneproofError(
-                f"LoRA target {t!r} matches no nn.Linear module of this {shape.model_type} model",
+            raise field_error(
+                "lora_targets",
+                f"{t!r} matches no nn.Linear module of this {shape.model_type} model",
                 "targets: all-linear or module names such as q_proj, v_proj, gate_proj",
             )
 
 
-def walk(
-    shape: ModelShape,
-    run: RunSpec,
-    tokens: int,
-    pairs: list[int],
-    *,
-    recompute: bool,
-    fused: bool,
-    input_grads: bool,
-) -> Ledger:
-    """FLOP rows for `tokens` token slots and per-layer attention `pairs` (summed over the batch).
-
-    `recompute`, `fused`, `input_grads` switch on the performed-only effects one at a time, so
-    that the report can size each as its own excess line."""
+def walk(shape: ModelShape, run: RunSpec, state: WalkState) -> Ledger:
+    """FLOP rows of `run` on `shape` as `state` counts them."""
     check_targets(shape, run)
-    eff = run if recompute or not run.grad_ckpt else replace(run, grad_ckpt=False)
-    return _Walker(shape, eff, tokens, pairs, fused, input_grads and run.grad_ckpt).walk()
+    return _Walker(shape, run, state).walk()

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneproof import validate
 from tuneproof.arch.shape import ModelShape
-from tuneproof.flops.attention import intended_pairs, performed_pairs
+from tuneproof.attention.paths import Mask, path
+from tuneproof.errors import TuneproofError
+from tuneproof.flops.effects import EFFECTS, Context, intended_state
 from tuneproof.flops.ledger import Ledger, walk
 from tuneproof.flops.run import RunSpec
 from tuneproof.hardware import Peak
-
-FUSED_PATHS = ("sdpa", "flash_attention_2", "flex_attention")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,21 +40,16 @@ class Mfu:
     @classmethod
     def compute(cls, intended: float, performed: float, step_time_s: float | None, peak: Peak | None) -> Mfu:
         dtype = peak.dtype if peak else "bf16"
+        tflops, source = (peak.tflops, peak.source) if peak else (None, None)
         if step_time_s is None:
-            return cls(
-                None,
-                None,
-                peak.tflops if peak else None,
-                peak.source if peak else None,
-                dtype,
-                "no --step-time given",
-                None,
-            )
+            return cls(None, None, tflops, source, dtype, "no step time given", None)
         if peak is None or peak.tflops is None:
-            reason = peak.reason if peak else "no peak: pass --gpu NAME or --peak-tflops"
+            reason = peak.reason if peak else "no peak: give a GPU name or a peak in TFLOP/s"
             return cls(None, None, None, None, dtype, reason, step_time_s)
         denom = step_time_s * peak.tflops * 1e12
-        return cls(intended / denom, performed / denom, peak.tflops, peak.source, dtype, None, step_time_s)
+        return cls(
+            intended / denom, performed / denom, peak.tflops, peak.source, dtype, peak.reason, step_time_s
+        )
 
 
 @dataclass(slots=True)
@@ -64,6 +60,7 @@ class FlopReport:
     performed: Ledger
     excess: list[Excess]
     mfu: Mfu
+    attention: dict[str, Mask]  # attention group label -> the mask decision of the run's path
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,6 +98,10 @@ class FlopReport:
             "intended": side(self.intended),
             "performed": side(self.performed),
             "excess": [{"name": e.name, "flops": e.flops, "why": e.why} for e in self.excess],
+            "attention": {
+                label: {"mask_materialised": m.materialised, "reason": m.reason}
+                for label, m in self.attention.items()
+            },
             "mfu": {
                 "intended": m.intended,
                 "performed": m.performed,
@@ -118,80 +119,47 @@ class FlopReport:
 def flop_report(
     shape: ModelShape, run: RunSpec, step_time_s: float | None = None, peak: Peak | None = None
 ) -> FlopReport:
-    """Both ledgers for `run` on `shape`, the excess lines that explain their difference, and MFU."""
-    lengths = run.real_lengths()
-    width = run.seq_len
-    want_pairs = [sum(intended_pairs(n, layer.attention.window) for n in lengths) for layer in shape.layers]
-    path = {
-        layer.index: performed_pairs(run.attn, width, lengths, layer.attention.window)
-        for layer in shape.layers
-    }
-    got_pairs = [path[layer.index].pairs for layer in shape.layers]
-    fused = run.attn in FUSED_PATHS
+    """Both ledgers for `run` on `shape`, the excess lines that explain their difference, and MFU.
 
-    # Each walk switches on one more performed-only effect; consecutive differences are the excess lines.
-    real, slots = run.real_tokens, run.padded_tokens
-    intended = walk(shape, run, real, want_pairs, recompute=False, fused=False, input_grads=False)
-    with_recompute = walk(shape, run, real, want_pairs, recompute=True, fused=False, input_grads=False)
-    with_input_grads = walk(shape, run, real, want_pairs, recompute=True, fused=False, input_grads=True)
-    padded_linears = walk(shape, run, slots, want_pairs, recompute=True, fused=False, input_grads=True)
-    attn_performed = walk(shape, run, slots, got_pairs, recompute=True, fused=False, input_grads=True)
-    performed = walk(shape, run, slots, got_pairs, recompute=True, fused=fused, input_grads=True)
+    `step_time_s` needs `peak` (a `Peak` whose `tflops` may be None, with the reason: MFU is then
+    reported unknown); without a step time there is no MFU."""
+    if step_time_s is not None:
+        validate.real("step_time", step_time_s, low=0.0, low_open=True, hint="pass measured seconds per step")
+        if peak is None:
+            raise TuneproofError(
+                "{step_time} needs a peak for MFU",
+                "add {gpu} or {peak_tflops}",
+                fields=("step_time", "gpu", "peak_tflops"),
+            )
+    rows = run.rows()
+    attn = path(run.attn)
+    ctx = Context(
+        shape, run, {layer.index: attn.performed(rows, layer.attention.window) for layer in shape.layers}
+    )
 
+    state = intended_state(ctx)
+    intended = ledger = walk(shape, run, state)
     excess: list[Excess] = []
-    recompute = with_recompute.total - intended.total
-    if recompute:
-        excess.append(
-            Excess(
-                "activation checkpointing recompute",
-                recompute,
-                "each decoder layer's forward runs again in the backward (real tokens, intended pairs)",
-            )
-        )
-    forced = with_input_grads.total - with_recompute.total
-    if forced:
-        excess.append(
-            Excess(
-                "input gradients forced by checkpointing",
-                forced,
-                "transformers' checkpointing calls enable_input_require_grads(): frozen first-layer "
-                "GEMMs compute input gradients nobody needs",
-            )
-        )
-    pad = padded_linears.total - with_input_grads.total
-    if pad:
-        n_pad = run.padded_tokens - run.real_tokens
-        excess.append(
-            Excess(
-                "padding: GEMMs on pad tokens",
-                pad,
-                f"{n_pad} of {run.padded_tokens} token slots are padding, every GEMM runs on them",
-            )
-        )
-    for label, idxs in shape.attention_groups().items():
-        members = set(idxs)
-        diff = attn_performed.where(component_prefix="attention", layers=members) - padded_linears.where(
-            component_prefix="attention", layers=members
-        )
-        if diff:
-            kind = shape.layers[idxs[0]].attention.kind
-            excess.append(
-                Excess(f"{kind} attention ({len(idxs)} layers, {label}): {run.attn}", diff, path[idxs[0]].why)
-            )
-    kernel = performed.total - attn_performed.total
-    if kernel:
-        excess.append(
-            Excess(
-                "fused attention backward recomputes QK^T",
-                kernel,
-                f"{run.attn} kernels keep no score matrix, so the backward recomputes it",
-            )
-        )
+    for effect in EFFECTS:  # one fold: each effect's added FLOPs are its line
+        state = effect.apply(state, ctx)
+        after = walk(shape, run, state)
+        if effect.per_attention_group:
+            for label, idxs in shape.attention_groups().items():
+                members = set(idxs)
+                diff = after.where(layers=members) - ledger.where(layers=members)
+                if diff:
+                    kind = shape.layers[idxs[0]].attention.kind
+                    name = effect.name.format(kind=kind, count=len(idxs), label=label, attn=run.attn)
+                    excess.append(Excess(name, diff, effect.why(ctx, tuple(idxs))))
+        elif diff := after.total - ledger.total:
+            excess.append(Excess(effect.name, diff, effect.why(ctx, ())))
+        ledger = after
     notes = []
     if run.attn in shape.attn_refused:
         notes.append(
             f"transformers will not run {run.attn} for {shape.model_type} ({shape.attn_refused[run.attn]}): "
             "this ledger shows what it would compute; use eager or flex_attention"
         )
-    mfu = Mfu.compute(intended.total, performed.total, step_time_s, peak)
-    return FlopReport(shape, run, intended, performed, excess, mfu, notes)
+    mfu = Mfu.compute(intended.total, ledger.total, step_time_s, peak)
+    attention = {label: ctx.performed[idxs[0]].mask for label, idxs in shape.attention_groups().items()}
+    return FlopReport(shape, run, intended, ledger, excess, mfu, attention, notes)

@@ -1,11 +1,12 @@
-"""What a step runs: `RunSpec` (width, batch, padding, attention path, training mode)."""
+"""What a step runs: `RunSpec` (width, batch, padding or packing, attention path, training mode)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuneproof.errors import TuneproofError
-from tuneproof.flops.attention import ATTN_PATHS
+from tuneproof import validate
+from tuneproof.attention.paths import Rows, path
+from tuneproof.errors import TuneproofError, field_error
 
 MODES = ("forward", "full", "lora")
 
@@ -14,11 +15,12 @@ MODES = ("forward", "full", "lora")
 class RunSpec:
     """One micro-batch step.
 
-    `seq_len` is the padded width T every sequence of the micro-batch is padded to; real lengths
-    come from `lengths` when given, else from `padding_fraction` (share of the B*T token slots
-    that are padding, spread evenly over the sequences). `mode`: forward (no backward), full
-    (every weight trains), lora (frozen base, adapters of `lora_rank` on `lora_targets`, PEFT
-    target_modules semantics, "all-linear" = every nn.Linear but the LM head).
+    `seq_len` is the padded width T every row of the micro-batch has. Real lengths come from
+    `lengths` (one per row) when given, from `documents` (per row, the documents packed into it) for a
+    packed batch, else from `padding_fraction` (share of the B*T token slots that are padding, spread
+    evenly over the rows). `mode`: forward (no backward), full (every weight trains), lora (frozen base,
+    adapters of `lora_rank` on `lora_targets`, PEFT target_modules semantics, "all-linear" = every
+    nn.Linear but the LM head).
     """
 
     seq_len: int
@@ -30,45 +32,63 @@ class RunSpec:
     lora_targets: tuple[str, ...] = ("all-linear",)
     grad_ckpt: bool = False
     lengths: tuple[int, ...] | None = None
+    documents: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.seq_len <= 0:
-            raise TuneproofError(
-                f"--seq-len must be > 0, got {self.seq_len}", "pass the padded width in tokens"
-            )
-        if self.batch <= 0:
-            raise TuneproofError(f"--batch must be > 0, got {self.batch}", "pass sequences per micro-batch")
-        if not 0.0 <= self.padding_fraction < 1.0:
-            raise TuneproofError(
-                f"--padding-fraction must be in [0, 1), got {self.padding_fraction}",
-                "pass the share of token slots that are padding, e.g. 0.3",
-            )
-        if self.attn not in ATTN_PATHS:
-            raise TuneproofError(f"--attn {self.attn!r} is not known", "use one of: " + ", ".join(ATTN_PATHS))
-        if self.mode not in MODES:
-            raise TuneproofError(f"--mode {self.mode!r} is not known", "use one of: " + ", ".join(MODES))
-        if self.mode == "lora" and self.lora_rank <= 0:
-            raise TuneproofError(f"--lora-rank must be > 0, got {self.lora_rank}", "pass the adapter rank r")
+        validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
+        validate.integer("batch", self.batch, hint="pass sequences per micro-batch")
+        validate.real(
+            "padding_fraction",
+            self.padding_fraction,
+            low=0.0,
+            high=1.0,
+            high_open=True,
+            hint="pass the share of token slots that are padding, e.g. 0.3",
+        )
+        path(self.attn)
+        validate.choice("mode", self.mode, MODES)
+        validate.integer("lora_rank", self.lora_rank, high=1 << 20, hint="pass the adapter rank r")
+        if isinstance(self.lora_targets, str) or not all(isinstance(t, str) and t for t in self.lora_targets):
+            raise field_error("lora_targets", f"must be module names, got {self.lora_targets!r}")
+        if not self.lora_targets:
+            raise field_error("lora_targets", "is empty", "give module names or all-linear")
         if self.grad_ckpt and self.mode == "forward":
-            raise TuneproofError("--grad-ckpt needs a backward pass", "use --mode full or --mode lora")
+            raise TuneproofError(
+                "{grad_ckpt} needs a backward pass", "use mode full or lora", fields=("grad_ckpt",)
+            )
+        given = [name for name in ("lengths", "documents") if getattr(self, name) is not None]
+        if self.padding_fraction and given:
+            raise TuneproofError(
+                f"{{padding_fraction}} and {given[0]} together",
+                "give real lengths or a padding share, not both",
+                fields=("padding_fraction",),
+            )
+        if len(given) == 2:
+            raise TuneproofError("lengths and documents together", "documents already fix each row's length")
+        rows = self.lengths if self.lengths is not None else self.documents
+        if rows is not None and len(rows) != self.batch:
+            raise field_error("batch", f"is {self.batch} but {len(rows)} rows of {given[0]} were given")
         if self.lengths is not None:
-            if len(self.lengths) != self.batch:
-                raise TuneproofError(
-                    f"{len(self.lengths)} lengths for batch {self.batch}", "give one length per sequence"
-                )
-            if any(n <= 0 or n > self.seq_len for n in self.lengths):
-                raise TuneproofError(
-                    "every length must be in [1, seq_len]", "check the lengths against --seq-len"
-                )
+            validate.integers("lengths", self.lengths, high=self.seq_len)
+        if self.documents is not None:
+            for row in self.documents:
+                validate.integers("documents", row, high=self.seq_len)
+        self.rows()  # the geometry itself is checked by Rows
 
-    def real_lengths(self) -> list[int]:
-        """Real (unpadded) length of each sequence."""
+    def rows(self) -> Rows:
+        """The batch as attention sees it."""
+        if self.documents is not None:
+            return Rows(self.seq_len, tuple(tuple(int(n) for n in row) for row in self.documents))
         if self.lengths is not None:
-            return list(self.lengths)
+            return Rows.padded(self.seq_len, self.lengths)
         real = round(self.batch * self.seq_len * (1.0 - self.padding_fraction))
         real = max(real, self.batch)
         base, extra = divmod(real, self.batch)
-        return [base + (1 if i < extra else 0) for i in range(self.batch)]
+        return Rows.padded(self.seq_len, [base + (1 if i < extra else 0) for i in range(self.batch)])
+
+    def real_lengths(self) -> list[int]:
+        """Real (unpadded) tokens in each row."""
+        return [sum(row) for row in self.rows().docs]
 
     @property
     def real_tokens(self) -> int:

@@ -18,6 +18,7 @@ transformers' `default_data_collator`, which cannot pad, is replaced by `PadToLo
 from __future__ import annotations
 
 import types
+import warnings
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,20 @@ def use_bucketing(
         pad_id = getattr(tokenizer, "pad_token_id", None)
         if pad_id is None:
             pad_id = getattr(trainer.model.config, "pad_token_id", None)
-        collator = PadToLongest(pad_id if pad_id is not None else 0, pad_to_multiple_of)
+        if pad_id is None:
+            warnings.warn(
+                "neither the tokenizer nor the model config has a pad_token_id: padding with id 0 (its "
+                "loss is masked with -100, but set pad_token_id if id 0 means something to your model)",
+                stacklevel=2,
+            )
+            pad_id = 0
+        collator = PadToLongest(pad_id, pad_to_multiple_of)
+    elif pad_to_multiple_of != 1:
+        warnings.warn(
+            f"pad_to_multiple_of={pad_to_multiple_of} has no effect: the Trainer's own collator "
+            f"({type(collator).__name__}) is kept and pads as it was configured",
+            stacklevel=2,
+        )
 
     def get_train_dataloader(self: Any) -> Any:
         from torch.utils.data import DataLoader

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneproof import validate
 from tuneproof.errors import TuneproofError
 
 CLASSES = ("attention", "gemm", "communication", "memory", "other")
+# what a profile's time splits into: the busy classes and the idle gaps between them
+PROFILE_COLUMNS = (*CLASSES, "idle")
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 # (class, pattern) on the lower-cased name; first match wins. Attention comes before GEMM because
@@ -94,11 +98,16 @@ class ArchMismatch:
 
 @dataclass(slots=True)
 class KernelTable:
+    """Busy time per class (shares are of busy time), and the idle time between the first start and the
+    last end that no kernel (or CPU operator) covers: on a device, launch- or host-bound gaps; on the
+    CPU, Python and dispatch overhead between operators."""
+
     source: str  # "device" | "cpu_ops"
     ms: dict[str, float]
     top: dict[str, list[tuple[str, float, int]]]  # class -> [(name, ms, calls)]
     arch_mismatch: list[ArchMismatch] = field(default_factory=list)
     device: dict[str, Any] | None = None
+    idle_ms: float = 0.0
 
     @property
     def total_ms(self) -> float:
@@ -115,21 +124,27 @@ class KernelTable:
             "top": {
                 c: [{"name": n, "ms": ms, "calls": k} for n, ms, k in rows] for c, rows in self.top.items()
             },
+            "idle_ms": self.idle_ms,
             "arch_mismatch": [m.to_dict() for m in self.arch_mismatch],
             "device": self.device,
         }
 
 
 def load_trace(path: str | Path) -> dict[str, Any]:
+    """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a dict with `traceEvents`."""
+    import zlib
+
     p = Path(path)
     if not p.is_file():
         raise TuneproofError(f"trace not found: {p}", "pass a profiler Chrome trace (.json or .json.gz)")
     try:
-        raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+        raw = p.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
         data = json.loads(raw)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise TuneproofError(
-            f"trace {p} is not JSON: {e}",
+            f"trace {p} is not a readable JSON trace: {type(e).__name__}: {str(e)[:120]}",
             "pass the file export_chrome_trace or the tensorboard handler wrote",
         ) from None
     if isinstance(data, list):
@@ -137,6 +152,29 @@ def load_trace(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise TuneproofError(f"trace {p} has no traceEvents list", "pass a PyTorch profiler Chrome trace")
     return data
+
+
+def _timed_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """Complete ("X") events with a name and finite, non-negative ts and dur; a malformed one is refused."""
+    out = []
+    for i, e in enumerate(trace.get("traceEvents") or []):
+        if not isinstance(e, dict) or e.get("ph") != "X" or "dur" not in e:
+            continue
+        ts, dur, name = e.get("ts"), e.get("dur"), e.get("name")
+        numbers = [x for x in (ts, dur) if isinstance(x, int | float) and not isinstance(x, bool)]
+        ok = (
+            isinstance(name, str)
+            and len(numbers) == 2
+            and all(math.isfinite(x) for x in numbers)
+            and numbers[1] >= 0
+        )
+        if not ok:
+            raise TuneproofError(
+                f"trace event {i} is malformed (name {name!r}, ts {ts!r}, dur {dur!r})",
+                "pass an unedited profiler trace: every complete event has a name and finite ts/dur",
+            )
+        out.append(e)
+    return out
 
 
 INHERITED = ("attention", "gemm", "communication")
@@ -167,9 +205,26 @@ def _self_times(events: list[dict[str, Any]]) -> list[tuple[str, str, float]]:
     return out
 
 
+def _idle_ms(events: list[dict[str, Any]]) -> float:
+    """Span from the first start to the last end, minus the union of the events' intervals."""
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events)
+    if not spans:
+        return 0.0
+    busy, cur_start, cur_end = 0.0, spans[0][0], spans[0][1]
+    for start, end in spans[1:]:
+        if start > cur_end:
+            busy += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    busy += cur_end - cur_start
+    return (max(e for _, e in spans) - spans[0][0] - busy) / 1e3
+
+
 def kernel_table(trace: dict[str, Any], top_n: int = 5) -> KernelTable:
     """Sum time by class. Raises when the trace has no timed events."""
-    events = [e for e in trace["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
+    validate.integer("top_n", top_n, high=10_000)
+    events = _timed_events(trace)
     device_rows = [e for e in events if str(e.get("cat", "")).lower() in DEVICE_CATS]
     if device_rows:
         source = "device"
@@ -193,9 +248,14 @@ def kernel_table(trace: dict[str, Any], top_n: int = 5) -> KernelTable:
     for (cls, name), (t, k) in sorted(per_name.items(), key=lambda kv: -kv[1][0]):
         if len(top.setdefault(cls, [])) < top_n:
             top[cls].append((name, t, int(k)))
-    table = KernelTable(source, dict(ms), top)
-    props = trace.get("deviceProperties") or []
-    if source == "device" and props:
+    timed = (
+        device_rows
+        if source == "device"
+        else [e for e in events if str(e.get("cat", "")).lower() == "cpu_op"]
+    )
+    table = KernelTable(source, dict(ms), top, idle_ms=_idle_ms(timed))
+    props = trace.get("deviceProperties")
+    if source == "device" and isinstance(props, list) and props and isinstance(props[0], dict):
         dev = props[0]
         table.device = {k: dev.get(k) for k in ("name", "computeMajor", "computeMinor") if k in dev}
         table.arch_mismatch = _mismatches([(n, us) for n, _, us in rows], dev, table.total_ms)
@@ -204,7 +264,7 @@ def kernel_table(trace: dict[str, Any], top_n: int = 5) -> KernelTable:
 
 def _mismatches(rows: list[tuple[str, float]], dev: dict[str, Any], total_ms: float) -> list[ArchMismatch]:
     major, minor = dev.get("computeMajor"), dev.get("computeMinor")
-    if major is None:
+    if not isinstance(major, int) or isinstance(major, bool) or total_ms <= 0:
         return []
     found: dict[tuple[int, int], list[Any]] = {}
     for name, us in rows:

@@ -1,20 +1,22 @@
 """Measured dense GEMM throughput: an MFU denominator for devices the hardware table does not know
 (the CPU included). Always labelled "measured peak", never mixed up with a datasheet value.
 
-Convention: square matmuls n x n x n, 2*n^3 FLOPs each; the best median over the sizes tried.
+Convention: square matmuls n x n x n, 2*n^3 FLOPs each; the best median over the sizes tried. Each
+size is timed by `torch.utils.benchmark.Timer.adaptive_autorange`, which synchronises the device and
+repeats until the interquartile range is within 10 % of the median (or `max_seconds` pass).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
+from tuneproof import validate
 from tuneproof.errors import TuneproofError
-from tuneproof.hardware import normalise_dtype
-from tuneproof.measure.timing import Timing, time_fn
+from tuneproof.hardware import Peak, normalise_dtype
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
 SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
+IQR_THRESHOLD = 0.1  # adaptive_autorange's stopping rule: IQR / median below this
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +25,17 @@ class MeasuredPeak:
     device: str
     dtype: str
     size: int
-    timing: Timing
+    median_s: float
+    iqr_s: float
+    runs: int
     label: str = "measured peak"
+
+    @property
+    def source(self) -> str:
+        return f"measured peak ({self.size}^3 GEMM on {self.device}, median of {self.runs} runs)"
+
+    def as_peak(self) -> Peak:
+        return Peak(self.tflops, self.source, self.dtype)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -33,36 +44,44 @@ class MeasuredPeak:
             "device": self.device,
             "dtype": self.dtype,
             "gemm": f"{self.size}x{self.size}x{self.size}",
-            "timing": self.timing.to_dict(),
+            "median_s": self.median_s,
+            "iqr_s": self.iqr_s,
+            "runs": self.runs,
         }
 
 
 def measure_peak(
-    device: str = "cpu", dtype: str = "bf16", repeats: int = 5, sizes: tuple[int, ...] | None = None
+    device: str = "cpu", dtype: str = "bf16", max_seconds: float = 2.0, sizes: tuple[int, ...] | None = None
 ) -> MeasuredPeak:
+    """Best median dense GEMM TFLOP/s over `sizes`, each timed for at most `max_seconds`."""
     import torch
+    from torch.utils.benchmark import Timer
 
     d = normalise_dtype(dtype)
-    if d not in TORCH_DTYPES:
-        raise TuneproofError(
-            f"--dtype {dtype!r} cannot be measured", "use one of: " + ", ".join(TORCH_DTYPES)
-        )
-    if device not in SIZES:
-        raise TuneproofError(f"--device {device!r} is not known", "use cpu or cuda")
+    validate.choice("dtype", d, TORCH_DTYPES)
+    validate.choice("device", device, SIZES)
+    validate.real("max_seconds", max_seconds, low=0.0, low_open=True, high=3600.0)
     if device == "cuda" and not torch.cuda.is_available():
-        raise TuneproofError("--device cuda but torch sees no CUDA device", "use --device cpu")
+        raise TuneproofError("{device} cuda but torch sees no CUDA device", "use cpu", fields=("device",))
     tdtype = getattr(torch, TORCH_DTYPES[d])
     best: MeasuredPeak | None = None
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
     try:
+        gen = torch.Generator(device=device).manual_seed(0)
         for n in sizes or SIZES[device]:
-            a = torch.randn(n, n, device=device, dtype=tdtype)
-            b = torch.randn(n, n, device=device, dtype=tdtype)
-            timing = time_fn(partial(torch.mm, a, b), repeats=repeats, warmup=2, device=device)
-            tflops = 2.0 * n**3 / timing.median_s / 1e12
+            a = torch.randn(n, n, device=device, dtype=tdtype, generator=gen)
+            b = torch.randn(n, n, device=device, dtype=tdtype, generator=gen)
+            # Timer runs single-threaded unless told: measure with the threads the workload gets
+            timer = Timer(
+                "torch.mm(a, b)",
+                globals={"torch": torch, "a": a, "b": b},
+                num_threads=torch.get_num_threads(),
+            )
+            m = timer.adaptive_autorange(threshold=IQR_THRESHOLD, max_run_time=max_seconds)
+            tflops = 2.0 * n**3 / m.median / 1e12
             if best is None or tflops > best.tflops:
-                best = MeasuredPeak(tflops, device, d, n, timing)
+                best = MeasuredPeak(tflops, device, d, n, m.median, m.iqr, len(m.times))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     assert best is not None

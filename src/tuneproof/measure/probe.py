@@ -1,8 +1,9 @@
-"""`tuneproof probe`: time a real training step at several widths, fit t = A*w + B*w^2, profile the
-largest width, and cross-check the fit's quadratic share against the kernels' attention share.
+"""`tuneproof probe`: time a real training step at several widths, fit t = A*w + B*w^2, profile every
+width, and cross-check the fit's quadratic share against the attention kernels' (like with like).
 
-The two methods share no assumptions (one times whole steps, the other reads kernel names); when
-they agree, the quadratic term is attention. A training step is forward, loss and backward, no
+The two methods share no assumptions: one times whole steps, the other reads kernel names. Timing is
+interleaved across widths with outliers set aside (`tuneproof.measure.timing`); profiles are
+interleaved the same way, `profiles` per width. A training step is forward, loss and backward, no
 optimizer; `forward` mode times the forward only.
 """
 
@@ -17,17 +18,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
-from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS, ScalingFit, fit_scaling
-from tuneproof.measure.kernels import KernelTable, kernel_table, load_trace
-from tuneproof.measure.timing import Timing, time_fn
+import numpy as np
 
-AGREE_POINTS = 5.0
+from tuneproof import validate
+from tuneproof.arch import ResolvedModel
+from tuneproof.attention.paths import names as path_names
+from tuneproof.errors import TuneproofError
+from tuneproof.measure.crosscheck import CrossCheck, cross_check
+from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS, ScalingFit, fit_scaling
+from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS, KernelTable, kernel_table, load_trace
+from tuneproof.measure.timing import Interleaved, Skip, Timing, time_interleaved
+
+DEVICES = ("cpu", "cuda")
+DTYPES = ("fp32", "bf16", "fp16")
+MODES = ("forward", "full", "lora")
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeSpec:
-    config: str = "tiny"
+    """What to probe and how hard to measure.
+
+    `min_repeats`/`max_repeats`/`budget_s`/`target`: timing rounds continue until every width's median
+    is known to +-target (needs `min_repeats`), up to `max_repeats` rounds or `budget_s` seconds of
+    timing. `profiles`: profiled steps per width (2 or more give the kernel side an interval)."""
+
     attn: str = "sdpa"
     widths: tuple[int, ...] = (512, 1024, 2048)
     batch: int = 1
@@ -35,39 +49,52 @@ class ProbeSpec:
     grad_ckpt: bool = False
     device: str = "cpu"
     dtype: str | None = None  # None: fp32 on CPU, bf16 on CUDA
-    repeats: int = 3
     lora_rank: int = 16
+    min_repeats: int = 6
+    max_repeats: int = 30
+    budget_s: float = 60.0
+    target: float = 0.05
+    profiles: int = 3
+    seed: int = 0
 
     def __post_init__(self) -> None:
-        if len(set(self.widths)) < MIN_WIDTHS:
+        widths = validate.integers("widths", self.widths, low=2)
+        if len(set(widths)) < MIN_WIDTHS:
             raise TuneproofError(
-                f"--widths needs at least {MIN_WIDTHS} distinct widths, got {list(self.widths)}",
-                "e.g. --widths 512,1024,2048",
+                f"{{widths}} needs at least {MIN_WIDTHS} distinct widths, got {list(widths)}",
+                "e.g. 512,1024,2048",
+                fields=("widths",),
             )
-        if any(w <= 0 for w in self.widths):
-            raise TuneproofError("--widths must be positive", "e.g. --widths 512,1024,2048")
-        if max(self.widths) / min(self.widths) < MIN_SPAN:
+        if max(widths) / min(widths) < MIN_SPAN:
             raise TuneproofError(
-                f"--widths span {max(self.widths) / min(self.widths):.2f}x, the fit needs {MIN_SPAN:g}x",
-                f"add a width of {int(min(self.widths) * MIN_SPAN)} or more",
+                f"{{widths}} span {max(widths) / min(widths):.2f}x, the fit needs {MIN_SPAN:g}x",
+                f"add a width of {int(min(widths) * MIN_SPAN)} or more",
+                fields=("widths",),
             )
-        if self.attn not in ("sdpa", "eager", "flex_attention"):
-            raise TuneproofError(
-                f"--attn {self.attn!r} cannot be probed", "use sdpa, eager or flex_attention"
-            )
-        if self.mode not in ("forward", "full", "lora"):
-            raise TuneproofError(f"--mode {self.mode!r} is not known", "use forward, full or lora")
-        if self.device not in ("cpu", "cuda"):
-            raise TuneproofError(f"--device {self.device!r} is not known", "use cpu or cuda")
+        validate.choice("attn", self.attn, path_names(probe=True))
+        validate.choice("mode", self.mode, MODES)
+        validate.choice("device", self.device, DEVICES)
+        if self.dtype is not None:
+            validate.choice("dtype", self.dtype, DTYPES)
+        validate.integer("batch", self.batch, high=1 << 16)
+        validate.integer("lora_rank", self.lora_rank, high=1 << 16)
+        validate.integer(
+            "min_repeats", self.min_repeats, low=3, high=10_000, hint="outliers need three repeats"
+        )
+        validate.integer("max_repeats", self.max_repeats, low=self.min_repeats, high=10_000)
+        validate.real("budget_s", self.budget_s, low=0.0, low_open=True, hint="seconds of timing")
+        validate.real("target", self.target, low=0.0, low_open=True, high=1.0)
+        validate.integer("profiles", self.profiles, high=100)
+        validate.integer("seed", self.seed, low=0, high=2**63 - 1)
         if self.attn == "flex_attention" and self.device == "cpu" and self.mode != "forward":
             raise TuneproofError(
                 "flex_attention has no backward on CPU (PyTorch raises NotImplementedError)",
-                "use --mode forward, another --attn, or --device cuda",
+                "use mode forward, another attention path, or a CUDA device",
             )
         if self.grad_ckpt and self.mode == "forward":
-            raise TuneproofError("--grad-ckpt needs a backward pass", "use --mode full or --mode lora")
-        if self.batch < 1 or self.repeats < 2:
-            raise TuneproofError("--batch must be >= 1 and --repeats >= 2", "fix the flag")
+            raise TuneproofError(
+                "{grad_ckpt} needs a backward pass", "use mode full or lora", fields=("grad_ckpt",)
+            )
 
     @property
     def torch_dtype(self) -> str:
@@ -76,64 +103,44 @@ class ProbeSpec:
 
 @dataclass(slots=True)
 class ProbeResult:
+    model: str
     spec: ProbeSpec
-    timings: dict[int, Timing]
-    skipped: dict[int, str]
+    timing: Interleaved[int]
     fit: ScalingFit
-    kernels: KernelTable
-    profiled_width: int
+    kernel_ms: dict[int, list[dict[str, float]]]  # width -> per profile, ms per kernel class
+    kernels: KernelTable  # the largest width's first profile, for its top kernels
+    cross: CrossCheck
     flops: Any  # FlopReport at the profiled width
     peak: Any  # hardware.Peak used for MFU
     files: dict[str, str] = field(default_factory=dict)
 
     @property
-    def quad_share(self) -> float:
-        return self.fit.quad_share[float(self.profiled_width)]
+    def timings(self) -> dict[int, Timing]:
+        return self.timing.timings
 
     @property
-    def gap_points(self) -> float:
-        return 100 * (self.quad_share - self.kernels.share("attention"))
+    def skipped(self) -> dict[int, str]:
+        return self.timing.skipped
+
+    @property
+    def profiled_width(self) -> int:
+        return self.cross.width
 
     @property
     def verdict(self) -> str:
-        return "agree" if abs(self.gap_points) <= AGREE_POINTS else "disagree"
-
-    @property
-    def meaning(self) -> str:
-        if self.verdict == "agree":
-            return "two measurements with no shared assumptions agree: the quadratic term is attention"
-        if self.gap_points > 0:
-            return (
-                "the fit's quadratic term holds more than the attention kernels: O(T^2) work outside them "
-                "(mask materialisation, elementwise ops on score-sized tensors) or profiler overhead"
-            )
-        return (
-            "attention kernels carry work that is linear in width, or the timed widths are overhead-bound "
-            "(see the constant-term test)"
-        )
-
-    def cross_check_line(self) -> str:
-        return (
-            f"quadratic share (fit) {100 * self.quad_share:.1f} % vs attention share (kernels) "
-            f"{100 * self.kernels.share('attention'):.1f} %: gap {abs(self.gap_points):.1f} points "
-            f"at width {self.profiled_width}: {self.verdict}"
-        )
+        return self.cross.verdict.outcome
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "model": self.model,
             "spec": {k: getattr(self.spec, k) for k in self.spec.__dataclass_fields__},
+            "timing": self.timing.to_dict(),
             "points": [{"width": w, **t.to_dict()} for w, t in sorted(self.timings.items())],
             "skipped": [{"width": w, "reason": r} for w, r in sorted(self.skipped.items())],
             "fit": self.fit.to_dict(),
+            "kernel_ms": {str(w): rows for w, rows in sorted(self.kernel_ms.items())},
             "kernels": self.kernels.to_dict(),
-            "cross_check": {
-                "width": self.profiled_width,
-                "quad_share_fit": self.quad_share,
-                "attention_share_kernels": self.kernels.share("attention"),
-                "gap_points": abs(self.gap_points),
-                "verdict": self.verdict,
-                "meaning": self.meaning,
-            },
+            "cross_check": self.cross.to_dict(),
             "flops": self.flops.to_dict(),
             "files": self.files,
         }
@@ -143,77 +150,121 @@ def _is_oom(e: BaseException) -> bool:
     return isinstance(e, MemoryError) or "out of memory" in str(e).lower()
 
 
+def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
+    """Everything that can be refused before building the model: positions, device, memory."""
+    from tuneproof.model import check_fits_on_cpu, check_positions
+
+    check_positions(model, spec.widths)
+    if spec.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TuneproofError("{device} cuda but torch sees no CUDA device", "use cpu", fields=("device",))
+    else:
+        check_fits_on_cpu(
+            model, attn=spec.attn, batch=spec.batch, width=max(spec.widths), training=spec.mode != "forward"
+        )
+
+
 def run_probe(
-    spec: ProbeSpec, out: Path | None = None, progress: Callable[[str], None] | None = None
+    model: ResolvedModel,
+    spec: ProbeSpec,
+    out: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ProbeResult:
     """Time, fit, profile and cross-check. Widths that run out of memory are skipped and reported."""
     import torch
 
-    from tuneproof.arch import from_config, resolve_text_config, tiny_config_path
     from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.io import check_out_folder
     from tuneproof.model import apply_lora, build_model, lora_targets
 
-    if spec.device == "cuda" and not torch.cuda.is_available():
-        raise TuneproofError("--device cuda but torch sees no CUDA device", "use --device cpu")
-    source = tiny_config_path() if spec.config == "tiny" else Path(spec.config)
-    text_config = resolve_text_config(source)
-    shape = from_config(text_config)
-    model = build_model(text_config, spec.attn, device=spec.device, dtype=spec.torch_dtype)
-    targets = lora_targets(shape)
+    check_probe(model, spec)
+    if out is not None:
+        check_out_folder(out)
+    net = build_model(model, spec.attn, device=spec.device, dtype=spec.torch_dtype, seed=spec.seed)
+    targets = lora_targets(model.shape)
     if spec.mode == "lora":
-        model = apply_lora(model, targets, spec.lora_rank)
+        net = apply_lora(net, targets, spec.lora_rank)
     if spec.grad_ckpt:
-        model.gradient_checkpointing_enable()
-    model.train(spec.mode != "forward")
-    vocab = int(text_config.vocab_size)
+        net.gradient_checkpointing_enable()
+    net.train(spec.mode != "forward")
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(spec.seed)
 
     def make_step(width: int) -> Callable[[], None]:
-        ids = torch.randint(0, vocab, (spec.batch, width), device=spec.device)
-        if spec.mode == "forward":
+        ids = torch.randint(0, vocab, (spec.batch, width), generator=gen).to(spec.device)
 
-            def step() -> None:
+        def run() -> None:
+            if spec.mode == "forward":
                 with torch.no_grad():
-                    model(input_ids=ids)
-        else:
+                    net(input_ids=ids)
+            else:
+                net(input_ids=ids, labels=ids).loss.backward()
+                net.zero_grad(set_to_none=True)
 
-            def step() -> None:
-                model(input_ids=ids, labels=ids).loss.backward()
-                model.zero_grad(set_to_none=True)
+        def step() -> None:
+            try:
+                run()
+            except (RuntimeError, MemoryError) as e:
+                if not _is_oom(e):
+                    raise
+                if spec.device == "cuda":
+                    torch.cuda.empty_cache()
+                raise Skip(f"out of memory: {str(e).splitlines()[0][:120]}") from None
 
         return step
 
-    timings: dict[int, Timing] = {}
-    skipped: dict[int, str] = {}
-    for width in sorted(set(spec.widths)):
-        if progress:
-            progress(f"timing width {width}")
-        try:
-            timings[width] = time_fn(make_step(width), repeats=spec.repeats, warmup=1, device=spec.device)
-        except (RuntimeError, MemoryError) as e:
-            if not _is_oom(e):
-                raise
-            skipped[width] = f"out of memory: {str(e).splitlines()[0][:120]}"
-            if spec.device == "cuda":
-                torch.cuda.empty_cache()
-    if len(timings) < MIN_WIDTHS:
+    steps = {w: make_step(w) for w in sorted(set(spec.widths))}
+    timing = time_interleaved(
+        steps,
+        warmup=1,
+        min_repeats=spec.min_repeats,
+        max_repeats=spec.max_repeats,
+        budget_s=spec.budget_s,
+        target=spec.target,
+        progress=progress,
+    )
+    if len(timing.timings) < MIN_WIDTHS:
         raise TuneproofError(
-            f"only {len(timings)} width(s) ran ({', '.join(f'{w}: {r}' for w, r in skipped.items())})",
-            "use smaller --widths or --batch",
+            f"only {len(timing.timings)} width(s) ran ("
+            + ", ".join(f"{w}: {r}" for w, r in timing.skipped.items())
+            + ")",
+            "use smaller widths or batch",
         )
-    import numpy as np
+    widths = sorted(timing.timings)
+    ws = np.concatenate([[w] * len(timing.timings[w].times_s) for w in widths]).astype(float)
+    ts = np.concatenate([timing.timings[w].times_s for w in widths])
+    fit = fit_scaling(ws, ts, seed=spec.seed)
 
-    ws = np.concatenate([[w] * len(t.times_s) for w, t in timings.items()]).astype(float)
-    ts = np.concatenate([t.times_s for t in timings.values()])
-    fit = fit_scaling(ws, ts)
-
-    profiled = max(timings)
-    if progress:
-        progress(f"profiling width {profiled}")
+    profiled = max(widths)
     with tempfile.TemporaryDirectory() as tmp:
-        trace_path = Path(tmp) / "trace.json"
-        _profile(make_step(profiled), spec.device, trace_path)
-        kernels = kernel_table(load_trace(trace_path))
-        files = _keep(out, trace_path, ws, ts) if out is not None else {}
+        keep = Path(tmp) / "trace.json"
+        kernel_ms, set_aside, first_table = _profile_widths(
+            {w: steps[w] for w in widths}, spec, Path(tmp), keep, progress
+        )
+        kept = [timing.timings[w].kept for w in widths]
+        cross = cross_check(
+            widths,
+            kept,
+            [np.array([[p[c] for c in PROFILE_COLUMNS] for p in kernel_ms[w]]) for w in widths],
+            at=profiled,
+            constant=fit.constant_in_model,
+            seed=spec.seed,
+        )
+        for w, totals in set_aside.items():
+            if totals:
+                cross.notes.append(
+                    f"width {w}: {len(totals)} outlying profile(s) set aside and re-profiled (total "
+                    + ", ".join(f"{t:.1f}" for t in totals)
+                    + " ms)"
+                )
+        if fit.constant.verdict == "undetermined":
+            cross.notes.append(
+                "the constant test is undetermined, so both sides are fitted with a constant term: "
+                "wider intervals, no assumption that per-step overhead is absent"
+            )
+        files = _keep(out, keep, ws, ts, kernel_ms) if out is not None else {}
 
     run = RunSpec(
         seq_len=profiled,
@@ -226,9 +277,9 @@ def run_probe(
     )
     if progress:
         progress("peak")
-    peak = _peak(spec)
-    report = flop_report(shape, run, step_time_s=timings[profiled].median_s, peak=peak)
-    result = ProbeResult(spec, timings, skipped, fit, kernels, profiled, report, peak, files)
+    peak = probe_peak(spec)
+    report = flop_report(model.shape, run, step_time_s=timing.timings[profiled].median_s, peak=peak)
+    result = ProbeResult(model.name, spec, timing, fit, kernel_ms, first_table, cross, report, peak, files)
     if out is not None:
         from tuneproof.io import atomic_write_json
 
@@ -237,11 +288,53 @@ def run_probe(
     return result
 
 
+def _profile_widths(
+    steps: dict[int, Callable[[], None]],
+    spec: ProbeSpec,
+    tmp: Path,
+    keep: Path,
+    progress: Callable[[str], None] | None,
+) -> tuple[dict[int, list[dict[str, float]]], dict[int, list[float]], KernelTable]:
+    """Profile every width `spec.profiles` times, interleaved like the timing. A profile whose total
+    is an outlier among its width's (`robust.outliers`, from 3 profiles on) is set aside and the width
+    profiled again, up to twice `spec.profiles` rounds. Returns the kept class times per width, the
+    set-aside totals per width, and the largest width's first kernel table (its trace kept at `keep`)."""
+    from tuneproof.measure import robust
+
+    widths = sorted(steps)
+    records: dict[int, list[dict[str, float]]] = {w: [] for w in widths}
+    first: KernelTable | None = None
+
+    def kept(w: int) -> list[dict[str, float]]:
+        flags = robust.outliers([sum(p.values()) for p in records[w]])
+        return [p for p, bad in zip(records[w], flags, strict=True) if not bad]
+
+    for round_ in range(2 * spec.profiles):
+        todo = [w for w in widths if round_ < spec.profiles or len(kept(w)) < spec.profiles]
+        if not todo:
+            break
+        shift = round_ % len(todo)
+        for w in todo[shift:] + todo[:shift]:
+            if progress:
+                progress(f"profile round {round_ + 1}: width {w}")
+            trace = tmp / f"p{round_}_{w}.json"
+            _profile(steps[w], spec.device, trace)
+            table = kernel_table(load_trace(trace))
+            records[w].append({**{c: table.ms.get(c, 0.0) for c in CLASSES}, "idle": table.idle_ms})
+            if w == widths[-1] and first is None:
+                first = table
+                trace.replace(keep)
+            else:
+                trace.unlink()
+    assert first is not None
+    aside = {w: [sum(p.values()) for p in records[w] if p not in kept(w)] for w in widths}
+    return {w: kept(w) for w in widths}, aside, first
+
+
 def _profile(step: Callable[[], None], device: str, path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    step()  # warm
     with _quiet_stderr(), profile(activities=activities) as prof:
         step()
         if device == "cuda":
@@ -266,31 +359,39 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _keep(out: Path, trace: Path, ws: Any, ts: Any) -> dict[str, str]:
-    """Write the points CSV and the gzipped trace into `out`, each atomically."""
+def _keep(
+    out: Path, trace: Path, ws: Any, ts: Any, kernel_ms: dict[int, list[dict[str, float]]]
+) -> dict[str, str]:
+    """Write the points CSV, the kernel-class CSV and the gzipped trace into `out`, each atomically."""
     import gzip
 
     from tuneproof.io import atomic_write_bytes, atomic_write_text
 
     csv = "width,seconds\n" + "".join(f"{int(w)},{float(t)!r}\n" for w, t in zip(ws, ts, strict=True))
     points = atomic_write_text(out / "points.csv", csv)
+    rows = "".join(
+        f"{w},{i}," + ",".join(f"{p[c]!r}" for c in PROFILE_COLUMNS) + "\n"
+        for w, profiles in sorted(kernel_ms.items())
+        for i, p in enumerate(profiles)
+    )
+    kernels = atomic_write_text(
+        out / "kernels.csv", "width,profile," + ",".join(f"{c}_ms" for c in PROFILE_COLUMNS) + "\n" + rows
+    )
     trace_gz = atomic_write_bytes(out / "trace.json.gz", gzip.compress(trace.read_bytes()))
-    return {"points": str(points), "trace": str(trace_gz)}
+    return {"points": str(points), "kernels": str(kernels), "trace": str(trace_gz)}
 
 
-def _peak(spec: ProbeSpec) -> Any:
-    """Table peak for a known GPU; the measured peak otherwise (the CPU included), labelled as such."""
-    from tuneproof.hardware import Peak, lookup_gpu, peak_for
+def probe_peak(spec: ProbeSpec) -> Any:
+    """The MFU denominator: the table peak for a known GPU, the measured peak otherwise (the CPU
+    included), through `hardware.resolve_peak`, with the reason."""
+    from tuneproof.hardware import resolve_peak
     from tuneproof.measure.peak import measure_peak
 
+    gpu = None
     if spec.device == "cuda":
         import torch
 
-        try:
-            table = peak_for(lookup_gpu(torch.cuda.get_device_name()), spec.torch_dtype)
-            if table.tflops is not None:
-                return table
-        except TuneproofError:
-            pass
-    measured = measure_peak(spec.device, spec.torch_dtype, repeats=3)
-    return Peak(measured.tflops, f"measured peak ({measured.size}^3 GEMM on {spec.device})", measured.dtype)
+        gpu = torch.cuda.get_device_name()
+    return resolve_peak(
+        gpu, spec.torch_dtype, measure=lambda: measure_peak(spec.device, spec.torch_dtype).as_peak()
+    )

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+from rich.markup import escape
+
+from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS
+
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tuneproof.measure.fit import ScalingFit
     from tuneproof.measure.kernels import KernelTable
     from tuneproof.measure.probe import ProbeResult
 
-from rich.markup import escape
 
-from tuneproof.measure.kernels import CLASSES
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
 
 
 def render_kernels(table: KernelTable, console: Console) -> None:
@@ -25,16 +31,56 @@ def render_kernels(table: KernelTable, console: Console) -> None:
     for col in ("class", "ms", "share", "top kernels (ms, calls)"):
         t.add_column(col, justify="right" if col in ("ms", "share") else "left")
     for cls in CLASSES:
-        tops = "; ".join(f"{escape(n[:70])} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
-        t.add_row(cls, f"{table.ms.get(cls, 0.0):.1f}", f"{100 * table.share(cls):.1f} %", tops or "-")
+        tops = "; ".join(f"{escape(n[:60])} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
+        t.add_row(cls, f"{table.ms.get(cls, 0.0):.1f}", _pct(table.share(cls)), tops or "-")
     console.print(t)
     if table.device:
         console.print(
-            f"device: {table.device.get('name')} (compute capability "
+            f"device: {escape(str(table.device.get('name')))} (compute capability "
             f"{table.device.get('computeMajor')}.{table.device.get('computeMinor')})"
         )
     for m in table.arch_mismatch:
         console.print(f"[bold]finding:[/bold] {escape(m.finding)}; e.g. {escape(', '.join(m.examples))}")
+
+
+def render_fit(fit: ScalingFit, console: Console) -> None:
+    from rich.table import Table
+
+    console.print(
+        f"{fit.model}, NNLS on per-width medians of {fit.num_rows} rows: A = {fit.a:.4g} s/token, "
+        f"B = {fit.b:.4g} s/token^2" + (f", C = {fit.c:.4g} s" if fit.constant_in_model else "")
+    )
+    title = "quadratic share B*w^2 / t(w)" + (
+        f", 95 % bootstrap interval ({fit.num_bootstrap} resamples of the repeats)"
+        if fit.quad_share_ci
+        else ""
+    )
+    table = Table(title=title)
+    for col in ("width", "rows", "median t (s)", "fit t (s)", "quadratic share", "95 % interval"):
+        table.add_column(col, justify="right")
+    for w, share in fit.quad_share.items():
+        ci = fit.quad_share_ci.get(w) if fit.quad_share_ci else None
+        table.add_row(
+            f"{w:g}",
+            str(fit.rows.get(w, "-")),
+            f"{fit.medians[w]:.4g}" if w in fit.medians else "-",
+            f"{fit.fitted(w):.4g}",
+            _pct(share),
+            f"{100 * ci[0]:.1f}-{100 * ci[1]:.1f} %" if ci else "-",
+        )
+    console.print(table)
+    if fit.ci_reason:
+        console.print(f"interval: {fit.ci_reason}")
+    for w, rows in fit.outliers.items():
+        if rows:
+            console.print(
+                f"width {w:g}: {len(rows)} outlying repeat(s) set aside ("
+                + ", ".join(f"{x:.4g}" for x in rows)
+                + f" s vs median {fit.medians[w]:.4g} s)"
+            )
+    worst = max(abs(r) for r in fit.residuals_s)
+    console.print(f"largest residual of the medians: {worst * 1e3:.2f} ms")
+    console.print(f"constant term: {fit.constant.verdict}: {escape(fit.constant.reason)}")
 
 
 def render_probe(result: ProbeResult, console: Console) -> None:
@@ -44,30 +90,52 @@ def render_probe(result: ProbeResult, console: Console) -> None:
 
     s = result.spec
     console.print(
-        f"[bold]probe[/bold] {s.config}: attn={s.attn}, mode={s.mode}{', grad-ckpt' if s.grad_ckpt else ''}, "
-        f"batch {s.batch}, {s.device} {s.torch_dtype}"
+        f"[bold]probe[/bold] {escape(result.model)}: attn={s.attn}, mode={s.mode}"
+        f"{', grad-ckpt' if s.grad_ckpt else ''}, batch {s.batch}, {s.device} {s.torch_dtype}"
     )
-    t = Table(title="step time per width (warm-up excluded)")
-    for col in ("width", "median s", "min s", "spread s", "repeats", "fit s", "quadratic share"):
+    timing = result.timing
+    console.print(f"timing: widths interleaved round-robin; {timing.stopped} ({timing.seconds:.1f} s)")
+    t = Table(title="step time per width (warm-up excluded, outliers set aside)")
+    for col in ("width", "median s", "95 % interval", "repeats", "outliers", "fit s", "quad share"):
         t.add_column(col, justify="right")
     f = result.fit
     for w, tm in sorted(result.timings.items()):
+        ci = tm.median_interval
         t.add_row(
             str(w),
             f"{tm.median_s:.4f}",
-            f"{tm.min_s:.4f}",
-            f"{tm.spread_s:.4f}",
+            f"{ci[0]:.4f}-{ci[1]:.4f}" if ci else "unknown",
             str(tm.repeats),
-            f"{f.a * w + f.b * w * w:.4f}",
-            f"{100 * f.quad_share[float(w)]:.1f} %",
+            str(tm.num_outliers),
+            f"{f.fitted(w):.4f}",
+            _pct(f.quad_share[float(w)]),
         )
     console.print(t)
+    for note in timing.notes:
+        console.print(f"note: {escape(note)}")
     for w, reason in sorted(result.skipped.items()):
-        console.print(f"skipped width {w}: {reason}")
-    console.print(f"fit: A = {f.a:.4g} s/token, B = {f.b:.4g} s/token^2; constant term: {f.constant.reason}")
+        console.print(f"skipped width {w}: {escape(reason)}")
+    console.print(
+        f"fit: {f.model}: A = {f.a:.4g} s/token, B = {f.b:.4g} s/token^2"
+        + (f", C = {f.c:.4g} s" if f.constant_in_model else "")
+    )
+    console.print(f"constant term: {f.constant.verdict}: {escape(f.constant.reason)}")
     render_kernels(result.kernels, console)
-    console.print(f"[bold]cross-check:[/bold] {result.cross_check_line()}")
-    console.print(f"  {result.meaning}")
+    kt = Table(title="profiled time per width (median of the kept profiles, ms)")
+    kt.add_column("width", justify="right")
+    kt.add_column("profiles", justify="right")
+    for c in PROFILE_COLUMNS:
+        kt.add_column(c, justify="right")
+    for w, profiles in sorted(result.kernel_ms.items()):
+        medians = (float(np.median([p[c] for p in profiles])) for c in PROFILE_COLUMNS)
+        kt.add_row(str(w), str(len(profiles)), *(f"{m:.1f}" for m in medians))
+    console.print(kt)
+    cross = result.cross
+    console.print(f"[bold]cross-check:[/bold] {escape(cross.line())}")
+    for line in cross.explanation:
+        console.print(f"  {escape(line)}")
+    for note in cross.notes:
+        console.print(f"  note: {escape(note)}")
     rep = result.flops
     console.print(
         f"FLOPs at width {result.profiled_width}: intended {rep.intended.total:.3e}, "
@@ -75,4 +143,4 @@ def render_probe(result: ProbeResult, console: Console) -> None:
     )
     render_mfu(rep, console)
     for k, v in result.files.items():
-        console.print(f"{k}: {v}")
+        console.print(f"{k}: {escape(v)}")

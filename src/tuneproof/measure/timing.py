@@ -1,68 +1,239 @@
-"""Honest timing: warm-up runs excluded, device synchronised before each clock read, repeats
-reported as median, min and spread (max - min) with their count. Never a single run."""
+"""Honest timing of several workloads (one per width) on a machine that may be shared.
+
+- Warm-up calls run first and are never timed.
+- The clock is `torch.utils.benchmark`'s `timer`, which synchronises the accelerator before reading
+  the time, so a timed call includes its device work.
+- Workloads are interleaved: each round runs every width once, in an order rotated per round, so a
+  neighbour's burst of load hits every width alike instead of biasing the one being timed.
+- A repeat far from its width's median (`tuneproof.measure.robust.outliers`) is excluded, said so,
+  and made up for by further rounds.
+- Rounds continue until every width's median is known to within `target` (its distribution-free
+  95 % interval, which needs 6 repeats) or the time budget ends; a floor of 3 rounds always runs.
+
+Why not `torch.utils.benchmark.Timer.adaptive_autorange` alone: it measures one statement until its
+own IQR is small, so a burst during width 1024's turn lands on width 1024 only and bends the fit;
+it keeps outliers. bench/timing_under_load.py measures both under a bursty neighbour process.
+(`measure_peak`, one GEMM, does use adaptive_autorange.)
+"""
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
+import numpy as np
+
+from tuneproof import validate
 from tuneproof.errors import TuneproofError
+from tuneproof.measure import robust
+
+K = TypeVar("K", bound=Hashable)
+MIN_ROUNDS = 3  # outliers cannot be told from two repeats
+
+
+def default_clock() -> float:
+    """Seconds, after synchronising the accelerator when one is present (torch.utils.benchmark)."""
+    from torch.utils.benchmark.utils.timer import timer
+
+    return float(timer())
 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    median_s: float
-    min_s: float
-    spread_s: float  # max - min over the timed repeats
-    repeats: int
+    """The timed repeats of one workload, in order, and which were excluded as outliers."""
+
+    times_s: tuple[float, ...]
+    outlier: tuple[bool, ...]
     warmup: int
-    times_s: tuple[float, ...] = ()  # every timed repeat, in order
+
+    def __post_init__(self) -> None:
+        assert len(self.times_s) == len(self.outlier)
+
+    @property
+    def kept(self) -> np.ndarray:
+        t = np.asarray(self.times_s, dtype=float)
+        return t[~np.asarray(self.outlier, dtype=bool)] if t.size else t
+
+    @property
+    def repeats(self) -> int:
+        return int(self.kept.size)
+
+    @property
+    def num_outliers(self) -> int:
+        return int(sum(self.outlier))
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.kept))
+
+    @property
+    def min_s(self) -> float:
+        return float(self.kept.min())
+
+    @property
+    def spread_s(self) -> float:
+        """max - min of the kept repeats."""
+        return float(self.kept.max() - self.kept.min())
+
+    @property
+    def median_interval(self) -> tuple[float, float] | None:
+        return robust.median_interval(self.kept)
+
+    @property
+    def relative_halfwidth(self) -> float | None:
+        return robust.relative_halfwidth(self.kept)
 
     def to_dict(self) -> dict[str, object]:
+        ci = self.median_interval
         return {
             "median_s": self.median_s,
+            "median_ci_s": list(ci) if ci else None,
             "min_s": self.min_s,
             "spread_s": self.spread_s,
             "repeats": self.repeats,
+            "outliers_excluded": [t for t, o in zip(self.times_s, self.outlier, strict=True) if o],
             "warmup": self.warmup,
             "times_s": list(self.times_s),
         }
 
     def __str__(self) -> str:
+        ci = self.median_interval
+        where = f", 95 % interval {ci[0] * 1e3:.3f}-{ci[1] * 1e3:.3f}" if ci else ""
+        out = f"; {self.num_outliers} outlier(s) excluded" if self.num_outliers else ""
         return (
-            f"median {self.median_s * 1e3:.3f} ms (min {self.min_s * 1e3:.3f}, spread "
-            f"{self.spread_s * 1e3:.3f}; {self.repeats} repeats after {self.warmup} warm-up)"
+            f"median {self.median_s * 1e3:.3f} ms{where} (min {self.min_s * 1e3:.3f}, spread "
+            f"{self.spread_s * 1e3:.3f}; {self.repeats} repeats after {self.warmup} warm-up{out})"
         )
 
 
-def _sync(device: str) -> Callable[[], None]:
-    if device == "cuda":
-        import torch
-
-        return torch.cuda.synchronize
-    return lambda: None
+class Skip(Exception):
+    """Raised by a workload that cannot run (out of memory): its width is dropped with this reason."""
 
 
-def time_fn(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 2, device: str = "cpu") -> Timing:
-    """Time `fn` `repeats` times after `warmup` untimed calls, synchronising `device` around each."""
-    if repeats < 2:
-        raise TuneproofError(f"repeats must be >= 2, got {repeats}", "a single run is not a measurement")
-    if warmup < 0:
-        raise TuneproofError(f"warmup must be >= 0, got {warmup}", "pass 0 or more warm-up runs")
-    sync = _sync(device)
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return Timing(
-        statistics.median(times), min(times), max(times) - min(times), repeats, warmup, tuple(times)
+@dataclass(slots=True)
+class Interleaved(Generic[K]):
+    timings: dict[K, Timing]
+    skipped: dict[K, str]
+    rounds: int
+    seconds: float
+    stopped: str  # why the rounds ended, in words
+    target: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rounds": self.rounds,
+            "seconds": self.seconds,
+            "stopped": self.stopped,
+            "target_relative_halfwidth": self.target,
+            "notes": self.notes,
+        }
+
+
+def _tight(t: Timing, min_repeats: int, target: float) -> bool:
+    half = t.relative_halfwidth
+    return t.repeats >= min_repeats and half is not None and half <= target
+
+
+def time_interleaved(
+    steps: dict[K, Callable[[], Any]],
+    *,
+    warmup: int = 1,
+    min_repeats: int = 6,
+    max_repeats: int = 30,
+    budget_s: float = 60.0,
+    target: float = 0.05,
+    clock: Callable[[], float] = default_clock,
+    progress: Callable[[str], None] | None = None,
+) -> Interleaved[K]:
+    """Time every workload in `steps` round-robin (see the module docstring)."""
+    validate.integer("warmup", warmup, low=0, high=100)
+    validate.integer("min_repeats", min_repeats, low=MIN_ROUNDS, high=10_000)
+    validate.integer("max_repeats", max_repeats, low=min_repeats, high=10_000)
+    validate.real("budget_s", budget_s, low=0.0, low_open=True)
+    validate.real("target", target, low=0.0, low_open=True, high=1.0)
+    if not steps:
+        raise TuneproofError("nothing to time", "give at least one workload")
+    active = dict(steps)
+    skipped: dict[K, str] = {}
+    for key, fn in list(active.items()):
+        if progress:
+            progress(f"warm-up {key}")
+        try:
+            for _ in range(warmup):
+                fn()
+        except Skip as e:
+            skipped[key] = str(e)
+            del active[key]
+    times: dict[K, list[float]] = {k: [] for k in active}
+    keys = list(active)
+    start = clock()
+    rounds, last_round = 0, 0.0
+    stopped = f"{max_repeats} rounds (the most allowed)"
+    while rounds < max_repeats and keys:
+        elapsed = clock() - start
+        if rounds >= MIN_ROUNDS and elapsed + last_round > budget_s:
+            stopped = f"the {budget_s:g} s budget ended after {rounds} rounds"
+            break
+        round_start = clock()
+        shift = rounds % len(keys)
+        for key in keys[shift:] + keys[:shift]:
+            if key not in active:
+                continue
+            if progress:
+                progress(f"round {rounds + 1}: timing {key}")
+            try:
+                t0 = clock()
+                active[key]()
+                times[key].append(clock() - t0)
+            except Skip as e:
+                skipped[key] = str(e)
+                del active[key]
+        keys = [k for k in keys if k in active]
+        rounds += 1
+        last_round = clock() - round_start
+        current = {k: _timing(times[k], warmup) for k in keys}
+        if rounds >= MIN_ROUNDS and current and all(_tight(t, min_repeats, target) for t in current.values()):
+            stopped = f"every width's median known to +-{100 * target:g} % after {rounds} rounds"
+            break
+    timings = {k: _timing(times[k], warmup) for k in keys}
+    result = Interleaved(timings, skipped, rounds, clock() - start, stopped, target)
+    for key, t in timings.items():
+        if t.num_outliers:
+            excluded = ", ".join(f"{x:.4g} s" for x, o in zip(t.times_s, t.outlier, strict=True) if o)
+            result.notes.append(
+                f"{key}: {t.num_outliers} outlier repeat(s) excluded "
+                f"({excluded} vs median {t.median_s:.4g} s)"
+            )
+        half = t.relative_halfwidth
+        if half is None or half > target:
+            known = "unknown (fewer than 6 repeats)" if half is None else f"+-{100 * half:.1f} %"
+            result.notes.append(f"{key}: median known to {known}, not the +-{100 * target:g} % asked for")
+    return result
+
+
+def _timing(times: list[float], warmup: int) -> Timing:
+    flags = robust.outliers(times)
+    return Timing(tuple(times), tuple(bool(f) for f in flags), warmup)
+
+
+def time_fn(
+    fn: Callable[[], Any],
+    *,
+    repeats: int = 6,
+    warmup: int = 1,
+    clock: Callable[[], float] = default_clock,
+) -> Timing:
+    """Time one workload exactly `repeats` times after `warmup` untimed calls (no budget, no early stop)."""
+    validate.integer("repeats", repeats, low=2, high=10_000, hint="a single run is not a measurement")
+    run = time_interleaved(
+        {"fn": fn},
+        warmup=warmup,
+        min_repeats=max(repeats, MIN_ROUNDS),
+        max_repeats=max(repeats, MIN_ROUNDS),
+        budget_s=float("1e12"),
+        target=1e-12,
+        clock=clock,
     )
+    return run.timings["fn"]

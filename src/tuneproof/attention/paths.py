@@ -1,0 +1,257 @@
+"""The attention paths transformers can take, as one table (`PATHS`) that every consumer reads: the
+FLOP ledger (pairs performed), the dispatch explainer (is a mask materialised), batching (what a
+padded or packed plan costs) and the CLI (which names each command accepts).
+
+Each record answers, for a batch geometry (`Rows`) and a layer's window:
+- `mask`: does transformers hand the kernel a dense mask tensor, and which condition decides
+  (transformers 5.x `masking_utils`, ../shared/references/attention-dispatch.md);
+- `pairs`: how many (query, key) scores the kernel computes;
+- `fused_backward`: the kernel keeps no score matrix, so its backward recomputes QK^T;
+- `probe` / `adjudicate`: whether `tuneproof probe` / `adjudicate` can run it (no extra package).
+
+An unknown path name is an error (`path()`), never costed as another path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tuneproof.attention.pairs import FLEX_BLOCK, flex_block_pairs, flex_document_pairs, intended_pairs
+from tuneproof.errors import TuneproofError, field_error
+
+# transformers: where each mask decision is taken (verified on transformers 5.24)
+MASK_SOURCES = {
+    "window": "transformers masking_utils._ignore_causal_mask_sdpa: returns False when "
+    "local_attention_size is set and kv_length >= local_attention_size",
+    "padding": "transformers masking_utils._ignore_causal_mask_sdpa: skips the mask only when the padding "
+    "mask is all ones (fast_all)",
+    "packed": "transformers masking_utils._preprocess_mask_arguments / find_packed_sequence_indices: packed "
+    "position_ids set allow_is_causal_skip=False",
+    "eager": "transformers masking_utils.eager_mask: always builds a (B,1,q,kv) float mask",
+    "flex": "transformers masking_utils.flex_attention_mask: a BlockMask via create_block_mask",
+    "flash": "transformers masking_utils.flash_attention_mask: the 2-D padding mask or None (varlen)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """A batch as attention sees it: `docs[r]` are the documents of row r, back to back from slot 0;
+    every row has `width` slots, the slots after its documents are padding. One document per row
+    unless packed; a packed row fills the width (padding a packed row needs an attention mask, which
+    turns off transformers' packed-sequence detection: see `tuneproof.data.packing`)."""
+
+    width: int
+    docs: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if self.width < 1 or not self.docs or any(not row or min(row) < 1 for row in self.docs):
+            raise TuneproofError(
+                f"empty rows or documents in a batch of width {self.width}", "give lengths >= 1"
+            )
+        for row in self.docs:
+            if sum(row) > self.width:
+                raise field_error("lengths", f"hold {sum(row)} tokens in a row of width {self.width}")
+            if len(row) > 1 and sum(row) != self.width:
+                raise TuneproofError(
+                    f"a packed row holds {sum(row)} of {self.width} slots",
+                    "packed rows are not padded: give each packed row the full width",
+                )
+
+    @classmethod
+    def padded(cls, width: int, lengths: list[int] | tuple[int, ...]) -> Rows:
+        return cls(width, tuple((int(n),) for n in lengths))
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.docs)
+
+    @property
+    def is_padded(self) -> bool:
+        return any(sum(row) < self.width for row in self.docs)
+
+    @property
+    def is_packed(self) -> bool:
+        return any(len(row) > 1 for row in self.docs)
+
+    def intended(self, window: int | None) -> int:
+        """The pairs the architecture specifies: causal (windowed) within each document, real tokens."""
+        return sum(intended_pairs(n, window) for row in self.docs for n in row)
+
+
+@dataclass(frozen=True, slots=True)
+class Mask:
+    """Is a dense mask tensor materialised, and why: each cause with the transformers code that decides
+    it, or (not materialised) what the kernel gets instead."""
+
+    materialised: bool
+    causes: tuple[tuple[str, str], ...]  # (condition, where transformers decides it)
+    otherwise: str = ""  # not materialised: what the kernel gets
+
+    @property
+    def conditions(self) -> str:
+        return " and ".join(c for c, _ in self.causes)
+
+    @property
+    def reason(self) -> str:
+        if not self.causes:
+            return self.otherwise
+        return "; ".join(f"{c}: {s}" for c, s in self.causes)
+
+
+@dataclass(frozen=True, slots=True)
+class Performed:
+    """Pairs a path computes for a batch, and why they differ from the intended pairs."""
+
+    pairs: int
+    mask: Mask
+    why: str
+
+
+def _sdpa_mask(rows: Rows, window: int | None) -> Mask:
+    """transformers materialises the mask when the batch is packed, a sliding layer has kv_length >=
+    window, or the batch has padding; otherwise SDPA gets attn_mask=None and is_causal=True."""
+    causes = []
+    if rows.is_packed:
+        causes.append(("packed batch", MASK_SOURCES["packed"]))
+    if window is not None and rows.width >= window:
+        causes.append((f"kv_length {rows.width} >= window {window}", MASK_SOURCES["window"]))
+    if rows.is_padded:
+        causes.append(("padded batch (the padding mask is not all ones)", MASK_SOURCES["padding"]))
+    if causes:
+        return Mask(True, tuple(causes))
+    why = "no padding" + (f", kv_length {rows.width} < window {window}" if window is not None else "")
+    return Mask(False, (), f"{why}: SDPA gets attn_mask=None and is_causal=True")
+
+
+def _sdpa_pairs(rows: Rows, window: int | None) -> Performed:
+    mask = _sdpa_mask(rows, window)
+    w = rows.width
+    if mask.materialised:
+        return Performed(
+            rows.num_rows * w * w,
+            mask,
+            f"mask materialised ({mask.conditions}): SDPA gets an explicit mask, loses is_causal "
+            f"and computes the full {w}x{w} square",
+        )
+    return Performed(rows.num_rows * intended_pairs(w, None), mask, "is_causal: the causal triangle")
+
+
+def _eager_pairs(rows: Rows, window: int | None) -> Performed:
+    w = rows.width
+    return Performed(
+        rows.num_rows * w * w,
+        Mask(True, (("eager attention", MASK_SOURCES["eager"]),)),
+        f"eager attention computes the full {w}x{w} score matrix and masks it afterwards",
+    )
+
+
+def _flash_pairs(rows: Rows, window: int | None) -> Performed:
+    return Performed(
+        rows.intended(window),
+        Mask(False, (), "no 4-D mask: padding handled by varlen unpadding (" + MASK_SOURCES["flash"] + ")"),
+        "varlen kernel on real tokens, window and causal skip native",
+    )
+
+
+def _flex_pairs(rows: Rows, window: int | None) -> Performed:
+    pairs = sum(
+        flex_document_pairs(list(row), window)
+        if len(row) > 1
+        else flex_block_pairs(rows.width, row[0], window)
+        for row in rows.docs
+    )
+    return Performed(
+        pairs,
+        Mask(
+            False,
+            (),
+            "BlockMask, not a dense tensor: blocks outside the mask are skipped ("
+            + MASK_SOURCES["flex"]
+            + ")",
+        ),
+        f"flex computes whole {FLEX_BLOCK}x{FLEX_BLOCK} BlockMask blocks that touch the mask"
+        + (", pad query rows included" if rows.is_padded else ""),
+    )
+
+
+def _eager_square(batch: int, width: int, heads: int, layers: int) -> tuple[int, str]:
+    return 2 * 4 * batch * width * width * heads * layers, (
+        f"eager score matrices ({layers} layer(s) x {batch} x {heads} heads x {width}^2 x 2 x 4 B)"
+    )
+
+
+def _sdpa_square(batch: int, width: int, heads: int, layers: int) -> tuple[int, str]:
+    # the worst case: a materialised (B, 1, T, T) bool mask and the float copy the CPU kernel makes
+    return (
+        5 * batch * width * width,
+        f"the materialised (B, 1, T, T) mask and its float copy ({batch} x {width}^2 x 5 B)",
+    )
+
+
+def _no_square(batch: int, width: int, heads: int, layers: int) -> tuple[int, str]:
+    return 0, "no width-squared tensor"
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionPath:
+    """One attention implementation (transformers' `attn_implementation` name).
+
+    `square_bytes(batch, width, heads, layers)`: bytes of the width-squared tensors a step holds at once
+    (fp32; `layers` is how many layers keep theirs alive: all of them for a backward), and what they are."""
+
+    name: str
+    performed: Callable[[Rows, int | None], Performed]
+    fused_backward: bool
+    probe: bool
+    adjudicate: bool
+    kernel: str  # what runs, in a few words
+    square_bytes: Callable[[int, int, int, int], tuple[int, str]] = _no_square
+
+    def mask(self, rows: Rows, window: int | None) -> Mask:
+        return self.performed(rows, window).mask
+
+
+# Order: the paths as transformers lists them (eager first); every consumer keeps this order.
+PATHS: dict[str, AttentionPath] = {
+    p.name: p
+    for p in (
+        AttentionPath(
+            "eager",
+            _eager_pairs,
+            False,
+            True,
+            True,
+            "aten matmul + softmax: the full score matrix",
+            _eager_square,
+        ),
+        AttentionPath(
+            "sdpa", _sdpa_pairs, True, True, True, "torch scaled_dot_product_attention", _sdpa_square
+        ),
+        AttentionPath(
+            "flash_attention_2",
+            _flash_pairs,
+            True,
+            False,
+            False,
+            "flash-attn package varlen kernels (CUDA only)",
+        ),
+        AttentionPath(
+            "flex_attention", _flex_pairs, True, True, True, "torch flex_attention with a BlockMask"
+        ),
+    )
+}
+
+
+def path(name: object, field: str = "attn") -> AttentionPath:
+    """The record for `name`; an unknown name is refused, naming the known ones."""
+    if not isinstance(name, str) or name not in PATHS:
+        raise field_error(field, f"{name!r} is not a known attention path", "use one of: " + ", ".join(PATHS))
+    return PATHS[name]
+
+
+def names(*, probe: bool = False, adjudicate: bool = False) -> tuple[str, ...]:
+    """Path names, optionally only those `tuneproof probe` / `adjudicate` can run."""
+    return tuple(
+        p.name for p in PATHS.values() if (not probe or p.probe) and (not adjudicate or p.adjudicate)
+    )

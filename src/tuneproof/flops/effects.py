@@ -1,0 +1,87 @@
+"""The effects that separate the performed ledger from the intended one, as an ordered table.
+
+The intended state counts real tokens, the architecture's attention pairs and nothing the kernels
+add. Folding the table over it switches on one effect at a time; the FLOPs each step adds are that
+effect's excess line, so the lines always sum to performed - intended. Order matters only for how
+a joint cost is split (recompute is counted on real tokens before padding is added, for example):
+the order below bills each FLOP to the first effect that needs it.
+
+A new effect is one `Effect` row (its name, its reason, how it changes the walk) plus its test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from tuneproof.arch.shape import ModelShape
+from tuneproof.attention.paths import PATHS, Performed
+from tuneproof.flops.ledger import WalkState
+from tuneproof.flops.run import RunSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the effects read: the model, the run, and the chosen path's pairs per layer."""
+
+    shape: ModelShape
+    run: RunSpec
+    performed: dict[int, Performed]  # layer index -> what the path computes for this batch
+
+
+@dataclass(frozen=True, slots=True)
+class Effect:
+    """One performed-only effect: `apply` turns the walk state before it into the state after it;
+    `why` explains the line. `per_attention_group` splits the line per attention geometry."""
+
+    name: str
+    apply: Callable[[WalkState, Context], WalkState]
+    why: Callable[[Context, tuple[int, ...]], str]
+    per_attention_group: bool = False
+
+
+def intended_state(ctx: Context) -> WalkState:
+    rows = ctx.run.rows()
+    pairs = tuple(rows.intended(layer.attention.window) for layer in ctx.shape.layers)
+    return WalkState(tokens=ctx.run.real_tokens, pairs=pairs)
+
+
+def _pad_why(ctx: Context, layers: tuple[int, ...]) -> str:
+    run = ctx.run
+    return (
+        f"{run.padded_tokens - run.real_tokens} of {run.padded_tokens} token slots are padding, "
+        "every GEMM runs on them"
+    )
+
+
+EFFECTS: tuple[Effect, ...] = (
+    Effect(
+        "activation checkpointing recompute",
+        lambda s, c: replace(s, recompute=True),
+        lambda c, _: "each decoder layer's forward runs again in the backward (real tokens, intended pairs)",
+    ),
+    Effect(
+        "input gradients forced by checkpointing",
+        lambda s, c: replace(s, input_grads=True),
+        lambda c, _: (
+            "transformers' checkpointing calls enable_input_require_grads(): frozen first-layer "
+            "GEMMs compute input gradients nobody needs"
+        ),
+    ),
+    Effect(
+        "padding: GEMMs on pad tokens",
+        lambda s, c: replace(s, tokens=c.run.padded_tokens),
+        _pad_why,
+    ),
+    Effect(
+        "{kind} attention ({count} layers, {label}): {attn}",
+        lambda s, c: replace(s, pairs=tuple(c.performed[layer.index].pairs for layer in c.shape.layers)),
+        lambda c, layers: c.performed[layers[0]].why,
+        per_attention_group=True,
+    ),
+    Effect(
+        "fused attention backward recomputes QK^T",
+        lambda s, c: replace(s, fused=PATHS[c.run.attn].fused_backward),
+        lambda c, _: f"{c.run.attn} kernels keep no score matrix, so the backward recomputes it",
+    ),
+)

@@ -1,0 +1,217 @@
+"""Cross-check the step-time fit against the profiler's kernel table, like with like.
+
+Two instruments measure the same quantity, the share of step time that grows with the square of the
+width, at the profiled width w*:
+- the timer: the fit of the timed steps, B*w*^2 / t(w*);
+- the profiler: the same fit of the profiled time at every width (kernels plus the idle gaps between
+  them, so that host overhead counts on both sides; per width, the median of the profiles),
+  b*w*^2 / T(w*).
+They share no assumption but the model (both carry a constant term when the step fit does). The
+verdict is on their gap. The profiler then attributes the quadratic share: every kernel class is
+fitted the same way, with the same weights, so the classes' quadratic parts add up to the profiler's
+quadratic share exactly. That says whether the quadratic term is attention, and the attention class
+splits into quadratic, linear and constant parts; the CASE's comparison (quadratic share of the fit
+against the attention share of the kernels, 67.8 % vs 65.2 %) is printed with its gap explained:
+
+    quad share (fit) - attention share
+        = [fit - profiler] + [quadratic work outside attention] - [attention's linear and constant parts]
+
+Uncertainty: one joint percentile bootstrap resamples the timed repeats and the profiles within each
+width. Verdict (equivalence logic, `judge`) on the gap's 95 % interval:
+- agree: the whole interval lies within +-TOLERANCE points;
+- disagree: the whole interval lies outside it (the gap exceeds both measurements' combined noise by
+  more than the tolerance);
+- inconclusive: anything else, or no interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tuneproof.measure.fit import bootstrap, shares, solve
+from tuneproof.measure.kernels import PROFILE_COLUMNS
+
+# How far two measurements of one share may differ and still be the same number: the CASE's two
+# measurements agreed to 2.6 points; 5 points leaves room for the profiler's own overhead without
+# hiding a real disagreement.
+TOLERANCE_POINTS = 5.0
+MIN_PROFILES = 2
+MIN_REPEATS = 6  # a 95 % interval of a median needs 6 values (tuneproof.measure.robust)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A cross-check verdict: the outcome, the gap (points, timer minus profiler) and its 95 %
+    interval, the tolerance it was judged against, and the reason in words."""
+
+    outcome: str  # "agree" | "disagree" | "inconclusive"
+    gap: float
+    interval: tuple[float, float] | None
+    tolerance: float
+    reason: str
+
+
+def judge(gap: float, interval: tuple[float, float] | None, tolerance: float = TOLERANCE_POINTS) -> Verdict:
+    """Equivalence logic on the gap's 95 % interval (points): inside +-tolerance agree, wholly outside
+    disagree, otherwise (or without an interval) inconclusive."""
+    if interval is None:
+        return Verdict(
+            "inconclusive", gap, None, tolerance, f"gap {gap:+.1f} points with no interval: cannot judge"
+        )
+    lo, hi = interval
+    span = f"gap {gap:+.1f} points, 95 % interval [{lo:+.1f}, {hi:+.1f}] vs +-{tolerance:g}"
+    if -tolerance <= lo and hi <= tolerance:
+        return Verdict(
+            "agree", gap, interval, tolerance, f"{span}: the whole interval is within the tolerance"
+        )
+    if hi < -tolerance or lo > tolerance:
+        return Verdict(
+            "disagree",
+            gap,
+            interval,
+            tolerance,
+            f"{span}: the whole interval is outside the tolerance, beyond both measurements' noise",
+        )
+    return Verdict(
+        "inconclusive",
+        gap,
+        interval,
+        tolerance,
+        f"{span}: the interval straddles the tolerance, so the noise allows agreement and disagreement",
+    )
+
+
+@dataclass(slots=True)
+class CrossCheck:
+    """Both instruments at `width`, in shares of step time (0-1), their 95 % intervals, the verdict."""
+
+    width: int
+    values: dict[str, float]
+    intervals: dict[str, tuple[float, float]] | None
+    verdict: Verdict
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def explanation(self) -> list[str]:
+        v = {k: 100 * x for k, x in self.values.items()}
+        outside = {
+            c: v[f"quadratic_{c}"]
+            for c in PROFILE_COLUMNS
+            if c != "attention" and abs(v[f"quadratic_{c}"]) >= 0.05
+        }
+        parts = ", ".join(f"{c} {x:+.1f}" for c, x in sorted(outside.items(), key=lambda kv: -abs(kv[1])))
+        fit_vs_prof = v["quad_share_fit"] - v["quad_share_kernels"]
+        case_gap = v["quad_share_fit"] - v["attention_share"]
+        rest = case_gap - fit_vs_prof - v["quadratic_outside_attention"] + v["attention_linear"]
+        rest += v["attention_constant"]
+        return [
+            f"of the profiler's {v['quad_share_kernels']:.1f} % quadratic share, attention kernels carry "
+            f"{v['quadratic_attention']:.1f} points"
+            + (f"; outside them: {parts} points" if parts else "; nothing outside them"),
+            f"attention kernels take {v['attention_share']:.1f} % of profiled time at width {self.width}: "
+            f"{v['quadratic_attention']:.1f} points quadratic in width, {v['attention_linear']:.1f} linear"
+            + (f", {v['attention_constant']:.1f} constant" if v["attention_constant"] else ""),
+            f"the CASE's comparison, quadratic share (fit) {v['quad_share_fit']:.1f} % vs attention share "
+            f"(kernels) {v['attention_share']:.1f} %: gap {case_gap:+.1f} points = "
+            f"{fit_vs_prof:+.1f} timer vs profiler "
+            f"{v['quadratic_outside_attention']:+.1f} quadratic outside attention "
+            f"{-v['attention_linear'] - v['attention_constant']:+.1f} attention's non-quadratic part"
+            + (f" {rest:+.1f} fit residual" if abs(rest) >= 0.05 else ""),
+        ]
+
+    def line(self) -> str:
+        v = self.values
+        return (
+            f"quadratic share at width {self.width}: {100 * v['quad_share_fit']:.1f} % (step-time fit) vs "
+            f"{100 * v['quad_share_kernels']:.1f} % (profiled kernels): {self.verdict.outcome} "
+            f"({self.verdict.reason})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "width": self.width,
+            **self.values,
+            "intervals": {k: list(ci) for k, ci in self.intervals.items()} if self.intervals else None,
+            "gap_points": self.verdict.gap,
+            "gap_interval_points": list(self.verdict.interval) if self.verdict.interval else None,
+            "tolerance_points": self.verdict.tolerance,
+            "verdict": self.verdict.outcome,
+            "reason": self.verdict.reason,
+            "explanation": self.explanation,
+            "notes": self.notes,
+        }
+
+
+OUTPUTS = (
+    "quad_share_fit",
+    "quad_share_kernels",
+    *(f"quadratic_{c}" for c in PROFILE_COLUMNS),
+    "quadratic_outside_attention",
+    "attention_linear",
+    "attention_constant",
+    "attention_share",
+)
+
+
+def cross_check(
+    widths: Sequence[float],
+    timed: Sequence[np.ndarray],
+    kernel_ms: Sequence[np.ndarray],
+    *,
+    at: float,
+    constant: bool = False,
+    tolerance: float = TOLERANCE_POINTS,
+    seed: int = 0,
+) -> CrossCheck:
+    """Judge the step-time fit's quadratic share against the profiled kernels' at width `at`.
+
+    Per width (ascending): `timed` holds the kept step times; `kernel_ms` is an array (profiles,
+    columns) of milliseconds per kernel class and idle gap, in `PROFILE_COLUMNS` order. `constant`:
+    fit with a constant term (the step fit carries one)."""
+    w = np.asarray(widths, dtype=float)
+    at_arr = np.array([float(at)])
+    j = int(np.flatnonzero(w == float(at))[0])
+    per = [np.asarray(k, dtype=float).reshape(-1, len(PROFILE_COLUMNS)) for k in kernel_ms]
+    k = len(w)
+    att = PROFILE_COLUMNS.index("attention")
+
+    def statistic(*data: np.ndarray) -> np.ndarray:
+        times, picks = data[:k], data[k:]
+        m_t = np.stack([np.median(d, axis=-1) for d in times], axis=-1)  # (..., k)
+        # per width: median over the picked profiles of each class -> (..., k, classes)
+        m_c = np.stack([np.median(per[i][picks[i].astype(np.int64)], axis=-2) for i in range(k)], axis=-2)
+        total = m_c.sum(axis=-1)  # (..., k)
+        q_fit = shares(solve(w, m_t, constant), at_arr, constant)[..., 0]
+        denom = total[..., j]
+        coef = [solve(w, m_c[..., c], constant, scale_by=total) for c in range(len(PROFILE_COLUMNS))]
+        quad = [cc[..., -1] * at * at / denom for cc in coef]
+        q_kern = sum(quad)
+        out = [q_fit, q_kern, *quad, q_kern - quad[att]]
+        out += [coef[att][..., -2] * at / denom]  # attention's linear part
+        out += [coef[att][..., 0] / denom if constant else np.zeros_like(denom)]
+        out += [m_c[..., j, att] / denom, q_fit - q_kern]
+        return np.stack(out, axis=-1)
+
+    picks = [np.arange(p.shape[0], dtype=float) for p in per]
+    point = statistic(*timed, *picks)
+    values = dict(zip(OUTPUTS, (float(x) for x in point[:-1]), strict=True))
+    gap = 100 * float(point[-1])
+    notes = []
+    few = [int(x) for x, t in zip(w, timed, strict=True) if t.size < MIN_REPEATS]
+    thin = [int(x) for x, p in zip(w, per, strict=True) if p.shape[0] < MIN_PROFILES]
+    if few or thin:
+        intervals = None
+        verdict = judge(gap, None, tolerance)
+        if few:
+            notes.append(f"widths {few} have fewer than {MIN_REPEATS} kept repeats: no interval")
+        if thin:
+            notes.append(f"widths {thin} were profiled fewer than {MIN_PROFILES} times: no interval")
+    else:
+        lo, hi = bootstrap([*timed, *picks], statistic, seed)
+        intervals = {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(OUTPUTS)}
+        verdict = judge(gap, (100 * float(lo[-1]), 100 * float(hi[-1])), tolerance)
+    return CrossCheck(int(at), values, intervals, verdict, notes)

@@ -1,0 +1,60 @@
+"""Robust statistics for repeated measurements: outlier repeats, the median and its interval.
+
+- Outliers: the modified z-score of Iglewicz and Hoaglin, |x - median| / (1.4826 * MAD), above 5
+  rather than their 3.5: MAD from a handful of repeats is itself noisy, and 3.5 flags at least one of
+  6 normal (or lognormal) draws 15 % of the time, 5 flags 6.5 % (of 20 draws: 10 % and 1.4 %;
+  simulated, 50,000 samples each). A repeat ten times its width's median is flagged either way. The
+  scale is floored at 1 % of the median (a run of identical timings has MAD 0, and a repeat 1 % off is
+  clock jitter). It needs 3 values; with fewer nothing is flagged.
+- The median's 95 % interval is distribution-free: the order statistics that bracket the median with
+  binomial coverage (scipy.stats.quantile_test). It needs 6 values (with 5, [min, max] covers only
+  93.75 %); with fewer the interval is unknown, not guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+OUTLIER_Z = 5.0  # Iglewicz & Hoaglin (1993) suggest 3.5; see the module docstring for why 5
+MAD_TO_SD = 1.4826  # MAD * 1.4826 estimates the standard deviation of a normal sample
+SCALE_FLOOR = 0.01  # relative: below 1 % of the median, a difference is timer jitter
+MIN_FOR_OUTLIERS = 3
+MIN_FOR_INTERVAL = 6
+CONFIDENCE = 0.95
+
+
+def outliers(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """A boolean mask of the outlying values (see the module docstring)."""
+    x = np.asarray(values, dtype=float)
+    if x.size < MIN_FOR_OUTLIERS:
+        return np.zeros(x.size, dtype=bool)
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med)))
+    scale = max(MAD_TO_SD * mad, SCALE_FLOOR * abs(med))
+    if scale == 0.0:
+        return np.zeros(x.size, dtype=bool)
+    return np.abs(x - med) / scale > OUTLIER_Z
+
+
+def median_interval(values: Sequence[float] | np.ndarray) -> tuple[float, float] | None:
+    """The distribution-free 95 % interval of the median, or None with fewer than 6 values."""
+    x = np.asarray(values, dtype=float)
+    if x.size < MIN_FOR_INTERVAL:
+        return None
+    from scipy.stats import quantile_test
+
+    ci = quantile_test(x, q=float(np.median(x)), p=0.5).confidence_interval(CONFIDENCE)
+    lo, hi = float(ci.low), float(ci.high)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+
+def relative_halfwidth(values: Sequence[float] | np.ndarray) -> float | None:
+    """Half the median interval's width over the median, or None when the interval is unknown."""
+    ci = median_interval(values)
+    if ci is None:
+        return None
+    med = float(np.median(np.asarray(values, dtype=float)))
+    return (ci[1] - ci[0]) / 2 / abs(med) if med else None
