@@ -151,7 +151,7 @@ def _from_dict(data: dict[str, Any], where: str) -> tuple[Any, tuple[str, ...]]:
     fields = {k: v for k, v in data.items() if k != "model_type"}
     try:
         config = AutoConfig.for_model(model_type, **fields)
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
+    except Exception as e:  # the config class's own validation (huggingface_hub's strict dataclasses too)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TuneproofError(
             f"invalid {model_type} config in {where}: {first}", "fix the named field"

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
 from tuneproof.attention.paths import PATHS
-from tuneproof.cli.common import command, console, int_list, json_option, print_json, resolve_model, str_list
+from tuneproof.cli.common import (
+    command,
+    console,
+    int_list,
+    json_option,
+    print_json,
+    resolve_model,
+    str_list,
+    warn,
+)
 from tuneproof.data.compare import COMPARE_CHOICES
 
 
@@ -74,10 +82,9 @@ def buckets(
         lengths, roots, micro_batch, grad_accum, baselines, sweep_widths, shape, attn, seed
     )
     if model is not None and model.max_positions is not None and int(lengths.max()) > model.max_positions:
-        print(
-            f"warning: the longest length {int(lengths.max())} exceeds the config's max_position_embeddings "
-            f"{model.max_positions}",
-            file=sys.stderr,
+        warn(
+            f"the longest length {int(lengths.max())} exceeds the config's max_position_embeddings "
+            f"{model.max_positions}"
         )
     if json_out:
         print_json(

@@ -14,14 +14,24 @@ from tuneproof.errors import TuneproofError
 
 class Command(click.Command):
     """A command whose library errors name its own flags: a `TuneproofError` about the field
-    `seq_len` is shown as `--seq-len` (the option whose parameter name is that field)."""
+    `seq_len` is shown as `--seq-len` (the option whose parameter name is that field). Warnings
+    (`warn`) are printed to stderr once the command has succeeded, so that an error stays one line."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        ctx.meta["tuneproof.warnings"] = []
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
         except TuneproofError as e:
             labels = {p.name: p.opts[0] for p in self.params if isinstance(p, click.Option) and p.name}
             raise e.with_labels(labels) from None
+        for text in ctx.meta["tuneproof.warnings"]:
+            print(f"warning: {text}", file=sys.stderr)
+        return result
+
+
+def warn(text: str) -> None:
+    """A warning for the running command, printed after it succeeds."""
+    click.get_current_context().meta.setdefault("tuneproof.warnings", []).append(text)
 
 
 def command(**kwargs: Any) -> Callable[[Callable[..., Any]], click.Command]:
@@ -46,8 +56,19 @@ def resolve_model(config: str) -> Any:
 
     model = resolve(config)
     for note in model.notes:
-        print(f"warning: {note}", file=sys.stderr)
+        warn(note)
     return model
+
+
+def warn_unused(params: tuple[str, ...], needs: str, active: bool) -> None:
+    """Warn on stderr about options the user set that have no effect unless `needs` holds."""
+    if active:
+        return
+    ctx = click.get_current_context()
+    for name in params:
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            flag = next(p.opts[0] for p in ctx.command.params if p.name == name)
+            warn(f"{flag} has no effect without {needs}")
 
 
 def print_json(data: Any) -> None:

@@ -13,6 +13,7 @@ from tuneproof.cli.common import (
     print_json,
     resolve_model,
     str_list,
+    warn_unused,
 )
 
 
@@ -82,6 +83,7 @@ def flops(
     )
     model = resolve_model(config)
     report = flop_report(model.shape, run, step_time_s=step_time, peak=peak)
+    warn_unused(("lora_rank", "lora_targets"), "--mode lora", mode == "lora")
     if model.max_positions is not None and seq_len > model.max_positions:
         report.notes.append(
             f"seq_len {seq_len} exceeds this config's max_position_embeddings {model.max_positions}: "

@@ -189,9 +189,7 @@ class _Walker:
 
 
 def check_targets(shape: ModelShape, run: RunSpec) -> None:
-    """PEFT raises when a target matches no module; so do we."""
-    if run.mode != "lora":
-        return
+    """PEFT raises when a target matches no module; so do we (in every mode: a typo is a typo)."""
     names = [lin.name for lin in shape.linears() if lin.adaptable]
     for t in run.lora_targets:
         if t != "all-linear" and not any(_matches(n, (t,)) for n in names):

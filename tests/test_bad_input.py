@@ -1,0 +1,256 @@
+"""Every option of every command, fed bad values: exit 2, one `error:` line naming what to fix, no
+traceback, nothing written. The table must cover every option (a new option without bad values
+fails `test_every_option_has_bad_values`)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tuneproof.cli.app import app, main
+
+# Files made once per session by the `files` fixture, referred to by name in the table.
+FILE_VALUES = (
+    "@missing",
+    "@folder",
+    "@not-json",
+    "@empty",
+    "@only-model-type",
+    "@nan-field",
+    "@string-size",
+    "@bad-gzip",
+    "@no-events",
+    "@nan-duration",
+    "@file",
+    "@under-a-file",
+    "@proc",
+)
+
+CONFIG = [
+    ("@missing", "config not found"),
+    ("@folder", "config not found"),
+    ("@not-json", "not valid JSON"),
+    ("@only-model-type", "holds none of"),
+    ("@nan-field", "rms_norm_eps is nan"),
+    ("@string-size", "hidden_size is 'abc'"),
+    ("@empty", "not valid JSON"),
+]
+OUT = [("@file", "is a file"), ("@under-a-file", "is not a folder"), ("@proc", "cannot be written")]
+
+BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
+    "flops": {
+        "--config": CONFIG,
+        "--seq-len": [
+            ("abc", "not a valid integer"),
+            ("0", "--seq-len must be >= 1"),
+            ("3000000000", "--seq-len must be <="),
+        ],
+        "--batch": [("-1", "--batch must be >= 1"), ("1.5", "not a valid integer")],
+        "--attn": [("xformers", "--attn 'xformers' is not a known attention path")],
+        "--padding-fraction": [
+            ("nan", "--padding-fraction must be a finite number"),
+            ("1", "must be < 1"),
+            ("x", "not a valid float"),
+        ],
+        "--mode": [("qlora", "--mode 'qlora' is not known")],
+        "--lora-rank": [("0", "--lora-rank must be >= 1")],
+        "--lora-targets": [
+            ("", "--lora-targets is empty"),
+            ("nope_proj", "--lora-targets 'nope_proj' matches no"),
+        ],
+        "--step-time": [
+            ("nan", "--step-time must be a finite number"),
+            ("-2", "--step-time must be > 0"),
+            ("1", "--step-time needs a peak"),
+        ],
+        "--gpu": [("Voodoo 5", "unknown GPU 'Voodoo 5' (--gpu)"), ("", "unknown GPU '' (--gpu)")],
+        "--dtype": [("int3", "--dtype 'int3' is not known")],
+        "--peak-tflops": [
+            ("inf", "--peak-tflops must be a finite number"),
+            ("0", "--peak-tflops must be > 0"),
+        ],
+    },
+    "explain": {
+        "--config": CONFIG,
+        "--seq-len": [("-5", "--seq-len must be >= 1"), ("x", "not a valid integer")],
+        "--batch": [("0", "--batch must be >= 1")],
+        "--attn": [("xformers", "--attn 'xformers' is not a known attention path")],
+        "--dtype": [("fp8", "--dtype 'fp8' is not known")],
+        "--capability": [("13.5", "unknown --capability '13.5'"), ("", "unknown --capability ''")],
+        "--gpu": [("Voodoo", "unknown GPU 'Voodoo' (--gpu)")],
+    },
+    "probe": {
+        "--config": CONFIG,
+        "--attn": [("flash_attention_2", "--attn 'flash_attention_2' is not known")],
+        "--widths": [
+            ("64,abc", "not a comma list"),
+            ("64,128", "at least 3 distinct"),
+            ("0,64,256", "--widths must be >= 2"),
+            ("", "--widths is empty"),
+            ("1024,2048,8192", "exceeds the model's max_position_embeddings"),
+        ],
+        "--batch": [("0", "--batch must be >= 1")],
+        "--mode": [("train", "--mode 'train' is not known")],
+        "--device": [("tpu", "--device 'tpu' is not known")],
+        "--dtype": [("fp8", "--dtype 'fp8' is not known")],
+        "--min-repeats": [("2", "--min-repeats must be >= 3")],
+        "--max-repeats": [("4", "--max-repeats must be >= 6")],
+        "--budget": [("nan", "--budget must be a finite number"), ("0", "--budget must be > 0")],
+        "--target": [("inf", "--target must be a finite number"), ("2", "--target must be <= 1")],
+        "--profiles": [("0", "--profiles must be >= 1")],
+        "--seed": [("-1", "--seed must be >= 0")],
+        "--out": OUT,
+    },
+    "fit": {
+        "--points": [
+            ("@missing", "points file not found"),
+            ("@folder", "points file not found"),
+            ("@not-json", "missing column"),
+            ("@empty", "missing column"),
+        ],
+        "--at": [("x", "--at 'x' is not a comma list"), ("0", "--at must be >= 1")],
+    },
+    "kernels": {
+        "--trace": [
+            ("@missing", "trace not found"),
+            ("@not-json", "is not a readable JSON trace"),
+            ("@bad-gzip", "is not a readable JSON trace"),
+            ("@no-events", "has no traceEvents list"),
+            ("@nan-duration", "trace event 0 is malformed"),
+        ],
+        "--top": [("0", "--top must be >= 1"), ("x", "not a valid integer")],
+    },
+    "peak": {
+        "--device": [("tpu", "--device 'tpu' is not known")],
+        "--dtype": [("int4", "--dtype 'int4' is not known")],
+        "--max-seconds": [
+            ("nan", "--max-seconds must be a finite number"),
+            ("-1", "--max-seconds must be > 0"),
+        ],
+    },
+    "doctor": {
+        "--config": CONFIG,
+        "--out": OUT,
+        "--probe-budget": [
+            ("nan", "--probe-budget must be a finite number"),
+            ("0", "--probe-budget must be > 0"),
+        ],
+    },
+    "adjudicate": {
+        "--config": CONFIG,
+        "--widths": [
+            ("1", "--widths must be >= 2"),
+            ("a", "not a comma list"),
+            ("64,99999", "exceeds the model's max_position_embeddings"),
+        ],
+        "--backends": [("xformers", "--backends 'xformers' is not known"), ("", "--backends is empty")],
+        "--dtype": [("fp32", "--dtype 'fp32' is not known")],
+        "--grads": [("maybe", "--grads 'maybe' is not known")],
+        "--criterion": [("vibes", "--criterion 'vibes' is not known")],
+        "--batch": [("0", "--batch must be >= 1")],
+        "--samples": [("0", "--samples must be >= 1")],
+        "--seed": [("-3", "--seed must be >= 0")],
+    },
+    "buckets": {
+        "--lengths": [
+            ("@missing", "lengths file not found"),
+            ("@empty", "holds no lengths"),
+            ("@not-json", "not JSON"),
+            ("@bad-gzip", "cannot read"),
+        ],
+        "--micro-batch": [("0", "--micro-batch must be >= 1")],
+        "--grad-accum": [("-1", "--grad-accum must be >= 1")],
+        "--sweep": [("1,x", "not a comma list"), ("0", "--sweep must be >= 1")],
+        "--compare": [("fairseq", "--compare 'fairseq' is not known")],
+        "--config": CONFIG,
+        "--attn": [("xformers", "--attn 'xformers' is not a known attention path")],
+        "--seed": [("-1", "--seed must be >= 0")],
+    },
+}
+
+REQUIRED = {
+    "flops": ["--seq-len", "64"],
+    "explain": ["--seq-len", "64"],
+    "fit": ["--points", "@points"],
+    "kernels": ["--trace", "@trace"],
+}
+# cheap, valid companions so that each command stops at the bad value, never later
+QUICK = {
+    "probe": ["--widths", "64,128,256", "--mode", "forward", "--budget", "1"],
+    "doctor": ["--probe-budget", "1"],
+    "adjudicate": ["--widths", "64"],
+    "buckets": ["--sweep", "", "--compare", ""],
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("bad")
+    (d / "folder").mkdir()
+    (d / "not-json").write_text("{not json, width;seconds\nabc\n")
+    (d / "empty").write_text("")
+    (d / "only-model-type").write_text(json.dumps({"model_type": "llama"}))
+    (d / "nan-field").write_text('{"model_type": "llama", "hidden_size": 64, "rms_norm_eps": NaN}')
+    (d / "string-size").write_text(json.dumps({"model_type": "llama", "hidden_size": "abc"}))
+    (d / "bad-gzip").write_bytes(gzip.compress(b"x" * 100)[:20])
+    (d / "no-events").write_text(json.dumps({"events": []}))
+    (d / "nan-duration").write_text('{"traceEvents": [{"ph": "X", "name": "k", "ts": 0, "dur": NaN}]}')
+    (d / "file").write_text("keep me")
+    (d / "points").write_text(
+        "width,seconds\n" + "".join(f"{w},{w / 1000}\n" for w in (64, 128, 256) for _ in range(6))
+    )
+    (d / "trace").write_text(
+        json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 5}]})
+    )
+    paths = {f"@{p.name}": str(p) for p in d.iterdir()}
+    paths["@missing"] = str(d / "missing.json")
+    paths["@under-a-file"] = str(d / "file" / "sub")
+    paths["@proc"] = "/proc/tuneproof-out"
+    return paths
+
+
+def _cases() -> list[tuple[str, str, str, str]]:
+    return [
+        (cmd, opt, value, frag)
+        for cmd, opts in BAD.items()
+        for opt, bad in opts.items()
+        for value, frag in bad
+    ]
+
+
+@pytest.mark.parametrize("cmd,opt,value,fragment", _cases(), ids=lambda x: str(x)[:30])
+def test_bad_value_is_one_line_exit_2(
+    capsys, files: dict[str, str], cmd: str, opt: str, value: str, fragment: str
+) -> None:
+    def real(v: str) -> str:
+        return files.get(v, v)
+
+    base = [real(v) for v in REQUIRED.get(cmd, []) + QUICK.get(cmd, [])]
+    # the option under test wins over a companion of the same name
+    if opt in base:
+        i = base.index(opt)
+        del base[i : i + 2]
+    before = {p: Path(p).read_bytes() for p in files.values() if Path(p).is_file()}
+    code = main([cmd, *base, opt, real(value)])
+    out, err = capsys.readouterr()
+    assert code == 2, (cmd, opt, value, out[-300:], err)
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err and fragment in err, err
+    assert {p: Path(p).read_bytes() for p in before} == before  # nothing the user had is modified
+
+
+def test_every_option_has_bad_values() -> None:
+    for name, command in app.commands.items():
+        options = {o for p in command.params for o in p.opts if not getattr(p, "is_flag", False)}
+        options -= {"--help"}
+        assert options == set(BAD.get(name, {})), name
+
+
+def test_flags_that_contradict_each_other(capsys) -> None:
+    assert main(["explain", "--seq-len", "8", "--padded", "--packed"]) == 2
+    assert "--padded and --packed together" in capsys.readouterr().err
+    assert main(["flops", "--seq-len", "8", "--mode", "forward", "--grad-ckpt"]) == 2
+    assert "--grad-ckpt needs a backward pass" in capsys.readouterr().err

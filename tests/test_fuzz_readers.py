@@ -1,0 +1,172 @@
+"""Property-based fuzzing of every reader of user files: whatever the bytes, the answer is a result or
+a TuneproofError (one line for the CLI), never another exception."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tuneproof.arch import resolve
+from tuneproof.data.lengths import read_lengths
+from tuneproof.errors import TuneproofError
+from tuneproof.measure.fit import fit_scaling, read_points
+from tuneproof.measure.kernels import kernel_table, load_trace
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+SIZE_KEYS = [
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "head_dim",
+    "sliding_window",
+    "num_experts",
+    "num_experts_per_tok",
+    "layer_types",
+    "max_position_embeddings",
+    "text_config",
+]
+MODEL_TYPES = ["llama", "gemma4_text", "gemma3", "mixtral", "qwen3_moe", "gpt_oss", "bert", "", 3]
+
+
+def _refused_or_ok(fn, *args) -> None:  # type: ignore[no-untyped-def]
+    try:
+        fn(*args)
+    except TuneproofError as e:
+        assert e.message and "\n" not in e.message.strip()
+
+
+def _file_refused_or_ok(fn, data: bytes, name: str) -> None:  # type: ignore[no-untyped-def]
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / name
+        p.write_bytes(data)
+        _refused_or_ok(fn, p)
+
+
+@SETTINGS
+@given(
+    model_type=st.sampled_from(MODEL_TYPES),
+    fields=st.dictionaries(st.sampled_from(SIZE_KEYS), json_values, max_size=6),
+    base=st.booleans(),
+)
+def test_config_dicts(model_type: object, fields: dict, base: bool) -> None:
+    cfg = {"model_type": model_type, **fields}
+    if base:  # a mostly valid tiny model with fuzzed fields on top
+        cfg = {
+            "model_type": "llama",
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "vocab_size": 64,
+            **fields,
+        }
+    _refused_or_ok(resolve, cfg)
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
+def test_config_files(raw: bytes) -> None:
+    _file_refused_or_ok(resolve, raw, "config.json")
+
+
+events = st.dictionaries(
+    st.sampled_from(["ph", "name", "ts", "dur", "cat", "pid", "tid"]),
+    st.one_of(st.sampled_from(["X", "kernel", "cpu_op", "aten::mm", "fmha_sm80"]), scalars),
+    max_size=7,
+)
+
+
+@SETTINGS
+@given(
+    trace=st.one_of(
+        st.dictionaries(
+            st.sampled_from(["traceEvents", "deviceProperties"]), st.lists(events, max_size=6), max_size=2
+        ),
+        st.lists(events, max_size=6),
+        json_values,
+    ),
+    gz=st.booleans(),
+)
+def test_traces(trace: object, gz: bool) -> None:
+    raw = json.dumps(trace).encode()
+
+    def read(path: Path) -> None:
+        table = kernel_table(load_trace(path))
+        assert all(math.isfinite(v) for v in table.ms.values())
+
+    _file_refused_or_ok(read, gzip.compress(raw) if gz else raw, "trace.json.gz" if gz else "trace.json")
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=200))
+def test_trace_bytes(raw: bytes) -> None:
+    _file_refused_or_ok(lambda p: kernel_table(load_trace(p)), raw, "trace.json.gz")
+
+
+cells = st.one_of(st.integers(-5, 5000).map(str), st.floats(allow_nan=True).map(str), st.text(max_size=5))
+
+
+@SETTINGS
+@given(
+    header=st.sampled_from(["width,seconds", "seconds,width", "width,seconds,extra", "w,s", ""]),
+    rows=st.lists(st.lists(cells, min_size=0, max_size=3), max_size=20),
+)
+def test_points_csv(header: str, rows: list[list[str]]) -> None:
+    text = header + "\n" + "\n".join(",".join(r) for r in rows)
+
+    def read_and_fit(p: Path) -> None:
+        w, t = read_points(p)
+        fit_scaling(w, t)
+
+    _file_refused_or_ok(read_and_fit, text.encode(), "points.csv")
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=200))
+def test_points_bytes(raw: bytes) -> None:
+    _file_refused_or_ok(read_points, raw, "points.csv")
+
+
+lines = st.one_of(
+    st.integers(-3, 10**12).map(str),
+    st.builds(lambda n, r: json.dumps({"length": n, "root": r}), json_values, json_values),
+    st.builds(lambda n: json.dumps({"length": n}), json_values),
+    st.text(max_size=10),
+)
+
+
+@SETTINGS
+@given(rows=st.lists(lines, max_size=12), gz=st.booleans())
+def test_lengths_files(rows: list[str], gz: bool) -> None:
+    raw = "\n".join(rows).encode()
+    _file_refused_or_ok(
+        read_lengths, gzip.compress(raw) if gz else raw, "lengths.txt.gz" if gz else "lengths.txt"
+    )
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=200))
+def test_lengths_bytes(raw: bytes) -> None:
+    _file_refused_or_ok(read_lengths, raw, "lengths.gz")
