@@ -121,12 +121,14 @@ def _run_widths(widths: list[int]) -> list[str]:
     return [str(w.message) for w in caught]
 
 
+@pytest.mark.slow
 def test_without_guard_more_than_8_widths_fall_back_silently() -> None:
     assert torch._dynamo.config.recompile_limit == 8
     messages = _run_widths(WIDTHS)
     assert any(EAGER_FLEX_WARNING in m for m in messages)  # ran uncompiled, no error raised
 
 
+@pytest.mark.slow
 def test_guard_sized_for_the_widths_stays_compiled() -> None:
     with RecompileGuard(tuple(WIDTHS)) as guard:
         assert torch._dynamo.config.recompile_limit == guard.limit >= len(WIDTHS)
@@ -135,6 +137,7 @@ def test_guard_sized_for_the_widths_stays_compiled() -> None:
     assert torch._dynamo.config.recompile_limit == 8 and not torch._dynamo.config.fail_on_recompile_limit_hit
 
 
+@pytest.mark.slow
 def test_guard_too_small_raises_instead_of_falling_back() -> None:
     guard = RecompileGuard(tuple(WIDTHS[:2]), margin=0)
     with guard, pytest.raises(TuneproofError, match="uncompiled eager"), loud_recompile_errors():
@@ -174,6 +177,7 @@ def test_document_and_padding_masks_attend_only_where_allowed() -> None:
     assert _dense(pad)[1, 0].tolist() == [[1, 0], [1, 0]]  # second sequence: keys past 100 are never attended
 
 
+@pytest.mark.slow
 def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
     from tuneproof.arch import resolve
     from tuneproof.attention.flex import enable_flex
@@ -212,6 +216,7 @@ def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
     assert torch._dynamo.config.recompile_limit == 8 and not torch._dynamo.config.fail_on_recompile_limit_hit
 
 
+@pytest.mark.slow
 def test_enable_flex_turns_dynamo_failure_into_the_tools_error_and_still_restores() -> None:
     from tuneproof.attention.flex import enable_flex
     from tuneproof.model import build_model
@@ -234,3 +239,27 @@ _LLAMA = dict(
     num_key_value_heads=2,
     vocab_size=64,
 )
+
+
+# ---- the default block sizes are torch's own ----------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0)])
+def test_default_blocks_match_torchs_heuristic_on_every_card(cap: tuple[int, int]) -> None:
+    """Our table is data verified against the installed torch: its CUDAConfigHeuristic, asked as if the
+    card were present (the capability is the only thing it reads from the device)."""
+    from unittest import mock
+
+    from torch._inductor.template_heuristics.triton import CUDAConfigHeuristic
+
+    from tuneproof.attention.kernel_options import default_bwd, default_fwd
+
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    with mock.patch("torch.cuda.get_device_capability", return_value=cap):
+        heuristic = CUDAConfigHeuristic()
+        for head_dim in (16, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256, 320, 512):
+            for name, dtype in dtypes.items():
+                f = heuristic.get_flex_attn_fwd_configs(head_dim, dtype)[-1]
+                b = heuristic.get_flex_attn_bwd_configs(head_dim, dtype)[-1]
+                assert default_fwd(head_dim, name, cap) == (f.block_m, f.block_n, f.num_stages, f.num_warps)
+                assert default_bwd(head_dim, name, cap) == (b.block_m1, b.block_n1, b.num_stages, b.num_warps)

@@ -58,25 +58,66 @@ def smem_bwd(block_m: int, block_n: int, head_dim: int, dtype: str) -> int:
     return DTYPE_BYTES[dtype] * (block_n * d + 2 * block_m * d + 2 * block_m * block_n)
 
 
+# torch 2.13 CUDAConfigHeuristic forward tables, keyed by (dtype, head_dim) exactly as the flex lowering
+# passes them (the raw head_dim: 96 or 192 have no entry on most cards and take the default).
+_SM120 = {
+    ("fp32", 64): (128, 32, 2, 4),
+    ("fp32", 128): (128, 32, 2, 4),
+    ("fp32", 256): (64, 16, 2, 4),
+    ("bf16", 64): (128, 64, 2, 4),
+    ("bf16", 128): (128, 64, 2, 8),
+    ("bf16", 256): (32, 64, 2, 4),
+}
+_SM100 = {
+    ("fp32", 64): (128, 32, 3, 4),
+    ("fp32", 128): (32, 64, 3, 4),
+    ("fp32", 192): (32, 64, 2, 4),
+    ("fp32", 256): (32, 32, 3, 4),
+    ("bf16", 64): (128, 128, 3, 4),
+    ("bf16", 128): (128, 64, 3, 8),
+    ("bf16", 192): (128, 128, 1, 8),
+    ("bf16", 256): (64, 32, 3, 4),
+}
+_SM90 = {
+    ("fp32", 64): (128, 32, 3, 4),
+    ("fp32", 128): (32, 64, 3, 4),
+    ("fp32", 192): (32, 64, 1, 8),
+    ("fp32", 256): (32, 32, 3, 4),
+    ("bf16", 64): (128, 128, 3, 4),
+    ("bf16", 128): (128, 64, 3, 8),
+    ("bf16", 256): (64, 32, 3, 4),
+}
+_SM80 = {
+    ("fp32", 64): (128, 32, 3, 4), ("fp32", 128): (128, 32, 3, 4), ("fp32", 256): (64, 16, 3, 4),
+    ("bf16", 64): (128, 64, 3, 4), ("bf16", 128): (128, 64, 3, 8), ("bf16", 192): (128, 32, 2, 8),
+    ("bf16", 256): (32, 64, 3, 4),
+}  # fmt: skip
+# Ordering rule: as torch tests them, newest architecture first; the first matching row wins. fp16
+# shares bf16's entries in every table.
+FWD_TABLES: tuple[
+    tuple[Callable[[tuple[int, int]], bool], dict[tuple[str, int], tuple[int, int, int, int]]], ...
+] = (
+    (lambda c: c >= (11, 0), _SM120),
+    (lambda c: c >= (10, 0), _SM100),
+    (lambda c: c == (9, 0), _SM90),
+    (lambda c: c >= (8, 0), _SM80),
+)
+
+
 def default_fwd(head_dim: int, dtype: str, cap: tuple[int, int]) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_stages, num_warps) torch 2.13 uses for the forward on CUDA."""
+    """(BLOCK_M, BLOCK_N, num_stages, num_warps) torch 2.13 uses for the forward on CUDA
+    (CUDAConfigHeuristic.get_flex_attn_fwd_configs; tests/test_attention_flex.py checks every known
+    capability, head_dim and dtype against it)."""
     if head_dim > 256:
         return (32, 16, 3, 4) if dtype == "fp32" else (64, 32, 3, 4)
-    if dtype == "fp32":
-        return (64, 64, 3, 4)
-    d = _pow2(head_dim)
-    if cap >= (11, 0):
-        table = {64: (128, 64, 2, 4), 128: (128, 64, 2, 8), 256: (32, 64, 2, 4)}
-    elif cap >= (10, 0) or cap == (9, 0):
-        table = {64: (128, 128, 3, 4), 128: (128, 64, 3, 8), 256: (64, 32, 3, 4)}
-    else:
-        table = {64: (128, 64, 3, 4), 128: (128, 64, 3, 8), 256: (32, 64, 3, 4)}
-    return table.get(d, (64, 64, 3, 4))
+    table = next((t for test, t in FWD_TABLES if test(cap)), {})
+    return table.get(("fp32" if dtype == "fp32" else "bf16", head_dim), (64, 64, 3, 4))
 
 
 def default_bwd(head_dim: int, dtype: str, cap: tuple[int, int]) -> tuple[int, int, int, int]:
-    """(BLOCK_M1=BLOCK_N2, BLOCK_N1=BLOCK_M2, num_stages, num_warps) for the backward on CUDA."""
-    if dtype == "fp32" or head_dim > 256:
+    """(BLOCK_M1=BLOCK_N2, BLOCK_N1=BLOCK_M2, num_stages, num_warps) for the backward on CUDA
+    (CUDAConfigHeuristic.get_flex_attn_bwd_configs, checked the same way)."""
+    if dtype == "fp32" or head_dim > 256 or cap < (8, 0):
         return (16, 16, 1, 4)
     h = head_dim
     if cap == (9, 0):
