@@ -54,6 +54,7 @@ def test_paired_interval() -> None:
     assert paired_halfwidth([2.0, 2.0, 2.0]) == 0.0
 
 
+@pytest.mark.slow
 def test_adjudicate_states_its_criterion_and_judges_each_width(capsys) -> None:
     args = ["adjudicate", "--widths", "64,160", "--backends", "sdpa,flex_attention,eager", "--samples", "2"]
     assert main([*args, "--json"]) == 0

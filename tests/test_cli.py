@@ -129,6 +129,7 @@ def test_unknown_gpu_error_lists_known_names(capsys) -> None:
     assert "H100 SXM" in err and "RTX PRO 6000 Blackwell" in err
 
 
+@pytest.mark.slow
 def test_doctor_prints_and_writes_report(capsys, tmp_path: Path) -> None:
     code, out, _ = run(capsys, "doctor", "--out", str(tmp_path / "rep"), "--probe-budget", "5")
     assert code == 0 and "FLOPs per step" in out and "excess" in out

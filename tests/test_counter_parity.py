@@ -11,6 +11,8 @@ from tiny_models import TINY, TINY_GEMMA4_KV_SHARED, build_model, config_dict, c
 from tuneproof.arch import from_config
 from tuneproof.flops import RunSpec, flop_report
 
+# hundreds of model builds: left out of mutation runs (the golden ledgers pin the walker there)
+pytestmark = pytest.mark.slow
 TOL = 0.005
 CASES = [("forward", False), ("full", False), ("lora", False), ("full", True), ("lora", True)]
 
@@ -18,6 +20,7 @@ CASES = [("forward", False), ("full", False), ("lora", False), ("full", True), (
 def _ratio(
     cfg: dict, batch: int, width: int, mode: str, ckpt: bool, lengths: list[int] | None = None
 ) -> float:
+
     shape = from_config(cfg)
     targets = linear_targets(shape)
     counted = counted_flops(

@@ -9,6 +9,7 @@ import math
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,8 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=12,
 )
+
+pytestmark = pytest.mark.slow  # hypothesis runs: left out of mutation runs
 SIZE_KEYS = [
     "hidden_size",
     "intermediate_size",

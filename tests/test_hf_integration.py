@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from tuneproof.integrations.hf import use_bucketing
+
+pytestmark = pytest.mark.slow  # real processes / a real Trainer: left out of mutation runs
 
 
 class ListDataset(torch.utils.data.Dataset):

@@ -133,6 +133,7 @@ def test_probe_command_json_and_errors(capsys, tmp_path: Path) -> None:
     [{"mode": "lora", "grad_ckpt": True}, {"mode": "full", "attn": "eager", "batch": 2}],
     ids=["lora-ckpt", "full-eager"],
 )
+@pytest.mark.slow
 def test_probe_training_modes_run(kw: dict) -> None:
     spec = ProbeSpec(**{**FAST, "widths": (32, 64, 128), **kw})
     result = run_probe(TINY, spec)
@@ -165,6 +166,7 @@ def test_a_width_too_large_for_this_machine_is_refused_before_building() -> None
         check_fits_on_cpu(TINY, attn="eager", batch=8, width=65536, training=True)
 
 
+@pytest.mark.slow
 def test_doctor_skips_the_probe_with_the_reason_for_a_large_model(capsys) -> None:
     case = str(Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json")
     assert main(["doctor", "--config", case, "--json"]) == 0

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch.multiprocessing as mp
 
 from dist_worker import sampler_worker
+
+pytestmark = pytest.mark.slow  # real processes / a real Trainer: left out of mutation runs
 
 
 def test_two_ranks_disjoint_equal_and_silent(tmp_path: Path) -> None:

@@ -130,14 +130,15 @@ def flops_section(shape: ModelShape) -> FlopsSection:
     return FlopsSection(widths, rows, detail)
 
 
-# The probe on CPU times the forward only: PyTorch's CPU flash-attention backward kernel carries a
-# per-row cost linear in width (measured: 38.5, 118.8, 409.5, 1746.7 ms of attention at 512-4096
-# tokens), which the kernel table rightly files under attention while the fit calls it linear.
-PROBE_WIDTHS = (1024, 2048, 4096)
+# The doctor's probe: the forward pass of a batch of 2 at four widths. Four widths leave the fit a
+# degree of freedom even with a constant term; the forward keeps the section under a minute on a
+# 2-core CPU (a training step there takes about twice as long per round). `tuneproof probe --mode
+# full` times the training step.
+PROBE_WIDTHS = (512, 1024, 2048, 4096)
 PROBE_MODE = "forward"
 PROBE_NOTE = (
-    "CPU probe times the forward pass: the CPU flash-attention backward kernel has a large "
-    "linear-in-width part, so a training-step probe on CPU disagrees by ~10-20 points (see README)"
+    "the doctor probes the forward pass at four widths to stay under a minute on a CPU; "
+    "probe in full or lora mode for the training step"
 )
 
 
