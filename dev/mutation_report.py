@@ -39,9 +39,12 @@ def main() -> int:
         totals.update(count)
         module = str(meta.relative_to(ROOT / "mutants" / "src")).removesuffix(".meta")
         flag = "  > limit" if share > LIMIT else ""
-        print(f"{module:44s} {checked:8d} {count['killed']:7d} {count['survived']:9d} {100 * share:6.1f}%{flag}")
+        print(
+            f"{module:44s} {checked:8d} {count['killed']:7d} {count['survived']:9d} {100 * share:6.1f}%{flag}"
+        )
     checked = totals["killed"] + totals["survived"]
-    print(f"{'all':44s} {checked:8d} {totals['killed']:7d} {totals['survived']:9d} {100 * totals['survived'] / checked:6.1f}%")
+    share = totals["survived"] / checked
+    print(f"{'all':44s} {checked:8d} {totals['killed']:7d} {totals['survived']:9d} {100 * share:6.1f}%")
     if totals["other"]:
         print(f"({totals['other']} mutants not checked or suspicious are left out)")
     return 0 if worst <= LIMIT else 1

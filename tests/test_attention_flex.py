@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -263,3 +264,108 @@ def test_default_blocks_match_torchs_heuristic_on_every_card(cap: tuple[int, int
                 b = heuristic.get_flex_attn_bwd_configs(head_dim, dtype)[-1]
                 assert default_fwd(head_dim, name, cap) == (f.block_m, f.block_n, f.num_stages, f.num_warps)
                 assert default_bwd(head_dim, name, cap) == (b.block_m1, b.block_n1, b.num_stages, b.num_warps)
+
+
+@pytest.mark.parametrize(
+    "cap,limit",
+    [((8, 0), 166_912), ((8, 6), 101_376), ((8, 9), 101_376), ((9, 0), 232_448), ((10, 0), 232_448),
+     ((11, 0), 101_376), ((12, 0), 101_376), ((12, 1), 101_376)],
+)  # fmt: skip
+def test_shared_memory_limit_per_card(cap: tuple[int, int], limit: int) -> None:
+    from tuneproof.attention.kernel_options import smem_limit
+
+    assert smem_limit(cap) == limit
+
+
+def test_unknown_shared_memory_limit_is_refused() -> None:
+    from tuneproof.attention.kernel_options import smem_limit
+
+    with pytest.raises(TuneproofError, match=r"no shared-memory limit known for capability 7\.5"):
+        smem_limit((7, 5))
+
+
+def test_kernel_choice_reasons_and_options_in_full() -> None:
+    keep = choose_kernel_options(128, "bf16", capability=(9, 0), pass_="fwd")
+    assert keep.options == {} and (keep.smem_bytes, keep.smem_limit) == (
+        2 * (128 * 128 + 64 * 128 + 128 * 64),
+        232_448,
+    )
+    assert keep.reason == (
+        "default 128x64 (fwd, head_dim 128, bf16) needs 65,536 B <= 232,448 B per block (capability 9.0): "
+        "keep torch's defaults"
+    )
+    shrink = choose_kernel_options(512, "bf16", capability=(12, 0), pass_="fwd")
+    assert shrink.options == {"fwd_BLOCK_M": 32, "fwd_BLOCK_N": 32, "fwd_num_stages": 1, "fwd_num_warps": 4}
+    assert shrink.reason == (
+        "default 64x32 (fwd, head_dim 512, bf16) needs 102,400 B > 101,376 B per block (capability 12.0); "
+        "32x32 needs 67,584 B"
+    )
+    bwd = choose_kernel_options(256, "bf16", smem_limit_bytes=100_000, pass_="bwd")
+    assert bwd.options == {  # 64x32: 2 x (32x256 + 2x64x256 + 2x64x32) = 90,112 B fits 100,000
+        "bwd_BLOCK_M1": 64,
+        "bwd_BLOCK_N1": 32,
+        "bwd_BLOCK_M2": 32,
+        "bwd_BLOCK_N2": 64,
+        "bwd_num_stages": 1,
+        "bwd_num_warps": 4,
+    }
+    assert "(given limit)" in bwd.reason and (bwd.smem_bytes, bwd.smem_limit) == (90_112, 100_000)
+
+
+@pytest.mark.parametrize(
+    "kw,fragment",
+    [
+        ({"head_dim": 0}, "head_dim must be >= 1"),
+        ({"dtype": "fp8"}, "dtype 'fp8' is not known"),
+        ({"pass_": "both"}, "pass_ 'both' is not known"),
+        ({"capability": None}, "no device given"),
+        (
+            {"head_dim": 65536, "smem_limit_bytes": 1000},
+            "no flex block size fits 1,000 B for head_dim 65536 bf16 fwd",
+        ),
+    ],
+)
+def test_kernel_choice_refusals(kw: dict, fragment: str) -> None:
+    args = {"head_dim": 128, "dtype": "bf16", "capability": (9, 0), **kw}
+    with pytest.raises(TuneproofError, match=re.escape(fragment)):
+        choose_kernel_options(args.pop("head_dim"), args.pop("dtype"), **args)
+
+
+def test_one_setting_for_all_head_dims_keeps_defaults_when_all_fit() -> None:
+    c = choose_for_head_dims([64, 128], "bf16", capability=(9, 0), pass_="fwd")
+    assert c.options == {} and c.reason.count("keep torch's defaults") == 2
+    assert c.smem_bytes == max(
+        choose_kernel_options(d, "bf16", capability=(9, 0)).smem_bytes for d in (64, 128)
+    )
+    mixed = choose_for_head_dims([256, 512], "bf16", capability=(12, 0), pass_="fwd")
+    assert mixed.options["fwd_BLOCK_M"] == 32 and mixed.options["fwd_BLOCK_N"] == 32
+    assert mixed.reason.endswith("one setting for head_dims [256, 512]: 32x32 needs at most 67,584 B")
+    with pytest.raises(TuneproofError, match="no flex block size fits 1,000 B for head_dim 64 bf16 bwd"):
+        choose_for_head_dims([64], "bf16", smem_limit_bytes=1000, pass_="bwd")
+
+
+def test_fallback_log_names_each_try() -> None:
+    calls = []
+
+    def kernel(opts: dict[str, int]) -> int:
+        calls.append(opts)
+        if len(calls) < 3:
+            raise RuntimeError("out of resource: shared memory, Required: 120000, Hardware limit: 101376.")
+        return 7
+
+    result, log = run_with_smem_fallback(kernel, 256, "bf16", "bwd", first={"bwd_BLOCK_M1": 64})
+    assert result == 7 and calls[0] == {"bwd_BLOCK_M1": 64}
+    assert (
+        calls[1]["bwd_BLOCK_M1"] == 64 and calls[1]["bwd_BLOCK_N1"] == 64 and calls[2]["bwd_BLOCK_N1"] == 32
+    )
+    assert log[0] == (
+        "{'bwd_BLOCK_M1': 64}: out of shared memory (required 120,000 B, limit 101,376 B); retrying smaller"
+    )
+    assert log[-1].endswith(": ran") and len(log) == 3
+    with pytest.raises(TuneproofError, match="ran out of shared memory at every block size for head_dim 256"):
+        run_with_smem_fallback(
+            lambda o: (_ for _ in ()).throw(RuntimeError("out of resource: Required: 1 Hardware limit: 0")),
+            256,
+            "bf16",
+            "bwd",
+        )

@@ -120,3 +120,34 @@ def test_resolve_peak_policy_and_reasons() -> None:
             resolve_peak(None, "bf16", peak_tflops=bad)
     with pytest.raises(TuneproofError, match="dtype 'int3' is not known"):
         resolve_peak("A100", "int3")
+
+
+@pytest.mark.parametrize(
+    "reported,expected",
+    [
+        ("nvidia_h100_pcie", "H100 PCIe"),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Max-Q", "RTX PRO 6000 Blackwell Max-Q"),
+        ("Tesla A100-PCIE-40GB", "A100"),
+        ("  NVIDIA   L40S  ", "L40S"),
+        ("h200 nvl", "H200 NVL"),
+        ("GeForce RTX 4090", "RTX 4090"),
+    ],
+)
+def test_name_normalisation(reported: str, expected: str) -> None:
+    assert lookup_gpu(reported).name == expected
+
+
+@pytest.mark.parametrize("name", ["L4X", "A1000", "NVIDIA", "", "h1000", "RTX 40900"])
+def test_near_misses_are_unknown(name: str) -> None:
+    with pytest.raises(TuneproofError, match="unknown GPU"):
+        lookup_gpu(name)
+
+
+def test_peak_for_reports_source_note_and_missing_dtypes() -> None:
+    h100 = lookup_gpu("H100")
+    p = peak_for(h100, "bfloat16")
+    assert (p.tflops, p.dtype, p.reason) == (989.0, "bf16", None)
+    assert p.source == f"H100 SXM: {h100.source}"
+    missing = peak_for(lookup_gpu("RTX PRO 6000 Blackwell"), "fp8")
+    assert missing.tflops is None and missing.source is None
+    assert missing.reason == "no dense fp8 peak known for RTX PRO 6000 Blackwell (table has ['bf16', 'fp16'])"

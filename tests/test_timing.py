@@ -164,3 +164,67 @@ def test_peak_bad_input(capsys, args: list[str], fragment: str) -> None:
 def test_peak_cuda_without_gpu(capsys) -> None:
     assert main(["peak", "--device", "cuda"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_timing_summary_and_record_in_full() -> None:
+    from tuneproof.measure.timing import Timing
+
+    t = Timing((0.010, 0.012, 0.011, 0.013, 0.011, 0.100, 0.012), (False,) * 5 + (True, False), warmup=1)
+    assert (t.repeats, t.num_outliers) == (6, 1)
+    assert t.median_s == pytest.approx(0.0115) and t.min_s == 0.010 and t.spread_s == pytest.approx(0.003)
+    assert t.median_interval == (0.010, 0.013)
+    assert t.relative_halfwidth == pytest.approx(0.0015 / 0.0115)
+    assert str(t) == (
+        "median 11.500 ms, 95 % interval 10.000-13.000 (min 10.000, spread 3.000; 6 repeats after 1 warm-up; "
+        "1 outlier(s) excluded)"
+    )
+    d = t.to_dict()
+    assert d["outliers_excluded"] == [0.100] and d["median_ci_s"] == [0.010, 0.013] and d["repeats"] == 6
+    assert d["times_s"] == list(t.times_s) and d["warmup"] == 1 and d["spread_s"] == pytest.approx(0.003)
+    short = Timing((1.0, 2.0, 3.0), (False, False, False), warmup=0)
+    assert short.median_interval is None and short.relative_halfwidth is None
+    assert str(short) == "median 2000.000 ms (min 1000.000, spread 2000.000; 3 repeats after 0 warm-up)"
+
+
+def test_time_fn_runs_exactly_the_repeats_asked() -> None:
+    clock = FakeClock()
+    calls = []
+    t = time_fn(clock.workload(lambda n: calls.append(n) or 1.0), repeats=7, warmup=2, clock=clock)
+    assert len(calls) == 9 and t.repeats == 7 and t.warmup == 2
+
+
+def test_skipped_workloads_are_dropped_with_their_reason() -> None:
+    from tuneproof.measure.timing import Skip
+
+    clock = FakeClock()
+    state = {"n": 0}
+
+    def flaky() -> None:
+        state["n"] += 1
+        if state["n"] > 2:
+            raise Skip("out of memory at width 3")
+        clock.now += 1
+
+    def warm_fail() -> None:
+        raise Skip("out of memory in the warm-up")
+
+    result = time_interleaved(
+        {1: clock.workload(lambda n: 1.0), 2: flaky, 3: warm_fail},
+        warmup=1,
+        min_repeats=3,
+        max_repeats=3,
+        clock=clock,
+    )
+    assert result.skipped == {2: "out of memory at width 3", 3: "out of memory in the warm-up"}
+    assert list(result.timings) == [1] and result.timings[1].repeats == 3
+    d = result.to_dict()
+    assert (
+        d["rounds"] == 3
+        and d["target_relative_halfwidth"] == 0.05
+        and d["stopped"] == "3 rounds (the most allowed)"
+    )
+
+
+def test_nothing_to_time_is_refused() -> None:
+    with pytest.raises(TuneproofError, match="nothing to time"):
+        time_interleaved({})
