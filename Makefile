@@ -8,7 +8,7 @@ TORCH_PIN   ?= torch==2.13.0
 WHEELS      := $(wildcard /opt/wheels)
 FIND_LINKS  := $(if $(WHEELS),--find-links $(WHEELS),)
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench lint mutate clean
 
 install: $(VENV)/.installed
 
@@ -29,11 +29,19 @@ bench: install
 	$(PY) bench/probe_agreement.py
 	$(PY) bench/flex_vs_sdpa.py
 	$(PY) bench/bucketing.py
+	$(PY) bench/timing_under_load.py
+
+# Mutation testing of the modules whose numbers and verdicts the CASE depends on (see README).
+mutate: install
+	rm -rf mutants
+	$(VENV)/bin/mutmut run
+	$(PY) dev/mutation_report.py
+	$(PY) dev/named_mutants.py
 
 lint: install
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench dev
+	$(VENV)/bin/ruff format --check src tests bench dev
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants

@@ -110,3 +110,42 @@ def test_trl_sft_trainer_keeps_its_collator_and_trains(tmp_path: Path) -> None:
     assert widths == maxima  # TRL's collator pads each micro-batch to its own longest member
     result = trainer.train()
     assert result.global_step == 3 and np.isfinite(result.training_loss)
+
+
+def _trainer(tmp_path: Path, pad_token_id: int | None, collator=None):  # type: ignore[no-untyped-def]
+    from transformers import Trainer, TrainingArguments
+
+    from tiny_models import config_dict
+    from tuneproof.arch import resolve
+    from tuneproof.model import build_model
+
+    extra = {} if pad_token_id is None else {"pad_token_id": pad_token_id}
+    model = build_model(resolve(config_dict("llama", num_hidden_layers=1, **extra)), "sdpa")
+    model.config.pad_token_id = pad_token_id
+    rows = [{"input_ids": list(range(1, n))} for n in (5, 9, 9, 12)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, report_to=[], use_cpu=True
+    )
+    return Trainer(model=model, args=args, train_dataset=ListDataset(rows), data_collator=collator)
+
+
+def test_a_pad_id_that_defaults_to_zero_is_warned_about(tmp_path: Path) -> None:
+    import pytest
+
+    with pytest.warns(UserWarning, match="padding with id 0"):
+        use_bucketing(_trainer(tmp_path, pad_token_id=None))
+
+
+def test_pad_to_multiple_of_with_a_kept_collator_is_warned_about(tmp_path: Path) -> None:
+    import warnings
+
+    import pytest
+
+    from tuneproof.data import PadToLongest
+
+    own = PadToLongest(0)
+    with pytest.warns(UserWarning, match="pad_to_multiple_of=8 has no effect"):
+        use_bucketing(_trainer(tmp_path, 0, collator=own), pad_to_multiple_of=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a pad id given and the default multiple: no warning at all
+        use_bucketing(_trainer(tmp_path, 0))
