@@ -392,6 +392,8 @@ def probe_peak(spec: ProbeSpec) -> Any:
         import torch
 
         gpu = torch.cuda.get_device_name()
-    return resolve_peak(
-        gpu, spec.torch_dtype, measure=lambda: measure_peak(spec.device, spec.torch_dtype).as_peak()
-    )
+    # half a second per GEMM size: the MFU's context, not a benchmark (`tuneproof peak` takes longer)
+    def measure() -> Any:
+        return measure_peak(spec.device, spec.torch_dtype, max_seconds=0.5).as_peak()
+
+    return resolve_peak(gpu, spec.torch_dtype, measure=measure)
