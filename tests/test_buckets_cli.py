@@ -13,6 +13,7 @@ from tuneproof.data import read_lengths
 from tuneproof.errors import TuneproofError
 
 
+@pytest.mark.slow  # 20,000 lengths through every planner
 def test_buckets_json_on_the_shipped_set(capsys) -> None:
     assert main(["buckets", "--sweep", "1,16,256", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
@@ -33,6 +34,7 @@ def test_buckets_json_on_the_shipped_set(capsys) -> None:
     assert max(roots) - min(roots) < 0.02 * max(roots) and pads == sorted(pads)
 
 
+@pytest.mark.slow  # 20,000 lengths through every planner
 def test_attention_flops_flip_between_sdpa_and_flex(capsys) -> None:
     out = {}
     for attn in ("sdpa", "flex_attention"):

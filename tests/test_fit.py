@@ -39,6 +39,8 @@ def test_recovers_case_shares() -> None:
     assert lo < fit.quad_share[16384.0] < hi and hi - lo < 0.02
     assert max(abs(r) for r in fit.residuals_s) < 0.005
     assert fit.constant.verdict == "absent" and not fit.constant_in_model  # the CASE: no constant term
+    assert fit.fitted(16384.0) == pytest.approx(fit.a * 16384 + fit.b * 16384**2)
+    assert fit.fitted(2.0) == fit.a * 2.0 + fit.b * 4.0
 
 
 def test_constant_present_absent_undetermined() -> None:
@@ -47,6 +49,7 @@ def test_constant_present_absent_undetermined() -> None:
     noisy = fit_scaling(*case_points(c=0.05, noise=0.2, seed=4))
     assert absent.constant.verdict == "absent" and "refuted" in absent.constant.reason
     assert present.constant.verdict == "present" and present.constant.c == pytest.approx(0.5, abs=0.05)
+    assert present.fitted(3.0) == present.c + present.a * 3.0 + present.b * 9.0 and present.c > 0.4
     assert present.constant_in_model and present.quad_share[16384.0] == pytest.approx(
         B * 16384**2 / case_time(16384, 0.5), abs=0.01
     )

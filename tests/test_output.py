@@ -45,11 +45,11 @@ COMMANDS = [
     ["flops", "--config", CASE, "--seq-len", "16384", "--batch", "2", "--mode", "lora", "--grad-ckpt"],
     ["explain", "--config", CASE, "--seq-len", "16384", "--batch", "2", "--padded", "--capability", "12.0"],
     ["kernels", "--trace", str(DATA / "case_sm120.json.gz")],
-    ["buckets", "--sweep", "1,16", "--config", "tiny"],
+    pytest.param(["buckets", "--sweep", "1,16", "--config", "tiny"], marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: a[0])
+@pytest.mark.parametrize("args", COMMANDS, ids=["flops", "explain", "kernels", "buckets"])
 def test_tables_fit_80_columns(capsys, monkeypatch, args: list[str]) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     assert main(args) == 0
@@ -57,7 +57,7 @@ def test_tables_fit_80_columns(capsys, monkeypatch, args: list[str]) -> None:
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
-@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: a[0])
+@pytest.mark.parametrize("args", COMMANDS, ids=["flops", "explain", "kernels", "buckets"])
 def test_json_output_is_strict(capsys, args: list[str]) -> None:
     assert main([*args, "--json"]) == 0
     strict_loads(capsys.readouterr().out)

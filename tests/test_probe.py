@@ -219,6 +219,10 @@ def test_cross_check_agrees_when_both_instruments_see_the_same_step() -> None:
     timed = [case_time(w) * (1 + 0.005 * rng.standard_normal(8)) for w in widths]
     cc = cross_check(widths, timed, _profiles(widths, 0.0, 0.005, rng), at=16384)
     assert cc.verdict.outcome == "agree"
+    assert cc.line() == (
+        f"quadratic share at width 16384: {100 * cc.values['quad_share_fit']:.1f} % (step-time fit) vs "
+        f"{100 * cc.values['quad_share_kernels']:.1f} % (profiled kernels): agree ({cc.verdict.reason})"
+    )
     assert cc.values["quad_share_fit"] == pytest.approx(0.678, abs=0.01)
     assert cc.values["quadratic_attention"] == pytest.approx(0.678, abs=0.01)
     assert cc.values["attention_linear"] == pytest.approx(0.0, abs=0.01)

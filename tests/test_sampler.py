@@ -107,27 +107,126 @@ def test_widths_for_the_recompile_guard() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs,fragment",
+    "kwargs,message",
     [
-        ({"lengths": []}, "non-empty"),
-        ({"lengths": [3, 0, 4]}, "index 1 is 0"),
-        ({"lengths": [3, -2]}, "index 1 is -2"),
-        ({"lengths": [3.0, 2.5]}, "index 1 is not an integer"),
-        ({"micro_batch_size": 0}, "micro_batch_size must be >= 1"),
-        ({"roots": [1, 2]}, "roots has 2 ids for 3 lengths"),
-        ({"max_tokens": 4}, "max_tokens 4 is below length 5"),
-        ({"bucket_width": 4, "boundaries": [8]}, "bucket_width and boundaries together"),
-        ({"num_replicas": 2, "rank": 2}, "rank must be <= 1, got 2"),
-        ({"lengths": [3, float("nan")]}, "index 1 is not an integer"),
-        ({"lengths": ["a", "b"]}, "lengths must be integers"),
-        ({"lengths": [True, False]}, "lengths must be integers"),
-        ({"seed": -1}, "seed must be >= 0"),
-        ({"grad_accum": 1.5}, "grad_accum must be an integer"),
-        ({"lengths": [2**40]}, "lengths must be in [1, 2,147,483,647]"),
+        ({"lengths": []}, "lengths must be a non-empty list of integers (pass one length per example)"),
+        ({"lengths": [[1, 2], [3]]}, "lengths must be a list of integers (pass one length per example)"),
+        (
+            {"lengths": [[1, 2], [3, 4]]},
+            "lengths must be a non-empty list of integers (pass one length per example)",
+        ),
+        (
+            {"lengths": [3, 0, 4]},
+            "lengths at index 1 is 0: lengths must be in [1, 2,147,483,647] "
+            "(drop empty sequences before batching)",
+        ),
+        (
+            {"lengths": [3, -2]},
+            "lengths at index 1 is -2: lengths must be in [1, 2,147,483,647] "
+            "(drop empty sequences before batching)",
+        ),
+        (
+            {"lengths": [2**40]},
+            "lengths at index 0 is 1099511627776: lengths must be in [1, 2,147,483,647] "
+            "(drop empty sequences before batching)",
+        ),
+        (
+            {"lengths": [3.0, 2.5]},
+            "lengths at index 1 is not an integer: np.float64(2.5) (lengths are token counts)",
+        ),
+        (
+            {"lengths": [3, float("nan")]},
+            "lengths at index 1 is not an integer: np.float64(nan) (lengths are token counts)",
+        ),
+        ({"lengths": ["a", "b"]}, "lengths must be integers, got <U1 values (lengths are token counts)"),
+        ({"lengths": [True, False]}, "lengths must be integers, got bool values (lengths are token counts)"),
+        ({"micro_batch_size": 0}, "micro_batch_size must be >= 1, got 0"),
+        ({"grad_accum": 1.5}, "grad_accum must be an integer, got 1.5"),
+        ({"seed": -1}, "seed must be >= 0, got -1"),
+        (
+            {"bucket_width": 4, "boundaries": [8]},
+            "bucket_width and boundaries together (give one of them (or neither: tightest))",
+        ),
+        ({"bucket_width": 0}, "bucket_width must be >= 1, got 0 (a width in tokens)"),
+        ({"boundaries": [8, 4]}, "boundaries must be strictly increasing (e.g. [512, 1024, 2048])"),
+        ({"boundaries": [4, 4]}, "boundaries must be strictly increasing (e.g. [512, 1024, 2048])"),
+        ({"roots": [1, 2]}, "roots has 2 ids for 3 lengths (give one root id per length)"),
+        ({"max_tokens": 0}, "max_tokens must be >= 1, got 0 (a token budget per micro-batch)"),
+        ({"max_tokens": 4}, "max_tokens 4 is below length 5 at index 0 (raise it or truncate that example)"),
+        ({"num_replicas": 2, "rank": 2}, "rank must be <= 1, got 2 (rank must be in [0, num_replicas))"),
+        ({"num_replicas": 0, "rank": 0}, "num_replicas must be >= 1, got 0"),
     ],
 )
-def test_bad_input(kwargs: dict, fragment: str) -> None:
+def test_bad_input(kwargs: dict, message: str) -> None:
     args = {"lengths": [5, 6, 7], "micro_batch_size": 2, **kwargs}
     with pytest.raises(TuneproofError) as e:
         BucketBatchSampler(**args)
-    assert fragment in e.value.message
+    assert e.value.message == message
+
+
+def test_resume_refusal_in_full() -> None:
+    s = BucketBatchSampler([3, 4], 1, seed=1)
+    with pytest.raises(TuneproofError) as e:
+        s.load_state_dict({"seed": 2, "epoch": 0, "position": 5})
+    assert e.value.message == (
+        "state was saved with seed 2, this sampler has 1 (build the sampler with the same seed to resume)"
+    )
+    s.load_state_dict({"seed": 1, "epoch": "3", "position": "4"})
+    assert (s.epoch, s.position) == (3, 4) and s.state_dict(consumed=2) == {
+        "seed": 1,
+        "epoch": 3,
+        "position": 2,
+    }
+
+
+def test_world_without_torch_distributed_is_one_rank() -> None:
+    s = BucketBatchSampler([3, 4, 5], 1)
+    assert (s.num_replicas, s.rank) == (1, 0)
+    s = BucketBatchSampler([3, 4, 5], 1, num_replicas=3)  # a rank left out is taken as 0
+    assert (s.num_replicas, s.rank) == (3, 0)
+    s = BucketBatchSampler([3, 4, 5], 1, rank=0)
+    assert (s.num_replicas, s.rank) == (1, 0)
+
+
+def test_rank_plans_exactly() -> None:
+    lengths = [10, 20, 30, 40, 50]  # five micro-batches of one, unshuffled: 0..4 in length order
+    keep = [BucketBatchSampler(lengths, 1, shuffle=False, num_replicas=2, rank=k).plan() for k in (0, 1)]
+    assert [[int(b[0]) for b in p] for p in keep] == [[0, 2, 4], [1, 3, 0]]  # the first is repeated
+    drop = [
+        BucketBatchSampler(lengths, 1, shuffle=False, num_replicas=2, rank=k, drop_last=True).plan()
+        for k in (0, 1)
+    ]
+    assert [[int(b[0]) for b in p] for p in drop] == [[0, 2], [1, 3]]  # the last is dropped
+    assert len(BucketBatchSampler(lengths, 1, shuffle=False, num_replicas=2, rank=1)) == 3
+
+
+def test_bucket_keys_by_width_and_boundaries() -> None:
+    lengths = np.array([1, 7, 8, 15, 16, 100])
+    assert BucketBatchSampler(lengths, 1, bucket_width=8).bucket_keys().tolist() == [0, 0, 1, 1, 2, 12]
+    assert BucketBatchSampler(lengths, 1, boundaries=[8, 16]).bucket_keys().tolist() == [0, 0, 1, 1, 2, 2]
+    assert BucketBatchSampler(lengths, 1).bucket_keys().tolist() == lengths.tolist()
+
+
+def test_sort_key_order_is_stable_by_key_and_random_among_equals() -> None:
+    from tuneproof.data.sampler import sort_key_order
+
+    keys = np.array([5, 3, 5, 3, 70000, 1])
+    assert sort_key_order(keys, None).tolist() == [5, 1, 3, 0, 2, 4]
+    shuffled = sort_key_order(keys, np.random.default_rng(0))
+    assert keys[shuffled].tolist() == [1, 3, 3, 5, 5, 70000]
+    orders = {
+        tuple(sort_key_order(np.zeros(6, dtype=np.int64), np.random.default_rng(s)).tolist())
+        for s in range(5)
+    }
+    assert len(orders) > 1  # ties are broken at random
+
+
+def test_token_budget_plan_exactly() -> None:
+    from tuneproof.data.sampler import token_budget_chunks
+
+    order = np.arange(6)
+    lengths = np.array([10, 10, 10, 30, 30, 60])
+    plan = token_budget_chunks(order, lengths, max_tokens=60, max_items=4)
+    assert [b.tolist() for b in plan] == [[0, 1, 2], [3, 4], [5]]
+    plan = token_budget_chunks(order, lengths, max_tokens=60, max_items=2)
+    assert [b.tolist() for b in plan] == [[0], [1, 2], [3, 4], [5]]

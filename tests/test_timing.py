@@ -131,13 +131,53 @@ def test_outlier_rule() -> None:
 @pytest.mark.parametrize(
     "kw,fragment",
     [
-        ({"repeats": 1}, "repeats must be >= 2"),
-        ({"repeats": 2, "warmup": -1}, "warmup must be >= 0"),
+        ({"repeats": 2}, "repeats must be >= 3, got 2 (outliers need three repeats)"),
+        ({"repeats": 10_001}, "repeats must be <= 10,000, got 10,001 (outliers need three repeats)"),
+        ({"repeats": 3, "warmup": -1}, "warmup must be >= 0, got -1"),
+        ({"repeats": 3, "warmup": 101}, "warmup must be <= 100, got 101"),
     ],
 )
 def test_bad_timing_arguments(kw: dict, fragment: str) -> None:
-    with pytest.raises(TuneproofError, match=fragment):
+    with pytest.raises(TuneproofError) as e:
         time_fn(lambda: None, **kw)
+    assert e.value.message == fragment
+
+
+def test_time_fn_defaults_six_repeats_after_one_warm_up() -> None:
+    clock = FakeClock()
+    calls: list[int] = []
+    t = time_fn(clock.workload(lambda n: calls.append(n) or 1.0), clock=clock)
+    assert (t.repeats, t.warmup, len(calls)) == (6, 1, 7)
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"min_repeats": 2}, "min_repeats must be >= 3, got 2"),
+        ({"max_repeats": 5}, "max_repeats must be >= 6, got 5"),
+        ({"budget_s": 0.0}, "budget_s must be > 0, got 0"),
+        ({"target": 0.0}, "target must be > 0, got 0"),
+        ({"target": 1.5}, "target must be <= 1, got 1.5"),
+    ],
+)
+def test_bad_harness_arguments(kw: dict, message: str) -> None:
+    with pytest.raises(TuneproofError) as e:
+        time_interleaved({1: lambda: None}, **kw)
+    assert e.value.message == message
+
+
+def test_no_budget_means_the_rounds_end_at_max_repeats() -> None:
+    clock = FakeClock()
+    r = time_interleaved(
+        {1: clock.workload(lambda n: 100.0)},
+        warmup=0,
+        min_repeats=3,
+        max_repeats=4,
+        budget_s=None,
+        target=1e-9,
+        clock=clock,
+    )
+    assert r.rounds == 4 and r.stopped == "4 rounds (the most allowed)"
 
 
 def test_peak_command_is_labelled_measured(capsys) -> None:

@@ -198,10 +198,8 @@ def check_dtype(dtype: object) -> str:
 
 
 def _normalise_name(name: str) -> str:
-    n = name.lower().replace("_", " ").replace("-", " ")
-    n = re.sub(r"\b(nvidia|geforce|tesla)\b", " ", n)
-    n = n.replace("max q", "max-q")
-    return " ".join(n.split())
+    """Lower case, '-' and '_' as spaces, single spaces: 'NVIDIA-H100_PCIe' -> 'nvidia h100 pcie'."""
+    return " ".join(name.lower().replace("_", " ").replace("-", " ").split())
 
 
 def known_gpu_names() -> list[str]:
@@ -209,19 +207,15 @@ def known_gpu_names() -> list[str]:
 
 
 def lookup_gpu(name: str) -> GpuSpec:
-    """Find a GPU by the name torch (`get_device_name`) or nvidia-smi reports, or by table name.
+    """Find a GPU by the name torch (`get_device_name`) or nvidia-smi reports, or by table name: the
+    first row (see the table's ordering rule) with an alias standing as whole words in the name.
 
     Raises `TuneproofError` listing the known names when nothing matches: never a fallback.
     """
     n = _normalise_name(name)
-    if n:
-        for gpu in GPUS:
-            if _normalise_name(gpu.name) == n:
-                return gpu
-        for gpu in GPUS:
-            for alias in gpu.aliases:
-                if re.search(rf"(^|\s){re.escape(_normalise_name(alias))}(\s|$)", n):
-                    return gpu
+    for gpu in GPUS:
+        if any(re.search(rf"(^|\s){re.escape(_normalise_name(a))}(\s|$)", n) for a in gpu.aliases):
+            return gpu
     raise TuneproofError(
         f"unknown GPU {name!r} ({{gpu}}): no MFU without a trusted peak",
         "use one of: " + ", ".join(known_gpu_names()) + "; or give {peak_tflops}",

@@ -392,6 +392,7 @@ def probe_peak(spec: ProbeSpec) -> Any:
         import torch
 
         gpu = torch.cuda.get_device_name()
+
     # half a second per GEMM size: the MFU's context, not a benchmark (`tuneproof peak` takes longer)
     def measure() -> Any:
         return measure_peak(spec.device, spec.torch_dtype, max_seconds=0.5).as_peak()

@@ -142,16 +142,18 @@ def time_interleaved(
     warmup: int = 1,
     min_repeats: int = 6,
     max_repeats: int = 30,
-    budget_s: float = 60.0,
+    budget_s: float | None = 60.0,
     target: float = 0.05,
     clock: Callable[[], float] = default_clock,
     progress: Callable[[str], None] | None = None,
 ) -> Interleaved[K]:
-    """Time every workload in `steps` round-robin (see the module docstring)."""
+    """Time every workload in `steps` round-robin (see the module docstring). `budget_s` None: no
+    budget, the rounds end at `max_repeats` or when every median is tight."""
     validate.integer("warmup", warmup, low=0, high=100)
     validate.integer("min_repeats", min_repeats, low=MIN_ROUNDS, high=10_000)
     validate.integer("max_repeats", max_repeats, low=min_repeats, high=10_000)
-    validate.real("budget_s", budget_s, low=0.0, low_open=True)
+    if budget_s is not None:
+        validate.real("budget_s", budget_s, low=0.0, low_open=True)
     validate.real("target", target, low=0.0, low_open=True, high=1.0)
     if not steps:
         raise TuneproofError("nothing to time", "give at least one workload")
@@ -173,7 +175,7 @@ def time_interleaved(
     stopped = f"{max_repeats} rounds (the most allowed)"
     while rounds < max_repeats and keys:
         elapsed = clock() - start
-        if rounds >= MIN_ROUNDS and elapsed + last_round > budget_s:
+        if budget_s is not None and rounds >= MIN_ROUNDS and elapsed + last_round > budget_s:
             stopped = f"the {budget_s:g} s budget ended after {rounds} rounds"
             break
         round_start = clock()
@@ -225,15 +227,10 @@ def time_fn(
     warmup: int = 1,
     clock: Callable[[], float] = default_clock,
 ) -> Timing:
-    """Time one workload exactly `repeats` times after `warmup` untimed calls (no budget, no early stop)."""
-    validate.integer("repeats", repeats, low=2, high=10_000, hint="a single run is not a measurement")
+    """Time one workload exactly `repeats` times after `warmup` untimed calls (no budget, no early stop;
+    outliers are flagged, not re-measured)."""
+    validate.integer("repeats", repeats, low=MIN_ROUNDS, high=10_000, hint="outliers need three repeats")
     run = time_interleaved(
-        {"fn": fn},
-        warmup=warmup,
-        min_repeats=max(repeats, MIN_ROUNDS),
-        max_repeats=max(repeats, MIN_ROUNDS),
-        budget_s=float("1e12"),
-        target=1e-12,
-        clock=clock,
+        {"fn": fn}, warmup=warmup, min_repeats=repeats, max_repeats=repeats, budget_s=None, clock=clock
     )
     return run.timings["fn"]
