@@ -91,3 +91,59 @@ def test_refused_attention_implementations_are_data() -> None:
     assert any("will not run sdpa for gemma2" in n for n in report.notes)
     assert not flop_report(gemma2, RunSpec(seq_len=32, attn="eager")).notes
     assert "will not run sdpa" in explain(gemma2, Context(seq_len=32, batch=1)).notes[0]
+
+
+def test_every_family_has_a_tiny_config_in_the_parity_tests() -> None:
+    """A family the reader accepts is checked against FlopCounterMode (tests/test_counter_parity.py
+    parametrises over TINY): a new record without a tiny config fails here."""
+    from tuneproof.arch import FAMILIES
+
+    assert set(FAMILIES) == set(TINY)
+    assert {**{t: t for t in TINY}, "gemma3": "gemma3_text", "gemma4": "gemma4_text"} == SUPPORTED_MODEL_TYPES
+
+
+def test_family_records_state_the_differences() -> None:
+    from tuneproof.arch import FAMILIES
+
+    moe = {t for t, f in FAMILIES.items() if f.moe}
+    assert moe == {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "gemma4_text"}
+    assert {t: f.router for t, f in FAMILIES.items() if f.moe} == {
+        "mixtral": "mlp.gate",
+        "qwen2_moe": "mlp.gate",
+        "qwen3_moe": "mlp.gate",
+        "gpt_oss": "mlp.router",
+        "gemma4_text": "router.proj",
+    }
+    assert [t for t, f in FAMILIES.items() if f.shared_expert] == ["qwen2_moe"]
+    assert {t for t, f in FAMILIES.items() if f.post_ffn_norm} == {"gemma2", "gemma3_text", "gemma4_text"}
+    assert {t for t, f in FAMILIES.items() if not f.layer_types} == {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen3_moe",
+    }
+
+
+def test_partial_configs_name_every_default_they_take(capsys) -> None:
+    from tuneproof.arch import resolve
+    from tuneproof.cli.app import main
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+    model = resolve(cfg)
+    assert model.notes == (
+        "intermediate_size not in the config: transformers' default 11008 is used",
+        "vocab_size not in the config: transformers' default 32000 is used",
+    )
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "config.json"
+        p.write_text(json.dumps(cfg))
+        assert main(["flops", "--config", str(p), "--seq-len", "64"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "warning: intermediate_size not in the config: transformers' default 11008 is used",
+        "warning: vocab_size not in the config: transformers' default 32000 is used",
+    ]

@@ -172,20 +172,61 @@ def run_probe(
     out: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ProbeResult:
-    """Time, fit, profile and cross-check. Widths that run out of memory are skipped and reported."""
-    import torch
+    """Time, fit, profile and cross-check. Widths that run out of memory are skipped and reported.
 
-    from tuneproof.flops import RunSpec, flop_report
+    The measuring half (a real model, `model_steps`, the timing harness, the profiler) feeds the
+    analysing half (`analyse`), which is a plain function of the measurements."""
     from tuneproof.io import check_out_folder
-    from tuneproof.model import apply_lora, build_model, lora_targets
 
     check_probe(model, spec)
     if out is not None:
         check_out_folder(out)
+    steps = model_steps(model, spec)
+    timing = time_interleaved(
+        steps,
+        warmup=1,
+        min_repeats=spec.min_repeats,
+        max_repeats=spec.max_repeats,
+        budget_s=spec.budget_s,
+        target=spec.target,
+        progress=progress,
+    )
+    if len(timing.timings) < MIN_WIDTHS:
+        raise TuneproofError(
+            f"only {len(timing.timings)} width(s) ran ("
+            + ", ".join(f"{w}: {r}" for w, r in timing.skipped.items())
+            + ")",
+            "use smaller widths or batch",
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        keep = Path(tmp) / "trace.json"
+        widths = sorted(timing.timings)
+        kernel_ms, set_aside, first_table = _profile_widths(
+            {w: steps[w] for w in widths}, spec, Path(tmp), keep, progress
+        )
+        if progress:
+            progress("peak")
+        result = analyse(model, spec, timing, kernel_ms, set_aside, first_table, probe_peak(spec))
+        if out is not None:
+            result.files.update(_keep(out, keep, timing, kernel_ms))
+    if out is not None:
+        from tuneproof.io import atomic_write_json
+
+        result.files["json"] = str(out / "probe.json")
+        atomic_write_json(out / "probe.json", result.to_dict())
+    return result
+
+
+def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[], None]]:
+    """One training (or forward) step per width on `model` built with random weights; a step that
+    runs out of memory raises `Skip` so that its width is dropped with the reason."""
+    import torch
+
+    from tuneproof.model import apply_lora, build_model, lora_targets
+
     net = build_model(model, spec.attn, device=spec.device, dtype=spec.torch_dtype, seed=spec.seed)
-    targets = lora_targets(model.shape)
     if spec.mode == "lora":
-        net = apply_lora(net, targets, spec.lora_rank)
+        net = apply_lora(net, lora_targets(model.shape), spec.lora_rank)
     if spec.grad_ckpt:
         net.gradient_checkpointing_enable()
     net.train(spec.mode != "forward")
@@ -215,77 +256,65 @@ def run_probe(
 
         return step
 
-    steps = {w: make_step(w) for w in sorted(set(spec.widths))}
-    timing = time_interleaved(
-        steps,
-        warmup=1,
-        min_repeats=spec.min_repeats,
-        max_repeats=spec.max_repeats,
-        budget_s=spec.budget_s,
-        target=spec.target,
-        progress=progress,
-    )
-    if len(timing.timings) < MIN_WIDTHS:
-        raise TuneproofError(
-            f"only {len(timing.timings)} width(s) ran ("
-            + ", ".join(f"{w}: {r}" for w, r in timing.skipped.items())
-            + ")",
-            "use smaller widths or batch",
-        )
+    return {w: make_step(w) for w in sorted(set(spec.widths))}
+
+
+def analyse(
+    model: ResolvedModel,
+    spec: ProbeSpec,
+    timing: Interleaved[int],
+    kernel_ms: dict[int, list[dict[str, float]]],
+    set_aside: dict[int, list[float]],
+    first_table: KernelTable,
+    peak: Any,
+) -> ProbeResult:
+    """The fit, the cross-check at the largest width, their notes, and the FLOP ledger with MFU for the
+    measured step: everything the probe concludes from its measurements."""
+    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.model import lora_targets
+
     widths = sorted(timing.timings)
-    ws = np.concatenate([[w] * len(timing.timings[w].times_s) for w in widths]).astype(float)
-    ts = np.concatenate([timing.timings[w].times_s for w in widths])
+    ws, ts = _rows(timing)
     fit = fit_scaling(ws, ts, seed=spec.seed)
-
     profiled = max(widths)
-    with tempfile.TemporaryDirectory() as tmp:
-        keep = Path(tmp) / "trace.json"
-        kernel_ms, set_aside, first_table = _profile_widths(
-            {w: steps[w] for w in widths}, spec, Path(tmp), keep, progress
-        )
-        kept = [timing.timings[w].kept for w in widths]
-        cross = cross_check(
-            widths,
-            kept,
-            [np.array([[p[c] for c in PROFILE_COLUMNS] for p in kernel_ms[w]]) for w in widths],
-            at=profiled,
-            constant=fit.constant_in_model,
-            seed=spec.seed,
-        )
-        for w, totals in set_aside.items():
-            if totals:
-                cross.notes.append(
-                    f"width {w}: {len(totals)} outlying profile(s) set aside and re-profiled (total "
-                    + ", ".join(f"{t:.1f}" for t in totals)
-                    + " ms)"
-                )
-        if fit.constant.verdict == "undetermined":
+    cross = cross_check(
+        widths,
+        [timing.timings[w].kept for w in widths],
+        [np.array([[p[c] for c in PROFILE_COLUMNS] for p in kernel_ms[w]]) for w in widths],
+        at=profiled,
+        constant=fit.constant_in_model,
+        seed=spec.seed,
+    )
+    for w, totals in set_aside.items():
+        if totals:
             cross.notes.append(
-                "the constant test is undetermined, so both sides are fitted with a constant term: "
-                "wider intervals, no assumption that per-step overhead is absent"
+                f"width {w}: {len(totals)} outlying profile(s) set aside and re-profiled (total "
+                + ", ".join(f"{t:.1f}" for t in totals)
+                + " ms)"
             )
-        files = _keep(out, keep, ws, ts, kernel_ms) if out is not None else {}
-
+    if fit.constant.verdict == "undetermined":
+        cross.notes.append(
+            "the constant test is undetermined, so both sides are fitted with a constant term: "
+            "wider intervals, no assumption that per-step overhead is absent"
+        )
     run = RunSpec(
         seq_len=profiled,
         batch=spec.batch,
         attn=spec.attn,
         mode=spec.mode,
         lora_rank=spec.lora_rank,
-        lora_targets=tuple(targets),
+        lora_targets=tuple(lora_targets(model.shape)),
         grad_ckpt=spec.grad_ckpt,
     )
-    if progress:
-        progress("peak")
-    peak = probe_peak(spec)
     report = flop_report(model.shape, run, step_time_s=timing.timings[profiled].median_s, peak=peak)
-    result = ProbeResult(model.name, spec, timing, fit, kernel_ms, first_table, cross, report, peak, files)
-    if out is not None:
-        from tuneproof.io import atomic_write_json
+    return ProbeResult(model.name, spec, timing, fit, kernel_ms, first_table, cross, report, peak)
 
-        result.files["json"] = str(out / "probe.json")
-        atomic_write_json(out / "probe.json", result.to_dict())
-    return result
+
+def _rows(timing: Interleaved[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(width, seconds) of every timed repeat, outliers included (the fit sets them aside itself)."""
+    widths = sorted(timing.timings)
+    ws = np.concatenate([[w] * len(timing.timings[w].times_s) for w in widths]).astype(float)
+    return ws, np.concatenate([timing.timings[w].times_s for w in widths])
 
 
 def _profile_widths(
@@ -360,13 +389,14 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def _keep(
-    out: Path, trace: Path, ws: Any, ts: Any, kernel_ms: dict[int, list[dict[str, float]]]
+    out: Path, trace: Path, timing: Interleaved[int], kernel_ms: dict[int, list[dict[str, float]]]
 ) -> dict[str, str]:
     """Write the points CSV, the kernel-class CSV and the gzipped trace into `out`, each atomically."""
     import gzip
 
     from tuneproof.io import atomic_write_bytes, atomic_write_text
 
+    ws, ts = _rows(timing)
     csv = "width,seconds\n" + "".join(f"{int(w)},{float(t)!r}\n" for w, t in zip(ws, ts, strict=True))
     points = atomic_write_text(out / "points.csv", csv)
     rows = "".join(
@@ -374,9 +404,8 @@ def _keep(
         for w, profiles in sorted(kernel_ms.items())
         for i, p in enumerate(profiles)
     )
-    kernels = atomic_write_text(
-        out / "kernels.csv", "width,profile," + ",".join(f"{c}_ms" for c in PROFILE_COLUMNS) + "\n" + rows
-    )
+    header = "width,profile," + ",".join(f"{c}_ms" for c in PROFILE_COLUMNS) + "\n"
+    kernels = atomic_write_text(out / "kernels.csv", header + rows)
     trace_gz = atomic_write_bytes(out / "trace.json.gz", gzip.compress(trace.read_bytes()))
     return {"points": str(points), "kernels": str(kernels), "trace": str(trace_gz)}
 
