@@ -154,6 +154,12 @@ CASES = {
         "--training",
     ],
     "kernels_case": ["kernels", "--trace", str(DATA / "case_sm120.json.gz")],
+    # the fit on recorded points (tests/data/points_*.csv): absent, present with an outlier set aside,
+    # undetermined with the repeats that would decide it, and too few repeats for an interval
+    "fit_case": ["fit", "--points", str(DATA / "points_case.csv"), "--at", "65536"],
+    "fit_constant_outlier": ["fit", "--points", str(DATA / "points_constant_outlier.csv")],
+    "fit_undetermined": ["fit", "--points", str(DATA / "points_undetermined.csv"), "--at", "32768"],
+    "fit_three_repeats": ["fit", "--points", str(DATA / "points_three_repeats.csv")],
     "kernels_zoo": ["kernels", "--trace", str(DATA / "zoo_sm90.json.gz"), "--top", "2"],
 }
 

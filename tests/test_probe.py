@@ -455,3 +455,236 @@ def test_files_kept_by_the_probe(tmp_path: Path) -> None:
     import gzip
 
     assert gzip.decompress(Path(files["trace"]).read_bytes()) == b'{"traceEvents": []}'
+
+
+# ---- the measuring half: the steps, the model, the wiring of run_probe -----------------------------
+
+
+class _FakeNet:
+    """Records how the probe drives a model: the ids, whether autograd was on, backward, zero_grad."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.calls: list[tuple[tuple[int, ...], bool, bool]] = []
+        self.backward = 0
+        self.zero_grad_args: list[bool] = []
+        self.fail = fail
+
+    def __call__(self, input_ids, labels=None):  # type: ignore[no-untyped-def]
+        import torch
+
+        if self.fail is not None:
+            raise self.fail
+        assert labels is None or labels is input_ids
+        self.calls.append((tuple(input_ids.shape), torch.is_grad_enabled(), labels is not None))
+        assert int(input_ids.max()) < 7 and int(input_ids.min()) >= 0
+        net = self
+
+        class Out:
+            class loss:
+                @staticmethod
+                def backward() -> None:
+                    net.backward += 1
+
+        return Out
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        self.zero_grad_args.append(set_to_none)
+
+
+def test_width_steps_time_the_forward_pass_under_no_grad() -> None:
+    from tuneproof.measure.probe import width_steps
+
+    net = _FakeNet()
+    steps = width_steps(net, ProbeSpec(widths=(256, 64, 128, 64), batch=3, mode="forward"), vocab=7)
+    assert list(steps) == [64, 128, 256]
+    steps[128]()
+    steps[64]()
+    assert net.calls == [((3, 128), False, False), ((3, 64), False, False)]
+    assert net.backward == 0 and net.zero_grad_args == []
+
+
+def test_width_steps_train_with_labels_and_free_the_gradients() -> None:
+    from tuneproof.measure.probe import width_steps
+
+    net = _FakeNet()
+    steps = width_steps(net, ProbeSpec(widths=(64, 128, 256), batch=2, mode="lora"), vocab=7)
+    steps[256]()
+    assert net.calls == [((2, 256), True, True)]
+    assert net.backward == 1 and net.zero_grad_args == [True]
+
+
+def test_width_steps_draw_ids_from_the_seed_not_the_global_generator() -> None:
+    import torch
+
+    from tuneproof.measure.probe import width_steps
+
+    seen = []
+
+    def record(input_ids, labels=None):  # type: ignore[no-untyped-def]
+        seen.append(input_ids.clone())
+
+    spec = ProbeSpec(widths=(64, 128, 256), mode="forward", seed=5)
+    torch.manual_seed(0)
+    width_steps(record, spec, vocab=50)[64]()
+    torch.manual_seed(1)
+    width_steps(record, spec, vocab=50)[64]()
+    width_steps(record, ProbeSpec(widths=(64, 128, 256), mode="forward", seed=6), vocab=50)[64]()
+    assert torch.equal(seen[0], seen[1]) and not torch.equal(seen[0], seen[2])
+    assert int(torch.cat(seen).max()) >= 40  # the whole vocabulary is drawn from
+
+
+@pytest.mark.parametrize(
+    "error,skipped",
+    [
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore"), True),
+        (MemoryError("no memory"), True),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate"), True),
+        (RuntimeError("shape mismatch"), False),
+        (ValueError("out of memory"), False),
+    ],
+)
+def test_width_steps_turn_out_of_memory_into_a_skip(error: BaseException, skipped: bool) -> None:
+    from tuneproof.measure.probe import width_steps
+
+    step = width_steps(_FakeNet(fail=error), ProbeSpec(widths=(64, 128, 256), mode="forward"), vocab=7)[64]
+    if skipped:
+        with pytest.raises(Skip) as e:
+            step()
+        first = str(error).splitlines()[0]
+        assert str(e.value) == f"out of memory: {first}"
+    else:
+        with pytest.raises(type(error), match=str(error).split(".")[0]):
+            step()
+
+
+def test_probe_model_follows_the_spec() -> None:
+    from tuneproof.measure.probe import probe_model
+
+    lora = probe_model(TINY, ProbeSpec(widths=(64, 128, 256), mode="lora", lora_rank=4, grad_ckpt=True))
+    trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert lora.peft_config["default"].r == 4
+    assert lora.training and lora.base_model.model.is_gradient_checkpointing
+    forward = probe_model(TINY, ProbeSpec(widths=(64, 128, 256), mode="forward"))
+    assert not forward.training and not forward.is_gradient_checkpointing
+    assert all(p.requires_grad for p in forward.parameters())  # no adapter: full model
+
+
+def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, tmp_path: Path) -> None:
+    """run_probe with the model and the profiler faked: one warm-up per width, the spec's timing
+    settings, every width profiled `profiles` times, progress reported, the files kept."""
+    import time
+
+    from tuneproof.hardware import Peak
+
+    calls: dict[int, int] = {}
+
+    def fake_steps(model, spec):  # type: ignore[no-untyped-def]
+        assert model is TINY
+
+        def step(w: int):  # type: ignore[no-untyped-def]
+            def run() -> int:
+                calls[w] = calls.get(w, 0) + 1
+                time.sleep(2e-4 * w / 64)
+                return w
+
+            return run
+
+        return {w: step(w) for w in spec.widths}
+
+    def fake_profile(step, device, path):  # type: ignore[no-untyped-def]
+        w = step()
+        ev = [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": w * 10.0, "pid": 1, "tid": 1},
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::_scaled_dot_product_flash_attention_for_cpu",
+                "ts": w * 10.0,
+                "dur": w * w / 10.0,
+                "pid": 1,
+                "tid": 1,
+            },
+        ]
+        path.write_text(json.dumps({"traceEvents": ev}))
+
+    peak = Peak(1.0, "given", "fp32")
+    monkeypatch.setattr(probe_mod, "model_steps", fake_steps)
+    monkeypatch.setattr(probe_mod, "_profile", fake_profile)
+    monkeypatch.setattr(probe_mod, "probe_peak", lambda spec: peak)
+    said: list[str] = []
+    spec = ProbeSpec(widths=(64, 128, 256), mode="forward", budget_s=1e-6, target=0.01, profiles=2)
+    r = run_probe(TINY, spec, out=tmp_path / "out", progress=said.append)
+    assert r.timing.stopped == "the 1e-06 s budget ended after 3 rounds" and r.timing.target == 0.01
+    assert {w: len(t.times_s) for w, t in r.timings.items()} == {64: 3, 128: 3, 256: 3}
+    assert all(t.warmup == 1 for t in r.timings.values())
+    assert calls == {64: 1 + 3 + 2, 128: 1 + 3 + 2, 256: 1 + 3 + 2}  # warm-up, timed, profiled
+    assert {w: len(p) for w, p in r.kernel_ms.items()} == {64: 2, 128: 2, 256: 2}
+    assert r.kernel_ms[256][0]["attention"] == pytest.approx(256 * 256 / 1e4)
+    assert said[0] == "warm-up 64" and "round 1: timing 64" in said
+    assert "profile round 2: width 256" in said and said[-1] == "peak"
+    assert r.peak is peak and r.cross.width == 256 and r.spec is spec
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "kernels.csv",
+        "points.csv",
+        "probe.json",
+        "trace.json.gz",
+    ]
+    assert r.files["json"] == str(tmp_path / "out" / "probe.json")
+    saved = json.loads((tmp_path / "out" / "probe.json").read_text())
+    assert saved["timing"]["stopped"] == r.timing.stopped and saved["files"] == r.files
+
+
+def test_check_probe_sizes_the_largest_width_for_the_chosen_path(monkeypatch) -> None:
+    import tuneproof.model as model_mod
+    from tuneproof.measure.probe import check_probe
+
+    seen = []
+    monkeypatch.setattr(model_mod, "check_positions", lambda m, widths: seen.append(("positions", widths)))
+    monkeypatch.setattr(model_mod, "check_fits_on_cpu", lambda m, **kw: seen.append(("fits", kw)))
+    check_probe(TINY, ProbeSpec(widths=(256, 64, 1024), batch=3, attn="eager", mode="full"))
+    check_probe(TINY, ProbeSpec(widths=(64, 128, 256), mode="forward"))
+    assert seen == [
+        ("positions", (256, 64, 1024)),
+        ("fits", {"attn": "eager", "batch": 3, "width": 1024, "training": True}),
+        ("positions", (64, 128, 256)),
+        ("fits", {"attn": "sdpa", "batch": 1, "width": 256, "training": False}),
+    ]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU error")
+def test_check_probe_refuses_cuda_without_a_device() -> None:
+    from tuneproof.measure.probe import check_probe
+
+    with pytest.raises(TuneproofError, match="device cuda but torch sees no CUDA device"):
+        check_probe(TINY, ProbeSpec(widths=(64, 128, 256), device="cuda"))
+
+
+def test_profiles_stop_re_taking_after_twice_the_rounds(monkeypatch, tmp_path: Path) -> None:
+    """A width whose profiles keep coming out as outliers is re-profiled at most 2 x profiles rounds;
+    the device is passed through; the kept table is the largest width's first profile."""
+    from tuneproof.measure import robust
+    from tuneproof.measure.probe import _profile_widths
+
+    seen: list[tuple[int, str]] = []
+    wild = iter([10.0, 90.0, 95.0, 99.0, 97.0, 98.0, 96.0, 94.0, 93.0])
+
+    def fake_profile(step, device, path):  # type: ignore[no-untyped-def]
+        w = step()
+        seen.append((w, device))
+        dur = next(wild) if w == 64 else float(w)
+        ev = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": dur * 1e3, "pid": 1, "tid": 1}
+        path.write_text(json.dumps({"traceEvents": [ev]}))
+
+    monkeypatch.setattr(probe_mod, "_profile", fake_profile)
+    monkeypatch.setattr(robust, "outliers", lambda totals: np.array([50 < t < 128 for t in totals]))
+    steps = {w: (lambda w=w: w) for w in (64, 128, 256)}
+    spec = ProbeSpec(widths=(64, 128, 256), profiles=3)
+    kept, aside, first = _profile_widths(steps, spec, tmp_path, tmp_path / "keep.json", None)
+    assert {d for _, d in seen} == {"cpu"}
+    assert [w for w, _ in seen].count(64) == 6  # 3 rounds for all, then 3 more for width 64 alone
+    assert [w for w, _ in seen].count(128) == 3 and len(seen) == 12
+    assert first.total_ms == 256.0 and (tmp_path / "keep.json").exists()
+    assert [round(sum(p.values())) for p in kept[64]] == [10]
+    assert aside == {64: [90.0, 95.0, 99.0, 97.0, 98.0], 128: [], 256: []}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json"]  # the other traces removed

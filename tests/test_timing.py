@@ -95,7 +95,7 @@ def test_noise_keeps_measuring_until_the_budget_ends_and_says_so() -> None:
     round_s = sum(case_time(w) for w in (1024, 2048, 4096))
     assert 3 <= result.rounds <= 40.0 / round_s * 1.5 + 1
     assert "40 s budget ended" in result.stopped
-    assert any("not the +-1 % asked for" in n for n in result.notes)
+    assert any("not to the +-1 % asked for" in n for n in result.notes)
 
 
 def test_drift_is_shared_by_every_width() -> None:
@@ -268,3 +268,44 @@ def test_skipped_workloads_are_dropped_with_their_reason() -> None:
 def test_nothing_to_time_is_refused() -> None:
     with pytest.raises(TuneproofError, match="nothing to time"):
         time_interleaved({})
+
+
+def test_time_fn_has_no_budget() -> None:
+    """Six 100-second repeats: a 60 s budget would stop after three rounds; time_fn runs all six."""
+    clock = FakeClock()
+    t = time_fn(clock.workload(lambda n: 100.0), repeats=6, warmup=0, clock=clock)
+    assert t.times_s == (100.0,) * 6
+
+
+def test_interleaved_and_timing_records_in_full() -> None:
+    clock = FakeClock()
+    times = {64: [1.0, 1.125, 0.875, 1.0, 5.0, 1.0625, 0.9375], 128: [2.0] * 7}  # exact in binary
+    run = time_interleaved(
+        {w: clock.workload(lambda n, w=w: times[w][n]) for w in times},
+        warmup=1,
+        min_repeats=3,
+        max_repeats=6,
+        budget_s=None,
+        target=0.2,
+        clock=clock,
+    )
+    assert run.to_dict() == {
+        "rounds": 6,
+        "seconds": sum(times[64][1:]) + 2.0 * 6,
+        "stopped": "6 rounds (the most allowed)",
+        "target_relative_halfwidth": 0.2,
+        "notes": [
+            "64: 1 outlier repeat(s) excluded (5 s vs median 1 s)",
+            "64: the median has no 95 % interval (5 kept repeats, it needs 6), not to the +-20 % asked for",
+        ],
+    }
+    assert run.timings[64].to_dict() == {
+        "median_s": 1.0,
+        "median_ci_s": None,
+        "min_s": 0.875,
+        "spread_s": 0.25,
+        "repeats": 5,
+        "outliers_excluded": [5.0],
+        "warmup": 1,
+        "times_s": [1.125, 0.875, 1.0, 5.0, 1.0625, 0.9375],
+    }

@@ -147,7 +147,9 @@ class ProbeResult:
 
 
 def _is_oom(e: BaseException) -> bool:
-    return isinstance(e, MemoryError) or "out of memory" in str(e).lower()
+    """MemoryError, CUDA's "out of memory", or the CPU allocator's "can't allocate memory"."""
+    text = str(e).lower()
+    return isinstance(e, MemoryError) or "out of memory" in text or "can't allocate memory" in text
 
 
 def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
@@ -220,8 +222,12 @@ def run_probe(
 def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[], None]]:
     """One training (or forward) step per width on `model` built with random weights; a step that
     runs out of memory raises `Skip` so that its width is dropped with the reason."""
-    import torch
+    return width_steps(probe_model(model, spec), spec, int(model.config.vocab_size))
 
+
+def probe_model(model: ResolvedModel, spec: ProbeSpec) -> Any:
+    """`model` with random weights as `spec` trains it: LoRA adapters, gradient checkpointing, and
+    train mode unless only the forward pass is timed."""
     from tuneproof.model import apply_lora, build_model, lora_targets
 
     net = build_model(model, spec.attn, device=spec.device, dtype=spec.torch_dtype, seed=spec.seed)
@@ -230,7 +236,15 @@ def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[],
     if spec.grad_ckpt:
         net.gradient_checkpointing_enable()
     net.train(spec.mode != "forward")
-    vocab = int(model.config.vocab_size)
+    return net
+
+
+def width_steps(net: Any, spec: ProbeSpec, vocab: int) -> dict[int, Callable[[], None]]:
+    """One step of `net` per distinct width of `spec`, on random token ids (drawn from `spec.seed`, not
+    the global generator): forward only under no_grad, or forward, loss, backward and the gradients
+    freed. Out of memory becomes `Skip`; any other error propagates."""
+    import torch
+
     gen = torch.Generator().manual_seed(spec.seed)
 
     def make_step(width: int) -> Callable[[], None]:
@@ -336,7 +350,7 @@ def _profile_widths(
 
     def kept(w: int) -> list[dict[str, float]]:
         flags = robust.outliers([sum(p.values()) for p in records[w]])
-        return [p for p, bad in zip(records[w], flags, strict=True) if not bad]
+        return [records[w][i] for i in np.flatnonzero(~flags)]
 
     for round_ in range(2 * spec.profiles):
         todo = [w for w in widths if round_ < spec.profiles or len(kept(w)) < spec.profiles]
@@ -397,7 +411,7 @@ def _keep(
     from tuneproof.io import atomic_write_bytes, atomic_write_text
 
     ws, ts = _rows(timing)
-    csv = "width,seconds\n" + "".join(f"{int(w)},{float(t)!r}\n" for w, t in zip(ws, ts, strict=True))
+    csv = "width,seconds\n" + "".join(f"{int(w)},{float(t)!r}\n" for w, t in np.column_stack([ws, ts]))
     points = atomic_write_text(out / "points.csv", csv)
     rows = "".join(
         f"{w},{i}," + ",".join(f"{p[c]!r}" for c in PROFILE_COLUMNS) + "\n"

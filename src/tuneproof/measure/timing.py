@@ -210,8 +210,12 @@ def time_interleaved(
             )
         half = t.relative_halfwidth
         if half is None or half > target:
-            known = "unknown (fewer than 6 repeats)" if half is None else f"+-{100 * half:.1f} %"
-            result.notes.append(f"{key}: median known to {known}, not the +-{100 * target:g} % asked for")
+            known = (
+                f"has no 95 % interval ({t.repeats} kept repeats, it needs {robust.MIN_FOR_INTERVAL})"
+                if half is None
+                else f"is known to +-{100 * half:.1f} %"
+            )
+            result.notes.append(f"{key}: the median {known}, not to the +-{100 * target:g} % asked for")
     return result
 
 
