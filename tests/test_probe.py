@@ -688,3 +688,79 @@ def test_profiles_stop_re_taking_after_twice_the_rounds(monkeypatch, tmp_path: P
     assert [round(sum(p.values())) for p in kept[64]] == [10]
     assert aside == {64: [90.0, 95.0, 99.0, 97.0, 98.0], 128: [], 256: []}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json"]  # the other traces removed
+
+
+@pytest.mark.parametrize(
+    "interval,outcome",
+    [
+        ((-8.0, -5.0), "inconclusive"),  # touching the tolerance from outside is not beyond it
+        ((5.0, 8.0), "inconclusive"),
+        ((-7.0, 3.0), "inconclusive"),
+        ((-5.0001, -5.0), "inconclusive"),
+        ((-5.0001, -5.00001), "disagree"),
+        ((5.00001, 5.1), "disagree"),
+    ],
+)
+def test_verdict_at_the_tolerance_itself(interval: tuple[float, float], outcome: str) -> None:
+    assert judge(sum(interval) / 2, interval, tolerance=5.0).outcome == outcome
+
+
+def _exact_profiles(widths, n: int):  # type: ignore[no-untyped-def]
+    """Noiseless profiles (ms): attention = 0.9 of the timer's quadratic work + linear 0.1 A*w + 20 ms,
+    GEMMs 0.9 A*w, idle 30 ms."""
+    out = []
+    for w in widths:
+        row = dict.fromkeys(PROFILE_COLUMNS, 0.0)
+        row["attention"] = 0.9 * B * 1e3 * w * w + 0.1 * A * 1e3 * w + 20.0
+        row["gemm"] = 0.9 * A * 1e3 * w
+        row["idle"] = 30.0
+        out.append(np.array([[row[c] for c in PROFILE_COLUMNS]] * n))
+    return out
+
+
+def test_cross_check_values_are_exact_on_noiseless_measurements() -> None:
+    """Every output against its closed form, with a constant term on both sides (C = 50 ms)."""
+    widths = [1024.0, 2048.0, 4096.0, 8192.0]
+    at = 8192.0
+    timed = [np.full(8, case_time(w, c=0.05)) for w in widths]
+    cc = cross_check(widths, timed, _exact_profiles(widths, 3), at=at, constant=True, tolerance=2.0)
+    total = 0.9 * B * 1e3 * at * at + A * 1e3 * at + 50.0
+    expected = {
+        "quad_share_fit": B * at * at / case_time(at, c=0.05),
+        "quad_share_kernels": 0.9 * B * 1e3 * at * at / total,
+        "quadratic_attention": 0.9 * B * 1e3 * at * at / total,
+        "quadratic_gemm": 0.0,
+        "quadratic_communication": 0.0,
+        "quadratic_memory": 0.0,
+        "quadratic_other": 0.0,
+        "quadratic_idle": 0.0,
+        "quadratic_outside_attention": 0.0,
+        "attention_linear": 0.1 * A * 1e3 * at / total,
+        "attention_constant": 20.0 / total,
+        "attention_share": (0.9 * B * 1e3 * at * at + 0.1 * A * 1e3 * at + 20.0) / total,
+    }
+    assert list(cc.values) == list(expected)
+    for name, value in expected.items():
+        assert cc.values[name] == pytest.approx(value, rel=1e-7, abs=1e-9), name
+        assert cc.intervals is not None and cc.intervals[name] == pytest.approx((value, value), abs=1e-7)
+    gap = 100 * (expected["quad_share_fit"] - expected["quad_share_kernels"])
+    assert cc.verdict.gap == pytest.approx(gap, rel=1e-9) and gap > 2.0
+    assert cc.verdict.interval == pytest.approx((gap, gap), rel=1e-6)
+    assert cc.verdict.tolerance == 2.0 and cc.verdict.outcome == "disagree" and cc.width == 8192
+    assert cc.notes == []
+
+
+def test_cross_check_needs_two_profiles_per_width_and_uses_its_seed() -> None:
+    rng = np.random.default_rng(5)
+    widths = [2048.0, 8192.0, 16384.0]
+    timed = [case_time(w) * (1 + 0.02 * rng.standard_normal(8)) for w in widths]
+    two = _profiles(widths, 0.0, 0.02, rng, n=2)
+    assert cross_check(widths, timed, two, at=16384).intervals is not None  # two profiles suffice
+    one = [p[:1] for p in two]
+    cc = cross_check(widths, timed, one, at=16384)
+    assert cc.intervals is None and cc.verdict.outcome == "inconclusive"
+    assert cc.notes == ["widths [2048, 8192, 16384] were profiled fewer than 2 times: no interval"]
+    default, seed0, seed1 = (
+        cross_check(widths, timed, two, at=16384, **kw) for kw in ({}, {"seed": 0}, {"seed": 1})
+    )
+    assert default.intervals == seed0.intervals != seed1.intervals

@@ -198,11 +198,11 @@ def cross_check(
 
     picks = [np.arange(p.shape[0], dtype=float) for p in per]
     point = statistic(*timed, *picks)
-    values = dict(zip(OUTPUTS, (float(x) for x in point[:-1]), strict=True))
+    values = {name: float(point[i]) for i, name in enumerate(OUTPUTS)}
     gap = 100 * float(point[-1])
     notes = []
-    few = [int(x) for x, t in zip(w, timed, strict=True) if t.size < MIN_REPEATS]
-    thin = [int(x) for x, p in zip(w, per, strict=True) if p.shape[0] < MIN_PROFILES]
+    few = [int(w[i]) for i, t in enumerate(timed) if t.size < MIN_REPEATS]
+    thin = [int(w[i]) for i, p in enumerate(per) if p.shape[0] < MIN_PROFILES]
     if few or thin:
         intervals = None
         verdict = judge(gap, None, tolerance)
