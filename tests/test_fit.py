@@ -199,20 +199,49 @@ def _csv(tmp_path: Path, text: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    "text,fragment",
+    "text,message",
     [
-        ("width,time\n1,2\n", "missing column seconds"),
-        ("width,seconds\n2048,0.5\n8192,-1\n", "points.csv:3: seconds must be > 0"),
-        ("width,seconds\n2048,abc\n", "points.csv:2: not numbers"),
-        ("width,seconds\n2048,nan\n", "points.csv:2: not numbers"),
-        ("width,seconds\n2048.5,1\n", "width must be a positive integer"),
-        ("width,seconds\n", "holds no rows"),
-        ("", "missing column width, seconds"),
+        (
+            "width,time\n1,2\n",
+            "{p}: missing column seconds (header: width,time) (the first line must be 'width,seconds')",
+        ),
+        ("", "{p}: missing column width, seconds (header: none) (the first line must be 'width,seconds')"),
+        (
+            "width,seconds\n2048,0.5\n8192,-1\n",
+            "{p}:3: seconds must be > 0, got -1 (a step time is positive; drop or re-measure that row)",
+        ),
+        (
+            "width,seconds\n2048,0\n",
+            "{p}:2: seconds must be > 0, got 0 (a step time is positive; drop or re-measure that row)",
+        ),
+        (
+            "width,seconds\n2048,abc\n",
+            "{p}:2: not numbers: '2048', 'abc' (each row is an integer width and a time in seconds)",
+        ),
+        (
+            "width,seconds\nx,nan\n",
+            "{p}:2: not numbers: 'x', 'nan' (each row is an integer width and a time in seconds)",
+        ),
+        ("width,seconds\n2048.5,1\n", "{p}:2: width must be a positive integer, got 2048.5 (fix that row)"),
+        ("width,seconds\n0,1\n", "{p}:2: width must be a positive integer, got 0 (fix that row)"),
+        ("width,seconds\n", "{p} holds no rows (one 'width,seconds' row per timed repeat)"),
     ],
 )
-def test_bad_points_files(tmp_path: Path, text: str, fragment: str) -> None:
-    with pytest.raises(TuneproofError, match=fragment):
-        read_points(_csv(tmp_path, text))
+def test_bad_points_files(tmp_path: Path, text: str, message: str) -> None:
+    path = _csv(tmp_path, text)
+    with pytest.raises(TuneproofError) as e:
+        read_points(path)
+    assert e.value.message == message.format(p=path)
+
+
+def test_points_file_width_one_and_missing_file(tmp_path: Path) -> None:
+    widths, seconds = read_points(_csv(tmp_path, "width,seconds\n1,0.25\n"))
+    assert widths.tolist() == [1.0] and seconds.tolist() == [0.25]
+    with pytest.raises(TuneproofError) as e:
+        read_points(tmp_path / "nope.csv")
+    assert e.value.message == (
+        f"points file not found: {tmp_path / 'nope.csv'} (pass a CSV with a 'width,seconds' header)"
+    )
 
 
 def test_fit_command_json(tmp_path: Path, capsys) -> None:
