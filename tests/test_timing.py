@@ -158,6 +158,8 @@ def test_time_fn_defaults_six_repeats_after_one_warm_up() -> None:
         ({"budget_s": 0.0}, "budget_s must be > 0, got 0"),
         ({"target": 0.0}, "target must be > 0, got 0"),
         ({"target": 1.5}, "target must be <= 1, got 1.5"),
+        ({"min_repeats": 10_001, "max_repeats": 10_001}, "min_repeats must be <= 10,000, got 10,001"),
+        ({"max_repeats": 10_001}, "max_repeats must be <= 10,000, got 10,001"),
     ],
 )
 def test_bad_harness_arguments(kw: dict, message: str) -> None:
@@ -266,8 +268,56 @@ def test_skipped_workloads_are_dropped_with_their_reason() -> None:
 
 
 def test_nothing_to_time_is_refused() -> None:
-    with pytest.raises(TuneproofError, match="nothing to time"):
+    with pytest.raises(TuneproofError) as e:
         time_interleaved({})
+    assert e.value.message == "nothing to time (give at least one workload)"
+
+
+def test_harness_defaults_one_warm_up_thirty_rounds() -> None:
+    clock = FakeClock()
+    calls: list[int] = []
+    run = time_interleaved(
+        {"a": clock.workload(lambda n: calls.append(n) or 1.0 + n % 4)},
+        budget_s=None,
+        clock=clock,
+    )
+    assert run.rounds == 30 and len(calls) == 31 and run.stopped == "30 rounds (the most allowed)"
+    assert run.target == 0.05 and run.timings["a"].warmup == 1
+
+
+@pytest.mark.parametrize(
+    "times,budget,rounds",
+    [
+        (
+            [10.0, 30.0, 10.0, 0.25, 5.0, 100.0],
+            None,
+            5,
+        ),  # the default 60 s: 50 + 10 is not over, 55.25 + 5 is
+        ([4.0, 4.0, 4.0, 4.0], 10.0, 3),  # over the budget after three rounds: stop there
+    ],
+)
+def test_budget_counts_the_next_round(times: list[float], budget: float | None, rounds: int) -> None:
+    """Rounds stop when the time spent plus one more round (the last one's length) would pass the
+    budget, from the third round on."""
+    clock = FakeClock()
+    seq = [1.0, *times]  # the warm-up first
+    kw = {} if budget is None else {"budget_s": budget}
+    run = time_interleaved({"a": clock.workload(lambda n: seq[n])}, clock=clock, **kw)  # type: ignore[arg-type]
+    limit = 60 if budget is None else budget
+    assert run.rounds == rounds and run.stopped == f"the {limit:g} s budget ended after {rounds} rounds"
+    assert run.seconds == sum(times[:rounds])
+
+
+def test_a_median_exactly_at_the_target_is_tight() -> None:
+    """Six repeats 0.75 to 1.25 around a median of 1: the median's 95 % interval is [0.75, 1.25],
+    +-25 % exactly."""
+    clock = FakeClock()
+    seq = [1.0, 0.75, 0.875, 1.0, 1.0, 1.125, 1.25, 1.0, 1.0]
+    run = time_interleaved(
+        {"a": clock.workload(lambda n: seq[n])}, min_repeats=6, target=0.25, budget_s=None, clock=clock
+    )
+    assert run.rounds == 6 and run.stopped == "every width's median known to +-25 % after 6 rounds"
+    assert run.notes == []
 
 
 def test_time_fn_has_no_budget() -> None:

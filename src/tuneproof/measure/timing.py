@@ -56,6 +56,11 @@ class Timing:
         return t[~np.asarray(self.outlier, dtype=bool)] if t.size else t
 
     @property
+    def excluded(self) -> list[float]:
+        """The repeats set aside as outliers, in order."""
+        return [self.times_s[i] for i in np.flatnonzero(np.asarray(self.outlier, dtype=bool))]
+
+    @property
     def repeats(self) -> int:
         return int(self.kept.size)
 
@@ -92,7 +97,7 @@ class Timing:
             "min_s": self.min_s,
             "spread_s": self.spread_s,
             "repeats": self.repeats,
-            "outliers_excluded": [t for t, o in zip(self.times_s, self.outlier, strict=True) if o],
+            "outliers_excluded": self.excluded,
             "warmup": self.warmup,
             "times_s": list(self.times_s),
         }
@@ -203,7 +208,7 @@ def time_interleaved(
     result = Interleaved(timings, skipped, rounds, clock() - start, stopped, target)
     for key, t in timings.items():
         if t.num_outliers:
-            excluded = ", ".join(f"{x:.4g} s" for x, o in zip(t.times_s, t.outlier, strict=True) if o)
+            excluded = ", ".join(f"{x:.4g} s" for x in t.excluded)
             result.notes.append(
                 f"{key}: {t.num_outliers} outlier repeat(s) excluded "
                 f"({excluded} vs median {t.median_s:.4g} s)"
