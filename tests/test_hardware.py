@@ -155,3 +155,46 @@ def test_peak_for_reports_source_note_and_missing_dtypes() -> None:
     missing = peak_for(lookup_gpu("RTX PRO 6000 Blackwell"), "fp8")
     assert missing.tflops is None and missing.source is None and missing.dtype == "fp8"
     assert missing.reason == "no dense fp8 peak known for RTX PRO 6000 Blackwell (table has ['bf16', 'fp16'])"
+
+
+def test_resolve_peak_returns_exactly_what_it_says() -> None:
+    from tuneproof.hardware import Peak, resolve_peak
+
+    measured = Peak(1.5, "measured peak (cpu, fp32 GEMM)", "fp32")
+    assert resolve_peak(None, "bf16", measure=lambda: measured) == Peak(
+        1.5, "measured peak (cpu, fp32 GEMM)", "fp32", "no GPU named: measured instead"
+    )
+    assert resolve_peak("Voodoo 5", "fp32", measure=lambda: measured) == Peak(
+        1.5, "measured peak (cpu, fp32 GEMM)", "fp32", "GPU 'Voodoo 5' is not in the table: measured instead"
+    )
+    assert resolve_peak(None, "torch.bfloat16") == Peak(
+        None, None, "bf16", "no GPU named: give a GPU name or a peak in TFLOP/s"
+    )
+    with pytest.raises(TuneproofError) as e:
+        resolve_peak(None, "bf16", peak_tflops=-1.0)
+    assert e.value.message == "peak_tflops must be > 0, got -1 (pass dense TFLOP/s, e.g. 989)"
+
+
+@pytest.mark.parametrize(
+    "given,expected",
+    [
+        (" Torch.BFloat16 ", "bf16"),
+        ("float16", "fp16"),
+        ("half", "fp16"),
+        ("FP32", "fp32"),
+        ("fp8_e4m3", "fp8"),
+    ],
+)
+def test_dtype_names(given: str, expected: str) -> None:
+    from tuneproof.hardware import check_dtype
+
+    assert check_dtype(given) == expected
+
+
+@pytest.mark.parametrize("bad", ["torch.int3", "bfloat16.torch", 16, None])
+def test_unknown_dtypes_name_the_known_ones(bad: object) -> None:
+    from tuneproof.hardware import check_dtype
+
+    with pytest.raises(TuneproofError) as e:
+        check_dtype(bad)
+    assert e.value.message == f"dtype {bad!r} is not known (use one of: bf16, fp16, fp8, fp4, tf32, fp32)"
