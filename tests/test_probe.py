@@ -4,6 +4,7 @@ cross-check's verdict pinned with fakes whose right answer is known."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -89,8 +90,8 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
 @pytest.mark.parametrize(
     "kw,fragment",
     [
-        ({"widths": (64, 128)}, "at least 3 distinct widths"),
-        ({"widths": (100, 150, 200)}, "span 2.00x"),
+        ({"widths": (64, 128)}, "at least 3 distinct widths, got [64, 128] (e.g. 512,1024,2048)"),
+        ({"widths": (100, 150, 200)}, "span 2.00x, the fit needs 4x (add a width of 400 or more)"),
         ({"widths": (0, 64, 256)}, "widths must be >= 2"),
         ({"attn": "flex_attention", "mode": "full"}, "flex_attention has no backward on CPU"),
         ({"attn": "flash_attention_2"}, "attn 'flash_attention_2' is not known"),
@@ -105,7 +106,7 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
     ],
 )
 def test_bad_probe_specs(kw: dict, fragment: str) -> None:
-    with pytest.raises(TuneproofError, match=fragment.replace(".", r"\.")):
+    with pytest.raises(TuneproofError, match=re.escape(fragment)):
         ProbeSpec(**kw)
 
 
@@ -633,6 +634,41 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     assert r.files["json"] == str(tmp_path / "out" / "probe.json")
     saved = json.loads((tmp_path / "out" / "probe.json").read_text())
     assert saved["timing"]["stopped"] == r.timing.stopped and saved["files"] == r.files
+    assert list(saved) == [
+        "model",
+        "spec",
+        "timing",
+        "points",
+        "skipped",
+        "fit",
+        "kernel_ms",
+        "kernels",
+        "cross_check",
+        "flops",
+        "files",
+    ]
+    assert saved["model"] == TINY.name and saved["skipped"] == []
+    assert saved["spec"] == {
+        "attn": "sdpa",
+        "widths": [64, 128, 256],
+        "batch": 1,
+        "mode": "forward",
+        "grad_ckpt": False,
+        "device": "cpu",
+        "dtype": None,
+        "lora_rank": 16,
+        "min_repeats": 6,
+        "max_repeats": 30,
+        "budget_s": 1e-6,
+        "target": 0.01,
+        "profiles": 2,
+        "seed": 0,
+    }
+    assert [p["width"] for p in saved["points"]] == [64, 128, 256]
+    assert saved["points"][0] == json.loads(json.dumps({"width": 64, **r.timings[64].to_dict()}))
+    assert saved["kernel_ms"] == {str(w): rows for w, rows in r.kernel_ms.items()}
+    for key, part in (("fit", r.fit), ("kernels", r.kernels), ("cross_check", r.cross), ("flops", r.flops)):
+        assert saved[key] == json.loads(json.dumps(part.to_dict())), key
 
 
 def test_check_probe_sizes_the_largest_width_for_the_chosen_path(monkeypatch) -> None:
