@@ -800,3 +800,42 @@ def test_cross_check_needs_two_profiles_per_width_and_uses_its_seed() -> None:
         cross_check(widths, timed, two, at=16384, **kw) for kw in ({}, {"seed": 0}, {"seed": 1})
     )
     assert default.intervals == seed0.intervals != seed1.intervals
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_cross_check_prints_the_fit_tables_share(seed: int) -> None:
+    """Found by a fresh-eyes trial: under load the table said 52.5 % and the cross-check 100 % for the
+    same quantity (one from the non-negative fit, one from the unconstrained one). Now one number."""
+    from tuneproof.measure import fit_scaling
+
+    rng = np.random.default_rng(seed)
+    widths = [512.0, 1024.0, 2048.0, 4096.0]
+    timed = [case_time(w, c=0.05) * (1 + 0.4 * np.abs(rng.standard_normal(6))) for w in widths]
+    fit = fit_scaling(np.repeat(widths, 6), np.concatenate(timed))
+    kept = [
+        np.asarray([t for t in ts if t not in fit.outliers[w]]) for w, ts in zip(widths, timed, strict=True)
+    ]
+    cc = cross_check(
+        widths, kept, _profiles(widths, 0.0, 0.4, rng, n=3), at=4096, constant=fit.constant_in_model
+    )
+    assert cc.values["quad_share_fit"] == pytest.approx(fit.quad_share[4096.0], abs=1e-12)
+    assert 0.0 <= cc.values["quad_share_kernels"] <= 1.0
+
+
+def test_profiles_outside_the_model_get_no_attribution() -> None:
+    """Profiled time falling with width (B < 0 unconstrained): shares stay within 0-100 %, the classes
+    are not attributed, and a note says why."""
+    widths = [1024.0, 2048.0, 4096.0]
+    timed = [np.full(6, case_time(w)) for w in widths]
+    falling = []
+    for w in widths:
+        row = dict.fromkeys(PROFILE_COLUMNS, 0.0)
+        row["attention"] = 2.0 * w - w * w / 4096.0 + 100.0
+        falling.append(np.array([[row[c] for c in PROFILE_COLUMNS]] * 3))
+    cc = cross_check(widths, timed, falling, at=4096)
+    assert not cc.attributable and cc.explanation == []
+    assert cc.notes == [
+        "the profiled time does not follow A*w + B*w^2 at these widths (B < 0 without the sign "
+        "constraint): no attribution by kernel class"
+    ]
+    assert cc.values["quad_share_kernels"] == 0.0 and 0.0 <= cc.values["quad_share_fit"] <= 1.0

@@ -124,6 +124,9 @@ def test_outlier_rule() -> None:
         False,
     ]  # 0.5 %: jitter, not an outlier
     assert robust.outliers([1.0, 2.0]).tolist() == [False, False]  # two values cannot tell
+    # a fast repeat is the machine running free, never an outlier (the doctor under load, 512 wide)
+    assert robust.outliers([6.44, 6.5, 0.3224]).tolist() == [False, False, False]
+    assert robust.outliers([1.0, 1.01, 0.99, 1.0, 0.01]).tolist() == [False] * 5
     assert robust.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None  # 95 % needs six
     assert robust.median_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (1.0, 6.0)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof.measure.fit import bootstrap, shares, solve
+from tuneproof.measure.fit import bootstrap, nonneg, shares, solve
 from tuneproof.measure.kernels import PROFILE_COLUMNS
 
 # How far two measurements of one share may differ and still be the same number: the CASE's two
@@ -94,9 +94,12 @@ class CrossCheck:
     intervals: dict[str, tuple[float, float]] | None
     verdict: Verdict
     notes: list[str] = field(default_factory=list)
+    attributable: bool = True  # the profiled time's unconstrained fit is inside the model
 
     @property
     def explanation(self) -> list[str]:
+        if not self.attributable:
+            return []
         v = {k: 100 * x for k, x in self.values.items()}
         outside = {
             c: v[f"quadratic_{c}"]
@@ -186,11 +189,11 @@ def cross_check(
         m_c = np.stack([np.median(per[i][picks[i].astype(np.int64)], axis=-2) for i in range(k)], axis=-2)
         total = m_c.sum(axis=-1)  # (..., k)
         q_fit = shares(solve(w, m_t, constant), at_arr, constant)[..., 0]
+        q_kern = shares(solve(w, total, constant), at_arr, constant)[..., 0]
         denom = total[..., j]
         coef = [solve(w, m_c[..., c], constant, scale_by=total) for c in range(len(PROFILE_COLUMNS))]
         quad = [cc[..., -1] * at * at / denom for cc in coef]
-        q_kern = sum(quad)
-        out = [q_fit, q_kern, *quad, q_kern - quad[att]]
+        out = [q_fit, q_kern, *quad, sum(quad) - quad[att]]
         out += [coef[att][..., -2] * at / denom]  # attention's linear part
         out += [coef[att][..., 0] / denom if constant else np.zeros_like(denom)]
         out += [m_c[..., j, att] / denom, q_fit - q_kern]
@@ -199,8 +202,23 @@ def cross_check(
     picks = [np.arange(p.shape[0], dtype=float) for p in per]
     point = statistic(*timed, *picks)
     values = {name: float(point[i]) for i, name in enumerate(OUTPUTS)}
-    gap = 100 * float(point[-1])
+    # The shares themselves come from the non-negative fits, as in `tuneproof fit`'s table (the
+    # bootstrap keeps the unconstrained, clipped ones, as the fit's intervals do).
+    m_t = np.array([np.median(t) for t in timed])
+    total = np.array([np.median(p, axis=0).sum() for p in per])
+    values["quad_share_fit"] = float(shares(nonneg(w, m_t, constant), at_arr, constant)[0])
+    values["quad_share_kernels"] = float(shares(nonneg(w, total, constant), at_arr, constant)[0])
+    gap = 100 * (values["quad_share_fit"] - values["quad_share_kernels"])
     notes = []
+    negative = [
+        n for n, x in zip(("C", "A", "B")[-2 - constant :], solve(w, total, constant), strict=True) if x < 0
+    ]
+    attributable = not negative
+    if negative:
+        notes.append(
+            f"the profiled time does not follow {'C + ' if constant else ''}A*w + B*w^2 at these widths "
+            f"({' and '.join(negative)} < 0 without the sign constraint): no attribution by kernel class"
+        )
     few = [int(w[i]) for i, t in enumerate(timed) if t.size < MIN_REPEATS]
     thin = [int(w[i]) for i, p in enumerate(per) if p.shape[0] < MIN_PROFILES]
     if few or thin:
@@ -214,4 +232,4 @@ def cross_check(
         lo, hi = bootstrap([*timed, *picks], statistic, seed)
         intervals = {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(OUTPUTS)}
         verdict = judge(gap, (100 * float(lo[-1]), 100 * float(hi[-1])), tolerance)
-    return CrossCheck(int(at), values, intervals, verdict, notes)
+    return CrossCheck(int(at), values, intervals, verdict, notes, attributable)

@@ -195,13 +195,14 @@ def judge_constant(
             None,
             margin,
             None,
-            f"C = {c:.3g} s has no interval (it needs {robust.MIN_FOR_INTERVAL} kept repeats per width, "
+            f"C = {c:.3g} s (unconstrained fit) has no interval (it needs {robust.MIN_FOR_INTERVAL} "
+            "kept repeats per width, "
             f"the fewest here is {repeats}): add repeats to test it",
         )
     lo, hi = interval
     where = (
-        f"C = {c:.3g} s, 95 % interval [{lo:.3g}, {hi:.3g}] s vs a margin of {margin:.3g} s "
-        "(10 % of the smallest step)"
+        f"C = {c:.3g} s (unconstrained fit), 95 % interval [{lo:.3g}, {hi:.3g}] s vs a margin of "
+        f"{margin:.3g} s (10 % of the smallest step)"
     )
     if lo > margin:
         return ConstantTerm(
