@@ -63,14 +63,18 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
         "--step-time": [
             ("nan", "--step-time must be a finite number"),
-            ("-2", "--step-time must be > 0"),
+            ("-2", "--step-time must be >= 1e-06"),
+            ("1e-200", "--step-time must be >= 1e-06"),
+            ("1e9", "--step-time must be <= 1e+07"),
             ("1", "--step-time needs a peak"),
         ],
         "--gpu": [("Voodoo 5", "unknown GPU 'Voodoo 5' (--gpu)"), ("", "unknown GPU '' (--gpu)")],
         "--dtype": [("int3", "--dtype 'int3' is not known")],
         "--peak-tflops": [
             ("inf", "--peak-tflops must be a finite number"),
-            ("0", "--peak-tflops must be > 0"),
+            ("0", "--peak-tflops must be >= 1e-06"),
+            ("1e-200", "--peak-tflops must be >= 1e-06"),
+            ("1e300", "--peak-tflops must be <= 1e+06"),
         ],
     },
     "explain": {

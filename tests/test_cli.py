@@ -100,7 +100,7 @@ def test_unknown_dtype_peak_is_unknown_not_guessed(capsys) -> None:
             "--step-time needs a peak for MFU (add --gpu or --peak-tflops)",
         ),
         (["--seq-len", "8", "--step-time", "inf", "--gpu", "A100"], "--step-time must be a finite number"),
-        (["--seq-len", "8", "--peak-tflops", "-5"], "--peak-tflops must be > 0, got -5"),
+        (["--seq-len", "8", "--peak-tflops", "-5"], "--peak-tflops must be >= 1e-06, got -5"),
         (["--seq-len", "8", "--dtype", "int3"], "--dtype 'int3' is not known"),
         (["--seq-len", "8", "--attn", "xformers"], "--attn 'xformers' is not a known attention path"),
         (["--seq-len", "8", "--mode", "lora", "--lora-targets", "nonexistent_proj"], "matches no nn.Linear"),
@@ -165,3 +165,25 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "tuneproof"
     r = subprocess.run([str(exe), "flops", "--seq-len", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_flops_refuses_a_bad_step_time_before_reading_the_model(monkeypatch, capsys) -> None:
+    """Fresh eyes: `flops --step-time 0` took 7-11 s to refuse (the config was read first)."""
+    import tuneproof.cli.flops_cmd as flops_cmd
+
+    def never(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("the model was read before the step time was checked")
+
+    monkeypatch.setattr(flops_cmd, "resolve_model", never)
+    assert main(["flops", "--seq-len", "8", "--step-time", "0", "--peak-tflops", "1"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "error: --step-time must be >= 1e-06, got 0 (pass measured seconds per step)\n"
+    )
+
+
+def test_an_mfu_over_100_percent_is_flagged(capsys) -> None:
+    assert main(["flops", "--seq-len", "1024", "--step-time", "0.0001", "--peak-tflops", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mfu"]["performed"] > 1.0
+    assert any(n.startswith("performed MFU ") and "is over 100 %" in n for n in out["notes"])

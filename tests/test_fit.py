@@ -208,11 +208,11 @@ def _csv(tmp_path: Path, text: str) -> Path:
         ("", "{p}: missing column width, seconds (header: none) (the first line must be 'width,seconds')"),
         (
             "width,seconds\n2048,0.5\n8192,-1\n",
-            "{p}:3: seconds must be > 0, got -1 (a step time is positive; drop or re-measure that row)",
+            "{p}:3: seconds must be in [1e-09, 1e+07], got -1 (a step time is positive; drop or re-measure that row)",
         ),
         (
             "width,seconds\n2048,0\n",
-            "{p}:2: seconds must be > 0, got 0 (a step time is positive; drop or re-measure that row)",
+            "{p}:2: seconds must be in [1e-09, 1e+07], got 0 (a step time is positive; drop or re-measure that row)",
         ),
         (
             "width,seconds\n2048,abc\n",
@@ -222,8 +222,22 @@ def _csv(tmp_path: Path, text: str) -> Path:
             "width,seconds\nx,nan\n",
             "{p}:2: not numbers: 'x', 'nan' (each row is an integer width and a time in seconds)",
         ),
-        ("width,seconds\n2048.5,1\n", "{p}:2: width must be a positive integer, got 2048.5 (fix that row)"),
-        ("width,seconds\n0,1\n", "{p}:2: width must be a positive integer, got 0 (fix that row)"),
+        (
+            "width,seconds\n2048.5,1\n",
+            "{p}:2: width must be a positive integer up to 1,073,741,824, got 2048.5 (fix that row)",
+        ),
+        (
+            "width,seconds\n0,1\n",
+            "{p}:2: width must be a positive integer up to 1,073,741,824, got 0 (fix that row)",
+        ),
+        (
+            "width,seconds\n100000000000000000000000,3\n",
+            "{p}:2: width must be a positive integer up to 1,073,741,824, got 100000000000000000000000 (fix that row)",
+        ),
+        (
+            "width,seconds\n1000,1e200\n",
+            "{p}:2: seconds must be in [1e-09, 1e+07], got 1e200 (a step time is positive; drop or re-measure that row)",
+        ),
         ("width,seconds\n", "{p} holds no rows (one 'width,seconds' row per timed repeat)"),
     ],
 )
@@ -261,3 +275,21 @@ def test_fit_command_errors(tmp_path: Path, capsys) -> None:
     assert main(["fit", "--points", str(p)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: 2 distinct width(s)") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "widths,seconds",
+    [
+        ([1e23, 4e23, 16e23], [1.0, 2.0, 3.0]),
+        ([1e3, 4e3, 16e3], [1e200, 1.0, 2.0]),
+        ([1e3, 4e3, 16e3], [1e-300] * 3),
+    ],
+)
+def test_out_of_range_rows_are_refused_not_a_singular_matrix(
+    widths: list[float], seconds: list[float]
+) -> None:
+    """Fresh eyes: width 1e23 or seconds 1e200 ended in numpy's LinAlgError traceback."""
+    with pytest.raises(
+        TuneproofError, match=r"widths must be <= 1,073,741,824 and seconds in \[1e-09, 1e\+07\]"
+    ):
+        fit_scaling(np.array(widths), np.array(seconds))

@@ -172,7 +172,7 @@ def test_resolve_peak_returns_exactly_what_it_says() -> None:
     )
     with pytest.raises(TuneproofError) as e:
         resolve_peak(None, "bf16", peak_tflops=-1.0)
-    assert e.value.message == "peak_tflops must be > 0, got -1 (pass dense TFLOP/s, e.g. 989)"
+    assert e.value.message == "peak_tflops must be >= 1e-06, got -1 (pass dense TFLOP/s, e.g. 989)"
 
 
 @pytest.mark.parametrize(

@@ -263,7 +263,7 @@ def resolve_peak(
     d = check_dtype(dtype)
     if peak_tflops is not None:
         value = validate.real(
-            "peak_tflops", peak_tflops, low=0.0, low_open=True, hint="pass dense TFLOP/s, e.g. 989"
+            "peak_tflops", peak_tflops, low=1e-6, high=1e6, hint="pass dense TFLOP/s, e.g. 989"
         )
         return Peak(value, "user-given peak", d)
     try:

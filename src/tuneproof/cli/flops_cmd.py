@@ -67,9 +67,12 @@ def flops(
 ) -> None:
     """Intended vs performed FLOPs per component and pass, each excess named, and MFU."""
     from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.flops.report import check_step_time
     from tuneproof.hardware import check_dtype, resolve_peak
 
     check_dtype(dtype)
+    if step_time is not None:
+        check_step_time(step_time)  # before the model is read: that takes seconds
     peak = resolve_peak(gpu, dtype, peak_tflops) if (gpu is not None or peak_tflops is not None) else None
     run = RunSpec(
         seq_len=seq_len,

@@ -116,6 +116,19 @@ class FlopReport:
         }
 
 
+MIN_STEP_TIME_S, MAX_STEP_TIME_S = 1e-6, 1e7  # a microsecond to four months: anything else is a typo
+
+
+def check_step_time(step_time_s: object) -> float:
+    return validate.real(
+        "step_time",
+        step_time_s,
+        low=MIN_STEP_TIME_S,
+        high=MAX_STEP_TIME_S,
+        hint="pass measured seconds per step",
+    )
+
+
 def flop_report(
     shape: ModelShape, run: RunSpec, step_time_s: float | None = None, peak: Peak | None = None
 ) -> FlopReport:
@@ -124,7 +137,7 @@ def flop_report(
     `step_time_s` needs `peak` (a `Peak` whose `tflops` may be None, with the reason: MFU is then
     reported unknown); without a step time there is no MFU."""
     if step_time_s is not None:
-        validate.real("step_time", step_time_s, low=0.0, low_open=True, hint="pass measured seconds per step")
+        check_step_time(step_time_s)
         if peak is None:
             raise TuneproofError(
                 "{step_time} needs a peak for MFU",
@@ -161,5 +174,10 @@ def flop_report(
             "this ledger shows what it would compute; use eager or flex_attention"
         )
     mfu = Mfu.compute(intended.total, ledger.total, step_time_s, peak)
+    if mfu.performed is not None and mfu.performed > 1.0:
+        notes.append(
+            f"performed MFU {100 * mfu.performed:.3g} % is over 100 %: the step time is too short or the "
+            "peak too low for this work (is it the time of one micro-batch step, on this GPU?)"
+        )
     attention = {label: ctx.performed[idxs[0]].mask for label, idxs in shape.attention_groups().items()}
     return FlopReport(shape, run, intended, ledger, excess, mfu, attention, notes)

@@ -39,6 +39,8 @@ BOOTSTRAP = 2000
 CONFIDENCE = 0.95
 CONSTANT_MARGIN = 0.10  # of the smallest width's step time: a smaller constant cannot make a run launch-bound
 MAX_REPEATS_ADVICE = 1000
+MAX_WIDTH = 1 << 30  # tokens: beyond any context length, and w^2 stays far from float overflow
+MIN_SECONDS, MAX_SECONDS = 1e-9, 1e7  # a nanosecond to four months per step: outside is a unit mistake
 
 
 def read_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -73,13 +75,14 @@ def read_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
                     f"{p}:{line}: not numbers: {clean.get('width')!r}, {clean.get('seconds')!r}",
                     "each row is an integer width and a time in seconds",
                 )
-            if w <= 0 or not w.is_integer():
+            if w <= 0 or not w.is_integer() or w > MAX_WIDTH:
                 raise TuneproofError(
-                    f"{p}:{line}: width must be a positive integer, got {clean['width']}", "fix that row"
+                    f"{p}:{line}: width must be a positive integer up to {MAX_WIDTH:,}, got {clean['width']}",
+                    "fix that row",
                 )
-            if t <= 0:
+            if not MIN_SECONDS <= t <= MAX_SECONDS:
                 raise TuneproofError(
-                    f"{p}:{line}: seconds must be > 0, got {clean['seconds']}",
+                    f"{p}:{line}: seconds must be in [{MIN_SECONDS:g}, {MAX_SECONDS:g}], got {clean['seconds']}",
                     "a step time is positive; drop or re-measure that row",
                 )
             widths.append(w)
@@ -320,6 +323,11 @@ class Samples:
         if not (np.isfinite(w).all() and np.isfinite(t).all()) or (w <= 0).any() or (t <= 0).any():
             raise TuneproofError(
                 "widths and seconds must be finite and > 0", "drop or re-measure the bad rows"
+            )
+        if (w > MAX_WIDTH).any() or (t > MAX_SECONDS).any() or (t < MIN_SECONDS).any():
+            raise TuneproofError(
+                f"widths must be <= {MAX_WIDTH:,} and seconds in [{MIN_SECONDS:g}, {MAX_SECONDS:g}]",
+                "check the units of the rows",
             )
         distinct = np.unique(w)
         if len(distinct) < MIN_WIDTHS:
