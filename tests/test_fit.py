@@ -208,11 +208,13 @@ def _csv(tmp_path: Path, text: str) -> Path:
         ("", "{p}: missing column width, seconds (header: none) (the first line must be 'width,seconds')"),
         (
             "width,seconds\n2048,0.5\n8192,-1\n",
-            "{p}:3: seconds must be in [1e-09, 1e+07], got -1 (a step time is positive; drop or re-measure that row)",
+            "{p}:3: seconds must be in [1e-09, 1e+07], got -1"
+            " (a step time is positive; drop or re-measure that row)",
         ),
         (
             "width,seconds\n2048,0\n",
-            "{p}:2: seconds must be in [1e-09, 1e+07], got 0 (a step time is positive; drop or re-measure that row)",
+            "{p}:2: seconds must be in [1e-09, 1e+07], got 0"
+            " (a step time is positive; drop or re-measure that row)",
         ),
         (
             "width,seconds\n2048,abc\n",
@@ -232,11 +234,13 @@ def _csv(tmp_path: Path, text: str) -> Path:
         ),
         (
             "width,seconds\n100000000000000000000000,3\n",
-            "{p}:2: width must be a positive integer up to 1,073,741,824, got 100000000000000000000000 (fix that row)",
+            "{p}:2: width must be a positive integer up to 1,073,741,824, got 100000000000000000000000"
+            " (fix that row)",
         ),
         (
             "width,seconds\n1000,1e200\n",
-            "{p}:2: seconds must be in [1e-09, 1e+07], got 1e200 (a step time is positive; drop or re-measure that row)",
+            "{p}:2: seconds must be in [1e-09, 1e+07], got 1e200"
+            " (a step time is positive; drop or re-measure that row)",
         ),
         ("width,seconds\n", "{p} holds no rows (one 'width,seconds' row per timed repeat)"),
     ],

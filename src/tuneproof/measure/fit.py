@@ -82,7 +82,8 @@ def read_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
                 )
             if not MIN_SECONDS <= t <= MAX_SECONDS:
                 raise TuneproofError(
-                    f"{p}:{line}: seconds must be in [{MIN_SECONDS:g}, {MAX_SECONDS:g}], got {clean['seconds']}",
+                    f"{p}:{line}: seconds must be in [{MIN_SECONDS:g}, {MAX_SECONDS:g}], "
+                    f"got {clean['seconds']}",
                     "a step time is positive; drop or re-measure that row",
                 )
             widths.append(w)
