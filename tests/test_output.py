@@ -96,3 +96,24 @@ def test_an_out_that_cannot_be_written_is_refused_before_the_probe_runs(capsys) 
     assert main(["probe", "--out", "/proc/nope", "--widths", "64,128,256"]) == 2
     assert time.perf_counter() - t0 < 5  # refused up front, not after minutes of timing
     assert "cannot be written" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command,name",
+    [
+        (["probe", "--widths", "64,128,256"], "probe.json"),
+        (["probe", "--widths", "64,128,256"], "trace.json.gz"),
+        (["doctor"], "report.json"),
+    ],
+)
+def test_an_output_name_taken_by_a_folder_is_refused_up_front(
+    capsys, tmp_path: Path, command: list[str], name: str
+) -> None:
+    """Fresh eyes: with D/probe.json a folder, the probe ran for 33 s, then died with IsADirectoryError and
+    left its other files behind."""
+    (tmp_path / name).mkdir()
+    assert main([*command, "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / name} exists and is not a file (move it away or pass another output folder)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]

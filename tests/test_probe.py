@@ -631,6 +631,7 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
         "probe.json",
         "trace.json.gz",
     ]
+    assert sorted(probe_mod.OUT_FILES) == sorted(p.name for p in (tmp_path / "out").iterdir())
     assert r.files["json"] == str(tmp_path / "out" / "probe.json")
     saved = json.loads((tmp_path / "out" / "probe.json").read_text())
     assert saved["timing"]["stopped"] == r.timing.stopped and saved["files"] == r.files

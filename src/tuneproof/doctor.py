@@ -273,6 +273,9 @@ def run_doctor(
     return report
 
 
+OUT_FILES = ("report.json",)  # what `--out` receives
+
+
 def write_report(report: DoctorReport, out: Path) -> Path:
-    check_out_folder(out)
-    return atomic_write_json(out / "report.json", report.to_dict())
+    check_out_folder(out, OUT_FILES)
+    return atomic_write_json(out / OUT_FILES[0], report.to_dict())

@@ -91,13 +91,20 @@ def atomic_write_json(path: Path, data: Any) -> Path:
     return atomic_write_text(path, dumps(data) + "\n")
 
 
-def check_out_folder(out: Path) -> Path:
-    """Refuse an output folder that cannot be created or written, before any work is done. Nothing is
+def check_out_folder(out: Path, files: tuple[str, ...] = ()) -> Path:
+    """Refuse an output folder that cannot be created or written, before any work is done, and one where
+    an output named in `files` exists as something other than a file (a folder, a socket). Nothing is
     left behind by the check: it creates and removes one temporary file in the folder, or in the
     nearest existing parent when the folder does not exist yet (it is created with the first output)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise TuneproofError(f"{out} is a file", "pass a folder; the outputs are written inside it")
+    for name in files:
+        target = out / name
+        if target.exists() and not target.is_file():
+            raise TuneproofError(
+                f"{target} exists and is not a file", "move it away or pass another output folder"
+            )
     probe_in = out
     while not probe_in.exists():
         if probe_in.parent == probe_in:

@@ -37,12 +37,12 @@ from tuneproof.cli.common import (
 def doctor(config: str, out: Path | None, probe_budget_s: float, json_out: bool) -> None:
     """Diagnose a setup end to end: FLOP ledger, attention dispatch, batching, measured probe."""
     from tuneproof import validate
-    from tuneproof.doctor import run_doctor, write_report
+    from tuneproof.doctor import OUT_FILES, run_doctor, write_report
     from tuneproof.io import check_out_folder
 
     validate.real("probe_budget_s", probe_budget_s, low=0.0, low_open=True, high=86_400.0)
     if out is not None:
-        check_out_folder(out)
+        check_out_folder(out, OUT_FILES)
     model = resolve_model(config)
     with progress_bar() as update:
         report = run_doctor(model, probe_budget_s, progress=update)

@@ -91,7 +91,7 @@ def probe(
 ) -> None:
     """Time a step at several widths, fit t = A*w + B*w^2, profile every width, cross-check the two."""
     from tuneproof.io import check_out_folder
-    from tuneproof.measure.probe import ProbeSpec, check_probe, run_probe
+    from tuneproof.measure.probe import OUT_FILES, ProbeSpec, check_probe, run_probe
 
     spec = ProbeSpec(
         attn=attn,
@@ -109,7 +109,7 @@ def probe(
         seed=seed,
     )
     if out is not None:
-        check_out_folder(out)
+        check_out_folder(out, OUT_FILES)
     model = resolve_model(config)
     check_probe(model, spec)
     with progress_bar() as update:

@@ -146,6 +146,9 @@ class ProbeResult:
         }
 
 
+OUT_FILES = ("points.csv", "kernels.csv", "trace.json.gz", "probe.json")  # what `--out` receives
+
+
 def _is_oom(e: BaseException) -> bool:
     """MemoryError, CUDA's "out of memory", or the CPU allocator's "can't allocate memory"."""
     text = str(e).lower()
@@ -182,7 +185,7 @@ def run_probe(
 
     check_probe(model, spec)
     if out is not None:
-        check_out_folder(out)
+        check_out_folder(out, OUT_FILES)
     steps = model_steps(model, spec)
     timing = time_interleaved(
         steps,
