@@ -37,6 +37,9 @@ CONFIG = [
     ("@nan-field", "rms_norm_eps is nan"),
     ("@string-size", "hidden_size is 'abc'"),
     ("@empty", "not valid JSON"),
+    ("/proc/self/mem", "config /proc/self/mem cannot be read"),  # these three found by a fresh-eyes trial
+    ("/dev/null", "config /dev/null is not a regular file"),
+    ("", "the config path is empty"),
 ]
 OUT = [("@file", "is a file"), ("@under-a-file", "is not a folder"), ("@proc", "cannot be written")]
 

@@ -90,15 +90,26 @@ class ResolvedModel:
         return int(value) if isinstance(value, int) and value > 0 else None
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is kilobytes; a bigger file is something else
+
+
 def load_config_dict(path: str | Path) -> dict[str, Any]:
     """Read a config.json (or a folder holding one) into a dict, with one-line errors."""
+    if not str(path).strip():
+        raise TuneproofError("the config path is empty", _FIX)
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
+    if not p.exists():
         raise TuneproofError(f"config not found: {p}", _FIX)
+    if not p.is_file():
+        raise TuneproofError(f"config {p} is not a regular file", _FIX)
     try:
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise TuneproofError(f"config {p} is over {MAX_CONFIG_BYTES >> 20} MiB: not a config.json", _FIX)
         data = json.loads(p.read_bytes())
+    except OSError as e:
+        raise TuneproofError(f"config {p} cannot be read: {e.strerror or e}", _FIX) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TuneproofError(f"config {p} is not valid JSON: {e}", _FIX) from None
     except RecursionError:
