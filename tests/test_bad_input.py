@@ -104,7 +104,9 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--device": [("tpu", "--device 'tpu' is not known")],
         "--dtype": [("fp8", "--dtype 'fp8' is not known")],
         "--min-repeats": [("2", "--min-repeats must be >= 3")],
-        "--max-repeats": [("4", "--max-repeats must be >= 6")],
+        "--max-repeats": [
+            ("4", "--max-repeats 4 is below --min-repeats 6 (raise --max-repeats or lower --min-repeats)")
+        ],
         "--budget": [("nan", "--budget must be a finite number"), ("0", "--budget must be > 0")],
         "--target": [("inf", "--target must be a finite number"), ("2", "--target must be <= 1")],
         "--profiles": [("0", "--profiles must be >= 1")],

@@ -52,13 +52,33 @@ def test_lookup_by_reported_name(reported: str, expected: str) -> None:
     assert lookup_gpu(reported).name == expected
 
 
+KNOWN = (
+    "H100 PCIe, H100 NVL, H100 SXM, GH200, H200 NVL, H200, GB200, B200, RTX PRO 6000 Blackwell Max-Q, "
+    "RTX PRO 6000 Blackwell, RTX 5090, RTX 4090, L40S, L4, A10G, A100"
+)
+
+
 def test_unknown_gpu_gives_no_fallback() -> None:
+    """Each caller says what the name was for: the peak (MFU) or the capability (dispatch); a fresh-eyes
+    trial saw `explain --gpu foo` answer 'no MFU', though explain computes none."""
+    from tuneproof.attention.dispatch import device_capability
+    from tuneproof.hardware import resolve_peak
+
+    name = "NVIDIA GeForce RTX 3070 Ti"
     with pytest.raises(TuneproofError) as e:
-        lookup_gpu("NVIDIA GeForce RTX 3070 Ti")
-    assert e.value.message == (  # fields, not flags: the CLI writes --gpu and --peak-tflops
-        "unknown GPU 'NVIDIA GeForce RTX 3070 Ti' (gpu): no MFU without a trusted peak (use one of: "
-        "H100 PCIe, H100 NVL, H100 SXM, GH200, H200 NVL, H200, GB200, B200, RTX PRO 6000 Blackwell Max-Q, "
-        "RTX PRO 6000 Blackwell, RTX 5090, RTX 4090, L40S, L4, A10G, A100; or give peak_tflops)"
+        lookup_gpu(name)
+    assert e.value.message == f"unknown GPU '{name}' (gpu) (use one of: {KNOWN})"  # fields, not flags
+    with pytest.raises(TuneproofError) as e:
+        resolve_peak(name, "bf16")
+    assert e.value.message == (
+        f"unknown GPU '{name}' (gpu): no MFU without a trusted peak (use one of: {KNOWN}; "
+        "or give peak_tflops)"
+    )
+    with pytest.raises(TuneproofError) as e:
+        device_capability(None, name)
+    assert e.value.message == (
+        f"unknown GPU '{name}' (gpu): its compute capability is not known (use one of: {KNOWN}; "
+        "or give capability, e.g. 9.0)"
     )
 
 

@@ -99,7 +99,7 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
         ({"device": "tpu"}, "device 'tpu' is not known"),
         ({"budget_s": float("nan")}, "budget_s must be a finite number"),
         ({"min_repeats": 2}, "min_repeats must be >= 3"),
-        ({"max_repeats": 4}, "max_repeats must be >= 6"),
+        ({"max_repeats": 4}, "max_repeats 4 is below min_repeats 6 (raise max_repeats or lower min_repeats)"),
         ({"profiles": 0}, "profiles must be >= 1"),
         ({"seed": -1}, "seed must be >= 0"),
         ({"batch": "2"}, "batch must be an integer, got '2'"),

@@ -217,9 +217,7 @@ def lookup_gpu(name: str) -> GpuSpec:
         if any(re.search(rf"(^|\s){re.escape(_normalise_name(a))}(\s|$)", n) for a in gpu.aliases):
             return gpu
     raise TuneproofError(
-        f"unknown GPU {name!r} ({{gpu}}): no MFU without a trusted peak",
-        "use one of: " + ", ".join(known_gpu_names()) + "; or give {peak_tflops}",
-        fields=("gpu", "peak_tflops"),
+        f"unknown GPU {name!r} ({{gpu}})", "use one of: " + ", ".join(known_gpu_names()), fields=("gpu",)
     )
 
 
@@ -268,9 +266,13 @@ def resolve_peak(
         return Peak(value, "user-given peak", d)
     try:
         table = peak_for(lookup_gpu(gpu), d) if gpu is not None else None
-    except TuneproofError:
+    except TuneproofError as e:
         if measure is None:
-            raise
+            raise TuneproofError(
+                f"{e.what}: no MFU without a trusted peak",
+                f"{e.hint}; or give {{peak_tflops}}",
+                fields=("gpu", "peak_tflops"),
+            ) from None
         measured = measure()
         return Peak(
             measured.tflops,

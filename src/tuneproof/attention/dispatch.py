@@ -52,7 +52,14 @@ def device_capability(capability: str | None, gpu: str | None) -> tuple[int, int
     if gpu is not None:
         from tuneproof.hardware import lookup_gpu
 
-        return lookup_gpu(gpu).capability
+        try:
+            return lookup_gpu(gpu).capability
+        except TuneproofError as e:
+            raise TuneproofError(
+                f"{e.what}: its compute capability is not known",
+                f"{e.hint}; or give {{capability}}, e.g. 9.0",
+                fields=("gpu", "capability"),
+            ) from None
     return None
 
 

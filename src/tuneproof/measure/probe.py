@@ -81,6 +81,12 @@ class ProbeSpec:
         validate.integer(
             "min_repeats", self.min_repeats, low=3, high=10_000, hint="outliers need three repeats"
         )
+        if type(self.max_repeats) is int and self.max_repeats < self.min_repeats:
+            raise TuneproofError(
+                f"{{max_repeats}} {self.max_repeats} is below {{min_repeats}} {self.min_repeats}",
+                "raise {max_repeats} or lower {min_repeats}",
+                fields=("max_repeats", "min_repeats"),
+            )
         validate.integer("max_repeats", self.max_repeats, low=self.min_repeats, high=10_000)
         validate.real("budget_s", self.budget_s, low=0.0, low_open=True, hint="seconds of timing")
         validate.real("target", self.target, low=0.0, low_open=True, high=1.0)
