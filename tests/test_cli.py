@@ -187,3 +187,20 @@ def test_an_mfu_over_100_percent_is_flagged(capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     assert out["mfu"]["performed"] > 1.0
     assert any(n.startswith("performed MFU ") and "is over 100 %" in n for n in out["notes"])
+
+
+@pytest.mark.parametrize(
+    "args,warning",
+    [
+        (["--gpu", "H200"], "warning: --gpu has no effect without --step-time (MFU needs a step time)\n"),
+        (
+            ["--peak-tflops", "9"],
+            "warning: --peak-tflops has no effect without --step-time (MFU needs a step time)\n",
+        ),
+        (["--lora-rank", "4"], "warning: --lora-rank has no effect without --mode lora\n"),
+        (["--gpu", "H200", "--step-time", "1"], ""),
+    ],
+)
+def test_flops_warns_about_options_without_effect(capsys, args: list[str], warning: str) -> None:
+    assert main(["flops", "--seq-len", "8", *args]) == 0
+    assert capsys.readouterr().err == warning

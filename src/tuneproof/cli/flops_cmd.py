@@ -87,6 +87,7 @@ def flops(
     model = resolve_model(config)
     report = flop_report(model.shape, run, step_time_s=step_time, peak=peak)
     warn_unused(("lora_rank", "lora_targets"), "--mode lora", mode == "lora")
+    warn_unused(("gpu", "peak_tflops", "dtype"), "--step-time (MFU needs a step time)", step_time is not None)
     if model.max_positions is not None and seq_len > model.max_positions:
         report.notes.append(
             f"seq_len {seq_len} exceeds this config's max_position_embeddings {model.max_positions}: "

@@ -1,30 +1,30 @@
 """Measure where step time goes: timing harness, measured peak, scaling fit, kernel table, cross-check,
-probe."""
+probe.
 
-from tuneproof.measure.crosscheck import CrossCheck, Verdict, cross_check, judge
-from tuneproof.measure.fit import ConstantTerm, ScalingFit, fit_scaling, judge_constant, read_points
-from tuneproof.measure.kernels import KernelTable, kernel_table, load_trace
-from tuneproof.measure.probe import ProbeResult, ProbeSpec, run_probe
-from tuneproof.measure.timing import Interleaved, Timing, time_fn, time_interleaved
+Names load on first use (numpy, scipy and torch are not imported by `import tuneproof.measure`)."""
 
-__all__ = [
-    "ConstantTerm",
-    "CrossCheck",
-    "Interleaved",
-    "KernelTable",
-    "ProbeResult",
-    "ProbeSpec",
-    "ScalingFit",
-    "Timing",
-    "Verdict",
-    "cross_check",
-    "fit_scaling",
-    "judge",
-    "judge_constant",
-    "kernel_table",
-    "load_trace",
-    "read_points",
-    "run_probe",
-    "time_fn",
-    "time_interleaved",
-]
+from tuneproof._lazy import lazy
+
+_EXPORTS = {
+    "ConstantTerm": "tuneproof.measure.fit",
+    "CrossCheck": "tuneproof.measure.crosscheck",
+    "Interleaved": "tuneproof.measure.timing",
+    "KernelTable": "tuneproof.measure.kernels",
+    "ProbeResult": "tuneproof.measure.probe",
+    "ProbeSpec": "tuneproof.measure.probe",
+    "ScalingFit": "tuneproof.measure.fit",
+    "Timing": "tuneproof.measure.timing",
+    "Verdict": "tuneproof.measure.crosscheck",
+    "cross_check": "tuneproof.measure.crosscheck",
+    "fit_scaling": "tuneproof.measure.fit",
+    "judge": "tuneproof.measure.crosscheck",
+    "judge_constant": "tuneproof.measure.fit",
+    "kernel_table": "tuneproof.measure.kernels",
+    "load_trace": "tuneproof.measure.kernels",
+    "read_points": "tuneproof.measure.fit",
+    "run_probe": "tuneproof.measure.probe",
+    "time_fn": "tuneproof.measure.timing",
+    "time_interleaved": "tuneproof.measure.timing",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy(__name__, _EXPORTS)

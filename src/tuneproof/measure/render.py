@@ -34,6 +34,16 @@ def render_kernels(table: KernelTable, console: Console) -> None:
         tops = "; ".join(f"{escape(n[:60])} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
         t.add_row(cls, f"{table.ms.get(cls, 0.0):.1f}", _pct(table.share(cls)), tops or "-")
     console.print(t)
+    busy = table.total_ms
+    span = busy + table.idle_ms
+    console.print(
+        f"idle between them: {table.idle_ms:.3g} ms"
+        + (
+            f" ({100 * table.idle_ms / span:.1f} % of the {span:.4g} ms from first start to last end)"
+            if span
+            else ""
+        )
+    )
     if table.device:
         console.print(
             f"device: {escape(str(table.device.get('name')))} (compute capability "
