@@ -49,7 +49,11 @@ class RunSpec:
         validate.choice("mode", self.mode, MODES)
         validate.integer("lora_rank", self.lora_rank, high=1 << 20, hint="pass the adapter rank r")
         if isinstance(self.lora_targets, str) or not all(isinstance(t, str) and t for t in self.lora_targets):
-            raise field_error("lora_targets", f"must be module names, got {self.lora_targets!r}")
+            raise field_error(
+                "lora_targets",
+                f"must be module names, got {self.lora_targets!r}",
+                "a tuple of nn.Linear names, e.g. ('q_proj', 'v_proj')",
+            )
         if not self.lora_targets:
             raise field_error("lora_targets", "is empty", "give module names or all-linear")
         if self.grad_ckpt and self.mode == "forward":
