@@ -840,3 +840,64 @@ def test_profiles_outside_the_model_get_no_attribution() -> None:
         "constraint): no attribution by kernel class"
     ]
     assert cc.values["quad_share_kernels"] == 0.0 and 0.0 <= cc.values["quad_share_fit"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (
+            {"widths": (64, 128)},
+            "--widths needs at least 3 distinct widths, got [64, 128] (e.g. 512,1024,2048)",
+        ),
+        ({"widths": (100, 150, 200)}, "--widths span 2.00x, the fit needs 4x (add a width of 400 or more)"),
+        ({"min_repeats": 2}, "--min-repeats must be >= 3, got 2 (outliers need three repeats)"),
+        (
+            {"min_repeats": 10_001, "max_repeats": 10_001},
+            "--min-repeats must be <= 10,000, got 10,001 (outliers need three repeats)",
+        ),
+        ({"max_repeats": 10_001}, "--max-repeats must be <= 10,000, got 10,001 (timing rounds at most)"),
+        ({"max_repeats": "x"}, "--max-repeats must be an integer, got 'x' (timing rounds at most)"),
+        ({"budget_s": 0.0}, "--budget must be > 0, got 0 (seconds of timing)"),
+        ({"target": 0.0}, "--target must be > 0, got 0 (a median's relative 95 % half-width)"),
+        ({"target": 1.5}, "--target must be <= 1, got 1.5 (a median's relative 95 % half-width)"),
+        ({"profiles": 101}, "--profiles must be <= 100, got 101 (profiled steps per width)"),
+        (
+            {"seed": 2**63},
+            "--seed must be <= 9,223,372,036,854,775,807, got 9,223,372,036,854,775,808"
+            " (a non-negative integer)",
+        ),
+        ({"lora_rank": (1 << 16) + 1}, "lora_rank must be <= 65,536, got 65,537 (the adapter rank r)"),
+        ({"batch": (1 << 16) + 1}, "--batch must be <= 65,536, got 65,537 (sequences per step)"),
+        (
+            {"attn": "flex_attention", "mode": "full"},
+            "flex_attention has no backward on CPU (PyTorch raises NotImplementedError) "
+            "(use mode forward, another attention path, or a CUDA device)",
+        ),
+        ({"mode": "forward", "grad_ckpt": True}, "--grad-ckpt needs a backward pass (use mode full or lora)"),
+    ],
+)
+def test_probe_spec_refusals_as_the_command_line_prints_them(kw: dict, message: str) -> None:
+    from tuneproof.cli.probe_cmd import probe as probe_command
+
+    labels = {p.name: p.opts[0] for p in probe_command.params if p.name}
+    labels["budget_s"] = "--budget"
+    with pytest.raises(TuneproofError) as e:
+        ProbeSpec(**{"widths": (64, 128, 256), **kw})
+    assert e.value.with_labels(labels).message == message
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"min_repeats": 6, "max_repeats": 6},
+        {"budget_s": 1e-9},
+        {"target": 1.0},
+        {"profiles": 100},
+        {"seed": 2**63 - 1},
+        {"lora_rank": 1 << 16},
+        {"batch": 1 << 16},
+        {"attn": "flex_attention", "mode": "forward"},
+    ],
+)
+def test_probe_spec_edges_that_are_accepted(kw: dict) -> None:
+    ProbeSpec(**{"widths": (64, 128, 256), **kw})

@@ -76,8 +76,8 @@ class ProbeSpec:
         validate.choice("device", self.device, DEVICES)
         if self.dtype is not None:
             validate.choice("dtype", self.dtype, DTYPES)
-        validate.integer("batch", self.batch, high=1 << 16)
-        validate.integer("lora_rank", self.lora_rank, high=1 << 16)
+        validate.integer("batch", self.batch, high=1 << 16, hint="sequences per step")
+        validate.integer("lora_rank", self.lora_rank, high=1 << 16, hint="the adapter rank r")
         validate.integer(
             "min_repeats", self.min_repeats, low=3, high=10_000, hint="outliers need three repeats"
         )
@@ -87,11 +87,20 @@ class ProbeSpec:
                 "raise {max_repeats} or lower {min_repeats}",
                 fields=("max_repeats", "min_repeats"),
             )
-        validate.integer("max_repeats", self.max_repeats, low=self.min_repeats, high=10_000)
+        validate.integer(
+            "max_repeats", self.max_repeats, low=self.min_repeats, high=10_000, hint="timing rounds at most"
+        )
         validate.real("budget_s", self.budget_s, low=0.0, low_open=True, hint="seconds of timing")
-        validate.real("target", self.target, low=0.0, low_open=True, high=1.0)
-        validate.integer("profiles", self.profiles, high=100)
-        validate.integer("seed", self.seed, low=0, high=2**63 - 1)
+        validate.real(
+            "target",
+            self.target,
+            low=0.0,
+            low_open=True,
+            high=1.0,
+            hint="a median's relative 95 % half-width",
+        )
+        validate.integer("profiles", self.profiles, high=100, hint="profiled steps per width")
+        validate.integer("seed", self.seed, low=0, high=2**63 - 1, hint="a non-negative integer")
         if self.attn == "flex_attention" and self.device == "cpu" and self.mode != "forward":
             raise TuneproofError(
                 "flex_attention has no backward on CPU (PyTorch raises NotImplementedError)",
