@@ -176,7 +176,21 @@ def test_a_model_that_does_not_fit_gives_no_interval() -> None:
     w = np.repeat([1024.0, 2048.0, 4096.0], 6)
     t = np.repeat([1.0, 0.5, 2.0], 6) * (1 + 0.001 * np.arange(18) % 3)  # 2048 faster than 1024
     fit = fit_scaling(w, t)
-    assert fit.quad_share_ci is None and "negative beyond the noise" in (fit.ci_reason or "")
+    assert fit.quad_share_ci is None and fit.num_bootstrap == 0
+    assert fit.ci_reason == (
+        "A negative beyond the noise: the timings do not follow C + A*w + B*w^2, so no interval is given"
+    )
+    t = np.repeat([2.0, 3.9, 4.0], 6) * (1 + 0.001 * np.arange(18) % 3)  # flattening: C and B < 0
+    assert fit_scaling(w, t).ci_reason == (
+        "C and B negative beyond the noise: the timings do not follow C + A*w + B*w^2, "
+        "so no interval is given"
+    )
+    t = (1e-3 * w - 5e-8 * w * w) * (1 + 0.0001 * (np.arange(18) % 3))  # no constant, B < 0
+    fit = fit_scaling(w, t)
+    assert not fit.constant_in_model and fit.ci_reason == (
+        "B negative beyond the noise: the timings do not follow A*w + B*w^2, so no interval is given"
+    )
+    assert fit.widths == [1024.0, 2048.0, 4096.0]
 
 
 @pytest.mark.parametrize(

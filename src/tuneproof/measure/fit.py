@@ -428,10 +428,9 @@ def fit_scaling(
         )
     else:
         lo, hi = bounds
-        part = slice(m_at, 2 * m_at) if with_c else slice(0, m_at)
-        coefs = slice(c_at, c_at + 3) if with_c else slice(2 * m_at, 2 * m_at + 2)
-        names = ("C", "A", "B")[-(coefs.stop - coefs.start) :]
-        negative = [n for n, h in zip(names, hi[coefs], strict=True) if h < 0]
+        first = m_at if with_c else 0  # the statistic's shares for the model used
+        coef_at = {"C": c_at, "A": c_at + 1, "B": c_at + 2} if with_c else {"A": 2 * m_at, "B": 2 * m_at + 1}
+        negative = [n for n, i in coef_at.items() if hi[i] < 0]
         if negative:
             ci_reason = (
                 f"{' and '.join(negative)} negative beyond the noise: the timings do not follow "
@@ -439,7 +438,7 @@ def fit_scaling(
             )
         else:
             ci_reason = None
-            ci = {float(x): (float(lo[part][i]), float(hi[part][i])) for i, x in enumerate(report_at)}
+            ci = {float(x): (float(lo[first + i]), float(hi[first + i])) for i, x in enumerate(report_at)}
     fitted = c + a * w + b * w * w
     return ScalingFit(
         a,
