@@ -31,7 +31,8 @@ def main() -> None:
             r = run_probe(model, spec)
             cc = r.cross
             print(f"{name} run {i + 1}: {cc.verdict.outcome}: {cc.verdict.reason}")
-            print(f"    {cc.explanation[0]}")
+            for line in cc.explanation[:1] + cc.notes:
+                print(f"    {line}")
 
 
 if __name__ == "__main__":
