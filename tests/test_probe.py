@@ -14,7 +14,7 @@ from fakes import A, B, case_time
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
-from tuneproof.measure import cross_check, judge
+from tuneproof.measure import CrossCheck, cross_check, judge
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.fit import read_points
 from tuneproof.measure.kernels import PROFILE_COLUMNS, kernel_table, load_trace
@@ -902,3 +902,30 @@ def test_probe_spec_refusals_as_the_command_line_prints_them(kw: dict, message: 
 )
 def test_probe_spec_edges_that_are_accepted(kw: dict) -> None:
     ProbeSpec(**{"widths": (64, 128, 256), **kw})
+
+
+def test_the_attribution_names_the_share_its_parts_add_up_to() -> None:
+    """Bench under load: 'of the profiler's 75.6 % quadratic share, attention 66.7 points; other -5.4,
+    gemm -3.0 ...': the parts added up to the unconstrained fit's 57.3 %, not to the 75.6 % printed."""
+    cc = CrossCheck(
+        4096,
+        {
+            "quad_share_fit": 0.8,
+            "quad_share_kernels": 0.756,
+            **{f"quadratic_{c}": 0.0 for c in PROFILE_COLUMNS},
+            "quadratic_attention": 0.667,
+            "quadratic_other": -0.054,
+            "quadratic_gemm": -0.03,
+            "quadratic_outside_attention": -0.084,
+            "attention_linear": 0.1,
+            "attention_constant": 0.0,
+            "attention_share": 0.8,
+        },
+        None,
+        judge(4.4, None),
+    )
+    assert cc.explanation[0] == (
+        "of the profiler's 58.3 % quadratic share (the fit without the sign constraint, whose class parts "
+        "add up; 75.6 % with it), attention kernels carry 66.7 points; outside them: other -5.4, gemm -3.0 "
+        "points"
+    )

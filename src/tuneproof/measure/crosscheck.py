@@ -111,8 +111,15 @@ class CrossCheck:
         case_gap = v["quad_share_fit"] - v["attention_share"]
         rest = case_gap - fit_vs_prof - v["quadratic_outside_attention"] + v["attention_linear"]
         rest += v["attention_constant"]
+        summed = sum(v[f"quadratic_{c}"] for c in PROFILE_COLUMNS)
+        whose = (
+            f"of the profiler's {summed:.1f} % quadratic share (the fit without the sign constraint, whose "
+            f"class parts add up; {v['quad_share_kernels']:.1f} % with it)"
+            if abs(summed - v["quad_share_kernels"]) >= 0.05
+            else f"of the profiler's {v['quad_share_kernels']:.1f} % quadratic share"
+        )
         return [
-            f"of the profiler's {v['quad_share_kernels']:.1f} % quadratic share, attention kernels carry "
+            f"{whose}, attention kernels carry "
             f"{v['quadratic_attention']:.1f} points"
             + (f"; outside them: {parts} points" if parts else "; nothing outside them"),
             f"attention kernels take {v['attention_share']:.1f} % of profiled time at width {self.width}: "
