@@ -206,7 +206,7 @@ def known_gpu_names() -> list[str]:
     return [g.name for g in GPUS]
 
 
-def lookup_gpu(name: str) -> GpuSpec:
+def lookup_gpu(name: str, needed_for: str = "", instead: str | None = None, example: str = "") -> GpuSpec:
     """Find a GPU by the name torch (`get_device_name`) or nvidia-smi reports, or by table name: the
     first row (see the table's ordering rule) with an alias standing as whole words in the name.
 
@@ -216,8 +216,13 @@ def lookup_gpu(name: str) -> GpuSpec:
     for gpu in GPUS:
         if any(re.search(rf"(^|\s){re.escape(_normalise_name(a))}(\s|$)", n) for a in gpu.aliases):
             return gpu
+    # `needed_for` says what the name was for; `instead` names the field that can replace it
     raise TuneproofError(
-        f"unknown GPU {name!r} ({{gpu}})", "use one of: " + ", ".join(known_gpu_names()), fields=("gpu",)
+        f"unknown GPU {name!r} ({{gpu}})" + (f": {needed_for}" if needed_for else ""),
+        "use one of: "
+        + ", ".join(known_gpu_names())
+        + (f"; or give {{{instead}}}{example}" if instead else ""),
+        fields=("gpu", instead) if instead else ("gpu",),
     )
 
 
@@ -265,14 +270,10 @@ def resolve_peak(
         )
         return Peak(value, "user-given peak", d)
     try:
-        table = peak_for(lookup_gpu(gpu), d) if gpu is not None else None
-    except TuneproofError as e:
+        found = lookup_gpu(gpu, "no MFU without a trusted peak", "peak_tflops") if gpu is not None else None
+    except TuneproofError:
         if measure is None:
-            raise TuneproofError(
-                f"{e.what}: no MFU without a trusted peak",
-                f"{e.hint}; or give {{peak_tflops}}",
-                fields=("gpu", "peak_tflops"),
-            ) from None
+            raise
         measured = measure()
         return Peak(
             measured.tflops,
@@ -280,6 +281,7 @@ def resolve_peak(
             measured.dtype,
             f"GPU {gpu!r} is not in the table: measured instead",
         )
+    table = peak_for(found, d) if found is not None else None
     if table is not None and table.tflops is not None:
         return table
     why = table.reason if table is not None else "no GPU named"

@@ -52,14 +52,7 @@ def device_capability(capability: str | None, gpu: str | None) -> tuple[int, int
     if gpu is not None:
         from tuneproof.hardware import lookup_gpu
 
-        try:
-            return lookup_gpu(gpu).capability
-        except TuneproofError as e:
-            raise TuneproofError(
-                f"{e.what}: its compute capability is not known",
-                f"{e.hint}; or give {{capability}}, e.g. 9.0",
-                fields=("gpu", "capability"),
-            ) from None
+        return lookup_gpu(gpu, "its compute capability is not known", "capability", ", e.g. 9.0").capability
     return None
 
 
