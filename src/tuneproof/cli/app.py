@@ -16,6 +16,7 @@ from tuneproof.cli.doctor_cmd import doctor
 from tuneproof.cli.explain_cmd import explain
 from tuneproof.cli.fit_cmd import fit
 from tuneproof.cli.flops_cmd import flops
+from tuneproof.cli.gate_cmd import gate
 from tuneproof.cli.kernels_cmd import kernels
 from tuneproof.cli.peak_cmd import peak
 from tuneproof.cli.probe_cmd import probe
@@ -36,6 +37,7 @@ app.add_command(doctor)
 app.add_command(explain)
 app.add_command(buckets)
 app.add_command(fit)
+app.add_command(gate)
 app.add_command(kernels)
 app.add_command(peak)
 app.add_command(probe)

@@ -15,7 +15,8 @@ from tuneproof.errors import TuneproofError
 class Command(click.Command):
     """A command whose library errors name its own flags: a `TuneproofError` about the field
     `seq_len` is shown as `--seq-len` (the option whose parameter name is that field). Warnings
-    (`warn`) are printed to stderr once the command has succeeded, so that an error stays one line."""
+    (`warn`) are printed to stderr once the command has succeeded, so that an error stays one line.
+    A command that returns an int exits with it (a verdict's exit code), after its warnings."""
 
     def invoke(self, ctx: click.Context) -> Any:
         ctx.meta["tuneproof.warnings"] = []
@@ -26,6 +27,8 @@ class Command(click.Command):
             raise e.with_labels(labels) from None
         for text in ctx.meta["tuneproof.warnings"]:
             print(f"warning: {text}", file=sys.stderr)
+        if isinstance(result, int) and not isinstance(result, bool) and result:
+            raise click.exceptions.Exit(result)
         return result
 
 

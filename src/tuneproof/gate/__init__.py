@@ -1,0 +1,23 @@
+"""The acceptance gate: tuned vs base on diversity, attractor phrases, memorisation and probes, each
+judged against the instrument's own run-to-run noise.
+
+Names load on first use (numpy is not imported by `import tuneproof.gate`)."""
+
+from tuneproof._lazy import lazy
+
+_EXPORTS = {
+    "Arm": "tuneproof.gate.arms",
+    "GateReport": "tuneproof.gate.run",
+    "GateSpec": "tuneproof.gate.spec",
+    "MetricResult": "tuneproof.gate.stats",
+    "PhraseMatcher": "tuneproof.gate.attractors",
+    "build_index": "tuneproof.gate.memorise",
+    "judge": "tuneproof.gate.stats",
+    "mine": "tuneproof.gate.attractors",
+    "read_arm": "tuneproof.gate.arms",
+    "read_probes": "tuneproof.gate.probes",
+    "read_spec": "tuneproof.gate.spec",
+    "run_gate": "tuneproof.gate.run",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy(__name__, _EXPORTS)

@@ -1,0 +1,117 @@
+"""What the gate judges: metric families, the headline metric of each, wanted directions, k and thresholds.
+
+The defaults are the CASE's: diversity (distinct-n, up), attractor share (down), memorisation at most
+0 % of tuned responses holding a 32-token corpus span, floors at 2 x the run-to-run SD. A spec file
+(TOML) overrides any of them:
+
+    floor_k = 2.0
+    [diversity]
+    gate = true            # false: reported, never judged
+    metric = "distinct"    # distinct | distinct-1..4 | gzip | embedding
+    wanted = "up"          # default: the metric's own direction (gzip: down)
+    [attractors]
+    metric = "share"       # share | per_1k_words
+    wanted = "down"
+    [memorisation]
+    threshold = 0.0        # percent of tuned responses allowed to hold a corpus k-gram
+    k = 32
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tuneproof import validate
+from tuneproof.errors import TuneproofError
+from tuneproof.gate.diversity import PARTS as DIVERSITY_PARTS
+from tuneproof.gate.memorise import DEFAULT_K
+from tuneproof.gate.stats import DEFAULT_FLOOR_K
+
+ATTRACTOR_PARTS = ("share", "per_1k_words")
+SPEC_HINT = "see the gate section of the README for the spec format"
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySpec:
+    gate: bool
+    metric: str
+    wanted: str | None  # None: the metric's own direction (gzip down, the others up; attractors down)
+
+
+@dataclass(frozen=True, slots=True)
+class GateSpec:
+    floor_k: float = DEFAULT_FLOOR_K
+    diversity: FamilySpec = field(default_factory=lambda: FamilySpec(True, "distinct", None))
+    attractors: FamilySpec = field(default_factory=lambda: FamilySpec(True, "share", None))
+    memorisation_gate: bool = True
+    memorisation_threshold: float = 0.0
+    k: int = DEFAULT_K
+
+    def __post_init__(self) -> None:
+        validate.real("floor_k", self.floor_k, low=0, low_open=True, high=100)
+        validate.real("memorisation_threshold", self.memorisation_threshold, low=0, high=100)
+        validate.integer("k", self.k, low=4, high=4096)
+        for name, fam, parts in (
+            ("diversity", self.diversity, DIVERSITY_PARTS),
+            ("attractors", self.attractors, ATTRACTOR_PARTS),
+        ):
+            if fam.metric not in parts:
+                raise TuneproofError(
+                    f"[{name}] metric = {fam.metric!r} is not known", "use " + ", ".join(parts)
+                )
+            if fam.wanted not in (None, "up", "down"):
+                raise TuneproofError(f"[{name}] wanted = {fam.wanted!r}", "use up or down")
+
+
+def read_spec(path: str | Path) -> GateSpec:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise TuneproofError(f"cannot read the spec {p}: {e.strerror}", SPEC_HINT) from None
+    except UnicodeDecodeError as e:
+        raise TuneproofError(f"{p}: invalid UTF-8 at byte {e.start}", "save the spec as UTF-8") from None
+    except tomllib.TOMLDecodeError as e:
+        raise TuneproofError(f"{p} is not valid TOML: {e}", SPEC_HINT) from None
+    unknown = set(data) - {"floor_k", "diversity", "attractors", "memorisation"}
+    if unknown:
+        raise TuneproofError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}", SPEC_HINT)
+    spec = GateSpec()
+    try:
+        if "floor_k" in data:
+            spec = replace(spec, floor_k=data["floor_k"])
+        if "diversity" in data:
+            spec = replace(spec, diversity=_family(data["diversity"], spec.diversity, "diversity", p))
+        if "attractors" in data:
+            spec = replace(spec, attractors=_family(data["attractors"], spec.attractors, "attractors", p))
+        mem = data.get("memorisation", {})
+        if not isinstance(mem, dict) or set(mem) - {"gate", "threshold", "k"}:
+            raise TuneproofError(f"{p}: [memorisation] takes gate, threshold and k", SPEC_HINT)
+        spec = replace(
+            spec,
+            memorisation_gate=_bool(mem.get("gate", True), "memorisation.gate", p),
+            memorisation_threshold=mem.get("threshold", spec.memorisation_threshold),
+            k=mem.get("k", spec.k),
+        )
+    except TuneproofError as e:
+        raise TuneproofError(f"{p}: {e.message}") from None
+    return spec
+
+
+def _bool(value: Any, name: str, p: Path) -> bool:
+    if not isinstance(value, bool):
+        raise TuneproofError(f"{p}: {name} must be true or false, got {value!r}", SPEC_HINT)
+    return value
+
+
+def _family(table: Any, default: FamilySpec, name: str, p: Path) -> FamilySpec:
+    if not isinstance(table, dict) or set(table) - {"gate", "metric", "wanted"}:
+        raise TuneproofError(f"{p}: [{name}] takes gate, metric and wanted", SPEC_HINT)
+    return FamilySpec(
+        _bool(table.get("gate", default.gate), f"{name}.gate", p),
+        table.get("metric", default.metric),
+        table.get("wanted", default.wanted),
+    )
