@@ -11,12 +11,14 @@ import sys
 import click
 
 from tuneproof.cli.adjudicate_cmd import adjudicate
+from tuneproof.cli.attractors_cmd import attractors
 from tuneproof.cli.buckets_cmd import buckets
 from tuneproof.cli.doctor_cmd import doctor
 from tuneproof.cli.explain_cmd import explain
 from tuneproof.cli.fit_cmd import fit
 from tuneproof.cli.flops_cmd import flops
 from tuneproof.cli.gate_cmd import gate
+from tuneproof.cli.generate_cmd import generate
 from tuneproof.cli.kernels_cmd import kernels
 from tuneproof.cli.peak_cmd import peak
 from tuneproof.cli.probe_cmd import probe
@@ -33,11 +35,13 @@ def app() -> None:
 
 app.add_command(flops)
 app.add_command(adjudicate)
+app.add_command(attractors)
 app.add_command(doctor)
 app.add_command(explain)
 app.add_command(buckets)
 app.add_command(fit)
 app.add_command(gate)
+app.add_command(generate)
 app.add_command(kernels)
 app.add_command(peak)
 app.add_command(probe)
@@ -46,7 +50,9 @@ app.add_command(probe)
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     try:
-        app.main(args=argv, prog_name="tuneproof", standalone_mode=False)
+        code = app.main(args=argv, prog_name="tuneproof", standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool):
+            return code  # click hands back an Exit's code (a verdict) in non-standalone mode
     except TuneproofError as e:
         print(f"error: {_one_line(e.message)}", file=sys.stderr)
         return e.exit_code

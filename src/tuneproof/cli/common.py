@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -106,6 +107,41 @@ def progress_bar() -> Iterator[Callable[[str], None]]:
     ) as bar:
         task = bar.add_task("starting", total=None)
         yield lambda msg: bar.update(task, description=msg)
+
+
+@contextmanager
+def count_bar(what: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar with a count and time left on stderr, only on a terminal; yields update(done, total)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    err = Console(stderr=True)
+    with Progress(
+        what,
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def check_out_file(out: Path) -> Path:
+    """Refuse an output file path that cannot be written (a folder, an empty path, an unwritable folder)
+    before any work starts."""
+    from tuneproof.io import check_out_folder
+
+    if str(out) in ("", ".") or out.name in ("", ".", ".."):
+        raise TuneproofError(
+            f"--out {str(out)!r} is not a file path", "pass a file path, e.g. --out result.json"
+        )
+    if out.exists() and not out.is_file():
+        raise TuneproofError(f"{out} exists and is not a file", "pass a file path for --out")
+    check_out_folder(out.parent)
+    return out
 
 
 def int_list(text: str, flag: str) -> tuple[int, ...]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import command, console, json_option, print_json, progress_bar, warn
+from tuneproof.cli.common import check_out_file, command, console, json_option, print_json, progress_bar, warn
 from tuneproof.errors import TuneproofError
 
 _FILE = click.Path(path_type=Path)
@@ -129,7 +129,7 @@ def gate(
     probe_list = read_probes(probes) if probes else []
     check_corpus(corpus)
     if out is not None:
-        _check_out_file(out)
+        check_out_file(out)
     if tokenizer and not corpus:
         warn("--tokenizer has no effect without --corpus")
     base_arm, tuned_arm = read_arm(base, "base"), read_arm(tuned, "tuned")
@@ -168,13 +168,3 @@ def gate(
 
         render_gate(report, console())
     return report.exit_code
-
-
-def _check_out_file(out: Path) -> None:
-    from tuneproof.io import check_out_folder
-
-    if out.exists() and not out.is_file():
-        raise TuneproofError(f"{out} exists and is not a file", "pass a file path for --out")
-    if str(out) in ("", "."):
-        raise TuneproofError("--out is empty", "pass a file path, e.g. --out gate.json")
-    check_out_folder(out.parent if str(out.parent) else Path("."))

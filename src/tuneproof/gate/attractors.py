@@ -13,7 +13,8 @@ ranked by the log-odds ratio with an informative Dirichlet prior (Monroe, Colare
 "Fightin' Words", eq. 16-22): for each n separately, prior alpha_w = A0 * (count in both texts) / (total),
 delta_w = log((y_w + a_w) / (n + A0 - y_w - a_w)) - log((r_w + a_w) / (m + A0 - r_w - a_w)),
 z_w = delta_w / sqrt(1 / (y_w + a_w) + 1 / (r_w + a_w)). Phrases must appear under at least 2 prompts;
-phrases made only of stop words are left out.
+phrases made only of stop words are left out, and so is a phrase inside (or around) a better-ranked one
+with nearly the same count ("a testament" when "a testament to" is kept).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ WORD = re.compile(r"\w+")
 PRIOR_STRENGTH = 1000.0  # A0 in Monroe et al.: the prior's total pseudo-count per n-gram order
 MIN_PROMPTS = 2
 MAX_PHRASE_CHARS = 200
+SAME_HITS = 0.8  # a sub-phrase with at least 80 % of a kept phrase's count is that phrase again
 _STOP = """a an and are as at be but by for from had has have he her his i if in into is it its me my no not
 of on or our she so than that the their them then there these they this to was we were what when which who
 will with you your"""
@@ -195,5 +197,17 @@ def mine(arm: Arm, reference: str, top: int = 50, max_words: int = 3) -> list[Mi
             )
             z = delta / math.sqrt(1.0 / (y + a) + 1.0 / (rc + a))
             out.append(MinedPhrase(g, z, y, rc, len(prompts[g])))
-    out.sort(key=lambda m: (-m.z, m.phrase))
-    return [m for m in out if m.z > 0][:top]
+    out.sort(key=lambda m: (-round(m.z, 6), -len(m.phrase.split()), m.phrase))
+    kept: list[MinedPhrase] = []
+    for m in out:
+        if m.z <= 0 or len(kept) == top:
+            break
+        if not any(_same_hits(m, k) for k in kept):
+            kept.append(m)
+    return kept
+
+
+def _same_hits(a: MinedPhrase, b: MinedPhrase) -> bool:
+    """One phrase inside the other with nearly the same count: the shorter one only repeats the longer."""
+    inside = f" {a.phrase} " in f" {b.phrase} " or f" {b.phrase} " in f" {a.phrase} "
+    return inside and min(a.count, b.count) >= SAME_HITS * max(a.count, b.count)

@@ -60,7 +60,13 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
 
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for i, col in enumerate(columns):
-        t.add_column(col, justify="left" if i == 0 or col == "verdict" else "right", no_wrap=True)
+        # the name column wraps; numbers and verdicts never do
+        t.add_column(
+            col,
+            justify="left" if i == 0 or col == "verdict" else "right",
+            no_wrap=i > 0,
+            overflow="fold" if i == 0 else "ellipsis",
+        )
     return t
 
 
@@ -114,8 +120,8 @@ def render_gate(report: GateReport, console: Console) -> None:
         )
     if report.probes:
         p = _table(
-            "probes (share of responses the detector fires on; McNemar on paired responses)",
-            ("probe", "base k/n", "tuned k/n", "delta", "floor", "ratio", "McNemar p", "verdict"),
+            "probes (k/n responses the detector fires on; delta in points; p: exact McNemar, paired)",
+            ("probe", "base", "tuned", "delta", "floor", "ratio", "p", "verdict"),
         )
         for pr in report.probes:
             (kb, nb), (kt, nt) = pr.counts

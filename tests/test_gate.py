@@ -1,0 +1,257 @@
+"""The gate's verdicts: the CASE's vectors, a planted null, planted memorisation, exit codes, end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gate_fakes import Style, arm, rows, write_arm
+
+from tuneproof.cli.app import main
+from tuneproof.gate import stats
+from tuneproof.gate.arms import Arm
+from tuneproof.gate.attractors import PhraseMatcher
+from tuneproof.gate.probes import read_probes
+from tuneproof.gate.run import judge_probe, run_gate
+from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor
+
+
+def _pair_with_noise(level: np.ndarray, noise_sd: float) -> np.ndarray:
+    """Two runs around `level` whose A/A difference has clustered SD exactly `noise_sd`."""
+    n = level.size
+    c = noise_sd * np.sqrt(n - 1)  # sd(+-c, ddof=1) / sqrt(n) == noise_sd when half are +c, half -c
+    e = np.where(np.arange(n) % 2 == 0, c, -c)
+    return np.stack([level + e / 2, level - e / 2])
+
+
+def test_case_diversity_vector_passes_at_22x() -> None:
+    # CASE section 6: diversity +0.178 against a 0.008 floor (2 x a run-to-run SD of 0.004)
+    rng = np.random.default_rng(0)
+    level = rng.uniform(0.4, 0.6, 200)
+    base = _pair_with_noise(level, 0.004)
+    tuned = _pair_with_noise(level + 0.178, 0.004)
+    sd, pairs = stats.noise_sd(base, tuned)
+    assert sd == pytest.approx(0.004, rel=1e-9) and pairs == 2
+    floor = stats.measured_floor(base, tuned, 2.0)
+    r = stats.judge("diversity", "up", base, tuned, floor)
+    assert r.floor == pytest.approx(0.008)
+    assert r.delta == pytest.approx(0.178)
+    assert r.verdict == PASS and stats.ratio_text(r) == "22x"
+    assert r.ci95 is not None and r.ci95[0] > 0
+    # the same delta the wrong way is a FAIL, and inside the floor it is INCONCLUSIVE
+    assert stats.judge("diversity", "down", base, tuned, floor).verdict == FAIL
+    assert stats.judge("diversity", "up", base, tuned, Floor.given(0.2)).verdict == INCONCLUSIVE
+
+
+def _probe_arm(name: str, fire: tuple[range, range]) -> Arm:
+    """100 prompts, 1 sample, 2 runs; the detector phrase is in run r's response to the prompts in fire[r]."""
+    a = Arm(name, (name,))
+    for r, fired in enumerate(fire):
+        a.runs[str(r)] = {f"p{i}": ["I cannot help" if i in fired else "sure, here"] for i in range(100)}
+    return a
+
+
+def test_case_probe_13_points_inside_twice_the_instrument_sd_is_inconclusive(tmp_path: Path) -> None:
+    # CASE section 6: a 13-point "regression" on a probe inside twice the run-to-run variation
+    probes = tmp_path / "p.toml"
+    probes.write_text(
+        '[[probe]]\nname = "refusal"\nhypothesis = "tuning keeps refusals"\nexpect = "no-change"\n'
+        'prompts = "*"\nphrases = ["I cannot help"]\n'
+    )
+    (probe,) = read_probes(probes)
+    base = _probe_arm("base", (range(0, 50), range(25, 75)))  # 50 %, runs disagree on 50 prompts
+    tuned = _probe_arm("tuned", (range(0, 63), range(25, 88)))  # 63 %, same run-to-run disagreement
+    ids = [f"p{i}" for i in range(100)]
+    res = judge_probe(probe, base, tuned, ids, 2.0, {})
+    assert res.result.delta == pytest.approx(13.0)
+    assert res.result.floor is not None and res.result.floor > 13.0
+    assert res.result.verdict == INCONCLUSIVE and res.held == "undecided"
+    assert res.counts == ((100, 200), (126, 200))
+    # an expected decrease judged the same way: inside the floor is never a win or a regression
+    decrease = read_probes(_write(tmp_path / "d.toml", probes.read_text().replace("no-change", "decrease")))[
+        0
+    ]
+    assert judge_probe(decrease, base, tuned, ids, 2.0, {}).result.verdict == INCONCLUSIVE
+    # with a (given) floor of 2 points the same change is a FAIL of the stated hypothesis
+    given = judge_probe(decrease, base, tuned, ids, 2.0, {"probe:refusal": 2.0})
+    assert given.result.verdict == FAIL and given.result.floor_source == "given"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_memorisation_zero_on_both_arms_passes(tmp_path: Path) -> None:
+    corpus = _write(tmp_path / "c.txt", " ".join(f"licensed{i}" for i in range(2000)))
+    base, tuned = arm(Style(), 1, "base"), arm(Style(), 2, "tuned")
+    report = run_gate(base, tuned, corpus=[corpus])
+    mem = report.metrics["memorisation"]
+    assert mem.base == 0.0 and mem.tuned == 0.0 and mem.verdict == PASS
+    assert mem.extra["longest_span"] is None and mem.extra["corpus_tokens"] == 2000
+
+
+def test_planted_60_token_span_in_4_percent_of_tuned_is_a_fail_naming_it(tmp_path: Path) -> None:
+    words = [f"prose{i}" for i in range(5000)]
+    corpus = _write(tmp_path / "c.jsonl", json.dumps({"text": " ".join(words)}) + "\n")
+    span = " ".join(words[1000:1060])
+    data = rows(Style(), 2, prompts=25, runs=2, samples=4)  # 200 responses
+    for r in data[:8]:  # 4 %
+        r["text"] = "as I recall, " + span + " and so on"
+    tuned = _arm_of(data, "tuned")
+    report = run_gate(arm(Style(), 1, "base", prompts=25, samples=4), tuned, corpus=[corpus])
+    mem = report.metrics["memorisation"]
+    assert mem.verdict == FAIL and mem.tuned == pytest.approx(4.0)
+    assert mem.extra["longest_span"]["tokens"] == 60
+    assert mem.extra["longest_span"]["text"] == span
+    assert "longest: 60 tokens" in mem.reason
+    assert report.verdict == FAIL and report.exit_code == 1
+
+
+def _arm_of(data: list[dict], name: str) -> Arm:
+    a = Arm(name, (name,))
+    for r in data:
+        a.runs.setdefault(str(r["run"]), {}).setdefault(r["prompt_id"], []).append(r["text"])
+    return a
+
+
+PROBES = '[[probe]]\nname = "refusal"\nhypothesis = "h"\nexpect = "decrease"\nprompts = "*"\nphrases = ["I cannot help"]\n'
+
+
+@pytest.mark.slow
+def test_planted_null_is_inconclusive_in_at_least_95_of_100_trials(tmp_path: Path) -> None:
+    (probe,) = read_probes(_write(tmp_path / "p.toml", PROBES))
+    matcher = (PhraseMatcher(["a testament to"]), "sha")
+    conclusive = []
+    for trial in range(100):
+        base = arm(Style(), 2 * trial, "base", prompts=24, samples=3)
+        tuned = arm(Style(), 2 * trial + 1, "tuned", prompts=24, samples=3)
+        report = run_gate(base, tuned, attractors=matcher, probes=[probe])
+        judged = [report.metrics["diversity"], report.metrics["attractors"], report.probes[0].result]
+        judged += report.metrics["diversity"].parts + report.metrics["attractors"].parts
+        if any(m.verdict != INCONCLUSIVE for m in judged):
+            conclusive.append(trial)
+    assert len(conclusive) <= 5, conclusive
+
+
+def test_a_real_difference_passes_and_the_exit_codes_follow_the_verdicts(tmp_path: Path) -> None:
+    (probe,) = read_probes(_write(tmp_path / "p.toml", PROBES))
+    matcher = (PhraseMatcher(["a testament to"]), "sha")
+    base = arm(Style(), 1, "base")
+    better = arm(Style(repeat=0.02, attractor=0.05, refusal=0.02), 2, "tuned")
+    report = run_gate(base, better, attractors=matcher, probes=[probe])
+    assert [report.metrics[m].verdict for m in ("diversity", "attractors")] == [PASS, PASS]
+    assert report.probes[0].result.verdict == PASS and report.probes[0].held == "held"
+    assert report.verdict == PASS and report.exit_code == 0
+    worse = run_gate(better, base, attractors=matcher, probes=[probe])
+    assert worse.metrics["diversity"].verdict == FAIL and worse.exit_code == 1
+    same = run_gate(base, arm(Style(), 3, "tuned"))
+    assert same.verdict == INCONCLUSIVE and same.exit_code == 3
+
+
+def test_one_run_needs_a_given_floor_and_says_so(tmp_path: Path) -> None:
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1, runs=1))
+    t = write_arm(tmp_path / "t.jsonl", rows(Style(repeat=0.0), 2, runs=1))
+    assert main(["gate", "--base", str(b), "--tuned", str(t)]) == 2
+    out = tmp_path / "g.json"
+    code = main(
+        [
+            "gate",
+            "--base",
+            str(b),
+            "--tuned",
+            str(t),
+            "--floor",
+            "diversity=0.01",
+            "--json",
+            "--out",
+            str(out),
+        ]
+    )
+    report = json.loads(out.read_text())
+    assert code == 0 and report["metrics"]["diversity"]["floor_source"] == "given"
+    assert report["metrics"]["diversity"]["floor"] == 0.01
+    # parts without a given floor are reported, not judged
+    assert report["metrics"]["diversity"]["parts"]["gzip"]["verdict"] is None
+
+
+def test_json_carries_every_field_per_family(tmp_path: Path, capsys) -> None:
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1))
+    t = write_arm(tmp_path / "t.jsonl", rows(Style(repeat=0.0, attractor=0.0), 2))
+    attr = _write(tmp_path / "a.txt", "a testament to\n")
+    corpus = _write(tmp_path / "c.txt", "some licensed prose " * 50)
+    probes = _write(tmp_path / "p.toml", PROBES)
+    code = main(
+        ["gate", "--base", str(b), "--tuned", str(t), "--attractors", str(attr), "--corpus", str(corpus),
+         "--probes", str(probes), "--json"]
+    )  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) >= {"metrics", "probes", "verdict"}
+    for family in ("diversity", "attractors", "memorisation"):
+        m = report["metrics"][family]
+        assert {"base", "tuned", "delta", "floor", "floor_source", "ratio", "ci95", "mde", "verdict"} <= set(
+            m
+        )
+    assert "parts" in report["metrics"]["diversity"] and "parts" in report["metrics"]["attractors"]
+    import hashlib
+
+    assert report["metrics"]["attractors"]["list_sha256"] == hashlib.sha256(attr.read_bytes()).hexdigest()
+    assert report["probes"][0]["hypothesis"] == "h" and "mcnemar_p" in report["probes"][0]
+    assert code == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3}[report["verdict"]]
+
+
+def test_prompts_in_one_arm_only_are_dropped_and_counted(tmp_path: Path, capsys) -> None:
+    b = rows(Style(), 1)
+    t = [r for r in rows(Style(), 2) if r["prompt_id"] != "p000"]
+    t += [{"prompt_id": "extra", "run": 0, "sample": 0, "text": "x y z w v"}]
+    code = main(
+        ["gate", "--base", str(write_arm(tmp_path / "b.jsonl", b)), "--tuned",
+         str(write_arm(tmp_path / "t.jsonl", t)), "--json"]
+    )  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code in (0, 1, 3)
+    assert report["inputs"]["prompts"] == 39 and report["inputs"]["prompts_dropped"] == 2
+    assert any("2 prompts are missing" in n for n in report["notes"])
+
+
+def test_table_fits_80_columns(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1))
+    t = write_arm(tmp_path / "t.jsonl", rows(Style(repeat=0.0), 2))
+    probes = _write(tmp_path / "p.toml", PROBES.replace('"refusal"', '"refusal-retention"'))
+    main(["gate", "--base", str(b), "--tuned", str(t), "--probes", str(probes)])
+    out = capsys.readouterr().out
+    assert "…" not in out, out
+    assert "INCONCLUSIVE" in out or "PASS" in out
+
+
+@pytest.mark.slow
+def test_generate_on_tiny_then_gate_end_to_end(tmp_path: Path, capsys) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"prompt_id": f"q{i}", "prompt": f"Tell me about {i}"}) + "\n" for i in range(3))
+        + json.dumps({"prompt_id": "chat", "messages": [{"role": "user", "content": "hi"}]})
+        + "\n"
+    )
+    arms = []
+    for name, seed in (("base", 0), ("tuned", 100)):
+        out = tmp_path / f"{name}.jsonl"
+        code = main(
+            ["generate", "--model", "tiny", "--prompts", str(prompts), "--runs", "2", "--samples", "3",
+             "--max-new-tokens", "16", "--seed", str(seed), "--out", str(out)]
+        )  # fmt: skip
+        assert code == 0
+        lines = [json.loads(x) for x in out.read_text().splitlines()]
+        assert len(lines) == 4 * 3 * 2
+        assert {(r["run"], r["seed"]) for r in lines} == {(0, seed), (1, seed + 1)}
+        meta = json.loads((tmp_path / f"{name}.meta.json").read_text())
+        assert meta["generation"]["seeds"] == [seed, seed + 1] and meta["fingerprint"]["weights_sha256"]
+        assert meta["versions"]["torch"]
+        arms.append(out)
+    capsys.readouterr()
+    code = main(["gate", "--base", str(arms[0]), "--tuned", str(arms[1]), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 3 and report["verdict"] == INCONCLUSIVE  # same model, other seeds: nothing to call
+    assert report["inputs"]["prompts"] == 4 and report["inputs"]["base"]["runs"] == 2
