@@ -31,10 +31,7 @@ def rows(style: Style, seed: int, prompts: int = 40, runs: int = 2, samples: int
         for p in range(prompts):
             template = " ".join(np.random.default_rng([999, p]).choice(VOCAB, style.words))
             for s in range(samples):
-                if rng.random() < style.repeat:
-                    text = template
-                else:
-                    text = " ".join(rng.choice(VOCAB, style.words))
+                text = template if rng.random() < style.repeat else " ".join(rng.choice(VOCAB, style.words))
                 if rng.random() < style.attractor:
                     text += " it is a testament to the craft"
                 if rng.random() < style.refusal:

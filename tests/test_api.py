@@ -13,6 +13,7 @@ import tuneproof.arch
 import tuneproof.attention
 import tuneproof.data
 import tuneproof.flops
+import tuneproof.gate
 import tuneproof.measure
 
 SRC = Path(tuneproof.__file__).parent
@@ -46,6 +47,20 @@ FRONT_DOORS = {
         "resolve",
         "resolve_text_config",
         "tiny_config_path",
+    ],
+    tuneproof.gate: [
+        "Arm",
+        "GateReport",
+        "GateSpec",
+        "MetricResult",
+        "PhraseMatcher",
+        "build_index",
+        "judge",
+        "mine",
+        "read_arm",
+        "read_probes",
+        "read_spec",
+        "run_gate",
     ],
     tuneproof.flops: [
         "EFFECTS",
@@ -135,7 +150,7 @@ def test_front_doors_export_exactly_these_names() -> None:
 def test_import_tuneproof_is_light() -> None:
     heavy = "('torch', 'transformers', 'numpy', 'scipy', 'rich', 'click')"
     code = "import sys, tuneproof, tuneproof.arch, tuneproof.flops, tuneproof.attention, tuneproof.measure, "
-    code += f"tuneproof.data; print(sorted(m for m in {heavy} if m in sys.modules))"
+    code += f"tuneproof.data, tuneproof.gate; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

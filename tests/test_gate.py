@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gate_fakes import Style, arm, rows, write_arm
 
+from gate_fakes import Style, arm, rows, write_arm
 from tuneproof.cli.app import main
 from tuneproof.gate import stats
 from tuneproof.gate.arms import Arm
@@ -117,7 +117,10 @@ def _arm_of(data: list[dict], name: str) -> Arm:
     return a
 
 
-PROBES = '[[probe]]\nname = "refusal"\nhypothesis = "h"\nexpect = "decrease"\nprompts = "*"\nphrases = ["I cannot help"]\n'
+PROBES = (
+    '[[probe]]\nname = "refusal"\nhypothesis = "h"\nexpect = "decrease"\nprompts = "*"\n'
+    'phrases = ["I cannot help"]\n'
+)
 
 
 @pytest.mark.slow
@@ -255,3 +258,42 @@ def test_generate_on_tiny_then_gate_end_to_end(tmp_path: Path, capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     assert code == 3 and report["verdict"] == INCONCLUSIVE  # same model, other seeds: nothing to call
     assert report["inputs"]["prompts"] == 4 and report["inputs"]["base"]["runs"] == 2
+
+
+def test_attractors_mine_writes_a_list_the_gate_reads(tmp_path: Path, capsys) -> None:
+    outputs = write_arm(tmp_path / "o.jsonl", rows(Style(attractor=0.5), 1, prompts=20))
+    reference = _write(tmp_path / "ref.txt", " ".join(f"w{i}" for i in range(400)) * 2)
+    listed = tmp_path / "attractors.txt"
+    code = main(["attractors", "mine", "--outputs", str(outputs), "--reference", str(reference), "--top", "3",
+                 "--out", str(listed), "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(report["phrases"]) == 3
+    assert listed.read_text().splitlines() == [p["phrase"] for p in report["phrases"]]
+    assert "testament" in listed.read_text()
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--outputs", "@missing"], "outputs arm file not found"),
+        (["--reference", "@missing"], "cannot read the reference"),
+        (["--reference", "@bad-utf8"], "invalid UTF-8"),
+        (["--top", "0"], "--top must be >= 1"),
+        (["--out", "@folder"], "exists and is not a file"),
+    ],
+)
+def test_attractors_mine_bad_input(tmp_path: Path, capsys, args: list[str], fragment: str) -> None:
+    files = {
+        "@missing": str(tmp_path / "missing"),
+        "@folder": str(tmp_path),
+        "@bad-utf8": str(tmp_path / "bad.txt"),
+        "@outputs": str(write_arm(tmp_path / "o.jsonl", rows(Style(), 1, prompts=4))),
+        "@reference": str(_write(tmp_path / "ref.txt", "human words")),
+    }
+    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe")
+    base = {"--outputs": "@outputs", "--reference": "@reference"}
+    base.update({args[0]: args[1]})
+    argv = ["attractors", "mine"] + [x for k, v in base.items() for x in (k, files.get(v, v))]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and fragment in err, err

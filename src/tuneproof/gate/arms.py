@@ -157,7 +157,7 @@ def _lm_eval_row(row: dict[str, object], p: Path, line_no: int, task: str | None
     if texts is None:
         raise TuneproofError(
             f"{where}: lm-eval row without string responses in 'filtered_resps' or 'resps'",
-            "pass --log_samples files of a generation task (generate_until)",
+            "pass lm-eval log_samples files of a generation task (generate_until)",
         )
     prompt_id = f"{task}/{row['doc_id']}" if task else str(row["doc_id"])
     for i, text in enumerate(texts):

@@ -123,8 +123,9 @@ def diversity_scores(
 
 
 def load_embedder(path: str) -> Embedder:
-    """A local embedding model: model2vec (a folder with `model.safetensors` + `tokenizer.json` +
-    `config.json` of a StaticModel) or sentence-transformers. Never downloads (the hub is set offline)."""
+    """A local embedding model: model2vec (a StaticModel folder: `model.safetensors` + `tokenizer.json`)
+    or any sentence-transformers folder. Never downloads (the hub is set offline)."""
+    import importlib.util
     import os
     from pathlib import Path
 
@@ -134,22 +135,24 @@ def load_embedder(path: str) -> Embedder:
     if not folder.is_dir():
         raise TuneproofError(f"embedder folder not found: {folder}", "pass a local model folder")
     os.environ["HF_HUB_OFFLINE"] = "1"
-    is_m2v = (folder / "tokenizer.json").is_file() and not (folder / "modules.json").is_file()
+    static_layout = (folder / "tokenizer.json").is_file() and (folder / "model.safetensors").is_file()
     try:
-        if is_m2v:
+        if static_layout and importlib.util.find_spec("model2vec") is not None:
             from model2vec import StaticModel
 
             model = StaticModel.from_pretrained(str(folder))
             return lambda texts: np.asarray(model.encode(texts, use_multiprocessing=False), dtype=np.float64)
+        if importlib.util.find_spec("sentence_transformers") is None:
+            raise TuneproofError(
+                f"cannot load the embedder {folder}: model2vec and sentence-transformers are not installed",
+                "pip install 'tuneproof[embed]' (model2vec) or sentence-transformers",
+            )
         from sentence_transformers import SentenceTransformer
 
         st = SentenceTransformer(str(folder), local_files_only=True)
         return lambda texts: np.asarray(st.encode(texts), dtype=np.float64)
-    except ImportError as e:
-        raise TuneproofError(
-            f"cannot load the embedder {folder}: {e.name} is not installed",
-            "pip install 'tuneproof[embed]' (model2vec) or sentence-transformers",
-        ) from None
+    except TuneproofError:
+        raise
     except Exception as e:  # a folder that is not a model: report it, never a traceback
         raise TuneproofError(
             f"cannot load the embedder {folder}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}",

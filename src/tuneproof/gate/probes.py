@@ -30,7 +30,7 @@ from tuneproof.gate.arms import Arm
 from tuneproof.gate.attractors import PhraseMatcher
 
 EXPECT = {"increase": "up", "decrease": "down", "no-change": "no-change"}
-PROBE_HINT = "see 'tuneproof gate --help' for the probes file format"
+PROBE_HINT = "see the probes section of the README for the file format"
 
 
 @dataclass(frozen=True)

@@ -104,8 +104,9 @@ def check_inputs(
         got = ", ".join(f"{k}: {v}" for k, v in runs.items())
         raise TuneproofError(
             f"need >= 2 runs per arm to measure the instrument's noise; got {got}",
-            f"generate another run of each arm (tuneproof generate --runs 2), or pass --floor {need[0]}=VALUE"
-            " for every judged metric (then the floor is given, not measured)",
+            f"generate each arm with 2 or more runs, or give {{floors}} {need[0]}=VALUE for every judged"
+            " metric (then the floor is given, not measured)",
+            fields=("floors",),
         )
     known = set(floor_names(GateSpec(), True, probes)) | {
         f"{fam}.{part}" for fam, parts in _part_names().items() for part in parts
@@ -113,8 +114,9 @@ def check_inputs(
     for name in given:
         if name not in known:
             raise TuneproofError(
-                f"--floor {name}=... names no metric",
+                f"{{floors}} {name}=... names no metric",
                 "use diversity, attractors, probe:NAME, or a part such as diversity.gzip",
+                fields=("floors",),
             )
     return pairing
 
@@ -187,7 +189,11 @@ def run_gate(
     div = diversity_scores(base, tuned, ids, embed)
     wanted = {p: DIVERSITY_WANTED.get(p, "up") for p in div.scores}
     if spec.diversity.metric not in div.scores:
-        raise TuneproofError("the spec's diversity metric is 'embedding' but no --embedder was given")
+        raise TuneproofError(
+            "the spec's diversity metric is 'embedding' but no {embedder} was given",
+            "pass a local embedding model, or pick another diversity metric",
+            fields=("embedder",),
+        )
     if spec.diversity.wanted:
         wanted[spec.diversity.metric] = spec.diversity.wanted
     diversity = _family(
@@ -212,7 +218,7 @@ def run_gate(
         metrics["attractors"] = _skipped(
             "attractors",
             spec.attractors.wanted or "down",
-            "skipped: no --attractors list (tuneproof attractors mine makes one)",
+            "skipped: no attractor list given (tuneproof attractors mine makes one)",
         )
     else:
         say("attractors")
@@ -240,7 +246,7 @@ def run_gate(
         metrics["attractors"] = fam
 
     if not corpus:
-        metrics["memorisation"] = _skipped("memorisation", "down", "skipped: no --corpus given")
+        metrics["memorisation"] = _skipped("memorisation", "down", "skipped: no training corpus given")
     else:
         index = build_index(corpus, spec.k, tokens, progress=say)
         say("memorisation: querying")

@@ -113,7 +113,7 @@ def measured_floor(base_RP: np.ndarray, tuned_RP: np.ndarray, k: float, unit: st
     sd, num_pairs = noise_sd(base_RP, tuned_RP)
     runs = f"{base_RP.shape[0]} + {tuned_RP.shape[0]} runs"
     if sd is None:
-        return Floor(None, "none", f"no floor: need >= 2 runs per arm ({runs}) or a given --floor")
+        return Floor(None, "none", f"no floor: need >= 2 runs per arm ({runs}) or a given floor")
     return Floor(
         k * sd,
         "measured",

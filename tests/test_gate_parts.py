@@ -1,0 +1,396 @@
+"""The gate's instruments, each against a hand-computed answer: arms, diversity, attractors, the k-gram
+index, probes and the statistics."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gate_fakes import Style, arm
+from tuneproof.errors import TuneproofError
+from tuneproof.gate import stats
+from tuneproof.gate.arms import Arm, pair, read_arm
+from tuneproof.gate.attractors import PhraseMatcher, mine, read_phrases
+from tuneproof.gate.diversity import distinct_n, diversity_scores, gzip_ratio, mean_cosine_distance, tokens
+from tuneproof.gate.memorise import Tokens, build_index, query, window_hashes
+from tuneproof.gate.probes import mcnemar_exact, read_probes, wilson
+from tuneproof.gate.spec import GateSpec, read_spec
+from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor
+
+# ---------------------------------------------------------------- arms
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_arm_rows_are_indexed_by_run_and_prompt_in_sample_order(tmp_path: Path) -> None:
+    p = _jsonl(
+        tmp_path / "a.jsonl",
+        [
+            {"prompt_id": "x", "run": 1, "sample": 1, "text": "second", "extra": 5},
+            {"prompt_id": "x", "run": 1, "sample": 0, "text": "first"},
+            {"prompt_id": "x", "run": "b", "sample": 0, "text": "other run"},
+        ],
+    )
+    a = read_arm([p], "base")
+    assert a.run_names == ["1", "b"] and a.texts("1", "x") == ["first", "second"]
+    assert a.prompt_ids == ["x"] and a.num_responses == 3
+
+
+def test_lm_eval_log_samples_are_one_run_per_file(tmp_path: Path) -> None:
+    rows = [
+        {"doc_id": i, "resps": [[f"r{i}a"], [f"r{i}b"]], "filtered_resps": [f"r{i}a", f"r{i}b"]}
+        for i in range(3)
+    ]
+    f1 = _jsonl(tmp_path / "samples_gsm8k_2026-01-01T00-00-00.jsonl", rows)
+    f2 = _jsonl(tmp_path / "samples_gsm8k_2026-01-02T00-00-00.jsonl", rows)
+    a = read_arm([f1, f2], "base")
+    assert len(a.run_names) == 2
+    assert a.prompt_ids == ["gsm8k/0", "gsm8k/1", "gsm8k/2"]
+    assert a.texts(a.run_names[0], "gsm8k/1") == ["r1a", "r1b"]
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (b"", "holds no responses"),
+        (b'{"prompt_id": "x", "run": 0, "sample": 0}\n', "no 'text'"),
+        (b'{"prompt_id": "x", "run": 0, "sample": 0, "text": 5}\n', "'text' must be a string"),
+        (b'{"prompt_id": "x", "run": 0, "sample": -1, "text": "a"}\n', "'sample' must be an integer >= 0"),
+        (b'{"prompt_id": "x", "run": 0, "sample": 0, "text": "\xff"}\n', "line 1: invalid UTF-8 at byte"),
+        (b"[1, 2]\n", "not a JSON object"),
+        (b"{oops\n", "not JSON"),
+        (b'{"prompt_id": "x", "run": 0, "sample": 0, "text": "a"}\n' * 2, "has sample 0 twice"),
+        (b'{"doc_id": 1, "resps": [[3]]}\n', "without string responses"),
+    ],
+)
+def test_bad_arm_rows_are_refused_with_the_line(tmp_path: Path, content: bytes, fragment: str) -> None:
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(content)
+    with pytest.raises(TuneproofError, match=None) as e:
+        read_arm([p], "base")
+    assert fragment in e.value.message
+
+
+def test_corrupt_gzip_arm_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "a.jsonl.gz"
+    row = b'{"prompt_id": "x", "run": 0, "sample": 0, "text": "a"}\n'
+    p.write_bytes(gzip.compress(row + row.replace(b'0, "text', b'1, "text') * 50)[:40])
+    with pytest.raises(TuneproofError, match="cannot read"):
+        read_arm([p], "base")
+
+
+def test_pair_keeps_prompts_answered_in_every_run_of_both_arms() -> None:
+    b = Arm("base", ("b",), {"0": {"a": ["x"], "b": ["x"]}, "1": {"a": ["x"], "b": ["x"], "c": ["x"]}})
+    t = Arm("tuned", ("t",), {"0": {"a": ["x"], "d": ["x"]}, "1": {"a": ["x"]}})
+    p = pair(b, t)
+    assert p.prompt_ids == ["a"] and p.num_dropped == 3  # b (tuned lacks), c (one run), d (one run, one arm)
+    with pytest.raises(TuneproofError, match="share no prompt"):
+        pair(b, Arm("tuned", ("t",), {"0": {"z": ["x"]}}))
+
+
+# ---------------------------------------------------------------- diversity
+
+
+def test_distinct_n_and_gzip_by_hand() -> None:
+    a, b = ["the", "cat", "sat", "on", "the", "mat"], ["the", "cat", "ran"]
+    assert distinct_n([a], 1) == pytest.approx(5 / 6)
+    assert distinct_n([a, b], 2) == pytest.approx(6 / 7)  # "the cat" twice; n-grams never span responses
+    assert math.isnan(distinct_n([["x"]], 2))
+    rep = [["same", "words", "again"]] * 20
+    varied = [[f"w{i}", f"v{i}", f"u{i}"] for i in range(20)]
+    assert gzip_ratio(rep) > 3 * gzip_ratio(varied)
+    assert tokens("Hello, World!") == ["hello", ",", "world", "!"]
+
+
+def test_mean_cosine_distance() -> None:
+    v = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    assert mean_cosine_distance(v) == pytest.approx((1 + 0 + 1) / 3)
+    assert math.isnan(mean_cosine_distance(v[:1]))
+
+
+def test_length_cannot_fake_diversity() -> None:
+    # the tuned arm says the same as the base, then adds fresh words: at matched length they are equal
+    b = Arm("base", ("b",), {r: {"p": [f"a b c d {r}", f"a b c d {r}"]} for r in "01"})
+    t = Arm("tuned", ("t",), {r: {"p": [f"a b c d {r} x1 x2 x3", f"a b c d {r} y1 y2 y3"]} for r in "01"})
+    d = diversity_scores(b, t, ["p"])
+    base, tuned = d.scores["distinct-1"]
+    assert np.array_equal(base, tuned) and d.matched_lengths.tolist() == [5]
+
+
+def test_too_short_prompts_are_left_out_and_counted() -> None:
+    b = Arm("base", ("b",), {"0": {"p": ["a b"], "q": ["a b c d e"]}})
+    d = diversity_scores(b, b, ["p", "q"])
+    assert d.num_short == 1 and np.isnan(d.scores["distinct"][0][0, 0])
+
+
+def test_embedding_diversity_with_a_local_model2vec_model(tmp_path: Path) -> None:
+    pytest.importorskip("model2vec")
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from tuneproof.gate.diversity import load_embedder
+
+    words = ["[UNK]", "[PAD]", "red", "blue", "green", "car", "boat"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    vectors = np.eye(len(words), dtype=np.float32)
+    StaticModel(vectors, tok).save_pretrained(str(tmp_path / "m2v"))
+    embed = load_embedder(str(tmp_path / "m2v"))
+    same = embed(["red car", "red car"])
+    other = embed(["red car", "blue boat"])
+    assert mean_cosine_distance(same) == pytest.approx(0.0, abs=1e-6)
+    assert mean_cosine_distance(other) == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(TuneproofError, match="embedder folder not found"):
+        load_embedder(str(tmp_path / "nope"))
+
+
+# ---------------------------------------------------------------- attractors
+
+
+def test_phrase_matching_is_case_insensitive_and_word_bounded() -> None:
+    m = PhraseMatcher(["a testament to", "delve", "of course", "of course not"])
+    assert m.found("It was A  Testament\nto craft") == ["a testament to"]
+    assert m.found("we delve; delved; delves") == ["delve"]
+    assert m.found("Of course not. Of course!") == ["of course not", "of course"]
+    assert m.count("of courses") == 0
+    with pytest.raises(TuneproofError, match="empty"):
+        PhraseMatcher(["  ", ""])
+
+
+def test_a_long_list_is_one_pattern_and_finds_the_same_as_one_by_one() -> None:
+    rng = np.random.default_rng(0)
+    phrases = [" ".join(f"w{x}" for x in rng.integers(0, 300, size=rng.integers(1, 4))) for _ in range(3000)]
+    text = " ".join(f"w{x}" for x in rng.integers(0, 300, size=2000))
+    m = PhraseMatcher(phrases)
+    import re
+
+    hit_words = set()
+    for match in m.pattern.finditer(text):
+        hit_words.add(match.group(0))
+    assert hit_words and all(
+        re.search(r"(?<!\w)" + re.escape(h) + r"(?!\w)", text) for h in hit_words
+    )  # every hit is real
+    # every listed phrase present in the text is found when it stands alone
+    some = [p for p in phrases if re.search(r"(?<!\w)" + re.escape(p) + r"(?!\w)", text)][:50]
+    for p in some:
+        assert m.count(f"x {p} y") >= 1, p
+
+
+def test_read_phrases_hashes_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "list.txt"
+    p.write_text("# stock phrases\na testament to\n\ndelve\n")
+    phrases, sha = read_phrases(p)
+    import hashlib
+
+    assert phrases == ["a testament to", "delve"] and sha == hashlib.sha256(p.read_bytes()).hexdigest()
+    (tmp_path / "empty.txt").write_text("# nothing\n\n")
+    with pytest.raises(TuneproofError, match="is empty"):
+        read_phrases(tmp_path / "empty.txt")
+
+
+def test_mining_ranks_a_planted_stock_phrase_first() -> None:
+    a = arm(Style(attractor=0.5), 1, "tuned", prompts=20)
+    reference = " ".join(f"w{i}" for i in range(400)) * 3 + " the craft is a test"
+    top = mine(a, reference, top=5)
+    assert top[0].phrase in ("a testament to", "is a testament", "testament to the")
+    assert top[0].num_prompts >= 2 and top[0].reference_count == 0
+    # sub-phrases that only repeat the kept phrase are folded into it
+    assert "a testament" not in [m.phrase for m in top]
+
+
+def test_mining_needs_two_prompts() -> None:
+    a = Arm("o", ("o",), {"0": {"p": ["zebra zebra zebra"], "q": ["other words here"]}})
+    assert "zebra" not in [m.phrase for m in mine(a, "plain human words here", top=10)]
+
+
+# ---------------------------------------------------------------- memorisation
+
+
+def _naive_hash(values: list[int], k: int) -> list[int]:
+    P, M = 0x9E3779B97F4A7C15, 1 << 64
+    out = []
+    for i in range(len(values) - k + 1):
+        h = 0
+        for v in values[i : i + k]:
+            h = (h * P + v) % M
+        out.append(h)
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 13, 32])
+def test_window_hashes_equal_the_polynomial_by_hand(k: int) -> None:
+    values = np.random.default_rng(k).integers(0, 2**63, size=70, dtype=np.uint64)
+    assert window_hashes(values, k).tolist() == _naive_hash([int(v) for v in values], k)
+    assert window_hashes(values[: k - 1], k).size == 0
+
+
+def test_index_finds_spans_inside_documents_only(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TUNEPROOF_CACHE", str(tmp_path / "cache"))
+    doc1 = " ".join(f"a{i}" for i in range(20))
+    doc2 = " ".join(f"b{i}" for i in range(20))
+    corpus = _jsonl(tmp_path / "c.jsonl", [{"text": doc1}, {"text": doc2}])
+    index = build_index([corpus], k=4)
+    assert index.num_tokens == 40 and index.hashes.size == 2 * 17
+    texts = [
+        "x a3 a4 a5 a6 a7 y",  # 5 corpus tokens: 2 windows -> span 5
+        "a18 a19 b0 b1",  # crosses the document boundary: no hit
+        "a1 a2 a3",  # shorter than k
+        "",
+    ]
+    hit, longest = query(index, texts)
+    assert hit.tolist() == [True, False, False, False] and longest.tolist() == [5, 0, 0, 0]
+    # the second build of the same corpus and k is read from the cache
+    again = build_index([corpus], k=4)
+    assert again.cached.startswith("loaded from") and np.array_equal(again.hashes, index.hashes)
+    assert build_index([corpus], k=5).cached.startswith("built")
+
+
+def test_a_document_longer_than_a_block_loses_no_window(tmp_path: Path, monkeypatch) -> None:
+    import tuneproof.gate.memorise as mem
+
+    monkeypatch.setattr(mem, "_BLOCK_WORDS", 10)
+    words = [f"t{i}" for i in range(57)]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(" ".join(words))
+    index = build_index([corpus], k=4, use_cache=False)
+    assert index.hashes.size == 57 - 4 + 1
+    _hit, longest = query(index, [" ".join(words)])
+    assert longest.tolist() == [57]
+
+
+def test_tokens_are_deterministic_across_processes() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "from tuneproof.gate.memorise import Tokens; print(Tokens().values(['verbatim', 'words']).tolist())"
+    )
+    runs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout for _ in range(2)
+    }
+    assert len(runs) == 1 and Tokens().values(["verbatim", "words"]).tolist() == json.loads(runs.pop())
+
+
+@pytest.mark.parametrize(
+    "content,fragment",
+    [(b"", "holds no text"), (b"\xff\xfe", "invalid UTF-8"), (b'{"txt": 1}\n', "no string 'text' field")],
+)
+def test_bad_corpus_is_refused(tmp_path: Path, content: bytes, fragment: str) -> None:
+    p = tmp_path / ("c.jsonl" if b"{" in content else "c.txt")
+    p.write_bytes(content)
+    with pytest.raises(TuneproofError) as e:
+        build_index([p], use_cache=False)
+    assert fragment in e.value.message
+
+
+# ---------------------------------------------------------------- probes and statistics
+
+
+def test_wilson_and_mcnemar_against_known_values() -> None:
+    from scipy.stats import binomtest
+
+    for k, n in ((29, 100), (0, 100), (100, 100), (3, 7)):  # CASE: 0/100 and 29/100
+        ref = binomtest(k, n).proportion_ci(method="wilson")
+        assert wilson(k, n) == pytest.approx((ref.low, ref.high), abs=1e-6)
+    assert (round(wilson(29, 100)[0], 4), round(wilson(29, 100)[1], 4)) == (0.2101, 0.3854)
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(0, 6) == pytest.approx(2 * 0.5**6)
+    assert mcnemar_exact(5, 5) == pytest.approx(1.0)
+
+
+PROBE = '[[probe]]\nname = "p"\nhypothesis = "h"\nexpect = "increase"\nprompts = ["a"]\nregex = ["x+"]\n'
+
+
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        (PROBE.replace('hypothesis = "h"\n', ""), "has no hypothesis"),
+        (PROBE.replace('hypothesis = "h"', 'hypothesis = "  "'), "has no hypothesis"),
+        (PROBE.replace("increase", "up"), "use increase, decrease or no-change"),
+        (PROBE.replace('regex = ["x+"]', 'regex = ["(x"]'), "does not compile"),
+        (PROBE.replace('regex = ["x+"]\n', ""), "has no detector"),
+        (PROBE + PROBE, "two probes are named 'p'"),
+        (PROBE.replace("prompts", "prompt"), "unknown key"),
+        ("probe = 3\n", "holds no [[probe]] tables"),
+        ("[[probe]\n", "not valid TOML"),
+    ],
+)
+def test_bad_probes_are_refused(tmp_path: Path, text: str, fragment: str) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text(text)
+    with pytest.raises(TuneproofError) as e:
+        read_probes(p)
+    assert fragment in e.value.message
+
+
+def test_noise_sd_pools_arms_and_pairs_clustered_by_prompt() -> None:
+    base = np.array([[0.0, 1.0, 2.0, 3.0], [0.1, 0.9, 2.1, 2.9]])
+    tuned = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.2, 1.0, 0.8]])
+    sd, pairs = stats.noise_sd(base, tuned)
+    d_b = base[0] - base[1]
+    var = [
+        np.var(d_b, ddof=1) / 4,
+        0.0,
+        np.var(tuned[0] - tuned[2], ddof=1) / 4,
+        np.var(tuned[1] - tuned[2], ddof=1) / 4,
+    ]
+    assert pairs == 4 and sd == pytest.approx(math.sqrt(sum(var) / 4))
+    assert stats.noise_sd(base[:1], tuned[:1]) == (None, 0)
+
+
+def test_verdicts_for_each_direction() -> None:
+    level = np.linspace(0, 1, 50)
+    base = np.stack([level, level + 0.01 * (-1) ** np.arange(50)])
+    up = base + 0.5
+    f = Floor.given(0.1)
+    assert stats.judge("m", "up", base, up, f).verdict == PASS
+    assert stats.judge("m", "down", base, up, f).verdict == FAIL
+    assert stats.judge("m", "up", base, base + 0.05, f).verdict == INCONCLUSIVE
+    assert stats.judge("m", "no-change", base, base + 0.01, f).verdict == PASS
+    assert stats.judge("m", "no-change", base, up, f).verdict == FAIL
+    none = stats.judge("m", "up", base, up, Floor(None, "none", "no floor"))
+    assert none.verdict is None and none.mde is not None
+    # a significant test result is needed as well when one is given
+    assert stats.judge("m", "up", base, up, f, test=("McNemar", 0.2)).verdict == INCONCLUSIVE
+
+
+def test_the_mde_is_at_least_the_floor_and_shrinks_with_prompts() -> None:
+    rng = np.random.default_rng(1)
+    mdes = []
+    for n in (20, 80, 320):
+        base = rng.normal(0, 1, (2, n))
+        tuned = base + rng.normal(0, 1, (2, n))
+        r = stats.judge("m", "up", base, tuned, Floor.given(0.01))
+        mdes.append(r.mde)
+    assert mdes[0] > mdes[1] > mdes[2] > 0.01
+    assert mdes[0] / mdes[2] == pytest.approx(4, rel=0.35)  # ~ 1 / sqrt(n)
+
+
+def test_spec_file_overrides_defaults(tmp_path: Path) -> None:
+    p = tmp_path / "s.toml"
+    p.write_text('floor_k = 3\n[diversity]\nmetric = "gzip"\n[memorisation]\nthreshold = 1.5\nk = 50\n')
+    s = read_spec(p)
+    assert (s.floor_k, s.diversity.metric, s.diversity.wanted, s.memorisation_threshold, s.k) == (
+        3, "gzip", None, 1.5, 50,
+    )  # fmt: skip
+    assert GateSpec().diversity.metric == "distinct" and GateSpec().floor_k == 2.0
+    for bad, frag in [
+        ("floor_k = -1\n", "floor_k must be > 0"),
+        ('[diversity]\nmetric = "vibes"\n', "is not known"),
+        ('[attractors]\nwanted = "sideways"\n', "use up or down"),
+        ("[memorisation]\nk = 2\n", "k must be >= 4"),
+        ("colour = 1\n", "unknown key"),
+        ('[diversity]\ngate = "yes"\n', "must be true or false"),
+    ]:
+        p.write_text(bad)
+        with pytest.raises(TuneproofError) as e:
+            read_spec(p)
+        assert frag in e.value.message, bad
