@@ -17,10 +17,11 @@ from tuneproof.gate import stats
 from tuneproof.gate.arms import Arm, pair, read_arm
 from tuneproof.gate.attractors import PhraseMatcher, mine, read_phrases
 from tuneproof.gate.diversity import distinct_n, diversity_scores, gzip_ratio, mean_cosine_distance, tokens
-from tuneproof.gate.memorise import Tokens, build_index, query, window_hashes
+from tuneproof.gate.memorise import build_index, query, window_hashes
 from tuneproof.gate.probes import mcnemar_exact, read_probes, wilson
 from tuneproof.gate.spec import GateSpec, read_spec
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor
+from tuneproof.gate.tokens import Tokens, word_values
 
 # ---------------------------------------------------------------- arms
 
@@ -253,30 +254,44 @@ def test_index_finds_spans_inside_documents_only(tmp_path: Path, monkeypatch) ->
     assert build_index([corpus], k=5).cached.startswith("built")
 
 
-def test_a_document_longer_than_a_block_loses_no_window(tmp_path: Path, monkeypatch) -> None:
+def test_a_document_read_in_blocks_loses_no_window(tmp_path: Path, monkeypatch) -> None:
     import tuneproof.gate.memorise as mem
 
-    monkeypatch.setattr(mem, "_BLOCK_WORDS", 10)
     words = [f"t{i}" for i in range(57)]
     corpus = tmp_path / "c.txt"
     corpus.write_text(" ".join(words))
     index = build_index([corpus], k=4, use_cache=False)
     assert index.hashes.size == 57 - 4 + 1
-    _hit, longest = query(index, [" ".join(words)])
+    _, longest = query(index, [" ".join(words)])
     assert longest.tolist() == [57]
+    # the same text in lines, read in blocks of about 12 bytes: windows across the blocks are all there
+    monkeypatch.setattr(mem, "_PIECE_BYTES", 12)
+    corpus.write_text("\n".join(" ".join(words[i : i + 3]) for i in range(0, 57, 3)) + "\n")
+    lines = build_index([corpus], k=4, use_cache=False)
+    assert lines.num_tokens == 57 and np.array_equal(lines.hashes, index.hashes)
+
+
+def test_word_values_hash_each_words_bytes() -> None:
+    data = "Zoë  went\thome.\nzoë went home.".encode()
+    values, starts, ends = word_values(data)
+    words = [data[s:e] for s, e in zip(starts, ends, strict=True)]
+    assert words == ["Zoë".encode(), b"went", b"home.", "zoë".encode(), b"went", b"home."]
+    assert values[1] == values[4] and values[2] == values[5]  # same bytes, same value
+    assert values[0] != values[3]  # case is kept
+    assert word_values(b"  \n ")[0].size == 0
+    values2, starts2 = Tokens().encode(["Zoë  went\thome.", "", "zoë went home."])
+    assert values2.tolist() == values.tolist() and starts2.tolist() == [0, 3, 3]
 
 
 def test_tokens_are_deterministic_across_processes() -> None:
     import subprocess
     import sys
 
-    code = (
-        "from tuneproof.gate.memorise import Tokens; print(Tokens().values(['verbatim', 'words']).tolist())"
-    )
+    code = "from tuneproof.gate.tokens import Tokens; print(Tokens().encode(['verbatim words'])[0].tolist())"
     runs = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout for _ in range(2)
     }
-    assert len(runs) == 1 and Tokens().values(["verbatim", "words"]).tolist() == json.loads(runs.pop())
+    assert len(runs) == 1 and Tokens().encode(["verbatim words"])[0].tolist() == json.loads(runs.pop())
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,7 @@ def gate(
     check_inputs(base_arm, tuned_arm, gate_spec, given, phrases is not None, probe_list)
     tokens = None
     if tokenizer and corpus:
-        from tuneproof.gate.memorise import load_tokenizer
+        from tuneproof.gate.tokens import load_tokenizer
 
         tokens = load_tokenizer(tokenizer)
     embed = None

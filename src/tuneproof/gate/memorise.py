@@ -6,10 +6,10 @@ one document: 8 bytes per corpus token at most, cached on disk keyed by the corp
 tokenizer. A response window is a hit when its hash is in the index (a binary search).
 
 Tokens are whitespace-separated words (case and punctuation kept: verbatim means verbatim), or the
-model's tokenizer ids when one is given. Each token becomes a 64-bit value (blake2b of the word, or a
-splitmix64 of the id); a window's hash is sum_j v[i+j] * P^(k-1-j) mod 2^64, computed for all windows at
-once by doubling (log2 k array passes). Two different windows share a hash with probability about
-2^-64 per pair: for 10^8 corpus windows and 10^6 response windows, about 5e-6 false hits in all.
+model's tokenizer ids when one is given; each becomes a 64-bit value (`tokens.py`). A window's hash is
+sum_j v[i+j] * P^(k-1-j) mod 2^64, computed for all windows at once by doubling (log2 k array passes).
+Two different windows share a hash with probability about 2^-64 per pair: for 10^8 corpus windows and
+10^6 response windows, about 5e-6 false hits in all.
 
 Per response: whether any window hits, and the longest run of consecutive hit windows, reported as a
 span of (run length + k - 1) tokens: the longest verbatim span shared with the corpus when it is at
@@ -27,16 +27,16 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from tuneproof.errors import TuneproofError
+from tuneproof.gate.tokens import Tokens
 
 DEFAULT_K = 32
 _P = 0x9E3779B97F4A7C15  # odd multiplier of the polynomial hash (the golden-ratio constant)
 _MASK = (1 << 64) - 1
-_BLOCK_WORDS = 2_000_000
+_PIECE_BYTES = 4 << 20  # a .txt file is read in blocks of lines of about this size
 CORPUS_HINT = "pass .txt files or .jsonl files with a 'text' field (optionally .gz)"
 
 
@@ -46,64 +46,6 @@ def cache_dir() -> Path:
         return Path(os.environ["TUNEPROOF_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "tuneproof"
-
-
-class Tokens:
-    """Text to 64-bit token values: whitespace words (default) or a tokenizer's ids."""
-
-    def __init__(self, tokenizer: object | None = None, tokenizer_key: str = "") -> None:
-        self.tokenizer = tokenizer
-        self.key = f"tokenizer:{tokenizer_key}" if tokenizer is not None else "words"
-        self.name = "the model's tokenizer" if tokenizer is not None else "whitespace words"
-        self._words: dict[str, int] = {}
-
-    def units(self, text: str) -> list[str] | list[int]:
-        if self.tokenizer is None:
-            return text.split()
-        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]  # type: ignore[operator]
-        return ids
-
-    def values(self, units: Sequence[str] | Sequence[int]) -> np.ndarray:
-        if self.tokenizer is not None:
-            return _splitmix64(np.asarray(units, dtype=np.uint64))
-        table = self._words
-        for w in set(units) - table.keys():
-            digest = hashlib.blake2b(str(w).encode("utf-8", "surrogatepass"), digest_size=8).digest()
-            table[str(w)] = int.from_bytes(digest, "little")
-        return np.fromiter(map(table.__getitem__, units), dtype=np.uint64, count=len(units))  # type: ignore[arg-type]
-
-    def text_of(self, units: Sequence[str] | Sequence[int]) -> str:
-        if self.tokenizer is None:
-            return " ".join(str(u) for u in units)
-        return str(self.tokenizer.decode(list(units)))  # type: ignore[attr-defined]
-
-
-def load_tokenizer(path: str) -> Tokens:
-    """A local tokenizer folder (never downloaded); its cache key hashes its files."""
-    folder = Path(path)
-    if not folder.is_dir():
-        raise TuneproofError(f"tokenizer folder not found: {folder}", "pass a local tokenizer folder")
-    digest = hashlib.sha256()
-    for f in sorted(folder.iterdir()):
-        if f.is_file() and f.suffix not in (".safetensors", ".bin", ".pt", ".gguf"):
-            digest.update(f.name.encode() + b"\0" + f.read_bytes())
-    try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except Exception as e:  # a folder that is not a tokenizer: report it, never a traceback
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise TuneproofError(
-            f"cannot load a tokenizer from {folder}: {type(e).__name__}: {first}", "pass a tokenizer folder"
-        ) from None
-    return Tokens(tok, digest.hexdigest()[:16])
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
 
 
 def window_hashes(values: np.ndarray, k: int) -> np.ndarray:
@@ -132,40 +74,89 @@ def window_hashes(values: np.ndarray, k: int) -> np.ndarray:
     return acc[: n - k + 1]
 
 
+def sorted_unique(h: np.ndarray, runs: bool = False) -> np.ndarray:
+    """Sorted distinct values by sort-and-compare (numpy's `unique` hashes uint64 several times slower).
+    `h` is sorted in place: numpy's SIMD sort, or timsort when `runs` says it is sorted runs to merge."""
+    h.sort(kind="stable" if runs else None)
+    if h.size == 0:
+        return h
+    keep = np.empty(h.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(h[1:], h[:-1], out=keep[1:])
+    return h[keep]
+
+
 def _inside(starts: np.ndarray, n: int, k: int) -> np.ndarray:
     """For windows 0..n-k of a concatenation whose documents start at `starts`: True where the window
     lies inside one document."""
+    if starts.size <= 1:  # one document: every window is inside it
+        return np.ones(max(n - k + 1, 0), dtype=bool)
     first = np.arange(n - k + 1)
     nxt = np.searchsorted(starts, first, side="right")  # index of the next document start after i
     limit = np.append(starts, n)[nxt]
     return first + k <= limit
 
 
-def _documents(paths: Sequence[Path]) -> Iterator[str]:
-    """Each corpus document's text, checked as it is read."""
+def _blocks(paths: Sequence[Path], tokens: Tokens) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
+    """(values, index of each document's first token, continues the previous block's document) for the
+    corpus, about 4 MB of text at a time, checked as it is read. A `.txt` file is one document, read in
+    blocks of whole lines, so that a large file never sits in memory; a `.jsonl` row is one document."""
     for p in paths:
         opener = gzip.open if p.suffix == ".gz" else open
         jsonl = p.name.removesuffix(".gz").endswith(".jsonl")
         try:
             with opener(p, "rb") as f:
                 if not jsonl:
-                    yield _decode(f.read(), p, None)
+                    offset = 0
+                    while chunk := f.read(_PIECE_BYTES):
+                        chunk += f.readline()  # end the block at a line end: a word never straddles it
+                        yield _encode([_decode_block(chunk, p, offset)], tokens, False, offset == 0)
+                        offset += len(chunk)
                     continue
+                texts: list[str] = []
+                size = 0
                 for line_no, raw in enumerate(f, start=1):
-                    line = _decode(raw, p, line_no).strip()
-                    if not line:
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise TuneproofError(
-                            f"{p}, line {line_no}: not JSON ({e.msg})", CORPUS_HINT
-                        ) from None
-                    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                        raise TuneproofError(f"{p}, line {line_no}: no string 'text' field", CORPUS_HINT)
-                    yield row["text"]
+                    text = _jsonl_text(_decode(raw, p, line_no), p, line_no)
+                    if text is not None:
+                        texts.append(text)
+                    size += len(raw)
+                    if size >= _PIECE_BYTES:
+                        yield _encode(texts, tokens, True, False)
+                        texts, size = [], 0
+                if texts:
+                    yield _encode(texts, tokens, True, False)
         except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise TuneproofError(f"cannot read the corpus file {p}: {e}", CORPUS_HINT) from None
+
+
+def _encode(
+    texts: list[str], tokens: Tokens, jsonl: bool, first_block: bool
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    values, starts = tokens.encode(texts)
+    return values, starts, not jsonl and not first_block
+
+
+def _decode_block(chunk: bytes, p: Path, offset: int) -> str:
+    """A block of whole lines (starting at byte `offset` of the file) as text, or an error naming the
+    file's bad byte."""
+    try:
+        return chunk.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TuneproofError(
+            f"{p}: invalid UTF-8 at byte {offset + e.start}", "save the corpus as UTF-8"
+        ) from None
+
+
+def _jsonl_text(line: str, p: Path, line_no: int) -> str | None:
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise TuneproofError(f"{p}, line {line_no}: not JSON ({e.msg})", CORPUS_HINT) from None
+    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+        raise TuneproofError(f"{p}, line {line_no}: no string 'text' field", CORPUS_HINT)
+    return str(row["text"])
 
 
 def _decode(raw: bytes, p: Path, line_no: int | None) -> str:
@@ -240,43 +231,24 @@ def build_index(
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache entry is rebuilt below
     pieces: list[np.ndarray] = []
-    buffer: list[np.ndarray] = []
-    starts: list[int] = []
-    held = 0
     num_tokens = 0
-
-    def flush() -> None:
-        nonlocal held
-        if not buffer:
-            return
-        values = np.concatenate(buffer)
-        s = np.asarray(starts, dtype=np.int64)
+    carry = np.empty(0, dtype=np.uint64)
+    for values, starts, continues in _blocks(files, tokens):
+        num_tokens += values.size
+        if continues and carry.size:
+            # a document read in blocks: the last k-1 tokens of the previous block open this one
+            values = np.concatenate([carry, values])
+            starts = np.concatenate([[0], starts[1:] + carry.size]).astype(np.int64)
         h = window_hashes(values, k)
         if h.size:
-            pieces.append(np.unique(h[_inside(s, values.size, k)]))
-        buffer.clear()
-        starts.clear()
-        held = 0
-
-    for doc in _documents(files):
-        units = tokens.units(doc)
-        if len(units) < k:
-            num_tokens += len(units)
-            continue
-        for lo in range(0, len(units), _BLOCK_WORDS):
-            # documents longer than a block are cut with k-1 tokens of overlap, so no window is lost
-            part = units[max(0, lo - (k - 1)) : lo + _BLOCK_WORDS]
-            starts.append(held)
-            buffer.append(tokens.values(part))
-            held += len(part)
-            if held >= _BLOCK_WORDS:
-                flush()
-        num_tokens += len(units)
+            kept = h[_inside(starts, values.size, k)]
+            kept.sort()  # sorted runs now; one merge and one pass for duplicates at the end
+            pieces.append(kept)
+        carry = values[max(0, values.size - (k - 1)) :]
         say(f"indexing the corpus: {num_tokens:,} tokens")
-    flush()
     if num_tokens == 0:
         raise TuneproofError("the corpus holds no text", CORPUS_HINT)
-    hashes = np.unique(np.concatenate(pieces)) if pieces else np.empty(0, dtype=np.uint64)
+    hashes = sorted_unique(np.concatenate(pieces), runs=True) if pieces else np.empty(0, dtype=np.uint64)
     cached = "built"
     if use_cache:
         cached = _save(cache, hashes, num_tokens)
@@ -318,44 +290,35 @@ def query(
     """Per text: (any k-gram hit, longest span in tokens (0 when no window hits))."""
     tokens = tokens or Tokens()
     k = index.k
-    units = [tokens.units(t) for t in texts]
-    lengths = np.array([len(u) for u in units], dtype=np.int64)
     hit = np.zeros(len(texts), dtype=bool)
     longest = np.zeros(len(texts), dtype=np.int64)
-    if not len(texts) or lengths.max() < k:
+    if not texts:
         return hit, longest
-    flat: Any = [x for u in units for x in u]
-    values = tokens.values(flat)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    h = window_hashes(values, k)
-    found = index.contains(h) & _inside(starts[lengths > 0], values.size, k)
-    for i, (s, n) in enumerate(zip(starts, lengths, strict=True)):
-        if n < k:
-            continue
-        w = found[s : s + n - k + 1]
+    values, starts = tokens.encode(list(texts))
+    lengths = np.diff(np.append(starts, values.size))
+    found = index.contains(window_hashes(values, k)) & _inside(starts, values.size, k)
+    for i in np.flatnonzero(lengths >= k):
+        w = found[starts[i] : starts[i] + lengths[i] - k + 1]
         if w.any():
             hit[i] = True
-            longest[i] = _longest_run(w) + k - 1
+            longest[i] = _longest_run(w)[1] + k - 1
     return hit, longest
 
 
-def _longest_run(flags: np.ndarray) -> int:
+def _longest_run(flags: np.ndarray) -> tuple[int, int]:
+    """(first index, length) of the longest run of True in `flags`; (0, 0) when there is none."""
     padded = np.concatenate([[False], flags, [False]]).astype(np.int8)
     edges = np.flatnonzero(np.diff(padded))
-    return int((edges[1::2] - edges[::2]).max()) if edges.size else 0
+    if not edges.size:
+        return 0, 0
+    lengths = edges[1::2] - edges[::2]
+    best = int(np.argmax(lengths))
+    return int(edges[::2][best]), int(lengths[best])
 
 
 def span_text(index: KGramIndex, text: str, tokens: Tokens | None = None) -> str:
     """The text of the longest run of corpus k-grams in `text` (for naming it in the report)."""
     tokens = tokens or Tokens()
-    units = tokens.units(text)
-    k = index.k
-    found = index.contains(window_hashes(tokens.values(units), k))
-    padded = np.concatenate([[False], found, [False]]).astype(np.int8)
-    edges = np.flatnonzero(np.diff(padded))
-    if not edges.size:
-        return ""
-    lengths = edges[1::2] - edges[::2]
-    best = int(np.argmax(lengths))
-    lo = int(edges[::2][best])
-    return tokens.text_of(units[lo : lo + int(lengths[best]) + k - 1])
+    values, _ = tokens.encode([text])
+    first, run = _longest_run(index.contains(window_hashes(values, index.k)))
+    return tokens.span(text, first, run + index.k - 1) if run else ""

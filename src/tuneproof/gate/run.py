@@ -20,10 +20,11 @@ from tuneproof.gate.arms import Arm, Pairing, pair
 from tuneproof.gate.attractors import PhraseMatcher, attractor_scores
 from tuneproof.gate.diversity import WANTED as DIVERSITY_WANTED
 from tuneproof.gate.diversity import Embedder, diversity_scores
-from tuneproof.gate.memorise import KGramIndex, Tokens, build_index, query, span_text
+from tuneproof.gate.memorise import KGramIndex, build_index, query, span_text
 from tuneproof.gate.probes import EXPECT, Probe, mcnemar_exact, probe_outcome, wilson
 from tuneproof.gate.spec import GateSpec
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult
+from tuneproof.gate.tokens import Tokens
 
 EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
 
