@@ -30,6 +30,7 @@ bench: install
 	$(PY) bench/flex_vs_sdpa.py
 	$(PY) bench/bucketing.py
 	$(PY) bench/timing_under_load.py
+	$(PY) bench/gate.py
 
 # Mutation testing of the modules whose numbers and verdicts the CASE depends on (see README).
 mutate: install

@@ -45,6 +45,16 @@ def test_case_diversity_vector_passes_at_22x() -> None:
     assert stats.judge("diversity", "up", base, tuned, Floor.given(0.2)).verdict == INCONCLUSIVE
 
 
+def test_case_attractor_vector_passes_at_5_7x() -> None:
+    # CASE section 6: the stock-phrase hit rate fell 11.3 points against a 2.0-point floor
+    level = np.random.default_rng(1).uniform(20, 40, 200)
+    base = _pair_with_noise(level, 1.0)
+    tuned = _pair_with_noise(level - 11.3, 1.0)
+    r = stats.judge("attractors", "down", base, tuned, stats.measured_floor(base, tuned, 2.0), unit="%")
+    assert r.floor == pytest.approx(2.0) and r.delta == pytest.approx(-11.3)
+    assert r.verdict == PASS and stats.ratio_text(r) == "5.7x"
+
+
 def _probe_arm(name: str, fire: tuple[range, range]) -> Arm:
     """100 prompts, 1 sample, 2 runs; the detector phrase is in run r's response to the prompts in fire[r]."""
     a = Arm(name, (name,))

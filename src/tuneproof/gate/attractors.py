@@ -13,8 +13,8 @@ ranked by the log-odds ratio with an informative Dirichlet prior (Monroe, Colare
 "Fightin' Words", eq. 16-22): for each n separately, prior alpha_w = A0 * (count in both texts) / (total),
 delta_w = log((y_w + a_w) / (n + A0 - y_w - a_w)) - log((r_w + a_w) / (m + A0 - r_w - a_w)),
 z_w = delta_w / sqrt(1 / (y_w + a_w) + 1 / (r_w + a_w)). Phrases must appear under at least 2 prompts;
-phrases made only of stop words are left out, and so is a phrase inside (or around) a better-ranked one
-with nearly the same count ("a testament" when "a testament to" is kept).
+phrases made only of stop words are left out, and so is a piece of a better-ranked phrase with nearly the
+same count ("a testament" or "is a testament" when "a testament to" is kept).
 """
 
 from __future__ import annotations
@@ -208,6 +208,11 @@ def mine(arm: Arm, reference: str, top: int = 50, max_words: int = 3) -> list[Mi
 
 
 def _same_hits(a: MinedPhrase, b: MinedPhrase) -> bool:
-    """One phrase inside the other with nearly the same count: the shorter one only repeats the longer."""
+    """Two phrases that are pieces of one longer phrase, with nearly the same count: one phrase inside
+    the other ("a testament" in "a testament to"), or overlapping by all but one word ("is a
+    testament" and "a testament to" from "is a testament to")."""
+    x, y = a.phrase.split(), b.phrase.split()
     inside = f" {a.phrase} " in f" {b.phrase} " or f" {b.phrase} " in f" {a.phrase} "
-    return inside and min(a.count, b.count) >= SAME_HITS * max(a.count, b.count)
+    n = min(len(x), len(y)) - 1
+    overlap = n >= 1 and len(x) == len(y) and (x[-n:] == y[:n] or y[-n:] == x[:n])
+    return (inside or overlap) and min(a.count, b.count) >= SAME_HITS * max(a.count, b.count)
