@@ -6,6 +6,11 @@ that cannot run on this CPU, in order of value, each bounded in time.
 2. The CUDA-only tests (pytest skips them without a GPU).
 3. The probe on the embedded tiny model, training step, on CUDA: fit vs kernel table.
 4. bench/gpu_flex_vs_sdpa.py (flex with the chosen kernel options vs SDPA, 16k, head_dim 256/512).
+0. First, the acceptance gate's generator on CUDA: `tuneproof generate` on the tiny model, two arms,
+   then `tuneproof gate` on them (the same model twice: it must say INCONCLUSIVE, exit 3).
+
+Each step has its own time limit and the script stops starting steps past DEADLINE_S, so that one call
+of the device tool (10 minutes at most) holds all of it.
 
 Run: python bench/gpu_check.py   (from the repository root, with the package installed)
 """
@@ -46,49 +51,91 @@ def dispatch_grid() -> int:
     return mismatches
 
 
+DEADLINE_S = 480
+CLI = [sys.executable, "-c", "import sys; from tuneproof.cli.app import main; sys.exit(main(sys.argv[1:]))"]
+
+
+def gate_on_cuda() -> None:
+    import json
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp())
+    prompts = folder / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"prompt_id": f"q{i}", "prompt": f"Tell me about {i}"}) + "\n" for i in range(16))
+    )
+    for name, seed in (("base", 0), ("tuned", 100)):
+        t0 = time.time()
+        args = [
+            "generate",
+            "--model",
+            "tiny",
+            "--prompts",
+            str(prompts),
+            "--runs",
+            "2",
+            "--samples",
+            "4",
+            "--max-new-tokens",
+            "48",
+            "--seed",
+            str(seed),
+            "--out",
+            str(folder / f"{name}.jsonl"),
+        ]
+        out = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, check=False)
+        meta = json.loads((folder / f"{name}.meta.json").read_text()) if out.returncode == 0 else {}
+        print(
+            f"generate {name}: exit {out.returncode} in {time.time() - t0:.1f} s, device "
+            f"{meta.get('generation', {}).get('device')}, {out.stdout.strip() or out.stderr[-500:]}"
+        )
+    gate = subprocess.run(
+        [*CLI, "gate", "--base", str(folder / "base.jsonl"), "--tuned", str(folder / "tuned.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    print(
+        gate.stdout[-1500:], gate.stderr[-500:], f"gate exit {gate.returncode} (3 expected: same model twice)"
+    )
+
+
 def main() -> None:
     print(
         f"{torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}, "
         f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
     )
     t0 = time.time()
+    print("\n== 0. tuneproof generate on CUDA, then gate")
+    gate_on_cuda()
+    sys.stdout.flush()
     print(f"\n== 1. dispatch: live vs predicted\n{dispatch_grid()} mismatches")
-    print("\n== 2. CUDA-only tests")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:warnings",
-            "tests/test_probe.py",
-            "tests/test_attention_dispatch.py",
-            "-k",
-            "cuda or live",
-        ],
-        check=False,
-        timeout=240,
-    )
-    print("\n== 3. probe, training step on CUDA")
-    subprocess.run(
-        [
-            "tuneproof",
-            "probe",
-            "--device",
-            "cuda",
-            "--widths",
-            "1024,2048,4096",
-            "--batch",
-            "2",
-            "--budget",
-            "60",
-        ],
-        check=False,
-        timeout=240,
-    )
-    print("\n== 4. flex vs SDPA at 16k")
-    subprocess.run([sys.executable, "bench/gpu_flex_vs_sdpa.py"], check=False, timeout=300)
+    tests = [
+        "tests/test_probe.py",
+        "tests/test_attention_dispatch.py",
+        "tests/test_gate.py",
+        "-k",
+        "cuda or live",
+    ]
+    probe = ["probe", "--device", "cuda", "--widths", "1024,2048,4096", "--batch", "2", "--budget", "60"]
+    steps = [
+        ("2. CUDA-only tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:warnings", *tests], 200),
+        ("3. probe, training step on CUDA", [*CLI, *probe], 150),
+        ("4. flex vs SDPA at 16k", [sys.executable, "bench/gpu_flex_vs_sdpa.py"], 300),
+    ]
+    for title, cmd, limit in steps:
+        spent = time.time() - t0
+        if spent > DEADLINE_S:
+            print(f"\nstopped before {title}: {spent:.0f} s spent, past {DEADLINE_S} s")
+            break
+        print(f"\n== {title}", flush=True)
+        left = min(limit, 560 - spent)
+        try:
+            subprocess.run(cmd, check=False, timeout=left)
+        except subprocess.TimeoutExpired:
+            print(f"{title}: stopped at its limit of {left:.0f} s")
     print(f"\ntotal {time.time() - t0:.0f} s")
 
 

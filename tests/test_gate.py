@@ -307,3 +307,15 @@ def test_attractors_mine_bad_input(tmp_path: Path, capsys, args: list[str], frag
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and fragment in err, err
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_generate_runs_on_cuda_when_present(tmp_path: Path) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt_id": "a", "prompt": "hello"}\n{"prompt_id": "b", "prompt": "world"}\n')
+    out = tmp_path / "arm.jsonl"
+    args = ["--prompts", str(prompts), "--runs", "2", "--samples", "2", "--max-new-tokens", "8"]
+    assert main(["generate", "--model", "tiny", *args, "--out", str(out)]) == 0
+    meta = json.loads((tmp_path / "arm.meta.json").read_text())
+    assert meta["generation"]["device"].startswith("cuda")
+    assert len(out.read_text().splitlines()) == 2 * 2 * 2
