@@ -173,3 +173,59 @@ def test_lengths_files(rows: list[str], gz: bool) -> None:
 @given(raw=st.binary(max_size=200))
 def test_lengths_bytes(raw: bytes) -> None:
     _file_refused_or_ok(read_lengths, raw, "lengths.gz")
+
+
+arm_rows = st.dictionaries(
+    st.sampled_from(["prompt_id", "run", "sample", "text", "doc_id", "resps", "filtered_resps"]),
+    json_values,
+    max_size=7,
+)
+
+
+@SETTINGS
+@given(rows=st.lists(arm_rows | json_values, max_size=8), gz=st.booleans(), lm_eval=st.booleans())
+def test_arm_files(rows: list[object], gz: bool, lm_eval: bool) -> None:
+    from tuneproof.gate.arms import read_arm
+
+    raw = "\n".join(json.dumps(r) for r in rows).encode()
+    name = ("samples_task_2026-01-01T00-00-00" if lm_eval else "arm") + (".jsonl.gz" if gz else ".jsonl")
+    _file_refused_or_ok(lambda p: read_arm([p], "base"), gzip.compress(raw) if gz else raw, name)
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=300))
+def test_arm_prompt_probe_spec_and_corpus_bytes(raw: bytes) -> None:
+    from tuneproof.gate.arms import read_arm
+    from tuneproof.gate.generate import read_prompts
+    from tuneproof.gate.memorise import build_index
+    from tuneproof.gate.probes import read_probes
+    from tuneproof.gate.spec import read_spec
+
+    _file_refused_or_ok(lambda p: read_arm([p], "base"), raw, "arm.jsonl")
+    _file_refused_or_ok(read_prompts, raw, "prompts.jsonl")
+    _file_refused_or_ok(read_probes, raw, "probes.toml")
+    _file_refused_or_ok(read_spec, raw, "spec.toml")
+    _file_refused_or_ok(lambda p: build_index([p], k=4, use_cache=False), raw, "corpus.jsonl")
+    _file_refused_or_ok(lambda p: build_index([p], k=4, use_cache=False), raw, "corpus.txt.gz")
+
+
+probe_tables = st.dictionaries(
+    st.sampled_from(["name", "hypothesis", "expect", "prompts", "regex", "phrases"]),
+    st.one_of(json_values, st.sampled_from(["increase", "no-change", "*", ["(", "a+"], ["x"]])),
+    max_size=6,
+)
+
+
+@SETTINGS
+@given(tables=st.lists(probe_tables, max_size=3))
+def test_probe_files(tables: list[dict]) -> None:
+    from tuneproof.gate.probes import read_probes
+
+    def toml_value(v: object) -> str:
+        return json.dumps(v) if not isinstance(v, dict) else "{}"
+
+    text = "".join(
+        "[[probe]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in t.items() if v is not None)
+        for t in tables
+    )
+    _file_refused_or_ok(read_probes, text.encode(), "probes.toml")

@@ -13,15 +13,13 @@ Several files may make one arm; runs are then told apart by file (`<file stem>:<
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneproof.errors import TuneproofError
+from tuneproof.gate.inputs import jsonl_objects
 
 ARM_HINT = 'one JSON object per line: {"prompt_id": ..., "run": ..., "sample": ..., "text": ...}'
 _LM_EVAL_NAME = re.compile(r"^samples_(?P<task>.+?)_\d{4}-\d{2}-\d{2}T")
@@ -101,34 +99,13 @@ def read_arm(paths: Sequence[str | Path], name: str) -> Arm:
 
 
 def _read_rows(p: Path, arm: str) -> Iterator[Response]:
-    if not p.is_file():
-        raise TuneproofError(f"{arm} arm file not found: {p}", ARM_HINT)
-    opener = gzip.open if p.suffix == ".gz" else open
     lm_eval = _LM_EVAL_NAME.match(p.name)
     task = lm_eval.group("task") if lm_eval else None
-    try:
-        with opener(p, "rb") as f:
-            for line_no, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8").strip()
-                except UnicodeDecodeError as e:
-                    raise TuneproofError(
-                        f"{p}, line {line_no}: invalid UTF-8 at byte {e.start}", "save the file as UTF-8"
-                    ) from None
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise TuneproofError(f"{p}, line {line_no}: not JSON ({e.msg})", ARM_HINT) from None
-                if not isinstance(row, dict):
-                    raise TuneproofError(f"{p}, line {line_no}: not a JSON object", ARM_HINT)
-                if "prompt_id" not in row and "doc_id" in row:
-                    yield from _lm_eval_row(row, p, line_no, task)
-                else:
-                    yield _arm_row(row, p, line_no)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise TuneproofError(f"cannot read {p}: {e}", "pass a readable JSONL file (or .jsonl.gz)") from None
+    for line_no, row in jsonl_objects(p, f"{arm} arm file", ARM_HINT):
+        if "prompt_id" not in row and "doc_id" in row:
+            yield from _lm_eval_row(row, p, line_no, task)
+        else:
+            yield _arm_row(row, p, line_no)
 
 
 def _arm_row(row: dict[str, object], p: Path, line_no: int) -> Response:

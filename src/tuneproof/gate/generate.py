@@ -12,7 +12,6 @@ in memory: its text is noise, which is what a test of the plumbing needs.
 from __future__ import annotations
 
 import hashlib
-import json
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from typing import Any
 
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
+from tuneproof.gate.inputs import jsonl_objects
 
 PROMPTS_HINT = (
     'one JSON object per line: {"prompt_id": ..., "prompt": ...} or {"prompt_id": ..., "messages": [...]}'
@@ -71,29 +71,11 @@ class Prompt:
 
 def read_prompts(path: str | Path) -> list[Prompt]:
     p = Path(path)
-    if not p.is_file():
-        raise TuneproofError(f"prompts file not found: {p}", PROMPTS_HINT)
     out: list[Prompt] = []
     seen: set[str] = set()
-    try:
-        raw_lines = p.read_bytes().splitlines()
-    except OSError as e:
-        raise TuneproofError(f"cannot read {p}: {e.strerror}", PROMPTS_HINT) from None
-    for line_no, raw in enumerate(raw_lines, start=1):
+    for line_no, row in jsonl_objects(p, "prompts file", PROMPTS_HINT):
         where = f"{p}, line {line_no}"
-        try:
-            line = raw.decode("utf-8").strip()
-        except UnicodeDecodeError as e:
-            raise TuneproofError(
-                f"{where}: invalid UTF-8 at byte {e.start}", "save the file as UTF-8"
-            ) from None
-        if not line:
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TuneproofError(f"{where}: not JSON ({e.msg})", PROMPTS_HINT) from None
-        if not isinstance(row, dict) or "prompt_id" not in row:
+        if "prompt_id" not in row:
             raise TuneproofError(f"{where}: no 'prompt_id'", PROMPTS_HINT)
         pid = str(row["prompt_id"])
         if pid in seen:

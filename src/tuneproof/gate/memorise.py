@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tuneproof.errors import TuneproofError
+from tuneproof.gate.inputs import jsonl_objects
 from tuneproof.gate.tokens import Tokens
 
 DEFAULT_K = 32
@@ -102,38 +103,36 @@ def _blocks(paths: Sequence[Path], tokens: Tokens) -> Iterator[tuple[np.ndarray,
     corpus, about 4 MB of text at a time, checked as it is read. A `.txt` file is one document, read in
     blocks of whole lines, so that a large file never sits in memory; a `.jsonl` row is one document."""
     for p in paths:
+        if p.name.removesuffix(".gz").endswith(".jsonl"):
+            yield from _jsonl_blocks(p, tokens)
+            continue
         opener = gzip.open if p.suffix == ".gz" else open
-        jsonl = p.name.removesuffix(".gz").endswith(".jsonl")
         try:
             with opener(p, "rb") as f:
-                if not jsonl:
-                    offset = 0
-                    while chunk := f.read(_PIECE_BYTES):
-                        chunk += f.readline()  # end the block at a line end: a word never straddles it
-                        yield _encode([_decode_block(chunk, p, offset)], tokens, False, offset == 0)
-                        offset += len(chunk)
-                    continue
-                texts: list[str] = []
-                size = 0
-                for line_no, raw in enumerate(f, start=1):
-                    text = _jsonl_text(_decode(raw, p, line_no), p, line_no)
-                    if text is not None:
-                        texts.append(text)
-                    size += len(raw)
-                    if size >= _PIECE_BYTES:
-                        yield _encode(texts, tokens, True, False)
-                        texts, size = [], 0
-                if texts:
-                    yield _encode(texts, tokens, True, False)
+                offset = 0
+                while chunk := f.read(_PIECE_BYTES):
+                    chunk += f.readline()  # end the block at a line end: a word never straddles it
+                    values, starts = tokens.encode([_decode_block(chunk, p, offset)])
+                    yield values, starts, offset > 0
+                    offset += len(chunk)
         except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
             raise TuneproofError(f"cannot read the corpus file {p}: {e}", CORPUS_HINT) from None
 
 
-def _encode(
-    texts: list[str], tokens: Tokens, jsonl: bool, first_block: bool
-) -> tuple[np.ndarray, np.ndarray, bool]:
-    values, starts = tokens.encode(texts)
-    return values, starts, not jsonl and not first_block
+def _jsonl_blocks(p: Path, tokens: Tokens) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
+    texts: list[str] = []
+    size = 0
+    for line_no, row in jsonl_objects(p, "corpus file", CORPUS_HINT):
+        text = row.get("text")
+        if not isinstance(text, str):
+            raise TuneproofError(f"{p}, line {line_no}: no string 'text' field", CORPUS_HINT)
+        texts.append(text)
+        size += len(text)
+        if size >= _PIECE_BYTES:
+            yield (*tokens.encode(texts), False)
+            texts, size = [], 0
+    if texts:
+        yield (*tokens.encode(texts), False)
 
 
 def _decode_block(chunk: bytes, p: Path, offset: int) -> str:
@@ -144,28 +143,6 @@ def _decode_block(chunk: bytes, p: Path, offset: int) -> str:
     except UnicodeDecodeError as e:
         raise TuneproofError(
             f"{p}: invalid UTF-8 at byte {offset + e.start}", "save the corpus as UTF-8"
-        ) from None
-
-
-def _jsonl_text(line: str, p: Path, line_no: int) -> str | None:
-    if not line.strip():
-        return None
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise TuneproofError(f"{p}, line {line_no}: not JSON ({e.msg})", CORPUS_HINT) from None
-    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-        raise TuneproofError(f"{p}, line {line_no}: no string 'text' field", CORPUS_HINT)
-    return str(row["text"])
-
-
-def _decode(raw: bytes, p: Path, line_no: int | None) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        where = f"{p}, line {line_no}" if line_no else str(p)
-        raise TuneproofError(
-            f"{where}: invalid UTF-8 at byte {e.start}", "save the corpus as UTF-8"
         ) from None
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 from tuneproof.errors import TuneproofError
 from tuneproof.gate.arms import Arm
 from tuneproof.gate.attractors import PhraseMatcher
+from tuneproof.gate.inputs import read_toml
 
 EXPECT = {"increase": "up", "decrease": "down", "no-change": "no-change"}
 PROBE_HINT = "see the probes section of the README for the file format"
@@ -50,16 +50,7 @@ class Probe:
 
 def read_probes(path: str | Path) -> list[Probe]:
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise TuneproofError(f"cannot read the probes file {p}: {e.strerror}", PROBE_HINT) from None
-    except UnicodeDecodeError as e:
-        raise TuneproofError(
-            f"{p}: invalid UTF-8 at byte {e.start}", "save the probes file as UTF-8"
-        ) from None
-    except tomllib.TOMLDecodeError as e:
-        raise TuneproofError(f"{p} is not valid TOML: {e}", PROBE_HINT) from None
+    data = read_toml(p, "the probes file", PROBE_HINT)
     tables = data.get("probe")
     if not isinstance(tables, list) or not tables:
         raise TuneproofError(f"{p} holds no [[probe]] tables", PROBE_HINT)

@@ -19,7 +19,6 @@ The defaults are the CASE's: diversity (distinct-n, up), attractor share (down),
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
 from tuneproof.gate.diversity import PARTS as DIVERSITY_PARTS
+from tuneproof.gate.inputs import read_toml
 from tuneproof.gate.memorise import DEFAULT_K
 from tuneproof.gate.stats import DEFAULT_FLOOR_K
 
@@ -68,14 +68,7 @@ class GateSpec:
 
 def read_spec(path: str | Path) -> GateSpec:
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise TuneproofError(f"cannot read the spec {p}: {e.strerror}", SPEC_HINT) from None
-    except UnicodeDecodeError as e:
-        raise TuneproofError(f"{p}: invalid UTF-8 at byte {e.start}", "save the spec as UTF-8") from None
-    except tomllib.TOMLDecodeError as e:
-        raise TuneproofError(f"{p} is not valid TOML: {e}", SPEC_HINT) from None
+    data = read_toml(p, "the spec", SPEC_HINT)
     unknown = set(data) - {"floor_k", "diversity", "attractors", "memorisation"}
     if unknown:
         raise TuneproofError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}", SPEC_HINT)
