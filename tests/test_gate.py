@@ -223,9 +223,11 @@ def test_prompts_in_one_arm_only_are_dropped_and_counted(tmp_path: Path, capsys)
         ["gate", "--base", str(write_arm(tmp_path / "b.jsonl", b)), "--tuned",
          str(write_arm(tmp_path / "t.jsonl", t)), "--json"]
     )  # fmt: skip
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
     assert code in (0, 1, 3)
     assert report["inputs"]["prompts"] == 39 and report["inputs"]["prompts_dropped"] == 2
+    assert captured.err.startswith("warning: 2 prompts are missing from one arm or one run")
     assert any("2 prompts are missing" in n for n in report["notes"])
 
 

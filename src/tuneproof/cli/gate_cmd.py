@@ -133,7 +133,9 @@ def gate(
     if tokenizer and not corpus:
         warn("--tokenizer has no effect without --corpus")
     base_arm, tuned_arm = read_arm(base, "base"), read_arm(tuned, "tuned")
-    check_inputs(base_arm, tuned_arm, gate_spec, given, phrases is not None, probe_list)
+    pairing = check_inputs(base_arm, tuned_arm, gate_spec, given, phrases is not None, probe_list)
+    if pairing.note():
+        warn(str(pairing.note()))
     tokens = None
     if tokenizer and corpus:
         from tuneproof.gate.tokens import load_tokenizer

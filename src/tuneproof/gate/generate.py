@@ -260,11 +260,27 @@ def generate(
         "model": spec.model,
         "adapter": spec.adapter,
         "fingerprint": fingerprint,
-        "generation": {**asdict(spec), "seeds": seeds, "do_sample": sampling, "device": str(device)},
+        "generation": {
+            **asdict(spec),
+            "seeds": seeds,
+            "do_sample": sampling,
+            "top_k": 0 if sampling else None,  # off: temperature and top-p alone shape the draws
+            "device": str(device),
+            # what the model's own generation config adds (repetition penalty, stop tokens, ...)
+            "model_generation_config": _generation_config(lm),
+        },
         "num_prompts": len(prompts),
         "versions": _versions(),
     }
     return rows, meta
+
+
+def _generation_config(lm: Any) -> dict[str, Any]:
+    config = getattr(lm, "generation_config", None)
+    try:
+        return dict(config.to_diff_dict()) if config is not None else {}
+    except (AttributeError, TypeError, ValueError):
+        return {}
 
 
 def _versions() -> dict[str, str | None]:
