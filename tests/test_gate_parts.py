@@ -409,3 +409,85 @@ def test_spec_file_overrides_defaults(tmp_path: Path) -> None:
         with pytest.raises(TuneproofError) as e:
             read_spec(p)
         assert frag in e.value.message, bad
+
+
+def test_mined_scores_follow_the_informative_dirichlet_log_odds_by_hand() -> None:
+    a = Arm(
+        "o",
+        ("o",),
+        {"0": {"p": ["alpha beta gamma alpha"], "q": ["alpha delta beta"], "r": ["solo solo"]}},
+    )
+    reference = "beta gamma delta delta epsilon"
+    got = {m.phrase: m for m in mine(a, reference, top=100, max_words=2)}
+    # unigrams: outputs alpha 3, beta 2, gamma 1, delta 1, solo 2 (9 words); reference 5 words
+    y_total, r_total, a0 = 9, 5, 1000.0
+
+    def z(y: int, r: int) -> float:
+        prior = a0 * (y + r) / (y_total + r_total)
+        d = math.log((y + prior) / (y_total + a0 - y - prior)) - math.log(
+            (r + prior) / (r_total + a0 - r - prior)
+        )
+        return d / math.sqrt(1 / (y + prior) + 1 / (r + prior))
+
+    assert got["alpha"].z == pytest.approx(z(3, 0), rel=1e-12)
+    assert (got["alpha"].count, got["alpha"].reference_count, got["alpha"].num_prompts) == (3, 0, 2)
+    assert "beta" not in got or got["beta"].z == pytest.approx(z(2, 1), rel=1e-12)
+    assert "solo" not in got  # one prompt only
+    assert "gamma" not in got  # under one prompt only
+    assert all(len(p.split()) <= 2 for p in got)
+    assert list(got) == sorted(got, key=lambda p: -got[p].z)  # best first
+
+
+@pytest.mark.parametrize(
+    "a,b,count_a,count_b,same",
+    [
+        ("a testament to", "is a testament", 94, 94, True),  # overlap by all but one word
+        ("a testament to", "testament to the", 94, 80, True),
+        ("a testament to", "is a testament", 94, 40, False),  # counts too far apart
+        ("a testament", "a testament to", 94, 94, True),  # inside
+        ("to the craft", "a testament to", 94, 94, False),  # overlap of one word only
+        ("testament", "testaments are", 94, 94, False),  # not on word boundaries
+    ],
+)
+def test_pieces_of_one_phrase_are_folded(a: str, b: str, count_a: int, count_b: int, same: bool) -> None:
+    from tuneproof.gate.attractors import MinedPhrase, _same_hits
+
+    assert _same_hits(MinedPhrase(a, 1.0, count_a, 0, 2), MinedPhrase(b, 1.0, count_b, 0, 2)) is same
+    assert _same_hits(MinedPhrase(b, 1.0, count_b, 0, 2), MinedPhrase(a, 1.0, count_a, 0, 2)) is same
+
+
+def test_sorted_unique_and_a_window_as_long_as_the_text() -> None:
+    from tuneproof.gate.memorise import sorted_unique
+
+    h = np.array([5, 1, 5, 3, 1, 9], dtype=np.uint64)
+    assert sorted_unique(h.copy()).tolist() == [1, 3, 5, 9]
+    runs = np.array([1, 4, 4, 7, 2, 4, 8], dtype=np.uint64)  # two sorted runs
+    assert sorted_unique(runs, runs=True).tolist() == [1, 2, 4, 7, 8]
+    assert sorted_unique(np.array([], dtype=np.uint64)).tolist() == []
+    assert sorted_unique(np.array([7], dtype=np.uint64)).tolist() == [7]
+    values = np.arange(1, 9, dtype=np.uint64)
+    assert window_hashes(values, 8).tolist() == _naive_hash(list(range(1, 9)), 8)
+    assert window_hashes(values, 8).dtype == np.uint64
+
+
+def test_a_cache_that_cannot_be_written_is_reported_not_fatal(tmp_path: Path, monkeypatch) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("TUNEPROOF_CACHE", str(blocker / "cache"))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(" ".join(f"w{i}" for i in range(40)))
+    index = build_index([corpus], k=4)
+    assert index.cached.startswith("built (not cached:") and index.hashes.size == 37
+    monkeypatch.setenv("TUNEPROOF_CACHE", str(tmp_path / "cache"))
+    cached = build_index([corpus], k=4)
+    assert cached.cached.startswith("built and cached in")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted(
+        [
+            Path(cached.cached.split(" in ")[-1]).name,
+            Path(cached.cached.split(" in ")[-1]).with_suffix(".json").name,
+        ]
+    )  # no temporary file is left behind
+    # a damaged cache entry is rebuilt, not trusted
+    Path(cached.cached.split(" in ")[-1]).write_bytes(b"garbage")
+    again = build_index([corpus], k=4)
+    assert again.cached.startswith("built and cached") and np.array_equal(again.hashes, index.hashes)
