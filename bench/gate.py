@@ -146,8 +146,14 @@ def main() -> None:
             )
         speedup = naive["seconds"] / ours[sizes[0]]["seconds"]
         per_token = max(r["index_bytes"] / r["tokens"] for r in ours.values())
-        print(f"GOAL build >= 10x faster than the naive set at {sizes[0]:,} tokens: {speedup:.1f}x "
-              f"-> {'met' if speedup >= 10 else 'NOT met'}")  # fmt: skip
+        judged = (
+            "not judged at --small sizes (the goal is at 10 M)"
+            if small
+            else ("met" if speedup >= 10 else "NOT met")
+        )
+        print(
+            f"GOAL build >= 10x faster than the naive set at {sizes[0]:,} tokens: {speedup:.1f}x -> {judged}"
+        )
         verdict = "met" if per_token <= 16 else "NOT met"
         print(f"GOAL index <= 16 B per corpus token: {per_token:.2f} -> {verdict}")
 

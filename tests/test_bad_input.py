@@ -50,6 +50,7 @@ OUT_FILE = [
 ]
 ARM_FILES = [
     ("@missing", "arm file not found"),
+    ("@folder", "is not a regular file"),
     ("@empty", "holds no responses"),
     ("@not-json", "not JSON"),
     ("@bad-gzip-arm", "cannot read"),
@@ -204,7 +205,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("@bad-utf8", "invalid UTF-8"),
         ],
         "--k": [("2", "--k must be >= 4"), ("x", "not a valid integer")],
-        "--tokenizer": [("@missing", "tokenizer folder not found"), ("@folder", "cannot load a tokenizer")],
+        "--tokenizer": [("@missing", "tokenizer folder not found"), ("@folder", "holds no tokenizer files")],
         "--probes": [
             ("@missing", "cannot read the probes file"),
             ("@no-hypothesis", "has no hypothesis"),
@@ -222,7 +223,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--out": OUT_FILE,
     },
     "generate": {
-        "--model": [("@missing", "model folder not found")],
+        "--model": [("@missing", "model folder not found"), ("@folder", "holds no config.json")],
         "--adapter": [("@folder", "holds no adapter_config.json")],
         "--prompts": [
             ("@missing", "prompts file not found"),

@@ -229,3 +229,32 @@ def test_probe_files(tables: list[dict]) -> None:
         for t in tables
     )
     _file_refused_or_ok(read_probes, text.encode(), "probes.toml")
+
+
+spec_tables = st.fixed_dictionaries(
+    {},
+    optional={
+        "floor_k": json_values,
+        "diversity": st.dictionaries(
+            st.sampled_from(["gate", "metric", "wanted", "x"]), json_values, max_size=3
+        ),
+        "attractors": st.dictionaries(st.sampled_from(["gate", "metric", "wanted"]), json_values, max_size=3),
+        "memorisation": st.dictionaries(st.sampled_from(["gate", "threshold", "k"]), json_values, max_size=3),
+    },
+)
+
+
+@SETTINGS
+@given(spec=spec_tables)
+def test_spec_files(spec: dict) -> None:
+    from tuneproof.gate.spec import read_spec
+
+    def toml_value(v: object) -> str:
+        return json.dumps(v) if not isinstance(v, dict) else "{}"
+
+    lines = [f"floor_k = {toml_value(spec['floor_k'])}\n"] if spec.get("floor_k") is not None else []
+    for table in ("diversity", "attractors", "memorisation"):
+        if table in spec:
+            lines.append(f"[{table}]\n")
+            lines += [f"{k} = {toml_value(v)}\n" for k, v in spec[table].items() if v is not None]
+    _file_refused_or_ok(read_spec, "".join(lines).encode(), "spec.toml")

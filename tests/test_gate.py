@@ -321,3 +321,122 @@ def test_generate_runs_on_cuda_when_present(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "arm.meta.json").read_text())
     assert meta["generation"]["device"].startswith("cuda")
     assert len(out.read_text().splitlines()) == 2 * 2 * 2
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_an_out_that_is_an_input_is_refused_and_the_input_kept(tmp_path: Path, capsys) -> None:
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1))
+    t = write_arm(tmp_path / "t.jsonl", rows(Style(), 2))
+    before = t.read_bytes()
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(t), "--out", str(t)], capsys)
+    assert code == 2 and "is also an input of this command" in err and t.read_bytes() == before
+    prompts = _write(tmp_path / "p.jsonl", '{"prompt_id": "a", "prompt": "hi"}\n')
+    code, _, err = _run(
+        ["generate", "--model", "tiny", "--prompts", str(prompts), "--out", str(prompts)], capsys
+    )
+    assert code == 2 and "is also an input" in err
+    ref = _write(tmp_path / "ref.txt", "human words " * 10)
+    code, _, err = _run(
+        ["attractors", "mine", "--outputs", str(b), "--reference", str(ref), "--out", str(ref)], capsys
+    )
+    assert code == 2 and "is also an input" in err and ref.read_text() == "human words " * 10
+
+
+def test_floor_names_and_one_run_refusals_list_everything(tmp_path: Path, capsys) -> None:
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1, runs=1))
+    attr = _write(tmp_path / "a.txt", "a testament to\n")
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--attractors", str(attr)], capsys)
+    assert code == 2 and "--floor diversity=VALUE --floor attractors=VALUE" in err
+    args = ["gate", "--base", str(b), "--tuned", str(b), "--floor", "diversity=1", "--floor", "diversity=2"]
+    code, _, err = _run(args, capsys)
+    assert code == 2 and "--floor diversity is given twice" in err
+    twice = ["gate", "--base", str(b), "--base", str(b), "--tuned", str(b), "--floor", "diversity=1"]
+    code, _, err = _run(twice, capsys)
+    assert code == 2 and "is given twice for the base arm" in err
+
+
+def test_same_named_lm_eval_files_in_two_folders_are_two_runs(tmp_path: Path) -> None:
+    from tuneproof.gate.arms import read_arm
+
+    name = "samples_task_2026-01-01T00-00-00.jsonl"
+    files = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        files.append(tmp_path / folder / name)
+        files[-1].write_text(
+            "".join(json.dumps({"doc_id": i, "filtered_resps": ["x y"]}) + "\n" for i in range(3))
+        )
+    arm_ = read_arm(files, "base")
+    assert len(arm_.run_names) == 2 and arm_.prompt_ids == ["task/0", "task/1", "task/2"]
+
+
+def test_a_probe_is_refused_before_the_corpus_is_indexed(tmp_path: Path, capsys, monkeypatch) -> None:
+    import tuneproof.gate.memorise as mem
+
+    def no_build(*args, **kw):  # type: ignore[no-untyped-def]
+        raise AssertionError("the corpus was indexed before the probe was checked")
+
+    monkeypatch.setattr(mem, "build_index", no_build)
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1))
+    probes = _write(tmp_path / "p.toml", PROBES.replace('prompts = "*"', 'prompts = ["nowhere"]'))
+    corpus = _write(tmp_path / "c.txt", "words " * 100)
+    argv = ["gate", "--base", str(b), "--tuned", str(b), "--probes", str(probes), "--corpus", str(corpus)]
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and "none of its prompts is answered by both arms" in err
+
+
+def test_degenerate_probes_and_empty_responses_are_called_out(tmp_path: Path) -> None:
+    probes = _write(
+        tmp_path / "p.toml",
+        PROBES.replace('phrases = ["I cannot help"]', 'regex = ["w"]')
+        + PROBES.replace('"refusal"', '"never"').replace('["I cannot help"]', '["zebra crossing"]'),
+    )
+    report = run_gate(arm(Style(), 1, "base"), arm(Style(), 2, "tuned"), probes=read_probes(probes))
+    every, never = report.probes
+    assert (
+        every.result.verdict == INCONCLUSIVE and "fires on every response in both arms" in every.result.reason
+    )
+    assert never.result.verdict == INCONCLUSIVE and "fires on no response in both arms" in never.result.reason
+    empty = arm(Style(), 2, "tuned")
+    for run in empty.runs.values():
+        for texts in run.values():
+            texts[0] = ""
+    report = run_gate(arm(Style(), 1, "base"), empty)
+    assert "80 of 320 tuned responses are empty" in report.notes
+    assert report.metrics["diversity"].extra["samples_per_prompt"] == 4.0
+
+
+def test_every_memorised_response_is_listed(tmp_path: Path) -> None:
+    words = [f"prose{i}" for i in range(500)]
+    corpus = _write(tmp_path / "c.txt", " ".join(words))
+    data = rows(Style(), 2, prompts=10, runs=2, samples=2)
+    for i, r in enumerate(data[:3]):
+        r["text"] = " ".join(words[100 * i : 100 * i + 40 + i])
+    report = run_gate(arm(Style(), 1, "base", prompts=10, samples=2), _arm_of(data, "tuned"), corpus=[corpus])
+    spans = report.metrics["memorisation"].extra["spans"]
+    assert [s["tokens"] for s in spans] == [42, 41, 40] and all(s["text"] for s in spans)
+    assert [(s["prompt_id"], s["sample"]) for s in spans] == [("p001", 0), ("p000", 1), ("p000", 0)]
+
+
+def test_narrow_terminals_get_one_line_per_metric(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1))
+    t = write_arm(tmp_path / "t.jsonl", rows(Style(repeat=0.0), 2))
+    main(["gate", "--base", str(b), "--tuned", str(t)])
+    out = capsys.readouterr().out
+    assert any(x.startswith("diversity ↑: base 0.8") for x in out.splitlines())  # a line per metric
+    assert "verdict PASS" in " ".join(out.split()) and "…" not in out and "┃" not in out
+
+
+def test_a_tiny_reference_is_warned_about(tmp_path: Path, capsys) -> None:
+    outputs = write_arm(tmp_path / "o.jsonl", rows(Style(attractor=0.5), 1, prompts=10))
+    reference = _write(tmp_path / "ref.txt", "three short words")
+    code, _, err = _run(
+        ["attractors", "mine", "--outputs", str(outputs), "--reference", str(reference)], capsys
+    )
+    assert code == 0 and err.startswith("warning: the reference holds 3 words")

@@ -393,7 +393,7 @@ def test_spec_file_overrides_defaults(tmp_path: Path) -> None:
     p = tmp_path / "s.toml"
     p.write_text('floor_k = 3\n[diversity]\nmetric = "gzip"\n[memorisation]\nthreshold = 1.5\nk = 50\n')
     s = read_spec(p)
-    assert (s.floor_k, s.diversity.metric, s.diversity.wanted, s.memorisation_threshold, s.k) == (
+    assert (s.floor_k, s.diversity.metric, s.diversity.wanted, s.threshold, s.k) == (
         3, "gzip", None, 1.5, 50,
     )  # fmt: skip
     assert GateSpec().diversity.metric == "distinct" and GateSpec().floor_k == 2.0
@@ -402,13 +402,19 @@ def test_spec_file_overrides_defaults(tmp_path: Path) -> None:
         ('[diversity]\nmetric = "vibes"\n', "is not known"),
         ('[attractors]\nwanted = "sideways"\n', "use up or down"),
         ("[memorisation]\nk = 2\n", "k must be >= 4"),
-        ("colour = 1\n", "unknown key"),
+        ("colour = 1\n", "the spec has unknown key(s) colour"),
+        (
+            "[memorisation]\ntreshold = 1\n",
+            "[memorisation] has unknown key(s) treshold (it takes gate, threshold, k)",
+        ),
+        ("[memorisation]\nthreshold = 200\n", "threshold must be <= 100"),
         ('[diversity]\ngate = "yes"\n', "must be true or false"),
     ]:
         p.write_text(bad)
         with pytest.raises(TuneproofError) as e:
             read_spec(p)
         assert frag in e.value.message, bad
+        assert e.value.message.count(str(p)) == 1  # the path once
 
 
 def test_mined_scores_follow_the_informative_dirichlet_log_odds_by_hand() -> None:
@@ -488,6 +494,54 @@ def test_a_cache_that_cannot_be_written_is_reported_not_fatal(tmp_path: Path, mo
         ]
     )  # no temporary file is left behind
     # a damaged cache entry is rebuilt, not trusted
-    Path(cached.cached.split(" in ")[-1]).write_bytes(b"garbage")
+    entry = Path(cached.cached.split(" in ")[-1])
+    entry.write_bytes(b"garbage")
     again = build_index([corpus], k=4)
     assert again.cached.startswith("built and cached") and np.array_equal(again.hashes, index.hashes)
+    # and so is an entry whose record was written for another corpus (a name collision, a stale tool)
+    meta = json.loads(entry.with_suffix(".json").read_text())
+    entry.with_suffix(".json").write_text(json.dumps({**meta, "key": "0" * 64}))
+    assert build_index([corpus], k=4).cached.startswith("built and cached")
+    assert build_index([corpus], k=4).cached.startswith("loaded from")
+
+
+def test_mined_phrases_stay_inside_a_clause() -> None:
+    texts = ["The light. The market, the stone", "the light. The market; the stone", "The light: the market"]
+    a = Arm("o", ("o",), {"0": {f"p{i}": [t] for i, t in enumerate(texts)}})
+    phrases = [m.phrase for m in mine(a, "a human reference about nothing in particular", top=100)]
+    assert "light the" not in phrases and "the light the" not in phrases and "market the" not in phrases
+    assert "the light" in phrases
+
+
+@pytest.mark.parametrize(
+    "row,fragment",
+    [
+        ({"prompt_id": "", "prompt": "hi"}, "no 'prompt_id'"),
+        ({"prompt_id": "a", "prompt": "hi", "messages": [{"role": "user", "content": "x"}]}, "both 'prompt'"),
+        ({"prompt_id": "a", "messages": [{"role": "user"}]}, "needs a non-empty string 'prompt'"),
+        ({"prompt_id": True, "prompt": "hi"}, "no 'prompt_id'"),
+    ],
+)
+def test_bad_prompt_rows_are_refused(tmp_path: Path, row: dict, fragment: str) -> None:
+    from tuneproof.gate.generate import read_prompts
+
+    p = _jsonl(tmp_path / "p.jsonl", [row])
+    with pytest.raises(TuneproofError) as e:
+        read_prompts(p)
+    assert fragment in e.value.message
+
+
+def test_empty_patterns_in_a_probe_are_refused(tmp_path: Path) -> None:
+    for detector in ('regex = [""]', 'phrases = [""]', "regex = [3]"):
+        p = tmp_path / "p.toml"
+        p.write_text(PROBE.replace('regex = ["x+"]', detector))
+        with pytest.raises(TuneproofError, match="an empty or non-string pattern"):
+            read_probes(p)
+
+
+def test_a_stock_phrase_is_mined_whole_not_in_pieces() -> None:
+    texts = {f"p{i}": [f"I cannot help with that. The w{i} and w{i + 1}."] for i in range(12)}
+    a = Arm("o", ("o",), {"0": texts})
+    phrases = [m.phrase for m in mine(a, " ".join(f"human{i} words" for i in range(300)), top=5)]
+    assert any(p in phrases for p in ("i cannot help", "cannot help with", "help with that"))
+    assert not {"cannot", "help", "cannot help"} & set(phrases)

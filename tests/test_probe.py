@@ -29,7 +29,8 @@ FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2)
 def test_probe_runs_fits_profiles_and_keeps_files(tmp_path: Path) -> None:
     result = run_probe(TINY, ProbeSpec(**FAST), out=tmp_path / "out")
     assert sorted(result.timings) == [64, 128, 256] and result.profiled_width == 256
-    assert all(t.repeats >= 3 for t in result.timings.values())
+    # the contract is 3 rounds at least; under load the budget may end before an outlier is made up
+    assert all(len(t.times_s) >= 3 for t in result.timings.values())
     assert all(len(p) == 2 for p in result.kernel_ms.values())  # every width profiled
     assert result.kernels.source == "cpu_ops" and result.kernels.share("attention") > 0
     assert result.verdict in ("agree", "disagree", "inconclusive")

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import Command, check_out_file, json_option, print_json
+from tuneproof.cli.common import Command, check_out_file, json_option, print_json, warn
 
 _FILE = click.Path(path_type=Path)
+MIN_REFERENCE_WORDS = 1000
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,7 +35,7 @@ def mine(outputs: tuple[Path, ...], reference: Path, top: int, out: Path | None,
 
     validate.integer("top", top, low=1, high=100_000)
     if out is not None:
-        check_out_file(out)
+        check_out_file(out, (*outputs, reference))
     try:
         text = reference.read_bytes().decode("utf-8")
     except OSError as e:
@@ -44,6 +45,12 @@ def mine(outputs: tuple[Path, ...], reference: Path, top: int, out: Path | None,
     except UnicodeDecodeError as e:
         raise TuneproofError(f"{reference}: invalid UTF-8 at byte {e.start}", "save it as UTF-8") from None
     arm = read_arm(outputs, "outputs")
+    words = len(text.split())
+    if words < MIN_REFERENCE_WORDS:
+        warn(
+            f"the reference holds {words} words: over-representation against so little human text is weak "
+            f"evidence (give {MIN_REFERENCE_WORDS:,} words or more)"
+        )
     phrases = mine_phrases(arm, text, top)
     if out is not None:
         from tuneproof.io import atomic_write_text

@@ -129,9 +129,10 @@ def count_bar(what: str) -> Iterator[Callable[[int, int], None]]:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
-def check_out_file(out: Path) -> Path:
-    """Refuse an output file path that cannot be written (a folder, an empty path, an unwritable folder)
-    before any work starts."""
+def check_out_file(out: Path, inputs: tuple[Path | str, ...] = ()) -> Path:
+    """Refuse an output file path that cannot be written (a folder, an empty path, a path under a file,
+    an unwritable folder) or that is one of the command's `inputs` (writing it would destroy them), before
+    any work starts."""
     from tuneproof.io import check_out_folder
 
     if str(out) in ("", ".") or out.name in ("", ".", ".."):
@@ -140,8 +141,26 @@ def check_out_file(out: Path) -> Path:
         )
     if out.exists() and not out.is_file():
         raise TuneproofError(f"{out} exists and is not a file", "pass a file path for --out")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise TuneproofError(f"--out {out} cannot be created: {parent} is a file, not a folder")
+            break
+    for source in inputs:
+        if _same_file(out, Path(source)):
+            raise TuneproofError(
+                f"--out {out} is also an input of this command: writing it would destroy that input",
+                "pass another output path",
+            )
     check_out_folder(out.parent)
     return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False
 
 
 def int_list(text: str, flag: str) -> tuple[int, ...]:

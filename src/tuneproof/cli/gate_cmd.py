@@ -27,6 +27,8 @@ def parse_floors(values: tuple[str, ...]) -> dict[str, float]:
             raise TuneproofError(
                 f"--floor {item!r} is not METRIC=VALUE with a number >= 0", "e.g. --floor diversity=0.008"
             )
+        if name.strip() in out:
+            raise TuneproofError(f"--floor {name.strip()} is given twice", "give each metric's floor once")
         out[name.strip()] = value
     return out
 
@@ -129,7 +131,8 @@ def gate(
     probe_list = read_probes(probes) if probes else []
     check_corpus(corpus)
     if out is not None:
-        check_out_file(out)
+        sources = (*base, *tuned, *corpus, *(p for p in (attractors, probes, spec) if p is not None))
+        check_out_file(out, sources)
     if tokenizer and not corpus:
         warn("--tokenizer has no effect without --corpus")
     base_arm, tuned_arm = read_arm(base, "base"), read_arm(tuned, "tuned")

@@ -74,8 +74,8 @@ def generate(
     )
     check_paths(spec)
     prompt_list = read_prompts(prompts)
-    check_out_file(out)
-    check_out_file(meta_path(out))
+    check_out_file(out, (prompts,))
+    check_out_file(meta_path(out), (prompts,))
     with count_bar("generating") as update:
         rows, meta = generate(spec, prompt_list, update)
     import gzip

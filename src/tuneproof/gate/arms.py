@@ -8,7 +8,8 @@ lm-evaluation-harness `--log_samples` files (`samples_<task>_*.jsonl`, rows with
 `filtered_resps` or `resps`) are read as well: each such file is one run, its prompt ids are
 `<task>/<doc_id>`, and each response string in the row is one sample.
 
-Several files may make one arm; runs are then told apart by file (`<file stem>:<run>`).
+Several files may make one arm; runs are then told apart by file (`<file name>:<run>`, the path where two
+files share a name). A file given twice is refused.
 """
 
 from __future__ import annotations
@@ -76,12 +77,21 @@ class Arm:
 def read_arm(paths: Sequence[str | Path], name: str) -> Arm:
     """One arm from one or more files (tuneproof arm JSONL or lm-eval samples JSONL, optionally .gz)."""
     if not paths:
-        raise TuneproofError(f"no files given for the {name} arm", f"pass --{name} ARM.jsonl")
+        raise TuneproofError(f"no files given for the {name} arm", "pass at least one arm file")
     arm = Arm(name=name, sources=tuple(str(p) for p in paths))
     keyed: dict[tuple[str, str], dict[int, str]] = {}
-    for path in paths:
-        p = Path(path)
-        prefix = f"{p.name}:" if len(paths) > 1 else ""
+    files = [Path(x) for x in paths]
+    seen: dict[str, Path] = {}
+    for p in files:
+        key = str(p.resolve())
+        if key in seen:
+            raise TuneproofError(f"{p} is given twice for the {name} arm", "give each file once")
+        seen[key] = p
+    names = [p.name for p in files]
+    for p in files:
+        # runs from several files are told apart by file: its name, or its path where names repeat
+        label = p.name if names.count(p.name) == 1 else str(p)
+        prefix = f"{label}:" if len(files) > 1 else ""
         for row in _read_rows(p, name):
             run = prefix + row.run
             slots = keyed.setdefault((run, row.prompt_id), {})
@@ -116,8 +126,8 @@ def _arm_row(row: dict[str, object], p: Path, line_no: int) -> Response:
     prompt_id, run, sample, text = row["prompt_id"], row["run"], row["sample"], row["text"]
     if not isinstance(text, str):
         raise TuneproofError(f"{where}: 'text' must be a string, got {type(text).__name__}", ARM_HINT)
-    if isinstance(prompt_id, bool) or not isinstance(prompt_id, str | int):
-        raise TuneproofError(f"{where}: 'prompt_id' must be a string, got {prompt_id!r}", ARM_HINT)
+    if isinstance(prompt_id, bool) or not isinstance(prompt_id, str | int) or prompt_id == "":
+        raise TuneproofError(f"{where}: 'prompt_id' must be a non-empty string, got {prompt_id!r}", ARM_HINT)
     if isinstance(run, bool) or not isinstance(run, str | int):
         raise TuneproofError(f"{where}: 'run' must be an integer or a string, got {run!r}", ARM_HINT)
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
@@ -138,7 +148,7 @@ def _lm_eval_row(row: dict[str, object], p: Path, line_no: int, task: str | None
         )
     prompt_id = f"{task}/{row['doc_id']}" if task else str(row["doc_id"])
     for i, text in enumerate(texts):
-        yield Response(prompt_id, p.name, i, text)
+        yield Response(prompt_id, "", i, text)
 
 
 def _flatten_strings(value: object) -> list[str] | None:

@@ -8,7 +8,8 @@ Per response: whether it holds at least one phrase (the yes/no that paired stati
 non-overlapping hits it holds; per prompt and run: the share of responses with a hit (percent) and hits
 per 1,000 words (EQ-Bench's slop-index convention). Words are `\\w+` runs.
 
-Mining (`mine`): phrases of 1-3 words over-represented in model outputs against a human reference,
+Mining (`mine`): phrases of 1-3 words (inside one clause: never across a stop, comma or line break)
+over-represented in model outputs against a human reference,
 ranked by the log-odds ratio with an informative Dirichlet prior (Monroe, Colaresi and Quinn 2008,
 "Fightin' Words", eq. 16-22): for each n separately, prior alpha_w = A0 * (count in both texts) / (total),
 delta_w = log((y_w + a_w) / (n + A0 - y_w - a_w)) - log((r_w + a_w) / (m + A0 - r_w - a_w)),
@@ -36,6 +37,7 @@ WORD = re.compile(r"\w+")
 PRIOR_STRENGTH = 1000.0  # A0 in Monroe et al.: the prior's total pseudo-count per n-gram order
 MIN_PROMPTS = 2
 MAX_PHRASE_CHARS = 200
+CLAUSE_BREAK = re.compile(r"[.!?;:,()\[\]{}\"“”«»…—\n]+")
 SAME_HITS = 0.8  # a sub-phrase with at least 80 % of a kept phrase's count is that phrase again
 _STOP = """a an and are as at be but by for from had has have he her his i if in into is it its me my no not
 of on or our she so than that the their them then there these they this to was we were what when which who
@@ -159,6 +161,12 @@ class MinedPhrase:
         }
 
 
+def _clauses(text: str) -> list[list[str]]:
+    """Lower-cased words of each clause: a phrase never spans a stop, comma, colon, bracket, quote or line
+    break, because the matcher could never find it across one ("the light. The")."""
+    return [[w.lower() for w in WORD.findall(part)] for part in CLAUSE_BREAK.split(text)]
+
+
 def _ngrams(words: Sequence[str], n: int) -> Iterable[str]:
     return (" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
 
@@ -169,20 +177,20 @@ def _keep(phrase: str) -> bool:
 
 def mine(arm: Arm, reference: str, top: int = 50, max_words: int = 3) -> list[MinedPhrase]:
     """The `top` phrases most over-represented in the arm's responses against `reference`."""
-    ref_words = [w.lower() for w in WORD.findall(reference)]
-    if not ref_words:
+    ref_clauses = _clauses(reference)
+    if not any(ref_clauses):
         raise TuneproofError("the reference text holds no words", "pass a human-written text file")
     out: list[MinedPhrase] = []
-    responses = list(arm.responses())
+    responses = [(r.prompt_id, _clauses(r.text)) for r in arm.responses()]
     for n in range(1, max_words + 1):
         counts: Counter[str] = Counter()
         prompts: dict[str, set[str]] = {}
-        for r in responses:
-            words = [w.lower() for w in WORD.findall(r.text)]
-            for g in _ngrams(words, n):
-                counts[g] += 1
-                prompts.setdefault(g, set()).add(r.prompt_id)
-        ref = Counter(_ngrams(ref_words, n))
+        for prompt_id, clauses in responses:
+            for words in clauses:
+                for g in _ngrams(words, n):
+                    counts[g] += 1
+                    prompts.setdefault(g, set()).add(prompt_id)
+        ref = Counter(g for words in ref_clauses for g in _ngrams(words, n))
         y_total, r_total = sum(counts.values()), sum(ref.values())
         if not y_total or not r_total:
             continue
@@ -200,10 +208,18 @@ def mine(arm: Arm, reference: str, top: int = 50, max_words: int = 3) -> list[Mi
     out.sort(key=lambda m: (-round(m.z, 6), -len(m.phrase.split()), m.phrase))
     kept: list[MinedPhrase] = []
     for m in out:
-        if m.z <= 0 or len(kept) == top:
+        if m.z <= 0:
             break
-        if not any(_same_hits(m, k) for k in kept):
-            kept.append(m)
+        same = [i for i, k in enumerate(kept) if _same_hits(m, k)]
+        if not same:
+            if len(kept) < top:
+                kept.append(m)
+        elif all(len(m.phrase.split()) > len(kept[i].phrase.split()) for i in same):
+            # the longer phrase says it all ("cannot help with" for "cannot" and "help"), in the place
+            # of the best-ranked piece
+            kept[same[0]] = m
+            for i in reversed(same[1:]):
+                del kept[i]
     return kept
 
 

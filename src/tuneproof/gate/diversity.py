@@ -101,10 +101,10 @@ def diversity_scores(
     for arm in (base, tuned):
         for i, run in enumerate(arm.run_names):
             for j, p in enumerate(prompt_ids):
+                counts.append(len(tok[arm.name, run, p]))
                 if lengths[p] < MIN_MATCHED_TOKENS:
                     continue
                 cut = [r[: lengths[p]] for r in tok[arm.name, run, p]]
-                counts.append(len(cut))
                 table = arrays[arm.name]
                 for n in NGRAM_ORDERS:
                     table[f"distinct-{n}"][i, j] = distinct_n(cut, n)

@@ -58,6 +58,11 @@ def check_paths(spec: GenerateSpec) -> None:
     """Refuse a missing model or adapter folder before anything is loaded."""
     if spec.model != "tiny" and not Path(spec.model).is_dir():
         raise TuneproofError(f"model folder not found: {spec.model}", "pass a local model folder or 'tiny'")
+    if spec.model != "tiny" and not (Path(spec.model) / "config.json").is_file():
+        raise TuneproofError(
+            f"{spec.model} holds no config.json",
+            "pass a transformers model folder (save_pretrained) or 'tiny'",
+        )
     if spec.adapter is not None and not (Path(spec.adapter) / "adapter_config.json").is_file():
         raise TuneproofError(f"{spec.adapter} holds no adapter_config.json", "pass a PEFT adapter folder")
 
@@ -75,13 +80,16 @@ def read_prompts(path: str | Path) -> list[Prompt]:
     seen: set[str] = set()
     for line_no, row in jsonl_objects(p, "prompts file", PROMPTS_HINT):
         where = f"{p}, line {line_no}"
-        if "prompt_id" not in row:
-            raise TuneproofError(f"{where}: no 'prompt_id'", PROMPTS_HINT)
-        pid = str(row["prompt_id"])
+        pid = row.get("prompt_id")
+        if isinstance(pid, bool) or not isinstance(pid, str | int) or pid == "":
+            raise TuneproofError(f"{where}: no 'prompt_id' (a non-empty string)", PROMPTS_HINT)
+        pid = str(pid)
         if pid in seen:
             raise TuneproofError(f"{where}: prompt_id {pid!r} appears twice", "give each prompt its own id")
         seen.add(pid)
         prompt, messages = row.get("prompt"), row.get("messages")
+        if "prompt" in row and "messages" in row:
+            raise TuneproofError(f"{where}: has both 'prompt' and 'messages'", "give one of them")
         if isinstance(prompt, str) and prompt:
             out.append(Prompt(pid, prompt, None))
         elif _is_messages(messages):

@@ -17,8 +17,10 @@ from tuneproof.errors import TuneproofError
 def jsonl_objects(p: Path, what: str, hint: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line of a JSONL file (`.gz` read as gzip). `what` names
     the file in a not-found error ("base arm file")."""
-    if not p.is_file():
+    if not p.exists():
         raise TuneproofError(f"{what} not found: {p}", hint)
+    if not p.is_file():
+        raise TuneproofError(f"{what} {p} is not a regular file", hint)
     opener = gzip.open if p.suffix == ".gz" else open
     try:
         with opener(p, "rb") as f:

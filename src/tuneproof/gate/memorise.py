@@ -166,7 +166,7 @@ def corpus_key(paths: Sequence[Path], k: int, tokens: Tokens) -> str:
             for block in iter(lambda: f.read(1 << 22), b""):
                 digest.update(block)
         digest.update(b"\0file\0")
-    return digest.hexdigest()[:24]
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,14 +199,12 @@ def build_index(
     files = check_corpus(paths)
     say = progress or (lambda _msg: None)
     key = corpus_key(files, k, tokens)
-    cache = cache_dir() / f"kgram-{key}.npy"
+    cache = cache_dir() / f"kgram-{key[:24]}.npy"
     if use_cache and cache.is_file():
-        try:
-            hashes = np.load(cache, mmap_mode="r")
-            meta = json.loads(cache.with_suffix(".json").read_text())
-            return KGramIndex(hashes, k, int(meta["num_tokens"]), tokens.name, f"loaded from {cache}")
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged cache entry is rebuilt below
+        loaded = _load(cache, key)
+        if loaded is not None:
+            hashes, num_tokens = loaded
+            return KGramIndex(hashes, k, num_tokens, tokens.name, f"loaded from {cache}")
     pieces: list[np.ndarray] = []
     num_tokens = 0
     carry = np.empty(0, dtype=np.uint64)
@@ -228,11 +226,29 @@ def build_index(
     hashes = sorted_unique(np.concatenate(pieces), runs=True) if pieces else np.empty(0, dtype=np.uint64)
     cached = "built"
     if use_cache:
-        cached = _save(cache, hashes, num_tokens)
+        cached = _save(cache, hashes, {"key": key, "num_tokens": num_tokens, "windows": int(hashes.size)})
     return KGramIndex(hashes, k, num_tokens, tokens.name, cached)
 
 
-def _save(path: Path, hashes: np.ndarray, num_tokens: int) -> str:
+def _load(path: Path, key: str) -> tuple[np.ndarray, int] | None:
+    """A cache entry whose record names this exact corpus key and holds what it says; None otherwise
+    (missing, damaged or written for another corpus: the index is rebuilt)."""
+    try:
+        meta = json.loads(path.with_suffix(".json").read_text())
+        hashes = np.load(path, mmap_mode="r")
+        ok = (
+            meta.get("key") == key
+            and int(meta["num_tokens"]) > 0
+            and hashes.dtype == np.uint64
+            and hashes.ndim == 1
+            and hashes.size == int(meta["windows"])
+        )
+        return (hashes, int(meta["num_tokens"])) if ok else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _save(path: Path, hashes: np.ndarray, meta: dict[str, object]) -> str:
     """Write the cache entry atomically; a cache that cannot be written is reported, not an error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,7 +256,7 @@ def _save(path: Path, hashes: np.ndarray, num_tokens: int) -> str:
         try:
             with os.fdopen(fd, "wb") as f:
                 np.save(f, hashes)
-            path.with_suffix(".json").write_text(json.dumps({"num_tokens": num_tokens}))
+            path.with_suffix(".json").write_text(json.dumps(meta))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -248,17 +264,6 @@ def _save(path: Path, hashes: np.ndarray, num_tokens: int) -> str:
     except OSError as e:
         return f"built (not cached: {e.strerror} in {path.parent})"
     return f"built and cached in {path}"
-
-
-@dataclass(frozen=True, slots=True)
-class Span:
-    """The longest verbatim run of corpus k-grams in one response."""
-
-    tokens: int
-    text: str
-    prompt_id: str
-    run: str
-    sample: int
 
 
 def query(

@@ -80,7 +80,7 @@ def _probe(t: Any, p: Path, i: int) -> Probe:
             "state what the probe tests and what result would confirm it, e.g. hypothesis = '...'",
         )
     expect = t.get("expect")
-    if expect not in EXPECT:
+    if not isinstance(expect, str) or expect not in EXPECT:
         raise TuneproofError(f"{where}: expect = {expect!r}", "use increase, decrease or no-change")
     prompts = t.get("prompts")
     if prompts == "*":
@@ -90,6 +90,11 @@ def _probe(t: Any, p: Path, i: int) -> Probe:
     regex, phrases = t.get("regex", []), t.get("phrases", [])
     if not isinstance(regex, list) or not isinstance(phrases, list):
         raise TuneproofError(f"{where}: regex and phrases must be lists of strings", PROBE_HINT)
+    if not all(isinstance(x, str) and x.strip() for x in [*regex, *phrases]):
+        raise TuneproofError(
+            f"{where}: an empty or non-string pattern in regex or phrases",
+            "give non-empty strings (an empty regex would match every response)",
+        )
     if not regex and not phrases:
         raise TuneproofError(f"{where} has no detector", "give regex = [...] or phrases = [...]")
     patterns = []
@@ -134,18 +139,23 @@ class ProbeOutcome:
     discordant: tuple[int, int]  # (base fired, tuned not), (tuned fired, base not)
 
 
-def probe_outcome(probe: Probe, base: Arm, tuned: Arm, shared: list[str]) -> ProbeOutcome:
+def probe_prompts(probe: Probe, shared: list[str]) -> tuple[list[str], list[str]]:
+    """(the probe's prompts both arms answered in every run, its prompts missing from them); refuses a
+    probe left with none."""
     if probe.prompts == ("*",):
-        ids, missing = list(shared), []
-    else:
-        shared_set = set(shared)
-        ids = [p for p in probe.prompts if p in shared_set]
-        missing = [p for p in probe.prompts if p not in shared_set]
+        return list(shared), []
+    shared_set = set(shared)
+    ids = [p for p in probe.prompts if p in shared_set]
     if not ids:
         raise TuneproofError(
             f"probe {probe.name!r}: none of its prompts is answered by both arms in every run",
             "list prompt ids present in both arms",
         )
+    return ids, [p for p in probe.prompts if p not in shared_set]
+
+
+def probe_outcome(probe: Probe, base: Arm, tuned: Arm, shared: list[str]) -> ProbeOutcome:
+    ids, missing = probe_prompts(probe, shared)
     fired: list[dict[tuple[str, int, int], bool]] = []
     rates = []
     counts = []

@@ -1,24 +1,28 @@
 """The gate as tables: one row per metric with both arms, the delta, the floor it was judged against, the
-ratio, the interval, the smallest effect the gate could have called, and the verdict."""
+ratio, the smallest effect the gate could have called, and the verdict; then the evidence in words.
+
+Verdicts in capitals decide the exit code (each family's headline metric, each probe); lower-case ones
+are evidence (a family's parts, a family the spec reports without gating). Below 72 columns the tables
+become one line per metric."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from tuneproof.gate.probes import wilson
 from tuneproof.gate.stats import FAIL, PASS, MetricResult, ratio_text
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
-    from tuneproof.gate.run import GateReport
+    from tuneproof.gate.run import GateReport, ProbeResult
 
 _STYLE = {PASS: "green", FAIL: "bold red"}
-
-
 _ARROW = {"up": "↑", "down": "↓", "no-change": "="}
+NARROW = 72
+MAX_SPANS_SHOWN = 5
 
 
 def _num(x: float | None, unit: str, signed: bool = False) -> str:
@@ -30,18 +34,20 @@ def _num(x: float | None, unit: str, signed: bool = False) -> str:
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
-def _verdict(m: MetricResult) -> str:
+def _verdict(m: MetricResult, gated: bool = True) -> str:
     if m.verdict is None:
         return "not judged"
+    if not gated:
+        return f"[dim]{m.verdict.lower()}[/]"
     return f"[{_STYLE.get(m.verdict, 'yellow')}]{m.verdict}[/]"
 
 
-def _row(m: MetricResult, name: str) -> list[str]:
+def _cells(m: MetricResult, name: str, gated: bool) -> list[str]:
     floor = "-" if m.floor is None else _num(m.floor, m.unit)
     if m.floor_source == "given":
         floor += "*"
     elif m.floor_source == "threshold":
-        floor = f"max {floor}"
+        floor = f"≤{floor}"
     return [
         f"{name} {_ARROW.get(m.wanted, '')}",
         _num(m.base, m.unit),
@@ -50,92 +56,137 @@ def _row(m: MetricResult, name: str) -> list[str]:
         floor,
         ratio_text(m),
         "-" if m.mde is None else _num(m.mde, m.unit),
-        _verdict(m),
+        _verdict(m, gated),
     ]
 
 
-def _table(title: str, columns: tuple[str, ...]) -> Table:
+def _table(title: str, columns: tuple[str, ...], rows: list[list[str]], console: Console) -> None:
+    """A table at 72 columns or more; below, one line per row (`name: column value, ...`)."""
+    if console.width < NARROW:
+        console.print(title)
+        for row in rows:
+            console.print(
+                f"{row[0].strip()}: "
+                + ", ".join(f"{c} {v}" for c, v in zip(columns[1:], row[1:], strict=True))
+            )
+        return
     from rich import box
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
     for i, col in enumerate(columns):
-        # the name column wraps; numbers and verdicts never do
-        t.add_column(
-            col,
-            justify="left" if i == 0 or col == "verdict" else "right",
-            no_wrap=i > 0,
-            overflow="fold" if i == 0 else "ellipsis",
-        )
-    return t
+        # the name column wraps (between words where it can); numbers and verdicts never do
+        t.add_column(col, justify="left" if i == 0 or col == "verdict" else "right", no_wrap=i > 0)
+    for row in rows:
+        t.add_row(*row)
+    console.print(t)
 
 
-def _evidence(name: str, m: MetricResult) -> str:
+def _evidence(name: str, m: MetricResult, gated: bool = True) -> str:
     if m.ci95 is None:
         return f"{name}: {escape(m.reason)}"
     if m.floor_source == "threshold":
         low, high = m.ci95
-        return f"{name}: {_verdict(m)}: {escape(m.reason)}; tuned share 95 % Wilson [{low:.1f}, {high:.1f}] %"
+        wilson_ci = f"tuned share 95 % Wilson [{low:.1f}, {high:.1f}] %"
+        return f"{name}: {_verdict(m, gated)}: {escape(m.reason)}; {wilson_ci}"
     ci = f"95 % CI [{_num(m.ci95[0], m.unit, True)}, {_num(m.ci95[1], m.unit, True)}]"
     floor = escape(m.floor_detail) if m.floor is not None else "no floor"
     metric = f" ({m.extra['metric']})" if "metric" in m.extra else ""
-    return f"{name}{metric}: {_verdict(m)}: {escape(m.reason.split(' (')[0])}; {ci}; floor {floor}"
+    return f"{name}{metric}: {_verdict(m, gated)}: {escape(m.reason.split(' (')[0])}; {ci}; floor {floor}"
 
 
-def render_gate(report: GateReport, console: Console) -> None:
+def _header(report: GateReport) -> str:
     inp = report.inputs
-    runs = f"{inp['base']['runs']} + {inp['tuned']['runs']} runs"
-    console.print(
-        f"tuned vs base on {inp['prompts']} shared prompts ({runs}, "
-        f"{inp['base']['responses']} + {inp['tuned']['responses']} responses); floor = k x the run-to-run SD "
-        f"within an arm, k = {inp['floor_k']:g}"
+    b, t = inp["base"], inp["tuned"]
+    return (
+        f"tuned vs base on {inp['prompts']} shared prompts ({b['runs']} + {t['runs']} runs, "
+        f"{b['responses_judged']} + {t['responses_judged']} responses judged); floors are k x the "
+        f"run-to-run SD within an arm (k = {inp['floor_k']:g}) unless marked given (*)"
     )
-    t = _table(
-        "metrics (delta = tuned - base; % metrics in points; ratio = |delta| / floor; * = given floor)",
-        ("metric", "base", "tuned", "delta", "floor", "ratio", "MDE", "verdict"),
-    )
+
+
+def _metrics(report: GateReport, console: Console) -> None:
+    rows = []
     for name, m in report.metrics.items():
+        gated = bool(m.extra.get("gated", True))
         if m.extra.get("skipped"):
-            t.add_row(name, *["-"] * 6, "skipped")
+            rows.append([name, *["-"] * 6, "skipped"])
             continue
-        t.add_row(*_row(m, name + (" %" if m.unit == "%" else "")))
-        for part in m.parts:
-            t.add_row(*_row(part, f"  {part.name}"))
-    console.print(t)
+        rows.append(_cells(m, name + (" %" if m.unit == "%" else ""), gated))
+        rows.extend(_cells(part, f"  {part.name}", gated=False) for part in m.parts)
+    _table(
+        "metrics: delta = tuned - base (of % metrics, in points); ratio = |delta| / floor; VERDICTS in "
+        "capitals decide the exit code, lower-case ones are evidence",
+        ("metric", "base", "tuned", "delta", "floor", "ratio", "MDE", "verdict"),
+        rows,
+        console,
+    )
     for name, m in report.metrics.items():
-        console.print(_evidence(name, m))
+        console.print(_evidence(name, m, bool(m.extra.get("gated", True))))
+
+
+def _inputs(report: GateReport, console: Console) -> None:
     div = report.metrics["diversity"].extra
     if div.get("matched_tokens_median") is not None:
         console.print(
             f"diversity at matched length: median {div['matched_tokens_median']:.0f} tokens per response, "
             f"{div['samples_per_prompt']:.1f} samples per prompt and run"
         )
-    mem = report.metrics["memorisation"]
-    span = mem.extra.get("longest_span")
-    if span:
+    att = report.metrics["attractors"].extra
+    if "list_sha256" in att:
+        console.print(f"attractors: {att['num_phrases']} phrases, list sha256 {att['list_sha256'][:16]}...")
+    mem = report.metrics["memorisation"].extra
+    if "k" in mem:
         console.print(
-            f"longest verbatim corpus span in the tuned arm: {span['tokens']} tokens (prompt "
-            f"{escape(span['prompt_id'])!s}, run {escape(str(span['run']))}, sample {span['sample']}): "
-            f'"{escape(span["text"][:160])}{"..." if len(span["text"]) > 160 else ""}"'
+            f"memorisation: spans of {mem['k']} tokens ({escape(mem['tokens'])}) against a corpus of "
+            f"{mem['corpus_tokens']:,} tokens; index {escape(mem['index'])}"
         )
+    spans: list[dict[str, Any]] = mem.get("spans") or []
+    for i, span in enumerate(spans[:MAX_SPANS_SHOWN]):
+        where = f"prompt {escape(span['prompt_id'])}, run {escape(str(span['run']))}, sample {span['sample']}"
+        text = span.get("text")
+        quote = f': "{escape(text[:160])}{"..." if len(text) > 160 else ""}"' if text else ""
+        which = "longest" if i == 0 else "also a"
+        console.print(f"{which} corpus span in the tuned arm: {span['tokens']} tokens ({where}){quote}")
+    if len(spans) > MAX_SPANS_SHOWN:
+        console.print(
+            f"... and {len(spans) - MAX_SPANS_SHOWN} more tuned responses with a corpus span (all in the JSON report)"
+        )
+
+
+def _probe_line(pr: ProbeResult) -> str:
+    (kb, nb), (kt, nt) = pr.counts
+    wb, wt = wilson(kb, nb), wilson(kt, nt)
+    return (
+        f"  base {kb}/{nb} (95 % Wilson {100 * wb[0]:.1f}-{100 * wb[1]:.1f} %), tuned {kt}/{nt} "
+        f"({100 * wt[0]:.1f}-{100 * wt[1]:.1f} %), McNemar p = {pr.mcnemar_p:.2g}"
+    )
+
+
+def _probes(report: GateReport, console: Console) -> None:
+    rows = []
+    for pr in report.probes:
+        (kb, nb), (kt, nt) = pr.counts
+        cells = _cells(pr.result, pr.probe.name, gated=True)
+        rows.append([cells[0], f"{kb}/{nb}", f"{kt}/{nt}", *cells[3:6], f"{pr.mcnemar_p:.2g}", cells[7]])
+    _table(
+        "probes: k/n responses the detector fires on; delta in points; p: exact McNemar on paired responses",
+        ("probe", "base", "tuned", "delta", "floor", "ratio", "p", "verdict"),
+        rows,
+        console,
+    )
+    for pr in report.probes:
+        console.print(f"probe {escape(pr.probe.name)}: hypothesis {pr.held}: {escape(pr.probe.hypothesis)}")
+        console.print(_probe_line(pr))
+        console.print("  " + _evidence("evidence", pr.result))
+
+
+def render_gate(report: GateReport, console: Console) -> None:
+    console.print(_header(report))
+    _metrics(report, console)
+    _inputs(report, console)
     if report.probes:
-        p = _table(
-            "probes (k/n responses the detector fires on; delta in points; p: exact McNemar, paired)",
-            ("probe", "base", "tuned", "delta", "floor", "ratio", "p", "verdict"),
-        )
-        for pr in report.probes:
-            (kb, nb), (kt, nt) = pr.counts
-            r = pr.result
-            row = _row(r, pr.probe.name)
-            p.add_row(
-                row[0], f"{kb}/{nb}", f"{kt}/{nt}", row[3], row[4], row[5], f"{pr.mcnemar_p:.2g}", row[7]
-            )
-        console.print(p)
-        for pr in report.probes:
-            console.print(
-                f"probe {escape(pr.probe.name)}: hypothesis {pr.held}: {escape(pr.probe.hypothesis)}"
-            )
-            console.print("  " + _evidence("evidence", pr.result))
+        _probes(report, console)
     for note in report.notes:
         console.print(f"note: {escape(note)}")
     console.print(

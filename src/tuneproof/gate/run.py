@@ -21,12 +21,13 @@ from tuneproof.gate.attractors import PhraseMatcher, attractor_scores
 from tuneproof.gate.diversity import WANTED as DIVERSITY_WANTED
 from tuneproof.gate.diversity import Embedder, diversity_scores
 from tuneproof.gate.memorise import KGramIndex, build_index, query, span_text
-from tuneproof.gate.probes import EXPECT, Probe, mcnemar_exact, probe_outcome, wilson
+from tuneproof.gate.probes import EXPECT, Probe, mcnemar_exact, probe_outcome, probe_prompts, wilson
 from tuneproof.gate.spec import GateSpec
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult
 from tuneproof.gate.tokens import Tokens
 
 EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
+SPAN_TEXTS = 20  # tuned responses whose corpus span is quoted (all are listed)
 
 
 @dataclass
@@ -105,10 +106,13 @@ def check_inputs(
         got = ", ".join(f"{k}: {v}" for k, v in runs.items())
         raise TuneproofError(
             f"need >= 2 runs per arm to measure the instrument's noise; got {got}",
-            f"generate each arm with 2 or more runs, or give {{floors}} {need[0]}=VALUE for every judged"
-            " metric (then the floor is given, not measured)",
+            "generate each arm with 2 or more runs, or give a floor for every judged metric: "
+            + " ".join(f"{{floors}} {n}=VALUE" for n in need)
+            + " (then the floor is given, not measured)",
             fields=("floors",),
         )
+    for probe in probes:
+        probe_prompts(probe, pairing.prompt_ids)  # refuses a probe none of whose prompts is shared
     known = set(floor_names(GateSpec(), True, probes)) | {
         f"{fam}.{part}" for fam, parts in _part_names().items() for part in parts
     }
@@ -253,6 +257,10 @@ def run_gate(
         say("memorisation: querying")
         metrics["memorisation"] = memorisation(base, tuned, ids, index, tokens or Tokens(), spec)
 
+    for arm in (base, tuned):
+        empty = sum(1 for r in arm.responses() if not r.text.strip())
+        if empty:
+            notes.append(f"{empty} of {arm.num_responses} {arm.name} responses are empty")
     results = []
     for probe in probes:
         say(f"probe {probe.name}")
@@ -273,6 +281,14 @@ def judge_probe(
     p_value = mcnemar_exact(*out.discordant)
     floor = _floor(f"probe:{probe.name}", b, t, k, given, "%")
     result = stats.judge(probe.name, EXPECT[probe.expect], b, t, floor, unit="%", test=("McNemar", p_value))
+    (kb, nb), (kt, nt) = out.counts
+    for k_, n_, what in ((0, 0, "no"), (nb, nt, "every")):
+        if kb == k_ and kt == n_:
+            result.verdict = INCONCLUSIVE
+            result.reason = (
+                f"the detector fires on {what} response in both arms, so it cannot tell them apart "
+                "(check its regex or phrases against a few responses)"
+            )
     return ProbeResult(probe, result, out.counts, p_value, out.missing)
 
 
@@ -282,7 +298,7 @@ def memorisation(
     """Share of responses (percent) holding a corpus k-gram, per arm; FAIL when tuned's is above the
     threshold."""
     shares: list[float] = []
-    best: dict[str, Any] | None = None
+    spans: list[dict[str, Any]] = []
     counts = []
     for arm in (base, tuned):
         keys = [(run, p, s) for run in arm.run_names for p in ids for s in range(len(arm.texts(run, p)))]
@@ -290,17 +306,17 @@ def memorisation(
         hit, longest = query(index, texts, tokens)
         shares.append(100.0 * float(hit.mean()) if hit.size else 0.0)
         counts.append((int(hit.sum()), int(hit.size)))
-        if arm is tuned and hit.any():
-            i = int(np.argmax(longest))
-            run, p, s = keys[i]
-            best = {
-                "tokens": int(longest[i]),
-                "prompt_id": p,
-                "run": run,
-                "sample": s,
-                "text": span_text(index, texts[i], tokens),
-            }
-    threshold = spec.memorisation_threshold
+        if arm is tuned:
+            # every tuned response with a corpus span, longest first; the text of the first few
+            order = sorted(np.flatnonzero(hit), key=lambda i: (-int(longest[i]), int(i)))
+            for rank, i in enumerate(order):
+                run, p, s = keys[i]
+                text = span_text(index, texts[i], tokens) if rank < SPAN_TEXTS else None
+                spans.append(
+                    {"tokens": int(longest[i]), "prompt_id": p, "run": run, "sample": s, "text": text}
+                )
+    best = spans[0] if spans else None
+    threshold = spec.threshold
     kt, nt = counts[1]
     verdict: str | None = PASS if shares[1] <= threshold else FAIL
     if verdict == PASS:
@@ -329,6 +345,7 @@ def memorisation(
             "base_count": {"k": counts[0][0], "n": counts[0][1]},
             "tuned_count": {"k": kt, "n": nt},
             "longest_span": best,
+            "spans": spans,
         },
     )  # fmt: skip
 
@@ -345,13 +362,14 @@ def overall(metrics: Mapping[str, MetricResult], probes: Sequence[ProbeResult]) 
 
 
 def _inputs(base: Arm, tuned: Arm, pairing: Pairing, spec: GateSpec) -> dict[str, Any]:
+    def arm(a: Arm) -> dict[str, Any]:
+        judged = sum(len(a.texts(run, p)) for run in a.run_names for p in pairing.prompt_ids)
+        return {"files": list(a.sources), "runs": len(a.run_names), "responses": a.num_responses,
+                "responses_judged": judged}  # fmt: skip
+
     return {
-        "base": {"files": list(base.sources), "runs": len(base.run_names), "responses": base.num_responses},
-        "tuned": {
-            "files": list(tuned.sources),
-            "runs": len(tuned.run_names),
-            "responses": tuned.num_responses,
-        },
+        "base": arm(base),
+        "tuned": arm(tuned),
         "prompts": len(pairing.prompt_ids),
         "prompts_dropped": pairing.num_dropped,
         "floor_k": spec.floor_k,

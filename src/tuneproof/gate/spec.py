@@ -47,12 +47,12 @@ class GateSpec:
     diversity: FamilySpec = field(default_factory=lambda: FamilySpec(True, "distinct", None))
     attractors: FamilySpec = field(default_factory=lambda: FamilySpec(True, "share", None))
     memorisation_gate: bool = True
-    memorisation_threshold: float = 0.0
+    threshold: float = 0.0  # memorisation: percent of tuned responses allowed to hold a corpus span
     k: int = DEFAULT_K
 
     def __post_init__(self) -> None:
         validate.real("floor_k", self.floor_k, low=0, low_open=True, high=100)
-        validate.real("memorisation_threshold", self.memorisation_threshold, low=0, high=100)
+        validate.real("threshold", self.threshold, low=0, high=100)
         validate.integer("k", self.k, low=4, high=4096)
         for name, fam, parts in (
             ("diversity", self.diversity, DIVERSITY_PARTS),
@@ -69,24 +69,21 @@ class GateSpec:
 def read_spec(path: str | Path) -> GateSpec:
     p = Path(path)
     data = read_toml(p, "the spec", SPEC_HINT)
-    unknown = set(data) - {"floor_k", "diversity", "attractors", "memorisation"}
-    if unknown:
-        raise TuneproofError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}", SPEC_HINT)
-    spec = GateSpec()
     try:
+        _known(data, "the spec", ("floor_k", "diversity", "attractors", "memorisation"))
+        spec = GateSpec()
         if "floor_k" in data:
             spec = replace(spec, floor_k=data["floor_k"])
         if "diversity" in data:
-            spec = replace(spec, diversity=_family(data["diversity"], spec.diversity, "diversity", p))
+            spec = replace(spec, diversity=_family(data["diversity"], spec.diversity, "diversity"))
         if "attractors" in data:
-            spec = replace(spec, attractors=_family(data["attractors"], spec.attractors, "attractors", p))
+            spec = replace(spec, attractors=_family(data["attractors"], spec.attractors, "attractors"))
         mem = data.get("memorisation", {})
-        if not isinstance(mem, dict) or set(mem) - {"gate", "threshold", "k"}:
-            raise TuneproofError(f"{p}: [memorisation] takes gate, threshold and k", SPEC_HINT)
+        _known(mem, "[memorisation]", ("gate", "threshold", "k"))
         spec = replace(
             spec,
-            memorisation_gate=_bool(mem.get("gate", True), "memorisation.gate", p),
-            memorisation_threshold=mem.get("threshold", spec.memorisation_threshold),
+            memorisation_gate=_bool(mem.get("gate", True), "[memorisation] gate"),
+            threshold=mem.get("threshold", spec.threshold),
             k=mem.get("k", spec.k),
         )
     except TuneproofError as e:
@@ -94,17 +91,26 @@ def read_spec(path: str | Path) -> GateSpec:
     return spec
 
 
-def _bool(value: Any, name: str, p: Path) -> bool:
+def _known(table: Any, where: str, keys: tuple[str, ...]) -> None:
+    if not isinstance(table, dict):
+        raise TuneproofError(f"{where} must be a table", SPEC_HINT)
+    unknown = sorted(set(table) - set(keys))
+    if unknown:
+        raise TuneproofError(
+            f"{where} has unknown key(s) {', '.join(unknown)}", "it takes " + ", ".join(keys)
+        )
+
+
+def _bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
-        raise TuneproofError(f"{p}: {name} must be true or false, got {value!r}", SPEC_HINT)
+        raise TuneproofError(f"{name} must be true or false, got {value!r}", SPEC_HINT)
     return value
 
 
-def _family(table: Any, default: FamilySpec, name: str, p: Path) -> FamilySpec:
-    if not isinstance(table, dict) or set(table) - {"gate", "metric", "wanted"}:
-        raise TuneproofError(f"{p}: [{name}] takes gate, metric and wanted", SPEC_HINT)
+def _family(table: Any, default: FamilySpec, name: str) -> FamilySpec:
+    _known(table, f"[{name}]", ("gate", "metric", "wanted"))
     return FamilySpec(
-        _bool(table.get("gate", default.gate), f"{name}.gate", p),
+        _bool(table.get("gate", default.gate), f"[{name}] gate"),
         table.get("metric", default.metric),
         table.get("wanted", default.wanted),
     )

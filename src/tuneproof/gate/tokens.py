@@ -26,6 +26,7 @@ _P = 0x100000001B3  # the 64-bit FNV prime (odd, so it has an inverse mod 2^64)
 _Q = pow(_P, -1, 1 << 64)
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[[9, 10, 11, 12, 13, 32]] = True
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 _WORD = re.compile(r"[^\t\n\v\f\r ]+")  # the same words, for naming a span in the report
 
 
@@ -121,6 +122,11 @@ def load_tokenizer(path: str) -> Tokens:
     folder = Path(path)
     if not folder.is_dir():
         raise TuneproofError(f"tokenizer folder not found: {folder}", "pass a local tokenizer folder")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise TuneproofError(
+            f"{folder} holds no tokenizer files ({', '.join(TOKENIZER_FILES)})",
+            "pass the folder a tokenizer was saved to (save_pretrained)",
+        )
     digest = hashlib.sha256()
     for f in sorted(folder.iterdir()):
         if f.is_file() and f.suffix not in (".safetensors", ".bin", ".pt", ".gguf"):
