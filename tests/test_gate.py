@@ -440,3 +440,25 @@ def test_a_tiny_reference_is_warned_about(tmp_path: Path, capsys) -> None:
         ["attractors", "mine", "--outputs", str(outputs), "--reference", str(reference)], capsys
     )
     assert code == 0 and err.startswith("warning: the reference holds 3 words")
+
+
+@pytest.mark.slow
+def test_generate_with_a_peft_adapter_records_its_fingerprint(tmp_path: Path) -> None:
+    import hashlib
+
+    from tuneproof.arch import resolve
+    from tuneproof.model import apply_lora, build_model, lora_targets
+
+    tiny = resolve("tiny")
+    peft_model = apply_lora(build_model(tiny, "sdpa"), lora_targets(tiny.shape), rank=4)
+    peft_model.save_pretrained(str(tmp_path / "adapter"))
+    prompts = _write(tmp_path / "p.jsonl", '{"prompt_id": "a", "prompt": "hello"}\n')
+    out = tmp_path / "arm.jsonl"
+    argv = ["generate", "--model", "tiny", "--adapter", str(tmp_path / "adapter"), "--prompts", str(prompts),
+            "--runs", "2", "--samples", "1", "--max-new-tokens", "4", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    meta = json.loads((tmp_path / "arm.meta.json").read_text())
+    weights = (tmp_path / "adapter" / "adapter_model.safetensors").read_bytes()
+    expected = hashlib.sha256(b"adapter_model.safetensors\0" + weights).hexdigest()
+    assert meta["adapter"] == str(tmp_path / "adapter") and meta["fingerprint"]["adapter_sha256"] == expected
+    assert len(out.read_text().splitlines()) == 2
