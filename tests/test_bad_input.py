@@ -46,7 +46,7 @@ OUT_FILE = [
     ("@folder", "exists and is not a file"),
     ("@under-a-file", "is a file"),
     ("/proc/tuneproof/out.json", "cannot be written"),
-    ("", "is not a file path"),
+    ("", "is empty or a folder, not a file path"),
 ]
 ARM_FILES = [
     ("@missing", "arm file not found"),
@@ -200,7 +200,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--attractors": [("@missing", "cannot read the attractor list"), ("@empty", "attractor list")],
         "--corpus": [
             ("@missing", "corpus file not found"),
-            ("@folder", "corpus file not found"),
+            ("@folder", "is not a regular file"),
             ("@empty", "the corpus holds no text"),
             ("@bad-utf8", "invalid UTF-8"),
         ],

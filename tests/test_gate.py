@@ -288,7 +288,8 @@ def test_attractors_mine_writes_a_list_the_gate_reads(tmp_path: Path, capsys) ->
     "args,fragment",
     [
         (["--outputs", "@missing"], "outputs arm file not found"),
-        (["--reference", "@missing"], "cannot read the reference"),
+        (["--reference", "@missing"], "the reference not found"),
+        (["--reference", "@folder"], "is not a regular file"),
         (["--reference", "@bad-utf8"], "invalid UTF-8"),
         (["--top", "0"], "--top must be >= 1"),
         (["--out", "@folder"], "exists and is not a file"),
@@ -462,3 +463,92 @@ def test_generate_with_a_peft_adapter_records_its_fingerprint(tmp_path: Path) ->
     expected = hashlib.sha256(b"adapter_model.safetensors\0" + weights).hexdigest()
     assert meta["adapter"] == str(tmp_path / "adapter") and meta["fingerprint"]["adapter_sha256"] == expected
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_second_trial_findings(tmp_path: Path, capsys) -> None:
+    base_rows = rows(Style(), 1)
+    b = write_arm(tmp_path / "b.jsonl", base_rows)
+    # fewer samples cannot fake diversity: each prompt is compared on the fewest samples any run has
+    one_sample = write_arm(tmp_path / "s1.jsonl", [r for r in base_rows if r["sample"] == 0])
+    code, out, _ = _run(["gate", "--base", str(b), "--tuned", str(one_sample), "--json"], capsys)
+    report = json.loads(out)
+    assert report["metrics"]["diversity"]["delta"] == 0.0 and code == 3
+    assert any("compared on the fewest" in n for n in report["notes"])
+    # an arm of empty responses is refused, not passed
+    empty = write_arm(tmp_path / "e.jsonl", [{**r, "text": " "} for r in base_rows])
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(empty)], capsys)
+    assert code == 2 and "every response in the tuned arm is empty" in err
+    # a byte-order mark hides nothing
+    attr = tmp_path / "bom.txt"
+    attr.write_bytes("\ufeffa testament to\n".encode())
+    bom_arm = tmp_path / "bom.jsonl"
+    bom_arm.write_bytes(b"\xef\xbb\xbf" + b.read_bytes())
+    code, out, _ = _run(
+        ["gate", "--base", str(bom_arm), "--tuned", str(b), "--attractors", str(attr), "--json"], capsys
+    )
+    assert json.loads(out)["metrics"]["attractors"]["base"] > 0
+    # a probe name holding "=" can still be given a floor; a probe listing a prompt twice is refused
+    one_run = write_arm(tmp_path / "r1.jsonl", [r for r in base_rows if r["run"] == 0])
+    probes = _write(tmp_path / "p.toml", PROBES.replace('"refusal"', '"x y=z"'))
+    argv = ["gate", "--base", str(one_run), "--tuned", str(one_run), "--probes", str(probes),
+            "--floor", "diversity=0.1", "--floor", "probe:x y=z=2"]  # fmt: skip
+    assert _run(argv, capsys)[0] == 3
+    _write(probes, PROBES.replace('prompts = "*"', 'prompts = ["p000", "p000"]'))
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--probes", str(probes)], capsys)
+    assert code == 2 and "prompts lists 'p000' twice" in err
+    # empty model paths and options that do nothing
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--tokenizer", ""], capsys)
+    assert code == 2 and "--tokenizer is empty" in err
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--k", "8"], capsys)
+    assert code == 3 and "warning: --k has no effect without --corpus" in err
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--corpus", str(tmp_path)], capsys)
+    assert code == 2 and "is not a regular file" in err
+    # arms that share nothing say what each holds
+    other = write_arm(tmp_path / "o.jsonl", [{**r, "prompt_id": "x" + r["prompt_id"]} for r in base_rows])
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(other)], capsys)
+    assert code == 2 and "base: 40 such prompts, e.g. 'p000'; tuned: 40, e.g. 'xp000'" in err
+
+
+def test_greedy_generation_with_several_samples_is_refused(tmp_path: Path, capsys) -> None:
+    prompts = _write(tmp_path / "p.jsonl", '{"prompt_id": "a", "prompt": "hi"}\n')
+    argv = [
+        "generate",
+        "--model",
+        "tiny",
+        "--prompts",
+        str(prompts),
+        "--temperature",
+        "0",
+        "--out",
+        str(tmp_path / "a"),
+    ]
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and "--temperature 0 (greedy) gives one response per prompt; got --samples 4" in err
+
+
+def test_mine_sorts_by_score_and_writes_nothing_when_nothing_stands_out(tmp_path: Path, capsys) -> None:
+    outputs = write_arm(tmp_path / "o.jsonl", rows(Style(attractor=0.5, refusal=0.5), 1, prompts=20))
+    reference = _write(tmp_path / "ref.txt", " ".join(f"w{i}" for i in range(400)) * 3)
+    code, out, _ = _run(["attractors", "mine", "--outputs", str(outputs), "--reference", str(reference),
+                         "--top", "10", "--json"], capsys)  # fmt: skip
+    z = [p["z"] for p in json.loads(out)["phrases"]]
+    assert code == 0 and z == sorted(z, reverse=True)
+    plain = write_arm(tmp_path / "plain.jsonl", rows(Style(), 1, prompts=1))  # one prompt: nothing qualifies
+    listed = tmp_path / "list.txt"
+    code, _, err = _run(["attractors", "mine", "--outputs", str(plain), "--reference", str(reference),
+                         "--out", str(listed)], capsys)  # fmt: skip
+    assert code == 0 and "was not written" in err and not listed.exists()
+
+
+def test_a_closed_pipe_is_not_a_verdict(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1))
+    script = (
+        f"{sys.executable} -c 'import sys; from tuneproof.cli.app import main; sys.exit(main(sys.argv[1:]))' "
+        f"gate --base {b} --tuned {b} | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}"
+    )
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() in ("141", "3"), out  # 3 when the output fit the pipe before it closed
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr

@@ -545,3 +545,18 @@ def test_a_stock_phrase_is_mined_whole_not_in_pieces() -> None:
     phrases = [m.phrase for m in mine(a, " ".join(f"human{i} words" for i in range(300)), top=5)]
     assert any(p in phrases for p in ("i cannot help", "cannot help with", "help with that"))
     assert not {"cannot", "help", "cannot help"} & set(phrases)
+
+
+def test_every_mined_phrase_is_found_by_the_matcher_as_often_as_mined() -> None:
+    texts = [
+        "I can't help with that. A rock-solid plan costs $5 here – silver mornings & 'quoted words'.",
+        "Honestly, I can't help you; a rock-solid plan (costs $5) – silver mornings...",
+        "They said: I can’t help it — a rock-solid plan, $5 and silver mornings!",
+    ]
+    a = Arm("o", ("o",), {"0": {f"p{i}": [t] for i, t in enumerate(texts)}})
+    mined = mine(a, "a plain human reference with other words in it " * 30, top=200)
+    phrases = " | ".join(m.phrase for m in mined)
+    assert "can't help" in phrases and "rock-solid plan" in phrases and "silver mornings" in phrases
+    for m in mined:
+        found = sum(PhraseMatcher([m.phrase]).count(t) for t in texts)
+        assert found == m.count, (m.phrase, found, m.count)

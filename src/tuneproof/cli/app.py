@@ -6,6 +6,7 @@ without a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -68,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         print("error: aborted", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # the reader went away (`| head`): say nothing more, and exit as a process killed by SIGPIPE would,
+        # never with a verdict's code
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 

@@ -29,21 +29,14 @@ def mine(outputs: tuple[Path, ...], reference: Path, top: int, out: Path | None,
     """Phrases of 1-3 words over-represented in the outputs against the reference: log-odds with an
     informative Dirichlet prior (Monroe, Colaresi and Quinn 2008), seen under at least 2 prompts."""
     from tuneproof import validate
-    from tuneproof.errors import TuneproofError
     from tuneproof.gate.arms import read_arm
     from tuneproof.gate.attractors import mine as mine_phrases
+    from tuneproof.gate.inputs import read_text
 
     validate.integer("top", top, low=1, high=100_000)
     if out is not None:
         check_out_file(out, (*outputs, reference))
-    try:
-        text = reference.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise TuneproofError(
-            f"cannot read the reference {reference}: {e.strerror}", "pass a text file"
-        ) from None
-    except UnicodeDecodeError as e:
-        raise TuneproofError(f"{reference}: invalid UTF-8 at byte {e.start}", "save it as UTF-8") from None
+    text = read_text(reference, "the reference", "pass a human-written UTF-8 text file (or .gz)")
     arm = read_arm(outputs, "outputs")
     words = len(text.split())
     if words < MIN_REFERENCE_WORDS:
@@ -52,7 +45,9 @@ def mine(outputs: tuple[Path, ...], reference: Path, top: int, out: Path | None,
             f"evidence (give {MIN_REFERENCE_WORDS:,} words or more)"
         )
     phrases = mine_phrases(arm, text, top)
-    if out is not None:
+    if out is not None and not phrases:
+        warn(f"no phrase is over-represented under >= 2 prompts: {out} was not written")
+    elif out is not None:
         from tuneproof.io import atomic_write_text
 
         atomic_write_text(out, "".join(m.phrase + "\n" for m in phrases))

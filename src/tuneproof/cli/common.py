@@ -83,10 +83,17 @@ def print_json(data: Any) -> None:
 
 
 def console() -> Any:
-    """Rich console on stdout at the terminal's width (80 columns off a terminal, or $COLUMNS)."""
+    """Rich console on stdout at the terminal's width (80 columns off a terminal, or $COLUMNS). A reader
+    that goes away (`| head`) raises BrokenPipeError, which `main` turns into exit 141; rich's own
+    handler would exit 1, a gate's FAIL code."""
     from rich.console import Console
 
-    return Console(highlight=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(highlight=False)
 
 
 @contextmanager
@@ -137,7 +144,8 @@ def check_out_file(out: Path, inputs: tuple[Path | str, ...] = ()) -> Path:
 
     if str(out) in ("", ".") or out.name in ("", ".", ".."):
         raise TuneproofError(
-            f"--out {str(out)!r} is not a file path", "pass a file path, e.g. --out result.json"
+            f"--out {str(out)!r} is empty or a folder, not a file path",
+            "pass a file path, e.g. --out result.json",
         )
     if out.exists() and not out.is_file():
         raise TuneproofError(f"{out} exists and is not a file", "pass a file path for --out")

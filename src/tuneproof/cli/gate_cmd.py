@@ -6,7 +6,16 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import check_out_file, command, console, json_option, print_json, progress_bar, warn
+from tuneproof.cli.common import (
+    check_out_file,
+    command,
+    console,
+    json_option,
+    print_json,
+    progress_bar,
+    warn,
+    warn_unused,
+)
 from tuneproof.errors import TuneproofError
 
 _FILE = click.Path(path_type=Path)
@@ -18,7 +27,7 @@ def parse_floors(values: tuple[str, ...]) -> dict[str, float]:
 
     out: dict[str, float] = {}
     for item in values:
-        name, sep, text = item.partition("=")
+        name, sep, text = item.rpartition("=")  # a probe's name may hold "="; a number never does
         try:
             value = float(text)
         except ValueError:
@@ -133,8 +142,10 @@ def gate(
     if out is not None:
         sources = (*base, *tuned, *corpus, *(p for p in (attractors, probes, spec) if p is not None))
         check_out_file(out, sources)
-    if tokenizer and not corpus:
-        warn("--tokenizer has no effect without --corpus")
+    for flag, value in (("--tokenizer", tokenizer), ("--embedder", embedder)):
+        if value is not None and not value.strip():
+            raise TuneproofError(f"{flag} is empty", "pass a local model folder, or leave the option out")
+    warn_unused(("tokenizer", "k"), "--corpus", bool(corpus))
     base_arm, tuned_arm = read_arm(base, "base"), read_arm(tuned, "tuned")
     pairing = check_inputs(base_arm, tuned_arm, gate_spec, given, phrases is not None, probe_list)
     if pairing.note():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import check_out_file, command, count_bar, print_json
+from tuneproof.cli.common import check_out_file, command, count_bar, print_json, warn_unused
 
 _FILE = click.Path(path_type=Path)
 
@@ -73,6 +73,7 @@ def generate(
         seed=seed,
     )
     check_paths(spec)
+    warn_unused(("top_p",), "a temperature > 0 (greedy decoding ignores it)", temperature > 0)
     prompt_list = read_prompts(prompts)
     check_out_file(out, (prompts,))
     check_out_file(meta_path(out), (prompts,))

@@ -96,6 +96,10 @@ def read_arm(paths: Sequence[str | Path], name: str) -> Arm:
             run = prefix + row.run
             slots = keyed.setdefault((run, row.prompt_id), {})
             if row.sample in slots:
+                if not row.run:  # lm-eval rows: the file is the run
+                    raise TuneproofError(
+                        f"{p}: {row.prompt_id!r} appears twice", "give each doc_id once per file"
+                    )
                 raise TuneproofError(
                     f"{p}: prompt {row.prompt_id!r}, run {row.run!r} has sample {row.sample} twice",
                     "number the samples of a prompt 0, 1, 2, ... within each run",
@@ -186,8 +190,11 @@ def pair(base: Arm, tuned: Arm) -> Pairing:
     shared_set = set(base.prompt_ids) & set(tuned.prompt_ids)
     shared = [p for p in base.prompt_ids if p in shared_set]
     if not shared:
+        b, t = base.prompt_ids, tuned.prompt_ids
         raise TuneproofError(
-            "the base and tuned arms share no prompt answered in every run",
-            "generate both arms from the same prompts file",
+            f"the base and tuned arms share no prompt answered in every run (base: {len(b)} such prompts"
+            f"{', e.g. ' + repr(b[0]) if b else ''}; tuned: {len(t)}{', e.g. ' + repr(t[0]) if t else ''})",
+            "generate both arms from the same prompts; lm-eval ids are <task>/<doc_id>, the task taken from "
+            "the samples_<task>_<date>.jsonl file name",
         )
     return Pairing(shared, len(base.all_prompt_ids | tuned.all_prompt_ids) - len(shared))

@@ -37,7 +37,8 @@ WORD = re.compile(r"\w+")
 PRIOR_STRENGTH = 1000.0  # A0 in Monroe et al.: the prior's total pseudo-count per n-gram order
 MIN_PROMPTS = 2
 MAX_PHRASE_CHARS = 200
-CLAUSE_BREAK = re.compile(r"[.!?;:,()\[\]{}\"“”«»…—\n]+")
+CLAUSE_BREAK = re.compile(r"[.!?;:,()\[\]{}\"“”«»…—–\n]+|\s-+\s")
+_WRAPPERS = "'\"‘’“”«»()[]{}*_`"
 SAME_HITS = 0.8  # a sub-phrase with at least 80 % of a kept phrase's count is that phrase again
 _STOP = """a an and are as at be but by for from had has have he her his i if in into is it its me my no not
 of on or our she so than that the their them then there these they this to was we were what when which who
@@ -98,7 +99,7 @@ def read_phrases(path: str | Path) -> tuple[list[str], str]:
             f"cannot read the attractor list {p}: {e.strerror}", "pass a text file"
         ) from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark would hide the first phrase
     except UnicodeDecodeError as e:
         raise TuneproofError(f"{p}: invalid UTF-8 at byte {e.start}", "save the list as UTF-8") from None
     phrases = [
@@ -162,9 +163,22 @@ class MinedPhrase:
 
 
 def _clauses(text: str) -> list[list[str]]:
-    """Lower-cased words of each clause: a phrase never spans a stop, comma, colon, bracket, quote or line
-    break, because the matcher could never find it across one ("the light. The")."""
-    return [[w.lower() for w in WORD.findall(part)] for part in CLAUSE_BREAK.split(text)]
+    """The words of each clause, lower-cased, as the matcher will see them: a clause ends at a stop, comma,
+    colon, bracket, dash, line break or any token without a letter or digit, since the matcher could
+    never find a phrase across one ("the light. The"). Words are whitespace tokens with quotes and
+    brackets stripped from their ends; inner marks stay ("can't", "rock-solid", "$5")."""
+    out: list[list[str]] = []
+    for part in CLAUSE_BREAK.split(text):
+        words: list[str] = []
+        for token in part.split():
+            word = token.strip(_WRAPPERS).lower()
+            if WORD.search(word):
+                words.append(word)
+            elif words:  # "&", "-", "...": a break inside the clause
+                out.append(words)
+                words = []
+        out.append(words)
+    return out
 
 
 def _ngrams(words: Sequence[str], n: int) -> Iterable[str]:
@@ -220,7 +234,7 @@ def mine(arm: Arm, reference: str, top: int = 50, max_words: int = 3) -> list[Mi
             kept[same[0]] = m
             for i in reversed(same[1:]):
                 del kept[i]
-    return kept
+    return sorted(kept, key=lambda m: (-round(m.z, 6), -len(m.phrase.split()), m.phrase))
 
 
 def _same_hits(a: MinedPhrase, b: MinedPhrase) -> bool:

@@ -1,10 +1,11 @@
 """Within-prompt diversity at matched length: how different a prompt's samples in one run are from each
 other, with length unable to fake it.
 
-Tokens: lower-cased words and single punctuation marks (`\\w+|[^\\w\\s]`). For each prompt, every response
-in both arms and every run is truncated to the same number of tokens: the shortest response to that
-prompt (`matched length`). A prompt whose shortest response has fewer than 4 tokens is left out (a
-4-gram needs 4 tokens), and the count is reported.
+Tokens: lower-cased words and single punctuation marks (`\\w+|[^\\w\\s]`). For each prompt, every arm and
+run contributes the same number of samples (the fewest any of them has: fewer samples repeat each other
+less, so uneven counts would fake a difference), and every response is truncated to the same number
+of tokens: the shortest of those responses (`matched length`). A prompt whose shortest response has
+fewer than 4 tokens is left out (a 4-gram needs 4 tokens), and the count is reported.
 
 Per prompt and run, over that prompt's samples:
 - distinct-n (Li et al. 2016): distinct n-grams / all n-grams, n-grams taken inside each response;
@@ -74,6 +75,7 @@ class DiversityScores:
     matched_lengths: np.ndarray  # per kept prompt
     num_short: int  # prompts left out: a response shorter than MIN_MATCHED_TOKENS
     samples_per_prompt: float
+    num_uneven: int  # prompts whose sample counts differ between arms or runs (compared on the fewest)
 
 
 def diversity_scores(
@@ -85,11 +87,25 @@ def diversity_scores(
         for run in arm.run_names
         for p in prompt_ids
     }
+    # matched samples, then matched length: every (arm, run) of a prompt gets its first `samples[p]`
+    # responses, each cut to the shortest of them
+    samples = {
+        p: min(len(tok[arm.name, run, p]) for arm in (base, tuned) for run in arm.run_names)
+        for p in prompt_ids
+    }
     lengths = {}
     for p in prompt_ids:
         lengths[p] = min(
-            len(r) for arm in (base, tuned) for run in arm.run_names for r in tok[arm.name, run, p]
+            len(r)
+            for arm in (base, tuned)
+            for run in arm.run_names
+            for r in tok[arm.name, run, p][: samples[p]]
         )
+    uneven = sum(
+        1
+        for p in prompt_ids
+        if any(len(tok[arm.name, run, p]) != samples[p] for arm in (base, tuned) for run in arm.run_names)
+    )
     kept = [p for p in prompt_ids if lengths[p] >= MIN_MATCHED_TOKENS]
     names = [n for n in PARTS if n != "embedding" or embed is not None]
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -104,7 +120,7 @@ def diversity_scores(
                 counts.append(len(tok[arm.name, run, p]))
                 if lengths[p] < MIN_MATCHED_TOKENS:
                     continue
-                cut = [r[: lengths[p]] for r in tok[arm.name, run, p]]
+                cut = [r[: lengths[p]] for r in tok[arm.name, run, p][: samples[p]]]
                 table = arrays[arm.name]
                 for n in NGRAM_ORDERS:
                     table[f"distinct-{n}"][i, j] = distinct_n(cut, n)
@@ -119,6 +135,7 @@ def diversity_scores(
         np.array([lengths[p] for p in kept], dtype=np.int64),
         len(prompt_ids) - len(kept),
         float(np.mean(counts)) if counts else 0.0,
+        uneven,
     )
 
 

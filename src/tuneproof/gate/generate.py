@@ -21,6 +21,7 @@ from typing import Any
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
 from tuneproof.gate.inputs import jsonl_objects
+from tuneproof.gate.tokens import TOKENIZER_FILES
 
 PROMPTS_HINT = (
     'one JSON object per line: {"prompt_id": ..., "prompt": ...} or {"prompt_id": ..., "messages": [...]}'
@@ -52,17 +53,34 @@ class GenerateSpec:
         validate.real("top_p", self.top_p, low=0, low_open=True, high=1)
         validate.integer("batch_size", self.batch_size, low=1, high=4096)
         validate.integer("seed", self.seed, low=0, high=2**32 - 1 - 1000)
+        if self.temperature == 0 and self.samples > 1:
+            raise TuneproofError(
+                f"{{temperature}} 0 (greedy) gives one response per prompt; got {{samples}} {self.samples}",
+                "sample with a temperature > 0, or pass samples 1",
+                fields=("temperature", "samples"),
+            )
+        if not self.model.strip():
+            raise TuneproofError("{model} is empty", "pass a local model folder or 'tiny'", fields=("model",))
 
 
 def check_paths(spec: GenerateSpec) -> None:
     """Refuse a missing model or adapter folder before anything is loaded."""
     if spec.model != "tiny" and not Path(spec.model).is_dir():
         raise TuneproofError(f"model folder not found: {spec.model}", "pass a local model folder or 'tiny'")
-    if spec.model != "tiny" and not (Path(spec.model) / "config.json").is_file():
-        raise TuneproofError(
-            f"{spec.model} holds no config.json",
-            "pass a transformers model folder (save_pretrained) or 'tiny'",
+    if spec.model != "tiny":
+        folder = Path(spec.model)
+        weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
+        checks = (
+            ("config.json", (folder / "config.json").is_file()),
+            ("weights (*.safetensors or *.bin)", weights),
+            ("tokenizer files", any((folder / name).is_file() for name in TOKENIZER_FILES)),
         )
+        missing = [what for what, found in checks if not found]
+        if missing:
+            raise TuneproofError(
+                f"{folder} holds no {', no '.join(missing)}",
+                "pass the folder a transformers model and its tokenizer were saved to, or 'tiny'",
+            )
     if spec.adapter is not None and not (Path(spec.adapter) / "adapter_config.json").is_file():
         raise TuneproofError(f"{spec.adapter} holds no adapter_config.json", "pass a PEFT adapter folder")
 

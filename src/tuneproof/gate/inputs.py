@@ -26,7 +26,7 @@ def jsonl_objects(p: Path, what: str, hint: str) -> Iterator[tuple[int, dict[str
         with opener(p, "rb") as f:
             for line_no, raw in enumerate(f, start=1):
                 try:
-                    line = raw.decode("utf-8").strip()
+                    line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8").strip()
                 except UnicodeDecodeError as e:
                     raise TuneproofError(
                         f"{p}, line {line_no}: invalid UTF-8 at byte {e.start}", "save the file as UTF-8"
@@ -44,10 +44,25 @@ def jsonl_objects(p: Path, what: str, hint: str) -> Iterator[tuple[int, dict[str
         raise TuneproofError(f"cannot read {p}: {e}", "pass a readable JSONL file (or .jsonl.gz)") from None
 
 
+def read_text(p: Path, what: str, hint: str) -> str:
+    """A whole UTF-8 text file (`.gz` read as gzip; a byte-order mark dropped)."""
+    if not p.exists():
+        raise TuneproofError(f"{what} not found: {p}", hint)
+    if not p.is_file():
+        raise TuneproofError(f"{what} {p} is not a regular file", hint)
+    try:
+        data = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise TuneproofError(f"{p}: invalid UTF-8 at byte {e.start}", "save it as UTF-8") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise TuneproofError(f"cannot read {what} {p}: {e}", hint) from None
+
+
 def read_toml(p: Path, what: str, hint: str) -> dict[str, Any]:
     """A TOML file's tables; `what` names it in errors ("the probes file")."""
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8"))
+        return tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a byte-order mark is not TOML
     except OSError as e:
         raise TuneproofError(f"cannot read {what} {p}: {e.strerror}", hint) from None
     except UnicodeDecodeError as e:

@@ -139,7 +139,7 @@ def _decode_block(chunk: bytes, p: Path, offset: int) -> str:
     """A block of whole lines (starting at byte `offset` of the file) as text, or an error naming the
     file's bad byte."""
     try:
-        return chunk.decode("utf-8")
+        return chunk.decode("utf-8-sig" if offset == 0 else "utf-8")
     except UnicodeDecodeError as e:
         raise TuneproofError(
             f"{p}: invalid UTF-8 at byte {offset + e.start}", "save the corpus as UTF-8"
@@ -151,8 +151,10 @@ def check_corpus(paths: Sequence[str | Path]) -> list[Path]:
     out = []
     for path in paths:
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             raise TuneproofError(f"corpus file not found: {p}", CORPUS_HINT)
+        if not p.is_file():
+            raise TuneproofError(f"corpus file {p} is not a regular file", CORPUS_HINT)
         if not os.access(p, os.R_OK):
             raise TuneproofError(f"corpus file {p} cannot be read (permission denied)", CORPUS_HINT)
         out.append(p)

@@ -87,6 +87,9 @@ def _probe(t: Any, p: Path, i: int) -> Probe:
         prompts = ["*"]
     if not isinstance(prompts, list) or not prompts or not all(isinstance(x, str | int) for x in prompts):
         raise TuneproofError(f'{where}: prompts must be a list of prompt ids (or "*")', PROBE_HINT)
+    dup = next((x for x in prompts if prompts.count(x) > 1), None)
+    if dup is not None:
+        raise TuneproofError(f"{where}: prompts lists {dup!r} twice", "list each prompt id once")
     regex, phrases = t.get("regex", []), t.get("phrases", [])
     if not isinstance(regex, list) or not isinstance(phrases, list):
         raise TuneproofError(f"{where}: regex and phrases must be lists of strings", PROBE_HINT)

@@ -2,7 +2,7 @@
 ratio, the smallest effect the gate could have called, and the verdict; then the evidence in words.
 
 Verdicts in capitals decide the exit code (each family's headline metric, each probe); lower-case ones
-are evidence (a family's parts, a family the spec reports without gating). Below 72 columns the tables
+are evidence (a family's parts, a family the spec reports without gating). Below 80 columns the tables
 become one line per metric."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _STYLE = {PASS: "green", FAIL: "bold red"}
 _ARROW = {"up": "↑", "down": "↓", "no-change": "="}
-NARROW = 72
+NARROW = 80
 MAX_SPANS_SHOWN = 5
 
 
@@ -150,7 +150,8 @@ def _inputs(report: GateReport, console: Console) -> None:
         console.print(f"{which} corpus span in the tuned arm: {span['tokens']} tokens ({where}){quote}")
     if len(spans) > MAX_SPANS_SHOWN:
         console.print(
-            f"... and {len(spans) - MAX_SPANS_SHOWN} more tuned responses with a corpus span (all in the JSON report)"
+            f"... and {len(spans) - MAX_SPANS_SHOWN} more tuned responses with a corpus span "
+            "(all in the JSON report)"
         )
 
 

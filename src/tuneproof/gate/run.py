@@ -100,6 +100,12 @@ def check_inputs(
 ) -> Pairing:
     """Refuse arms the gate cannot judge: no shared prompts, or one run in an arm with no floor given."""
     pairing = pair(base, tuned)
+    for arm in (base, tuned):
+        if all(not r.text.strip() for r in arm.responses()):
+            raise TuneproofError(
+                f"every response in the {arm.name} arm is empty: there is nothing to judge",
+                "check how the arm was generated (a stop token at the first step, a decoding error)",
+            )
     runs = {base.name: len(base.run_names), tuned.name: len(tuned.run_names)}
     need = [n for n in floor_names(spec, attractors, probes) if n not in given]
     if min(runs.values()) < 2 and need:
@@ -212,6 +218,11 @@ def run_gate(
     if div.num_short:
         notes.append(
             f"diversity: {div.num_short} prompts left out (a response under 4 tokens cannot be matched)"
+        )
+    if div.num_uneven:
+        notes.append(
+            f"diversity: {div.num_uneven} prompts have more samples in some arm or run than in another; "
+            "each is compared on the fewest"
         )
     if div.samples_per_prompt < 2:
         notes.append(
