@@ -560,3 +560,58 @@ def test_every_mined_phrase_is_found_by_the_matcher_as_often_as_mined() -> None:
     for m in mined:
         found = sum(PhraseMatcher([m.phrase]).count(t) for t in texts)
         assert found == m.count, (m.phrase, found, m.count)
+
+
+def test_missing_values_and_boundaries_of_the_verdict() -> None:
+    nan = float("nan")
+    base = np.array([[1.0, 2.0, nan, 4.0], [1.2, nan, nan, 4.2]])
+    tuned = np.array([[2.0, 3.0, 9.0, 5.0], [2.2, 3.2, 9.0, nan]])
+    r = stats.judge("m", "up", base, tuned, Floor.given(0.5))
+    # prompt 3 has no base value in any run: left out; the others average the runs they have
+    assert r.num_prompts == 3
+    assert r.delta == pytest.approx(((2.1 - 1.1) + (3.1 - 2.0) + (5.0 - 4.1)) / 3)
+    # the A/A noise pairs only prompts with a value in both runs: base (0, 3), tuned (0, 1, 2)
+    sd, pairs = stats.noise_sd(base, tuned)
+    d_b, d_t = np.array([-0.2, -0.2]), np.array([-0.2, -0.2, 0.0])
+    assert pairs == 2 and sd == pytest.approx(
+        math.sqrt((np.var(d_b, ddof=1) / 2 + np.var(d_t, ddof=1) / 3) / 2)
+    )
+    # one prompt is too few to judge; two are enough
+    assert stats.judge("m", "up", base[:, :1], tuned[:, :1], Floor.given(0.1)).verdict is None
+    assert stats.judge("m", "up", base[:, :2], tuned[:, :2], Floor.given(0.1)).num_prompts == 2
+    # three runs and more prompts than runs
+    many = np.random.default_rng(3).normal(size=(3, 9))
+    assert stats.noise_sd(many, many)[1] == 6
+
+
+def test_a_delta_equal_to_the_floor_or_an_interval_touching_zero_is_not_called() -> None:
+    # delta exactly at the floor: not beyond it
+    assert stats._verdict("up", 0.5, 0.5, (0.4, 0.6), None)[0] == INCONCLUSIVE
+    assert stats._verdict("up", 0.51, 0.5, (0.4, 0.6), None)[0] == PASS
+    # beyond the floor but the interval spans or touches 0
+    assert stats._verdict("up", 0.6, 0.5, (-0.1, 1.3), None)[0] == INCONCLUSIVE
+    assert stats._verdict("up", 0.6, 0.5, (0.0, 1.2), None)[0] == INCONCLUSIVE
+    assert stats._verdict("down", -0.6, 0.5, (-1.2, 0.0), None)[0] == INCONCLUSIVE
+    assert stats._verdict("down", -0.6, 0.5, (-1.2, -0.01), None)[0] == PASS
+    assert stats._verdict("up", -0.6, 0.5, (-1.2, -0.01), None)[0] == FAIL
+    # the paired test must reject too when there is one
+    assert stats._verdict("up", 0.6, 0.5, (0.1, 1.1), ("McNemar", 0.05))[0] == INCONCLUSIVE
+    assert stats._verdict("up", 0.6, 0.5, (0.1, 1.1), ("McNemar", 0.049))[0] == PASS
+    # no change: the interval inside +-floor (edges included), and a floor of 0 never shows it
+    assert stats._verdict("no-change", 0.0, 0.5, (-0.5, 0.5), None)[0] == PASS
+    assert stats._verdict("no-change", 0.0, 0.5, (-0.51, 0.5), None)[0] == INCONCLUSIVE
+    assert stats._verdict("no-change", 0.0, 0.0, (0.0, 0.0), None)[0] == INCONCLUSIVE
+    assert stats._verdict("no-change", 0.9, 0.5, (0.6, 1.2), None)[0] == FAIL
+
+
+def test_the_bootstrap_interval_is_the_percentile_interval_of_resampled_means() -> None:
+    d = np.arange(10.0)
+    low, high = stats.paired_ci95(d)
+    rng = np.random.default_rng(stats.BOOTSTRAP_SEED)
+    means = d[rng.integers(0, 10, size=(stats.BOOTSTRAP_RESAMPLES, 10))].mean(axis=1)
+    assert (low, high) == tuple(np.percentile(means, [2.5, 97.5]))
+    big = np.random.default_rng(0).normal(size=5000)  # chunked resampling gives the same kind of answer
+    lo2, hi2 = stats.paired_ci95(big)
+    assert lo2 < big.mean() < hi2 and hi2 - lo2 == pytest.approx(
+        2 * 1.96 * big.std() / math.sqrt(5000), rel=0.15
+    )
