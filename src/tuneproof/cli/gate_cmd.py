@@ -147,7 +147,9 @@ def gate(
             raise TuneproofError(f"{flag} is empty", "pass a local model folder, or leave the option out")
     warn_unused(("tokenizer", "k"), "--corpus", bool(corpus))
     base_arm, tuned_arm = read_arm(base, "base"), read_arm(tuned, "tuned")
-    pairing = check_inputs(base_arm, tuned_arm, gate_spec, given, phrases is not None, probe_list)
+    pairing = check_inputs(
+        base_arm, tuned_arm, gate_spec, given, phrases is not None, probe_list, bool(embedder)
+    )
     if pairing.note():
         warn(str(pairing.note()))
     tokens = None

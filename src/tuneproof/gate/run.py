@@ -97,8 +97,15 @@ def check_inputs(
     given: Mapping[str, float],
     attractors: bool,
     probes: Sequence[Probe],
+    embedder: bool = False,
 ) -> Pairing:
     """Refuse arms the gate cannot judge: no shared prompts, or one run in an arm with no floor given."""
+    if spec.diversity.metric == "embedding" and not embedder:
+        raise TuneproofError(
+            "the spec's diversity metric is 'embedding' but no {embedder} was given",
+            "pass a local embedding model, or pick another diversity metric",
+            fields=("embedder",),
+        )
     pairing = pair(base, tuned)
     for arm in (base, tuned):
         if all(not r.text.strip() for r in arm.responses()):
@@ -152,12 +159,14 @@ def _family(
     wanted: Mapping[str, str],
     k: float,
     given: Mapping[str, float],
-    unit: str,
+    units: Mapping[str, str],
     gate: bool,
 ) -> MetricResult:
+    """One family: every part judged against its own floor; the headline part decides (when gated)."""
     results = {}
     for part, (b, t) in parts.items():
         key = name if part == headline else f"{name}.{part}"
+        unit = units.get(part, "")
         results[part] = stats.judge(part, wanted[part], b, t, _floor(key, b, t, k, given, unit), unit=unit)
     head = results[headline]
     family = MetricResult(**{**{f: getattr(head, f) for f in head.__dataclass_fields__}, "name": name})
@@ -191,45 +200,13 @@ def run_gate(
     spec = spec or GateSpec()
     given = dict(given_floors or {})
     say = progress or (lambda _m: None)
-    pairing = check_inputs(base, tuned, spec, given, attractors is not None, probes)
+    pairing = check_inputs(base, tuned, spec, given, attractors is not None, probes, embed is not None)
     ids = pairing.prompt_ids
     notes = [n for n in [pairing.note()] if n]
     k = spec.floor_k
 
     say("diversity")
-    div = diversity_scores(base, tuned, ids, embed)
-    wanted = {p: DIVERSITY_WANTED.get(p, "up") for p in div.scores}
-    if spec.diversity.metric not in div.scores:
-        raise TuneproofError(
-            "the spec's diversity metric is 'embedding' but no {embedder} was given",
-            "pass a local embedding model, or pick another diversity metric",
-            fields=("embedder",),
-        )
-    if spec.diversity.wanted:
-        wanted[spec.diversity.metric] = spec.diversity.wanted
-    diversity = _family(
-        "diversity", div.scores, spec.diversity.metric, wanted, k, given, "", spec.diversity.gate
-    )
-    diversity.extra.update(
-        matched_tokens_median=float(np.median(div.matched_lengths)) if div.matched_lengths.size else None,
-        prompts_too_short=div.num_short,
-        samples_per_prompt=div.samples_per_prompt,
-    )
-    if div.num_short:
-        notes.append(
-            f"diversity: {div.num_short} prompts left out (a response under 4 tokens cannot be matched)"
-        )
-    if div.num_uneven:
-        notes.append(
-            f"diversity: {div.num_uneven} prompts have more samples in some arm or run than in another; "
-            "each is compared on the fewest"
-        )
-    if div.samples_per_prompt < 2:
-        notes.append(
-            "diversity: 1 sample per prompt, so diversity is within one response, not across samples"
-        )
-
-    metrics = {"diversity": diversity}
+    metrics = {"diversity": _diversity(base, tuned, ids, spec, embed, given, notes)}
     if attractors is None:
         metrics["attractors"] = _skipped(
             "attractors",
@@ -238,28 +215,7 @@ def run_gate(
         )
     else:
         say("attractors")
-        matcher, sha = attractors
-        scores = attractor_scores(base, tuned, ids, matcher)
-        direction = spec.attractors.wanted or "down"
-        fam = _family(
-            "attractors",
-            {"share": scores.share, "per_1k_words": scores.per_1k_words},
-            spec.attractors.metric,
-            {"share": direction, "per_1k_words": direction},
-            k,
-            given,
-            "%",
-            spec.attractors.gate,
-        )
-        fam.unit = "%" if spec.attractors.metric == "share" else "/1k words"
-        for part in fam.parts:
-            part.unit = "%" if part.name == "share" else "/1k words"
-        fam.extra.update(
-            list_sha256=sha,
-            num_phrases=len(matcher.phrases),
-            top_phrases=[{"phrase": p, "base": b, "tuned": t} for p, b, t in scores.top],
-        )
-        metrics["attractors"] = fam
+        metrics["attractors"] = _attractors(base, tuned, ids, spec, attractors, given)
 
     if not corpus:
         metrics["memorisation"] = _skipped("memorisation", "down", "skipped: no training corpus given")
@@ -282,6 +238,72 @@ def run_gate(
                 "(judged on the rest)"
             )
     return GateReport(metrics, results, overall(metrics, results), _inputs(base, tuned, pairing, spec), notes)
+
+
+def _diversity(
+    base: Arm,
+    tuned: Arm,
+    ids: list[str],
+    spec: GateSpec,
+    embed: Embedder | None,
+    given: Mapping[str, float],
+    notes: list[str],
+) -> MetricResult:
+    div = diversity_scores(base, tuned, ids, embed)
+    wanted = {p: DIVERSITY_WANTED.get(p, "up") for p in div.scores}
+    if spec.diversity.wanted:
+        wanted[spec.diversity.metric] = spec.diversity.wanted
+    family = _family(
+        "diversity", div.scores, spec.diversity.metric, wanted, spec.floor_k, given, {}, spec.diversity.gate
+    )
+    family.extra.update(
+        matched_tokens_median=float(np.median(div.matched_lengths)) if div.matched_lengths.size else None,
+        prompts_too_short=div.num_short,
+        samples_per_prompt=div.samples_per_prompt,
+    )
+    if div.num_short:
+        notes.append(
+            f"diversity: {div.num_short} prompts left out (a response under 4 tokens cannot be matched)"
+        )
+    if div.num_uneven:
+        notes.append(
+            f"diversity: {div.num_uneven} prompts have more samples in some arm or run than in another; "
+            "each is compared on the fewest"
+        )
+    if div.samples_per_prompt < 2:
+        notes.append(
+            "diversity: 1 sample per prompt, so diversity is within one response, not across samples"
+        )
+    return family
+
+
+def _attractors(
+    base: Arm,
+    tuned: Arm,
+    ids: list[str],
+    spec: GateSpec,
+    attractors: tuple[PhraseMatcher, str],
+    given: Mapping[str, float],
+) -> MetricResult:
+    matcher, sha = attractors
+    scores = attractor_scores(base, tuned, ids, matcher)
+    direction = spec.attractors.wanted or "down"
+    family = _family(
+        "attractors",
+        {"share": scores.share, "per_1k_words": scores.per_1k_words},
+        spec.attractors.metric,
+        {"share": direction, "per_1k_words": direction},
+        spec.floor_k,
+        given,
+        {"share": "%", "per_1k_words": "/1k words"},
+        spec.attractors.gate,
+    )
+    family.extra.update(
+        list_sha256=sha,
+        num_phrases=len(matcher.phrases),
+        top_phrases=[{"phrase": p, "base": b, "tuned": t} for p, b, t in scores.top],
+    )
+    return family
 
 
 def judge_probe(
