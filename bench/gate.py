@@ -4,7 +4,7 @@
    vocabulary of 50,000 words), against a naive Python set of k-gram tuples at 10 M (it does not fit in
    memory at 100 M). Goals: >= 10x faster to build than the set; the index at most 16 bytes per corpus
    token.
-2. Query: 1 M response tokens against the 100 M index. Goal: under 5 s.
+2. Query: 1 M response tokens against the 10 M and the 100 M index. Goal: under 5 s at 100 M.
 3. The whole gate (`tuneproof gate`, no embedder) on 500 prompts x 10 samples x 2 runs x 2 arms, with an
    attractor list of 1,000 phrases, one probe and the 10 M corpus (index cached by step 1). Goal: under 60 s.
 
@@ -165,19 +165,21 @@ def main() -> None:
         verdict = "met" if per_token <= 16 else "NOT met"
         print(f"GOAL index <= 16 B per corpus token: {per_token:.2f} -> {verdict}")
 
-        big = sizes[-1]
-        with open(corpora[big]) as f:
-            corpus_words = f.read(4_000_000).split()
-        texts = responses(corpus_words[:-1], 2_000 if not small else 200, 500, 3, vocab)
-        texts_file = folder / "responses.json"
-        texts_file.write_text(json.dumps(texts))
-        q = run_worker("query", str(corpora[big]), str(K), str(texts_file))
-        rate = q["tokens"] / q["seconds"]
-        print(
-            f"query {q['tokens']:,} response tokens against the {big:,}-token index: {q['seconds']:.2f} s "
-            f"({rate / 1e6:.2f} M tokens/s), {q['hits']} responses with a hit, longest {q['longest']} tokens"
-        )
-        one_m = 1_000_000 / rate
+        for n in sizes:  # query throughput against each index; 1 in 50 responses quotes that corpus
+            with open(corpora[n]) as f:
+                corpus_words = f.read(4_000_000).split()
+            texts = responses(corpus_words[:-1], 2_000 if not small else 200, 500, 3, vocab)
+            texts_file = folder / "responses.json"
+            texts_file.write_text(json.dumps(texts))
+            q = run_worker("query", str(corpora[n]), str(K), str(texts_file))
+            rate = q["tokens"] / q["seconds"]
+            print(
+                f"query {q['tokens']:,} response tokens against the {n:,}-token index: {q['seconds']:.2f} s "
+                f"({rate / 1e6:.2f} M tokens/s), {q['hits']} responses with a hit, "
+                f"longest {q['longest']} tokens",
+                flush=True,
+            )
+        one_m = 1_000_000 / rate  # against the largest index
         met = "met" if one_m < 5 else "NOT met"
         judged = "not judged at --small sizes (the goal is against 100 M)" if small else met
         print(f"GOAL 1 M response tokens in < 5 s: {one_m:.2f} s (scaled from {q['tokens']:,}) -> {judged}")
