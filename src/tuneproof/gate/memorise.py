@@ -25,6 +25,7 @@ import os
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,29 +208,40 @@ def build_index(
         if loaded is not None:
             hashes, num_tokens = loaded
             return KGramIndex(hashes, k, num_tokens, tokens.name, f"loaded from {cache}")
-    pieces: list[np.ndarray] = []
     num_tokens = 0
     carry = np.empty(0, dtype=np.uint64)
-    for values, starts, continues in _blocks(files, tokens):
-        num_tokens += values.size
-        if continues and carry.size:
-            # a document read in blocks: the last k-1 tokens of the previous block open this one
-            values = np.concatenate([carry, values])
-            starts = np.concatenate([[0], starts[1:] + carry.size]).astype(np.int64)
-        h = window_hashes(values, k)
-        if h.size:
-            kept = h[_inside(starts, values.size, k)]
-            kept.sort()  # sorted runs now; one merge and one pass for duplicates at the end
-            pieces.append(kept)
-        carry = values[max(0, values.size - (k - 1)) :]
-        say(f"indexing the corpus: {num_tokens:,} tokens")
+    # reading and tokenizing stay in this thread; hashing and sorting a block (numpy, which releases the
+    # GIL) run in a worker meanwhile, at most two blocks ahead
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pending: list[Future[np.ndarray]] = []
+        for values, starts, continues in _blocks(files, tokens):
+            num_tokens += values.size
+            if continues and carry.size:
+                # a document read in blocks: the last k-1 tokens of the previous block open this one
+                values = np.concatenate([carry, values])
+                starts = np.concatenate([[0], starts[1:] + carry.size]).astype(np.int64)
+            pending.append(pool.submit(_sorted_windows, values, starts, k))
+            carry = values[max(0, values.size - (k - 1)) :]
+            if len(pending) > 2:
+                pending[-3].result()  # bound the blocks held in memory
+            say(f"indexing the corpus: {num_tokens:,} tokens")
+        pieces = [f.result() for f in pending]
     if num_tokens == 0:
         raise TuneproofError("the corpus holds no text", CORPUS_HINT)
-    hashes = sorted_unique(np.concatenate(pieces), runs=True) if pieces else np.empty(0, dtype=np.uint64)
+    hashes = sorted_unique(np.concatenate(pieces), runs=True)
     cached = "built"
     if use_cache:
         cached = _save(cache, hashes, {"key": key, "num_tokens": num_tokens, "windows": int(hashes.size)})
     return KGramIndex(hashes, k, num_tokens, tokens.name, cached)
+
+
+def _sorted_windows(values: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
+    """The block's window hashes inside its documents, sorted (one merge and one pass for duplicates
+    follow at the end)."""
+    h = window_hashes(values, k)
+    kept = h[_inside(starts, values.size, k)] if h.size else h
+    kept.sort()
+    return kept
 
 
 def _load(path: Path, key: str) -> tuple[np.ndarray, int] | None:
