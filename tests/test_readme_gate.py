@@ -1,0 +1,71 @@
+"""The README's gate examples are what the commands print: run them as written and compare."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+from tuneproof.cli.app import main
+
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text()
+EXAMPLE = ROOT / "examples" / "gate"
+
+
+def _block(after: str) -> str:
+    start = README.index("```\n", README.index(after)) + 4
+    return README[start : README.index("```", start)]
+
+
+def _arms(folder: Path) -> None:
+    spec = importlib.util.spec_from_file_location("make_arms", EXAMPLE / "make_arms.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, args in (("base", (1, 0.35, 0.40, 0.20)), ("tuned", (2, 0.05, 0.10, 0.05))):
+        rows = module.arm(*args)
+        (folder / f"{name}.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+
+
+def _without_cache_line(text: str) -> str:
+    # where the index lives and whether it was built or loaded depend on the machine and the run
+    return re.sub(r"index (built|loaded)[^\n]*\n[^\n]*\.npy", "index <cache>", text)
+
+
+def test_the_gate_example_prints_what_the_readme_shows(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.chdir(ROOT)
+    _arms(tmp_path)
+    argv = ["gate", "--base", str(tmp_path / "base.jsonl"), "--tuned", str(tmp_path / "tuned.jsonl"),
+            "--attractors", "examples/gate/attractors.txt", "--corpus", "examples/gate/corpus.txt",
+            "--probes", "examples/gate/probes.toml"]  # fmt: skip
+    assert main(argv) == 0
+    start = README.index("```\ntuned vs base on 60 shared prompts") + 4  # the output block
+    shown = README[start : README.index("```", start)]
+    assert _without_cache_line(capsys.readouterr().out) == _without_cache_line(shown)
+
+
+def test_the_mining_example_prints_what_the_readme_shows(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    _arms(tmp_path)
+    argv = ["attractors", "mine", "--outputs", str(tmp_path / "base.jsonl"), "--reference",
+            "examples/gate/corpus.txt", "--top", "8"]  # fmt: skip
+    assert main(argv) == 0
+    shown = _block("### Mining a stock-phrase list").split("\n", 1)[1]  # the lines after the command
+    assert capsys.readouterr().out == shown
+
+
+def test_the_python_example_gives_the_numbers_in_its_comment(tmp_path: Path) -> None:
+    from tuneproof.gate import PhraseMatcher, read_arm, run_gate
+
+    _arms(tmp_path)
+    report = run_gate(
+        read_arm([tmp_path / "base.jsonl"], "base"),
+        read_arm([tmp_path / "tuned.jsonl"], "tuned"),
+        attractors=(PhraseMatcher(["a testament to", "delve into"]), "inline list"),
+    )
+    d = report.metrics["diversity"]
+    shown = re.search(r"# (PASS [0-9. ]+)\n", README)
+    assert shown is not None
+    assert f"{report.verdict} {d.delta:.4f} {d.floor:.4f} {d.ratio:.2f}" == shown.group(1).strip()
