@@ -615,3 +615,37 @@ def test_the_bootstrap_interval_is_the_percentile_interval_of_resampled_means() 
     assert lo2 < big.mean() < hi2 and hi2 - lo2 == pytest.approx(
         2 * 1.96 * big.std() / math.sqrt(5000), rel=0.15
     )
+
+
+def test_model_folders_that_are_not_models_are_refused_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    from tuneproof.gate.diversity import load_embedder
+    from tuneproof.gate.tokens import load_tokenizer
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text("{not json")
+    (broken / "model.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(TuneproofError) as e:
+        load_embedder(str(broken))
+    assert e.value.message.startswith(f"cannot load the embedder {broken}: ") and "\n" not in e.value.message
+    with pytest.raises(TuneproofError) as e:
+        load_tokenizer(str(broken))
+    assert (
+        e.value.message.startswith(f"cannot load a tokenizer from {broken}: ") and "\n" not in e.value.message
+    )
+    with pytest.raises(TuneproofError, match="holds no tokenizer files"):
+        load_tokenizer(str(tmp_path))
+    # neither embedding package installed: said so, with what to install
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(TuneproofError) as e:
+        load_embedder(str(broken))
+    assert "model2vec and sentence-transformers are not installed" in e.value.message
+    assert "pip install 'tuneproof[embed]'" in e.value.message
+
+
+def test_spans_of_words_keep_the_original_spacing() -> None:
+    t = Tokens()
+    assert t.span("one  two\tthree four", 1, 2) == "two\tthree"
+    assert t.span("one two", 5, 2) == ""
