@@ -649,3 +649,30 @@ def test_spans_of_words_keep_the_original_spacing() -> None:
     t = Tokens()
     assert t.span("one  two\tthree four", 1, 2) == "two\tthree"
     assert t.span("one two", 5, 2) == ""
+
+
+def test_corpus_reading_in_blocks_marks_and_offsets(tmp_path: Path, monkeypatch) -> None:
+    import tuneproof.gate.memorise as mem
+
+    words = [f"w{i}" for i in range(60)]
+    plain = tmp_path / "plain.txt"
+    plain.write_text(" ".join(words))
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    reference = build_index([plain], k=4, use_cache=False)
+    assert np.array_equal(
+        build_index([bom], k=4, use_cache=False).hashes, reference.hashes
+    )  # the mark is no word
+    # jsonl rows gathered into blocks: the same windows whatever the block size, none across two rows
+    rows = [{"text": " ".join(words[i : i + 10])} for i in range(0, 60, 10)]
+    corpus = _jsonl(tmp_path / "c.jsonl", rows)
+    whole = build_index([corpus], k=4, use_cache=False)
+    monkeypatch.setattr(mem, "_PIECE_BYTES", 25)
+    assert np.array_equal(build_index([corpus], k=4, use_cache=False).hashes, whole.hashes)
+    assert whole.hashes.size == 6 * (10 - 4 + 1)
+    # a bad byte in a later block is named by its offset in the file
+    lines = "\n".join(" ".join(words[i : i + 5]) for i in range(0, 60, 5)).encode()
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(lines[:100] + b"\xff" + lines[100:])
+    with pytest.raises(TuneproofError, match=r"invalid UTF-8 at byte 100\b"):
+        build_index([bad], k=4, use_cache=False)
