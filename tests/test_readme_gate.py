@@ -6,16 +6,23 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 from tuneproof.cli.app import main
 
 ROOT = Path(__file__).parent.parent
-README = (ROOT / "README.md").read_text()
 EXAMPLE = ROOT / "examples" / "gate"
+pytestmark = pytest.mark.slow  # documentation checks: left out of mutation runs
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text()
 
 
 def _block(after: str) -> str:
-    start = README.index("```\n", README.index(after)) + 4
-    return README[start : README.index("```", start)]
+    readme = _readme()
+    start = readme.index("```\n", readme.index(after)) + 4
+    return readme[start : readme.index("```", start)]
 
 
 def _arms(folder: Path) -> None:
@@ -41,8 +48,9 @@ def test_the_gate_example_prints_what_the_readme_shows(tmp_path: Path, capsys, m
             "--attractors", "examples/gate/attractors.txt", "--corpus", "examples/gate/corpus.txt",
             "--probes", "examples/gate/probes.toml"]  # fmt: skip
     assert main(argv) == 0
-    start = README.index("```\ntuned vs base on 60 shared prompts") + 4  # the output block
-    shown = README[start : README.index("```", start)]
+    readme = _readme()
+    start = readme.index("```\ntuned vs base on 60 shared prompts") + 4  # the output block
+    shown = readme[start : readme.index("```", start)]
     assert _without_cache_line(capsys.readouterr().out) == _without_cache_line(shown)
 
 
@@ -66,6 +74,6 @@ def test_the_python_example_gives_the_numbers_in_its_comment(tmp_path: Path) -> 
         attractors=(PhraseMatcher(["a testament to", "delve into"]), "inline list"),
     )
     d = report.metrics["diversity"]
-    shown = re.search(r"# (PASS [0-9. ]+)\n", README)
+    shown = re.search(r"# (PASS [0-9. ]+)\n", _readme())
     assert shown is not None
     assert f"{report.verdict} {d.delta:.4f} {d.floor:.4f} {d.ratio:.2f}" == shown.group(1).strip()
