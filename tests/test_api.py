@@ -15,6 +15,7 @@ import tuneproof.data
 import tuneproof.flops
 import tuneproof.gate
 import tuneproof.measure
+import tuneproof.ship
 
 SRC = Path(tuneproof.__file__).parent
 
@@ -115,6 +116,28 @@ FRONT_DOORS = {
         "random_plan",
         "read_lengths",
         "synthetic_lengths",
+    ],
+    tuneproof.ship: [
+        "Adapter",
+        "Checkpoint",
+        "Engine",
+        "Fingerprint",
+        "Health",
+        "MergeResult",
+        "Recipe",
+        "audit_checkpoint",
+        "audit_recipe",
+        "characterise",
+        "check_adapter",
+        "compare",
+        "engine",
+        "fingerprint",
+        "merge_adapter",
+        "open_checkpoint",
+        "read_adapter",
+        "read_fingerprint",
+        "read_header",
+        "read_recipe",
     ],
     tuneproof.measure: [
         "ConstantTerm",

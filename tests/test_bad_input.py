@@ -245,6 +245,65 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
 }
 
+SHIP_MODEL = [
+    ("@missing", "is not a folder"),
+    ("@folder", "holds no .safetensors file"),
+    ("@pickle-model", "pickle"),
+    ("@corrupt-model", "not a valid safetensors file"),
+    ("@file", "is not a folder"),
+]
+BAD["fingerprint"] = {
+    "model_dir": SHIP_MODEL,
+    "--out": [*OUT_FILE, ("@model/model.safetensors", "is also an input")],
+    "--compare": [
+        ("@missing|@model", "is not a folder"),
+        ("@bad-fingerprint.json|@model", "is not a tuneproof fingerprint"),
+        ("@model|@corrupt-model", "not a valid safetensors file"),
+    ],
+}
+BAD["merge"] = {
+    "--base": [
+        ("@missing", "has no config.json"),
+        ("@folder", "has no config.json"),
+        ("@corrupt-model", "not a valid safetensors file"),
+        ("@pickle-model", "pickle"),
+        ("@quantised-model", "the base is quantised"),
+    ],
+    "--adapter": [
+        ("@missing", "is not a folder"),
+        ("@folder", "has no adapter_config.json"),
+        ("@pickle-adapter", "pickle"),
+        ("@other-adapter", "does not fit"),
+    ],
+    "--out": [
+        ("@file", "already exists"),
+        ("@under-a-file", "is not a folder"),
+        ("@model/merged", "is inside the input"),
+        ("/proc/tuneproof-out", "is not writable"),
+        ("@missing/deeper", "does not exist"),
+    ],
+    "--dtype": [("int8", "'int8' is not one of")],
+}
+BAD["quant-audit"] = {
+    "--recipe": [
+        ("@missing", "cannot read recipe"),
+        ("@folder", "cannot read recipe"),
+        ("@not-json", "neither YAML, Python nor JSON"),
+        ("@no-modifier.yaml", "no quantising modifier"),
+    ],
+    "--config": [
+        ("@missing", "has no config.json"),
+        ("@not-json", "not JSON"),
+        ("@no-model-type.json", "has no model_type"),
+    ],
+    "--checkpoint": [
+        ("@missing", "is not a folder"),
+        ("@folder", "holds no .safetensors file"),
+        ("@corrupt-model", "not a valid safetensors file"),
+    ],
+    "--engine": [("vllm", "--engine 'vllm' is not an engine")],
+}
+
 REQUIRED = {
     "flops": ["--seq-len", "64"],
     "explain": ["--seq-len", "64"],
@@ -252,6 +311,15 @@ REQUIRED = {
     "kernels": ["--trace", "@trace"],
     "gate": ["--base", "@arm", "--tuned", "@arm"],
     "generate": ["--model", "tiny", "--prompts", "@prompts", "--out", "@out-json"],
+    "fingerprint": ["@model"],
+    "merge": ["--base", "@model", "--adapter", "@adapter", "--out", "@merge-out"],
+    "quant-audit": ["--recipe", "@recipe.yaml", "--config", "@model"],
+}
+# options that need the command's other inputs left out (they are alternatives, not companions)
+REQUIRED_FOR = {
+    ("fingerprint", "model_dir"): [],
+    ("fingerprint", "--compare"): [],
+    ("quant-audit", "--checkpoint"): [],
 }
 # cheap, valid companions so that each command stops at the bad value, never later
 QUICK = {
@@ -300,6 +368,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (d / "bad-spec").write_text("floor_k = 0\n")
     (d / "corpus").write_text("some licensed prose " * 20)
     (d / "prompts").write_text('{"prompt_id": "a", "prompt": "hi"}\n')
+    _ship_files(d)
     paths = {f"@{p.name}": str(p) for p in d.iterdir()}
     paths["@bad-gzip-arm"] = str(d / "bad-gzip-arm.jsonl.gz")
     paths["@out-json"] = str(d / "out" / "arm.jsonl")
@@ -307,6 +376,34 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     paths["@under-a-file"] = str(d / "file" / "sub")
     paths["@proc"] = "/proc/tuneproof-out"
     return paths
+
+
+def _ship_files(d: Path) -> None:
+    """Model folders and adapters for fingerprint, merge and quant-audit."""
+    import ship_fakes as fx
+
+    fx.save(fx.model("llama"), d / "model")
+    fx.adapter(fx.model("llama"), d / "adapter")
+    fx.adapter(fx.model("qwen3"), d / "other-adapter")
+    fx.adapter(fx.model("llama"), d / "pickle-adapter")
+    (d / "pickle-adapter" / "adapter_model.safetensors").rename(d / "pickle-adapter" / "adapter_model.bin")
+    for name in ("corrupt-model", "pickle-model", "quantised-model"):
+        fx.save(fx.model("llama"), d / name)
+    weights = d / "corrupt-model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    (d / "pickle-model" / "model.safetensors").rename(d / "pickle-model" / "pytorch_model.bin")
+    config = json.loads((d / "quantised-model" / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "bitsandbytes"}
+    (d / "quantised-model" / "config.json").write_text(json.dumps(config))
+    (d / "bad-fingerprint.json").write_text(json.dumps({"format": "other"}))
+    (d / "recipe.yaml").write_text("s:\n  m:\n    QuantizationModifier: {targets: Linear, scheme: NVFP4}\n")
+    (d / "no-modifier.yaml").write_text("s: {m: {AWQModifier: {}}}\n")
+    (d / "no-model-type.json").write_text(json.dumps({"hidden_size": 8}))
+
+
+def _argv(value: str) -> list[str]:
+    """`a|b` is two command-line words (an option taking two values)."""
+    return value.split("|")
 
 
 def _cases() -> list[tuple[str, str, str, str]]:
@@ -323,15 +420,20 @@ def test_bad_value_is_one_line_exit_2(
     capsys, files: dict[str, str], cmd: str, opt: str, value: str, fragment: str
 ) -> None:
     def real(v: str) -> str:
+        head, sep, tail = v.partition("/")
+        if head in files and sep:
+            return f"{files[head]}/{tail}"
         return files.get(v, v)
 
-    base = [real(v) for v in REQUIRED.get(cmd, []) + QUICK.get(cmd, [])]
+    companions = REQUIRED_FOR.get((cmd, opt), REQUIRED.get(cmd, []) + QUICK.get(cmd, []))
+    base = [real(v) for v in companions]
     # the option under test wins over a companion of the same name
     if opt in base:
         i = base.index(opt)
         del base[i : i + 2]
     before = {p: Path(p).read_bytes() for p in files.values() if Path(p).is_file()}
-    code = main([cmd, *base, opt, real(value)])
+    given = [real(v) for v in _argv(value)]
+    code = main([cmd, *base, *([] if not opt.startswith("-") else [opt]), *given])
     out, err = capsys.readouterr()
     assert code == 2, (cmd, opt, value, out[-300:], err)
     assert err.startswith("error: ") and err.count("\n") == 1, err
@@ -345,6 +447,7 @@ def test_every_option_has_bad_values() -> None:
     for name, command in app.commands.items():
         if isinstance(command, click.Group):
             continue  # subcommands are tested on their own (tests/test_gate.py: attractors mine)
+        # options and positional arguments (an argument's opts is its name, e.g. model_dir)
         options = {o for p in command.params for o in p.opts if not getattr(p, "is_flag", False)}
         options -= {"--help"}
         assert options == set(BAD.get(name, {})), name

@@ -23,6 +23,7 @@ from tuneproof.cli.generate_cmd import generate
 from tuneproof.cli.kernels_cmd import kernels
 from tuneproof.cli.peak_cmd import peak
 from tuneproof.cli.probe_cmd import probe
+from tuneproof.cli.ship_cmd import fingerprint, lora, merge, quant_audit
 from tuneproof.errors import TuneproofError
 
 
@@ -46,6 +47,10 @@ app.add_command(generate)
 app.add_command(kernels)
 app.add_command(peak)
 app.add_command(probe)
+app.add_command(lora)
+app.add_command(fingerprint)
+app.add_command(merge)
+app.add_command(quant_audit)
 
 
 def main(argv: list[str] | None = None) -> int:

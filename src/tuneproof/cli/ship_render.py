@@ -1,0 +1,331 @@
+"""Text and JSON for the shipping commands (`lora check`, `fingerprint`, `merge`, `quant-audit`): every
+number with its basis, every verdict with its reason."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from tuneproof.ship.health import Health
+from tuneproof.ship.identity import Characterisation, Difference, Fingerprint
+from tuneproof.ship.quant import CheckpointAudit, RecipeAudit
+from tuneproof.ship.recipe import Recipe
+
+LIST_LIMIT = 10
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+def _clip(names: list[str], limit: int = LIST_LIMIT) -> list[str]:
+    return names[:limit] + (
+        [f"... and {len(names) - limit} more (--json lists all)"] if len(names) > limit else []
+    )
+
+
+# --- lora check -----------------------------------------------------------------------------------------
+
+
+def health_verdict(h: Health) -> tuple[str, int]:
+    """(verdict, exit code): 0 healthy, 1 a module or an expert never trained, 3 cannot judge."""
+    if not h.judged:
+        return (
+            "CANNOT JUDGE: cannot judge without --initial (the adapter saved at step 0); the init "
+            "starts lora_B non-zero",
+            3,
+        )
+    if h.untrained or h.idle_expert_count:
+        what = []
+        if h.untrained:
+            what.append(f"{len(h.untrained)} adapted modules never trained")
+        if h.idle_expert_count:
+            what.append(f"{h.idle_expert_count} experts never moved")
+        return "NOT HEALTHY: " + ", ".join(what), 1
+    return "HEALTHY: every adapted module (and every expert) moved from its start", 0
+
+
+def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
+    lines = [
+        f"adapter   {adapter_dir}",
+        "structure "
+        + (
+            f"resolved by PEFT against {base}"
+            if h.resolved_with_base
+            else "read from adapter_config.json alone (pass --base for the exact parameters)"
+        ),
+        f"init      init_lora_weights={h.init!r}; judged on "
+        + ", ".join(sorted({m.judged_on for m in h.modules})).replace("none", "nothing (cannot judge)"),
+        f"health    {h.summary()}",
+    ]
+    for path in _clip([m.path for m in h.untrained]):
+        lines.append(f"  never trained: {path}")
+    idle = [m for m in h.modules if m.idle_experts and m.trained is not False]
+    for m in idle[:LIST_LIMIT]:
+        shown = ", ".join(map(str, m.idle_experts[:16])) + (" ..." if len(m.idle_experts) > 16 else "")
+        lines.append(
+            f"  experts never moved: {len(m.idle_experts)} of {m.num_experts} in {m.path}: [{shown}]"
+        )
+    deltas = [m.delta_norm for m in h.modules]
+    rel = [m.relative for m in h.modules if m.relative is not None]
+    line = f"change    median ||scaling * B @ A|| {statistics.median(deltas):.4g}"
+    if rel:
+        spread = f"(min {min(rel):.3g}, max {max(rel):.3g})"
+        line += f"; median ||delta W|| / ||W|| {statistics.median(rel):.3g} {spread}"
+    else:
+        line += "; ||delta W|| / ||W|| unknown (pass --base as a model folder holding the weights)"
+    lines.append(line)
+    kinds: dict[str, int] = {}
+    for m in h.modules:
+        kinds[m.kind] = kinds.get(m.kind, 0) + 1
+    lines.append("modules   " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    if h.coverage is not None:
+        lines.append("coverage  family        adapted of matrices   share of parameters")
+        for c in h.coverage:
+            lines.append(
+                f"          {c.family:<12} {c.adapted:>8,} of {c.matrices:<10,} {100 * c.share:5.1f} %"
+            )
+    else:
+        lines.append("coverage  unknown (pass --base with the base config to see which families are adapted)")
+    for note, source in h.serving:
+        lines.append(f"serving   {note} [{source}]")
+    for w in h.warnings:
+        lines.append(f"note      {w}")
+    lines.append(f"verdict   {health_verdict(h)[0]}")
+    return lines
+
+
+def health_json(h: Health, adapter_dir: Path, base: Path | None) -> dict[str, Any]:
+    verdict, code = health_verdict(h)
+    return {
+        "adapter": str(adapter_dir),
+        "base": str(base) if base else None,
+        "resolved_with_base": h.resolved_with_base,
+        "init_lora_weights": h.init,
+        "judged": h.judged,
+        "why_unjudged": h.why_unjudged,
+        "summary": h.summary(),
+        "verdict": verdict,
+        "exit_code": code,
+        "modules": [
+            {
+                "path": m.path,
+                "kind": m.kind,
+                "target": m.target,
+                "rank": m.rank,
+                "scaling": m.scaling,
+                "a_norm": m.a_norm,
+                "b_norm": m.b_norm,
+                "delta_norm": m.delta_norm,
+                "base_norm": m.base_norm,
+                "relative": m.relative,
+                "trained": m.trained,
+                "judged_on": m.judged_on,
+                "num_experts": m.num_experts,
+                "idle_experts": list(m.idle_experts),
+            }
+            for m in h.modules
+        ],
+        "coverage": None
+        if h.coverage is None
+        else [
+            {"family": c.family, "matrices": c.matrices, "adapted": c.adapted, "share": c.share}
+            for c in h.coverage
+        ],
+        "serving": [{"note": n, "source": s} for n, s in h.serving],
+    }
+
+
+# --- fingerprint ----------------------------------------------------------------------------------------
+
+
+def fingerprint_text(fp: Fingerprint) -> list[str]:
+    return [
+        f"model     {fp.source}",
+        f"tensors   {len(fp.tensors):,} ({_gib(fp.total_bytes)}), each sha256 over its raw bytes "
+        "with dtype and shape",
+        f"digest    sha256:{fp.digest}",
+    ]
+
+
+def compare_text(a: str, b: str, d: Difference, c: Characterisation | None, why_not: str | None) -> list[str]:
+    lines = [f"A         {a}", f"B         {b}"]
+    if d.identical:
+        return [*lines, "verdict   IDENTICAL: every tensor has the same dtype, shape and bytes"]
+    lines.append(
+        f"differ    {d.num_differing} tensors: {len(d.changed)} changed, {len(d.reshaped)} "
+        "reshaped or retyped, "
+        f"{len(d.only_a)} only in A, {len(d.only_b)} only in B"
+    )
+    for label, names in (("only in A", d.only_a), ("only in B", d.only_b), ("reshaped", d.reshaped)):
+        lines += [f"  {label}: {n}" for n in _clip(names, 5)]
+    if c is None:
+        lines.append(f"changes   {why_not}")
+        lines += [f"  changed: {n}" for n in _clip(d.changed)]
+    else:
+        lines.append(
+            "changes   tensor                                   rank  top-1 share  ||D||/||W||  shared dir"
+        )
+        for m in c.changes[: LIST_LIMIT * 2]:
+            rank = "-" if m.rank is None else str(m.rank)
+            cos = "-" if m.residual_cos is None else f"{m.residual_cos:.3f}"
+            lines.append(
+                f"          {m.name[-40:]:<40} {rank:>4}  {m.top_share:10.3f}  {m.relative:11.3g}  {cos:>10}"
+            )
+        if len(c.changes) > LIST_LIMIT * 2:
+            lines.append(f"          ... and {len(c.changes) - LIST_LIMIT * 2} more (--json lists all)")
+        lines.append(f"what      {c.verdict}")
+    lines.append("verdict   DIFFERENT")
+    return lines
+
+
+def compare_json(
+    a: str, b: str, d: Difference, c: Characterisation | None, why_not: str | None
+) -> dict[str, Any]:
+    return {
+        "a": a,
+        "b": b,
+        "identical": d.identical,
+        "changed": d.changed,
+        "reshaped": d.reshaped,
+        "only_a": d.only_a,
+        "only_b": d.only_b,
+        "characterisation": None
+        if c is None
+        else {
+            "verdict": c.verdict,
+            "ablation": c.ablation,
+            "changes": [
+                {
+                    "name": m.name,
+                    "shape": list(m.shape),
+                    "rank": m.rank,
+                    "top_share": m.top_share,
+                    "relative": m.relative,
+                    "shared_direction_cos": m.residual_cos,
+                    "note": m.note,
+                }
+                for m in c.changes
+            ],
+        },
+        "why_not_characterised": why_not,
+    }
+
+
+# --- quant-audit ----------------------------------------------------------------------------------------
+
+
+def recipe_text(recipe: Recipe, audits: list[RecipeAudit], config: str) -> list[str]:
+    lines = [
+        f"recipe    {recipe.source} ({recipe.kind}): scheme {recipe.scheme}; targets "
+        + ", ".join(repr(t) for g in recipe.groups for t in g.targets)
+        + f"; ignore {list(recipe.ignore)[:6]}{' ...' if len(recipe.ignore) > 6 else ''}",
+        f"model     {config}, module tree built on the meta device; matched with "
+        "compressed-tensors' is_match",
+    ]
+    for i, a in enumerate(audits):
+        tag = "assumed" if i == 0 else "other  "
+        lines.append(f"engine    {tag} {a.engine.name}: {a.engine.reason}")
+        lines.append("          family        covered of tensors   ignored   share of parameters")
+        for f in a.families.values():
+            if f.family == "other":
+                continue
+            lines.append(
+                f"          {f.family:<12} {f.covered_matrices:>8,} of {f.matrices:<9,} "
+                f"{f.ignored_matrices:>7,}"
+                f"   {100 * f.numel / a.total_numel:5.1f} %"
+            )
+        for t in a.unmatched_targets:
+            lines.append(f"          target {t!r} matches no module")
+        for finding in a.findings or ["none: every large parameter is covered or ignored"]:
+            lines.append(f"finding   {finding}")
+    if len(audits) > 1:
+        lines.append(
+            "engines   DISAGREE on this model: the expert tensors are "
+            + " vs ".join(
+                f"{a.family('experts').covered_matrices:,} covered ({a.engine.name})" for a in audits
+            )
+        )
+    return lines
+
+
+def recipe_json(recipe: Recipe, audits: list[RecipeAudit], config: str) -> dict[str, Any]:
+    return {
+        "recipe": str(recipe.source),
+        "kind": recipe.kind,
+        "scheme": recipe.scheme,
+        "targets": [t for g in recipe.groups for t in g.targets],
+        "ignore": list(recipe.ignore),
+        "config": config,
+        "engines": [
+            {
+                "engine": a.engine.name,
+                "linearizes": a.engine.linearizes,
+                "reason": a.engine.reason,
+                "total_parameters": a.total_numel,
+                "families": {
+                    k: {
+                        "tensors": f.matrices,
+                        "covered": f.covered_matrices,
+                        "ignored": f.ignored_matrices,
+                        "parameters": f.numel,
+                        "uncovered_parameters": f.uncovered_numel,
+                    }
+                    for k, f in a.families.items()
+                },
+                "unmatched_targets": a.unmatched_targets,
+                "findings": a.findings,
+            }
+            for a in audits
+        ],
+        "engines_disagree": len(audits) > 1,
+    }
+
+
+def checkpoint_text(folder: Path, a: CheckpointAudit) -> list[str]:
+    lines = [
+        f"checkpoint {folder} (headers only)",
+        f"declared  {a.method}; scheme {a.scheme or 'unknown'}",
+        "          family        quantised tensors        unquantised tensors (ignored)",
+    ]
+    for f in a.families.values():
+        if f.family == "other":
+            continue
+        lines.append(
+            f"          {f.family:<12} {f.quantised_tensors:>8,} {_gib(f.quantised_bytes):>12}"
+            f"   {f.plain_tensors:>8,} {_gib(f.plain_bytes):>12} ({_gib(f.ignored_bytes)})"
+        )
+    size = f"size      {_gib(a.total_bytes)} stored"
+    size += (
+        f"; expected {_gib(a.expected_bytes)} if {a.expected_why}"
+        if a.expected_bytes is not None
+        else f"; expected {a.expected_why}"
+    )
+    lines.append(size)
+    for finding in a.findings or ["none: the large weights are stored quantised or ignored on purpose"]:
+        lines.append(f"finding   {finding}")
+    return lines
+
+
+def checkpoint_json(folder: Path, a: CheckpointAudit) -> dict[str, Any]:
+    return {
+        "checkpoint": str(folder),
+        "declared": a.method,
+        "scheme": a.scheme,
+        "total_bytes": a.total_bytes,
+        "expected_bytes": a.expected_bytes,
+        "expected_why": a.expected_why,
+        "families": {
+            k: {
+                "quantised_tensors": f.quantised_tensors,
+                "quantised_bytes": f.quantised_bytes,
+                "unquantised_tensors": f.plain_tensors,
+                "unquantised_bytes": f.plain_bytes,
+                "ignored_bytes": f.ignored_bytes,
+            }
+            for k, f in a.families.items()
+        },
+        "suffixed_fused_names": a.suffixed,
+        "findings": a.findings,
+    }

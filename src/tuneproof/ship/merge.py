@@ -1,0 +1,429 @@
+"""Streaming LoRA merge: W + scaling * B @ A written shard by shard, without loading the base as a model.
+
+Every adapted tensor is read alone, merged in fp32 and cast once to the output dtype; every other
+tensor is copied as bytes (or cast, when `dtype` asks for one dtype throughout). Peak memory is one
+tensor in fp32 plus the delta of one adapted parameter, never a shard, never the model. Output goes to a
+temporary folder beside `out` and is renamed into place at the end: a failure leaves nothing.
+
+Refused before any work: an existing `out`, a quantised base, DoRA, `lora_bias`, adapters carrying
+whole modules (`modules_to_save`, trainable tokens) or a copy of a base layer that differs from the
+base, shapes that do not fit, and (unless `allow_base_mismatch`) a base whose fingerprint differs from
+the one recorded next to the adapter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+from tuneproof.ship.adapter import Adapter, Module, delta, read_adapter
+from tuneproof.ship.identity import (
+    FINGERPRINT_NAME,
+    Characterisation,
+    Difference,
+    characterise,
+    compare,
+    fingerprint,
+    read_fingerprint,
+)
+from tuneproof.ship.layout import checkpoint_pieces, meta_model, read_config
+from tuneproof.ship.tensors import (
+    FLOAT_DTYPES,
+    INDEX_NAME,
+    Checkpoint,
+    ShardWriter,
+    TensorInfo,
+    iter_chunks,
+    open_checkpoint,
+    read_tensor,
+)
+
+DTYPES = {"bf16": "BF16", "fp16": "F16", "fp32": "F32"}
+CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")
+RECORD_NAME = "tuneproof_merge.json"
+
+
+@dataclass(slots=True)
+class Identity:
+    """What is known about the base being the one the adapter was trained on."""
+
+    recorded: bool
+    same: bool | None  # None: nothing recorded, cannot tell
+    difference: Difference | None = None
+    characterisation: Characterisation | None = None
+    recorded_source: str = ""
+
+
+@dataclass(slots=True)
+class MergePlan:
+    base: Checkpoint
+    adapter: Adapter
+    model: Any
+    out: Path
+    dtype: str | None  # safetensors dtype for every float tensor; None: each keeps its own
+    targets: dict[str, tuple[Module, str]] = field(default_factory=dict)  # checkpoint key -> (module, param)
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    out: Path
+    merged_tensors: int
+    copied_tensors: int
+    modules: int
+    bytes_written: int
+    identity: Identity
+
+
+def check_out(out: Path, inputs: list[Path]) -> None:
+    out = Path(out)
+    if out.exists() or out.is_symlink():
+        raise TuneproofError(
+            f"{out} already exists", "pass a new folder for the merged model; nothing is overwritten"
+        )
+    parent = out.parent
+    if not parent.exists():
+        raise TuneproofError(
+            f"{parent} does not exist", "create the parent folder first or pass another output"
+        )
+    if not parent.is_dir():
+        raise TuneproofError(f"{parent} is not a folder", "pass an output path inside a folder")
+    resolved = out.resolve()
+    for folder in inputs:
+        inside = Path(folder).resolve()
+        if resolved == inside or inside in resolved.parents:
+            raise TuneproofError(
+                f"{out} is inside the input {folder}", "write the merged model outside the inputs"
+            )
+    try:  # a real probe: os.access says yes to root on read-only mounts and in /proc
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=parent))
+    except OSError as e:
+        raise TuneproofError(
+            f"{parent} is not writable: {e.strerror}", "pass an output folder you can write"
+        ) from None
+
+
+def plan(base: Path, adapter_dir: Path, out: Path, dtype: str | None = None) -> MergePlan:
+    """Everything checked that can be checked without reading the weights."""
+    check_out(out, [base, adapter_dir])
+    if dtype is not None and dtype not in DTYPES:
+        raise TuneproofError(f"{{dtype}} {dtype!r} is not one of {', '.join(DTYPES)}", fields=("dtype",))
+    config = read_config(base)
+    quant = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
+    if quant:
+        method = quant.get("quant_method", "?") if isinstance(quant, dict) else "?"
+        raise TuneproofError(
+            f"the base is quantised ({method}): merging into quantised weights rounds the adapter away",
+            "merge onto the unquantised base, then quantise the merged model",
+        )
+    checkpoint = open_checkpoint(base, "base")
+    adapter = read_adapter(adapter_dir, config)
+    _refuse_variants(adapter)
+    model = meta_model(config)
+    result = MergePlan(checkpoint, adapter, model, Path(out), DTYPES[dtype] if dtype else None, config=config)
+    stored = set(checkpoint.tensors)
+    import torch
+
+    for module in adapter.modules:
+        assert module.target is not None  # resolved with the base config
+        param = model.get_parameter(module.target)
+        for key, piece in checkpoint_pieces(
+            model, module.target, torch.empty(param.shape, device="meta"), stored
+        ).items():
+            info = checkpoint.tensors.get(key)
+            if info is None:
+                raise TuneproofError(
+                    f"the base checkpoint has no {key}, which {module.path} changes",
+                    "pass the base the adapter was trained on",
+                )
+            if tuple(piece.shape) != info.shape:
+                raise TuneproofError(
+                    f"the adapter does not fit the base: {key} is {list(info.shape)} in the checkpoint, "
+                    f"the adapter changes {list(piece.shape)}",
+                    "pass the base the adapter was trained on",
+                )
+            if info.dtype not in FLOAT_DTYPES:
+                raise TuneproofError(
+                    f"{key} is stored as {info.dtype} in the base: a quantised or packed tensor "
+                    "cannot take a merge",
+                    "merge onto the unquantised base",
+                )
+            if key in result.targets:
+                raise TuneproofError(
+                    f"two adapted modules change {key}", "pass an adapter with one LoRA per weight"
+                )
+            result.targets[key] = (module, module.target)
+    _check_stored_copies(adapter, checkpoint, model)
+    return result
+
+
+def _refuse_variants(adapter: Adapter) -> None:
+    config = adapter.config
+    if adapter.dora:
+        raise TuneproofError(
+            "the adapter uses DoRA, whose merge rescales each column by a magnitude vector",
+            "merge it with PEFT",
+        )
+    if adapter.lora_bias or config.get("lora_bias"):
+        raise TuneproofError(
+            "the adapter trains a LoRA bias (lora_bias), which this merge does not add", "merge it with PEFT"
+        )
+    if config.get("modules_to_save") or config.get("trainable_token_indices") or adapter.unknown_keys:
+        what = (
+            adapter.unknown_keys[0] if adapter.unknown_keys else "modules_to_save / trainable_token_indices"
+        )
+        raise TuneproofError(
+            f"the adapter carries whole trained modules or tokens ({what}), which a LoRA merge would drop",
+            "merge it with PEFT's merge_and_unload",
+        )
+    if config.get("layer_replication"):
+        raise TuneproofError(
+            "the adapter uses layer_replication, which changes the model's layers", "merge it with PEFT"
+        )
+
+
+def _check_stored_copies(adapter: Adapter, base: Checkpoint, model: Any) -> None:
+    """PEFT saves the base embedding next to an embedding LoRA and loads it back over the base; the
+    merge is only right when that copy equals the base's own tensor."""
+    if not adapter.stored_copies:
+        return
+    with adapter.header.path.open("rb") as f:
+        for target, info in adapter.stored_copies.items():
+            pieces = (
+                checkpoint_pieces(model, target, None, set(base.tensors))
+                if target not in base.tensors
+                else {target: 0}
+            )
+            key = next(iter(pieces))
+            mine = base.tensors.get(key)
+            if mine is None or mine.shape != info.shape:
+                raise TuneproofError(
+                    f"the adapter carries its own {target} of shape {list(info.shape)}, the base's differs "
+                    "(a resized vocabulary?)",
+                    "merge it with PEFT, which loads the adapter's copy",
+                )
+            with base.shard_of()[key].path.open("rb") as g:
+                same = read_tensor(info, f).to(_torch_dtype(mine.dtype)).equal(read_tensor(mine, g))
+            if not same:
+                raise TuneproofError(
+                    f"the adapter carries its own {target}, which differs from the base's",
+                    "merge it with PEFT, which loads the adapter's copy over the base",
+                )
+
+
+def _torch_dtype(st_dtype: str) -> Any:
+    import torch
+
+    from tuneproof.ship.tensors import TORCH_DTYPES
+
+    return getattr(torch, TORCH_DTYPES[st_dtype])
+
+
+def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None] | None = None) -> Identity:
+    """Compare the base with the fingerprint recorded next to the adapter, and characterise any
+    difference when the recorded base's folder is still there."""
+    recorded_path = Path(adapter_dir) / FINGERPRINT_NAME
+    if not recorded_path.is_file():
+        return Identity(recorded=False, same=None)
+    recorded = read_fingerprint(recorded_path)
+    current = fingerprint(base, progress)
+    diff = compare(recorded, current)
+    ident = Identity(True, diff.identical, diff, recorded_source=recorded.source)
+    if not diff.identical and diff.changed:
+        source = Path(recorded.source)
+        if source.is_dir() and source.resolve() != base.folder.resolve():
+            try:
+                trained_on = open_checkpoint(source)
+            except TuneproofError:
+                return ident
+            if set(diff.changed) <= set(trained_on.tensors):
+                ident.characterisation = characterise(trained_on, base, diff.changed)
+    return ident
+
+
+def judge_identity(ident: Identity, allow_base_mismatch: bool) -> str | None:
+    """Refuse a base that is not the recorded one (naming the tensors that differ and what the change
+    looks like), or, when allowed, return the loud warning to show; None when there is nothing to say
+    beyond "not recorded" (see `Identity.recorded`)."""
+    if not ident.recorded or ident.same:
+        return None
+    d = ident.difference
+    assert d is not None
+    names = (d.changed + d.reshaped + d.only_a + d.only_b)[:3]
+    what = f"{d.num_differing} tensors differ ({', '.join(names)}{', ...' if d.num_differing > 3 else ''})"
+    if ident.characterisation is not None:
+        what += f"; {ident.characterisation.verdict}"
+    else:
+        source = ident.recorded_source or "unknown folder"
+        what += f"; the recorded base ({source}) is not here to characterise the change"
+    if not allow_base_mismatch:
+        raise TuneproofError(
+            f"the base is not the one the adapter was trained on: {what}",
+            "merge onto the recorded base, or pass {allow_base_mismatch} to merge anyway",
+            fields=("allow_base_mismatch",),
+        )
+    return f"MERGING ONTO A DIFFERENT BASE (mismatch allowed): {what}"
+
+
+def merge_adapter(
+    base: Path,
+    adapter_dir: Path,
+    out: Path,
+    dtype: str | None = None,
+    allow_base_mismatch: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> MergeResult:
+    """Check everything, check the base's identity, then write the merged model to `out`."""
+    merge_plan = plan(base, adapter_dir, out, dtype)
+    ident = identity(merge_plan.base, adapter_dir)
+    judge_identity(ident, allow_base_mismatch)
+    return run(merge_plan, ident, progress)
+
+
+def run(
+    merge_plan: MergePlan,
+    ident: Identity,
+    progress: Callable[[int], None] | None = None,
+) -> MergeResult:
+    """Write the merged model. `progress(n)` is called with each tensor's byte count."""
+    out = merge_plan.out
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        merged, copied, written = _write_shards(merge_plan, tmp, progress)
+        _copy_side_files(merge_plan, tmp)
+        _write_index(merge_plan, tmp, written)
+        _write_record(merge_plan, ident, tmp)
+        os.chmod(tmp, 0o777 & ~_umask())
+        if out.exists():
+            raise TuneproofError(f"{out} appeared while merging", "pass a new folder")
+        os.rename(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise TuneproofError(
+            f"writing the merged model failed: {e.strerror or e}", "free space or pass another output folder"
+        ) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return MergeResult(out, merged, copied, len(merge_plan.adapter.modules), sum(written.values()), ident)
+
+
+def _umask() -> int:
+    from tuneproof.io import _umask as umask
+
+    return umask()
+
+
+def _write_shards(
+    merge_plan: MergePlan, tmp: Path, progress: Callable[[int], None] | None
+) -> tuple[int, int, dict[str, int]]:
+    import torch
+
+    base, adapter, model = merge_plan.base, merge_plan.adapter, merge_plan.model
+    pending: dict[str, Any] = {}  # checkpoint key -> fp32 delta piece, computed per parameter on first need
+    merged = copied = 0
+    written: dict[str, int] = {}
+    with adapter.header.path.open("rb") as af:
+        for shard in base.shards:
+            infos = sorted(shard.tensors.values(), key=lambda t: t.begin)
+            out_dtype = {i.name: _out_dtype(merge_plan, i) for i in infos}
+            writer = ShardWriter(
+                tmp / shard.path.name, [(i.name, out_dtype[i.name], i.shape) for i in infos], shard.metadata
+            )
+            try:
+                with shard.path.open("rb") as f:
+                    for info in infos:
+                        if info.name in merge_plan.targets:
+                            module, param = merge_plan.targets[info.name]
+                            if info.name not in pending:
+                                d = delta(module, read_tensor(module.a, af), read_tensor(module.b, af))
+                                pending.update(checkpoint_pieces(model, param, d, set(base.tensors)))
+                            w = read_tensor(info, f).float() + pending.pop(info.name)
+                            if not bool(torch.isfinite(w).all()):
+                                raise TuneproofError(
+                                    f"merging {module.path} into {info.name} gives non-finite values",
+                                    "check the adapter: it holds inf or NaN",
+                                )
+                            writer.write(info.name, _as_bytes(w, out_dtype[info.name]))
+                            merged += 1
+                        elif out_dtype[info.name] != info.dtype:
+                            writer.write(info.name, _as_bytes(read_tensor(info, f), out_dtype[info.name]))
+                            copied += 1
+                        else:
+                            writer.write(info.name, iter_chunks(info, f))
+                            copied += 1
+                        if progress:
+                            progress(info.nbytes)
+                writer.close()
+            except BaseException:
+                writer.abort()
+                raise
+            written[shard.path.name] = writer.total
+    assert not pending, f"delta pieces never written: {sorted(pending)[:3]}"
+    return merged, copied, written
+
+
+def _out_dtype(merge_plan: MergePlan, info: TensorInfo) -> str:
+    if merge_plan.dtype is not None and info.dtype in FLOAT_DTYPES:
+        return merge_plan.dtype
+    return info.dtype
+
+
+def _as_bytes(tensor: Any, st_dtype: str) -> bytes:
+    import torch
+
+    from tuneproof.ship.tensors import TORCH_DTYPES
+
+    t = tensor.to(getattr(torch, TORCH_DTYPES[st_dtype])).contiguous()
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def _copy_side_files(merge_plan: MergePlan, tmp: Path) -> None:
+    """config, generation config, tokenizer, chat template, licence: every file of the base folder that
+    is not a weight file, copied; config.json gets the new dtype when one was asked for."""
+    base = merge_plan.base.folder
+    for path in sorted(base.iterdir()):
+        if not path.is_file() or path.name.endswith(WEIGHT_SUFFIXES) or path.name == INDEX_NAME:
+            continue
+        if path.name == "config.json" and merge_plan.dtype is not None:
+            config = dict(merge_plan.config)
+            for key in ("dtype", "torch_dtype"):
+                if key in config or key == "dtype":
+                    config[key] = CONFIG_DTYPE[merge_plan.dtype]
+            (tmp / path.name).write_text(json.dumps(config, indent=2) + "\n")
+            continue
+        shutil.copy2(path, tmp / path.name)
+
+
+def _write_index(merge_plan: MergePlan, tmp: Path, written: dict[str, int]) -> None:
+    weight_map = {name: shard.path.name for shard in merge_plan.base.shards for name in shard.tensors}
+    metadata = dict(merge_plan.base.index_metadata.get("metadata") or {})
+    metadata["total_size"] = sum(written.values())
+    (tmp / INDEX_NAME).write_text(
+        json.dumps({"metadata": metadata, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n"
+    )
+
+
+def _write_record(merge_plan: MergePlan, ident: Identity, tmp: Path) -> None:
+    adapter_sha = hashlib.sha256(merge_plan.adapter.header.path.read_bytes()).hexdigest()
+    record = {
+        "tool": "tuneproof merge",
+        "base": str(merge_plan.base.folder),
+        "adapter": str(merge_plan.adapter.folder),
+        "adapter_sha256": adapter_sha,
+        "dtype": merge_plan.dtype or "as stored",
+        "merged_tensors": len(merge_plan.targets),
+        "base_identity": "checked, same"
+        if ident.same
+        else ("NOT the recorded base" if ident.recorded else "unchecked"),
+    }
+    (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n")

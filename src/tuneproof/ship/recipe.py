@@ -1,0 +1,199 @@
+"""Quantisation recipes read without running them: what each quantising modifier targets and ignores.
+
+Accepted:
+- llm-compressor YAML recipes (`*_stage: *_modifiers: QuantizationModifier: {targets, ignore, scheme,
+  config_groups}`), walked for every `...Modifier` key that quantises;
+- llm-compressor Python scripts, parsed with `ast` (never executed): every call to a
+  `QuantizationModifier` / `GPTQModifier` / ... with literal `targets`, `ignore`, `scheme`, `config_groups`;
+- a compressed-tensors `quantization_config` (a JSON file of it, or a config.json holding one);
+- a ModelOpt `hf_quant_config.json` (`quantization.quant_algo`, `exclude_modules` fnmatch patterns).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+
+# Modifiers that quantise weights (llm-compressor `modifiers/quantization`, `modifiers/gptq`, `modifiers/awq`
+# applies scales only and takes no scheme of its own).
+QUANTISING = ("QuantizationModifier", "GPTQModifier", "QuantizationMixin", "AutoRoundModifier")
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    targets: tuple[str, ...]
+    scheme: str  # preset name ("NVFP4") or a short description of the weights' args
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    source: Path
+    kind: str  # "llm-compressor" | "compressed-tensors" | "modelopt"
+    groups: tuple[Group, ...]
+    ignore: tuple[
+        str, ...
+    ]  # compressed-tensors rules (exact name, "re:" prefix, class name); ModelOpt: fnmatch
+
+    @property
+    def scheme(self) -> str:
+        return ", ".join(sorted({g.scheme for g in self.groups}))
+
+
+def read_recipe(path: Path) -> Recipe:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TuneproofError(
+            f"cannot read recipe {path}: {getattr(e, 'strerror', None) or 'not text'}", "pass a recipe file"
+        ) from None
+    if path.suffix == ".py":
+        return _from_python(path, text)
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise TuneproofError(f"{path} is not YAML: {str(e).splitlines()[0]}", "fix the recipe") from None
+        return _from_mapping(path, data, "llm-compressor")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        raise TuneproofError(
+            f"{path} is neither YAML, Python nor JSON by its name and content",
+            "pass a .yaml/.py llm-compressor recipe, a quantization_config JSON or an hf_quant_config.json",
+        ) from None
+    if isinstance(data, dict) and isinstance(data.get("quantization"), dict) and "producer" in data:
+        return _from_modelopt(path, data)
+    if isinstance(data, dict) and isinstance(data.get("quantization_config"), dict):
+        data = data["quantization_config"]
+    if isinstance(data, dict) and "config_groups" in data:
+        return _from_config_groups(path, data, data.get("ignore"), "compressed-tensors")
+    raise TuneproofError(
+        f"{path} holds no quantisation recipe (no config_groups, quantization_config or ModelOpt "
+        "quantization)",
+        "pass a recipe file",
+    )
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TuneproofError(f"{where} is {value!r}, not a string or a list of strings", "fix the recipe")
+
+
+def _from_mapping(path: Path, data: Any, kind: str) -> Recipe:
+    modifiers: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(key, str) and key.startswith(QUANTISING) and isinstance(value, dict):
+                    modifiers.append(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(data)
+    return _from_modifiers(path, modifiers, kind)
+
+
+def _from_modifiers(path: Path, modifiers: list[dict[str, Any]], kind: str) -> Recipe:
+    if not modifiers:
+        raise TuneproofError(
+            f"{path} has no quantising modifier ({', '.join(QUANTISING[:2])}, ...)",
+            "pass a quantisation recipe",
+        )
+    groups: list[Group] = []
+    ignore: list[str] = []
+    for mod in modifiers:
+        ignore += _strings(mod.get("ignore"), f"{path}: ignore")
+        if mod.get("config_groups"):
+            groups += _from_config_groups(path, mod, None, kind).groups
+        else:
+            targets = _strings(mod.get("targets", "Linear"), f"{path}: targets")
+            scheme = mod.get("scheme")
+            if isinstance(scheme, dict):  # {"NVFP4": ["Linear"]}: scheme name -> targets
+                groups += [Group(_strings(t, f"{path}: scheme {s}"), str(s)) for s, t in scheme.items()]
+            else:
+                groups.append(Group(targets, str(scheme) if scheme else "?"))
+    return Recipe(path, kind, tuple(groups), tuple(ignore))
+
+
+def _from_config_groups(path: Path, data: dict[str, Any], ignore: Any, kind: str) -> Recipe:
+    groups = []
+    cg = data.get("config_groups")
+    if not isinstance(cg, dict) or not cg:
+        raise TuneproofError(f"{path}: config_groups is {cg!r}, not a mapping of groups", "fix the recipe")
+    for name, group in cg.items():
+        if isinstance(group, list):
+            groups.append(Group(_strings(group, f"{path}: {name}"), str(name)))
+            continue
+        if not isinstance(group, dict):
+            raise TuneproofError(f"{path}: config group {name!r} is not a mapping", "fix the recipe")
+        weights = group.get("weights") or {}
+        desc = (
+            f"w{weights.get('num_bits', '?')}-{weights.get('type', 'int')}"
+            + (f"-g{weights['group_size']}" if weights.get("group_size") else "")
+            if isinstance(weights, dict)
+            else str(name)
+        )
+        groups.append(Group(_strings(group.get("targets"), f"{path}: {name}.targets"), desc))
+    return Recipe(path, kind, tuple(groups), _strings(ignore, f"{path}: ignore"))
+
+
+def _from_modelopt(path: Path, data: dict[str, Any]) -> Recipe:
+    q = data["quantization"]
+    algo = q.get("quant_algo")
+    if not isinstance(algo, str):
+        raise TuneproofError(
+            f"{path}: quantization.quant_algo is {algo!r}", "pass a ModelOpt hf_quant_config.json"
+        )
+    # ModelOpt's quantizers attach to nn.Linear modules (without a per-architecture plugin)
+    return Recipe(
+        path,
+        "modelopt",
+        (Group(("Linear",), algo),),
+        _strings(q.get("exclude_modules"), f"{path}: exclude_modules"),
+    )
+
+
+def _from_python(path: Path, text: str) -> Recipe:
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as e:
+        raise TuneproofError(
+            f"{path} is not valid Python (line {e.lineno})", "fix the recipe script"
+        ) from None
+    modifiers = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if not name.startswith(QUANTISING):
+            continue
+        fields: dict[str, Any] = {}
+        for kw in node.keywords:
+            if kw.arg in ("targets", "ignore", "scheme", "config_groups"):
+                try:
+                    fields[kw.arg] = ast.literal_eval(kw.value)
+                except ValueError:
+                    raise TuneproofError(
+                        f"{path} line {kw.value.lineno}: {name}({kw.arg}=...) is computed, not written out",
+                        "write the value as a literal so it can be read without running the script",
+                    ) from None
+        modifiers.append(fields)
+    return _from_modifiers(path, modifiers, "llm-compressor")

@@ -1,0 +1,233 @@
+"""`tuneproof lora check`: untrained modules, embeddings judged on A, idle experts by j % E, non-zero
+inits, coverage, the CASE line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import ship_fakes as fx
+from tuneproof.cli.app import main
+from tuneproof.ship.health import check_adapter as check
+
+CASE_CONFIG = Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json"
+
+
+def _zero_first_q_b(name: str, p: torch.Tensor) -> None:
+    if "layers.0.self_attn.q_proj.lora_B" in name:
+        p.zero_()
+
+
+@pytest.mark.parametrize("family", fx.FAMILIES)
+def test_one_module_with_b_zeroed_is_found(family: str, tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model(family), tmp_path / "base")
+    fx.adapter(fx.model(family), tmp_path / "adapter", fill=_zero_first_q_b)
+    health = check(tmp_path / "adapter", base)
+    assert [m.path for m in health.untrained] == ["base_model.model.model.layers.0.self_attn.q_proj"]
+    assert health.idle_expert_count == 0
+    assert main(["lora", "check", str(tmp_path / "adapter")]) == 1
+    out = capsys.readouterr().out
+    assert "never trained: base_model.model.model.layers.0.self_attn.q_proj" in out
+    assert f"lora_B non-zero in {len(health.modules) - 1} of {len(health.modules)} adapted modules" in out
+
+
+def test_a_healthy_adapter_exits_0_and_prints_norms_and_ratios(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    assert main(["lora", "check", str(tmp_path / "adapter"), "--base", str(base)]) == 0
+    out = capsys.readouterr().out
+    assert "HEALTHY" in out and "median ||delta W|| / ||W||" in out
+    assert main(["lora", "check", str(tmp_path / "adapter"), "--base", str(base), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    q = next(m for m in data["modules"] if m["path"].endswith("layers.0.self_attn.q_proj"))
+    # the ratio is computed from the real tensors: ||scaling * B @ A|| / ||W||
+    from peft import PeftModel
+
+    peft_model = PeftModel.from_pretrained(fx.model("llama"), tmp_path / "adapter")
+    layer = peft_model.base_model.model.model.layers[0].self_attn.q_proj
+    want_delta = float(layer.get_delta_weight("default").norm())
+    assert q["delta_norm"] == pytest.approx(want_delta, rel=1e-5)
+    assert q["relative"] == pytest.approx(want_delta / float(layer.base_layer.weight.norm()), rel=1e-5)
+
+
+def test_an_embedding_lora_is_judged_on_a(tmp_path: Path) -> None:
+    def zero_embedding_a(name: str, p: torch.Tensor) -> None:
+        if "lora_embedding_A" in name:
+            p.zero_()
+
+    fx.adapter(
+        fx.model("llama"),
+        tmp_path / "adapter",
+        target_modules=["embed_tokens", "q_proj"],
+        fill=zero_embedding_a,
+    )
+    health = check(tmp_path / "adapter")
+    emb = next(m for m in health.modules if m.kind == "embedding")
+    assert (
+        emb.judged_on == "A" and emb.trained is False and emb.b_norm > 0
+    )  # B is random at init: not the signal
+    assert [m.path for m in health.untrained] == [emb.path]
+    # and a trained embedding LoRA (A non-zero) is healthy even though its B is the untouched init
+    fx.adapter(fx.model("llama"), tmp_path / "ok", target_modules=["embed_tokens", "q_proj"])
+    assert check(tmp_path / "ok").healthy
+
+
+@pytest.mark.parametrize("family", sorted(fx.EXPERT_PARAMS))
+def test_one_expert_with_its_b_columns_zeroed_is_reported_exactly(family: str, tmp_path: Path) -> None:
+    """Expert e owns B's columns j with j % E == e (PEFT ParamWrapper); zero expert 1's of the first
+    wrapper found, and only expert 1 of that one module is reported."""
+    hit: list[str] = []
+
+    def zero_expert_1(name: str, p: torch.Tensor) -> None:
+        if "experts" in name and "lora_B" in name and not hit:
+            hit.append(name)
+            p[:, 1::4] = 0  # E = 4 in every tiny MoE config
+
+    base = fx.save(fx.model(family), tmp_path / "base")
+    fx.adapter(fx.model(family), tmp_path / "adapter", fill=zero_expert_1)
+    health = check(tmp_path / "adapter", base)
+    idle = [(m.path, m.idle_experts) for m in health.modules if m.idle_experts]
+    module = hit[0].removesuffix(".lora_B.default.weight")
+    assert idle == [(module, (1,))]
+    assert not health.untrained and health.healthy is False
+
+
+def test_contiguous_blocks_would_name_the_wrong_experts(tmp_path: Path) -> None:
+    """The trap: zeroing columns 2:4 (a contiguous block) moves experts 2 and 3 only partly; read by
+    j % E, every expert still has a non-zero column, so none is reported idle."""
+
+    def zero_block(name: str, p: torch.Tensor) -> None:
+        if "experts" in name and "lora_B" in name:
+            p[:, 2:4] = 0
+
+    fx.adapter(fx.model("qwen3_moe"), tmp_path / "adapter", fill=zero_block)
+    assert check(tmp_path / "adapter").idle_expert_count == 0
+
+
+def test_a_pissa_adapter_cannot_be_judged_without_initial_and_is_judged_with_it(
+    tmp_path: Path, capsys
+) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(
+        fx.model("llama"), LoraConfig(r=2, target_modules=["q_proj", "o_proj"], init_lora_weights="pissa")
+    )
+    peft_model.save_pretrained(tmp_path / "initial")
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name and "layers.1" not in name:
+                p.add_(0.01)  # "training" moved layer 0 only
+    peft_model.save_pretrained(tmp_path / "trained")
+    assert main(["lora", "check", str(tmp_path / "trained")]) == 3
+    out = capsys.readouterr().out
+    assert "cannot judge without --initial" in out and "CANNOT JUDGE" in out
+    assert main(["lora", "check", str(tmp_path / "trained"), "--initial", str(tmp_path / "initial")]) == 1
+    out = capsys.readouterr().out
+    assert "moved from the initial adapter in 2 of 4 adapted modules" in out
+    assert "never trained: base_model.model.model.layers.1.self_attn.o_proj" in out
+
+
+def test_an_initial_adapter_of_another_shape_is_refused(tmp_path: Path, capsys) -> None:
+    fx.adapter(fx.model("llama"), tmp_path / "a", init_lora_weights=False)
+    fx.adapter(fx.model("llama"), tmp_path / "b", r=4, init_lora_weights=False)
+    assert main(["lora", "check", str(tmp_path / "a"), "--initial", str(tmp_path / "b")]) == 2
+    assert "does not match the adapter" in capsys.readouterr().err
+
+
+def test_coverage_and_the_serving_note_for_fused_experts(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("qwen3_moe"), tmp_path / "base")
+    fx.adapter(fx.model("qwen3_moe"), tmp_path / "attn_only", experts=False)
+    assert main(["lora", "check", str(tmp_path / "attn_only"), "--base", str(base / "config.json")]) == 0
+    out = capsys.readouterr().out
+    assert "experts             0 of 12" in out  # 1 MoE layer x 4 experts x 3 projections
+    assert "merge before serving" not in out
+    fx.adapter(fx.model("qwen3_moe"), tmp_path / "experts")
+    main(["lora", "check", str(tmp_path / "experts"), "--base", str(base)])
+    out = capsys.readouterr().out
+    assert "experts            12 of 12" in out and "merge before serving" in out and "vllm #41754" in out
+
+
+def _case_adapter(folder: Path) -> None:
+    """A rank-1 LoRA on the CASE model's 205 attention and dense-MLP linears, B with chosen norms
+    (median 1.708), written as PEFT writes it: shapes from PEFT wrapping the CASE config on meta."""
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import LoraLayer
+    from safetensors.torch import save_file
+
+    from tuneproof.ship.layout import meta_model, read_config
+
+    config = LoraConfig(
+        r=1, lora_alpha=2, target_modules=r".*\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
+    )
+    peft_model = get_peft_model(meta_model(read_config(CASE_CONFIG)), config)
+    layers = [(n, m) for n, m in peft_model.named_modules() if isinstance(m, LoraLayer)]
+    assert len(layers) == 205
+    norms = torch.linspace(1.0, 2.416, len(layers))  # median 1.708
+    state = {}
+    for (name, layer), norm in zip(layers, norms, strict=True):
+        a_shape, b_shape = layer.lora_A["default"].weight.shape, layer.lora_B["default"].weight.shape
+        state[f"{name}.lora_A.weight"] = torch.full(a_shape, 0.01, dtype=torch.bfloat16)
+        b = torch.ones(b_shape)
+        state[f"{name}.lora_B.weight"] = b / b.norm() * norm
+    folder.mkdir()
+    save_file(state, folder / "adapter_model.safetensors")
+    (folder / "adapter_config.json").write_text(
+        json.dumps({**config.to_dict(), "peft_type": "LORA", "target_modules": config.target_modules})
+    )
+
+
+def test_the_case_line(tmp_path: Path, capsys) -> None:
+    _case_adapter(tmp_path / "adapter")
+    assert main(["lora", "check", str(tmp_path / "adapter"), "--base", str(CASE_CONFIG)]) == 0
+    out = capsys.readouterr().out
+    assert "lora_B non-zero in 205 of 205 adapted modules, median norm 1.708" in out
+    assert "experts             0 of 11,520" in out
+    assert "attention         115 of 115" in out and "dense MLP          90 of 90" in out
+
+
+def test_an_adapter_folder_without_weights_or_config_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["lora", "check", str(tmp_path / "empty")]) == 2
+    assert "has no adapter_config.json" in capsys.readouterr().err
+    fx.adapter(fx.model("llama"), tmp_path / "a")
+    (tmp_path / "a" / "adapter_model.safetensors").unlink()
+    assert main(["lora", "check", str(tmp_path / "a")]) == 2
+    assert "has no adapter_model.safetensors" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("lora_bad")
+    fx.save(fx.model("llama"), d / "base")
+    fx.adapter(fx.model("llama"), d / "adapter")
+    fx.adapter(fx.model("qwen3"), d / "other")
+    (d / "not-json").mkdir()
+    (d / "not-json" / "config.json").write_text("{nope")
+    (d / "file").write_text("x")
+    return d
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["missing"], "is not a folder"),
+        (["file"], "is not a folder"),
+        (["base"], "has no adapter_config.json"),
+        (["adapter", "--base", "missing"], "has no config.json"),
+        (["adapter", "--base", "not-json"], "not JSON"),
+        (["adapter", "--base", "file"], "not JSON"),
+        (["other", "--base", "base"], "does not fit this base"),
+        (["adapter", "--initial", "missing"], "is not a folder"),
+        (["adapter", "--initial", "other"], "does not match the adapter"),
+    ],
+)
+def test_every_lora_check_option_refuses_bad_values(pair: Path, args: list[str], needle: str, capsys) -> None:
+    before = fx.snapshot(pair)
+    argv = [str(pair / a) if not a.startswith("--") else a for a in args]
+    assert main(["lora", "check", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle in err, err
+    assert fx.snapshot(pair) == before

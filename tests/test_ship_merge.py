@@ -1,0 +1,288 @@
+"""`tuneproof merge`: equal to PEFT's merge_and_unload, streamed, atomic, and refusing what it cannot do."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import ship_fakes as fx
+from tuneproof.cli.app import main
+from tuneproof.errors import TuneproofError
+from tuneproof.ship import merge as m
+from tuneproof.ship.tensors import open_checkpoint
+
+
+def _merge(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> m.MergeResult:
+    merge_plan = m.plan(base, adapter, out, dtype)
+    return m.run(merge_plan, m.identity(merge_plan.base, adapter))
+
+
+def _cli_merge(base: Path, adapter: Path, out: Path, *extra: str) -> int:
+    return main(["merge", "--base", str(base), "--adapter", str(adapter), "--out", str(out), *extra])
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys(), sorted(set(a) ^ set(b))[:5]
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+@pytest.mark.parametrize("family", fx.FAMILIES)
+def test_merge_equals_peft_merge_and_unload_in_fp32(family: str, tmp_path: Path) -> None:
+    """rsLoRA, a rank_pattern and (for MoE families) target_parameters on the fused experts; the
+    checkpoint keys of Qwen-MoE and Mixtral are per-expert, so the delta is split as transformers does."""
+    base = fx.save(fx.model(family), tmp_path / "base")
+    peft_model = fx.adapter(
+        fx.model(family), tmp_path / "adapter", use_rslora=True, rank_pattern={"q_proj": 4}
+    )
+    reference = fx.save(peft_model.merge_and_unload(), tmp_path / "peft")
+    result = _merge(base, tmp_path / "adapter", tmp_path / "out")
+    assert result.merged_tensors > 0
+    assert _max_diff(fx.tensors(reference), fx.tensors(tmp_path / "out")) <= 1e-6
+    # the merge really changed the adapted tensors
+    assert _max_diff(fx.tensors(base), fx.tensors(tmp_path / "out")) > 1e-3
+
+
+def test_a_sharded_base_is_merged_shard_by_shard_with_a_new_index(tmp_path: Path) -> None:
+    base = fx.save(fx.model("qwen3_moe"), tmp_path / "base", max_shard_size="40KB")
+    assert len(list(base.glob("*.safetensors"))) >= 4
+    peft_model = fx.adapter(fx.model("qwen3_moe"), tmp_path / "adapter")
+    reference = fx.save(peft_model.merge_and_unload(), tmp_path / "peft")
+    _merge(base, tmp_path / "adapter", tmp_path / "out")
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.glob("*.safetensors")) == sorted(
+        p.name for p in base.glob("*.safetensors")
+    )
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["total_size"] == open_checkpoint(out).nbytes
+    assert _max_diff(fx.tensors(reference), fx.tensors(out)) <= 1e-6
+    assert {"config.json", "generation_config.json", "tuneproof_merge.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    # transformers loads the result
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(out)
+
+
+def test_a_bf16_merge_rounds_once_and_is_closer_to_the_fp32_merge_than_peft_bf16(tmp_path: Path) -> None:
+    base_model = fx.model("llama", dtype=torch.bfloat16)
+    base = fx.save(base_model, tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter", experts=False)
+    # the truth: bf16 base weights + the fp32 delta, in fp32
+    _merge(base, tmp_path / "adapter", tmp_path / "exact", dtype="fp32")
+    ours = fx.tensors(_merge(base, tmp_path / "adapter", tmp_path / "ours").out)
+    from peft import PeftModel
+
+    peft_bf16 = PeftModel.from_pretrained(fx.model("llama", dtype=torch.bfloat16), tmp_path / "adapter")
+    peft_bf16 = peft_bf16.to(torch.bfloat16).merge_and_unload()
+    theirs = {k: v for k, v in peft_bf16.state_dict().items()}
+    exact = fx.tensors(tmp_path / "exact")
+    adapted = [k for k in exact if k.endswith(("q_proj.weight", "o_proj.weight"))]
+    ours_err = sum(float((ours[k].float() - exact[k]).abs().sum()) for k in adapted)
+    theirs_err = sum(float((theirs[k].float() - exact[k]).abs().sum()) for k in adapted)
+    assert all(ours[k].dtype == torch.bfloat16 for k in adapted)
+    # ours is the exact value rounded once: no element is more than half a bf16 step away
+    for k in adapted:
+        assert torch.equal(ours[k], exact[k].to(torch.bfloat16))
+    assert ours_err < theirs_err
+
+
+def test_dtype_casts_every_float_tensor_and_the_config(tmp_path: Path) -> None:
+    base = fx.save(fx.model("qwen3"), tmp_path / "base")
+    fx.adapter(fx.model("qwen3"), tmp_path / "adapter")
+    out = _merge(base, tmp_path / "adapter", tmp_path / "out", dtype="bf16").out
+    assert {t.dtype for t in fx.tensors(out).values()} == {torch.bfloat16}
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+# --- base identity ---------------------------------------------------------------------------------------
+
+
+def _abliterate(model: torch.nn.Module, seed: int = 5) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    r = torch.randn(model.config.hidden_size, generator=gen)
+    r /= r.norm()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.copy_(p - torch.outer(r, r @ p))
+
+
+def test_a_merge_onto_an_abliterated_copy_is_refused_naming_the_ablation(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    edited = fx.model("llama")
+    _abliterate(edited)
+    fx.save(edited, tmp_path / "abliterated")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    assert main(["fingerprint", str(base), "--out", str(tmp_path / "adapter" / "base_fingerprint.json")]) == 0
+    before = fx.snapshot(tmp_path)
+    capsys.readouterr()
+    code = _cli_merge(tmp_path / "abliterated", tmp_path / "adapter", tmp_path / "out")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "not the one the adapter was trained on" in err and "directional ablation (abliteration)" in err
+    assert len(err.strip().splitlines()) == 1
+    assert fx.snapshot(tmp_path) == before  # nothing written, nothing touched
+    # overridden loudly
+    code = _cli_merge(
+        tmp_path / "abliterated", tmp_path / "adapter", tmp_path / "out", "--allow-base-mismatch"
+    )
+    err = capsys.readouterr().err
+    assert code == 0 and "MERGING ONTO A DIFFERENT BASE" in err
+    assert "NOT the recorded base" in (tmp_path / "out" / "tuneproof_merge.json").read_text()
+
+
+def test_a_merge_onto_the_recorded_base_passes_and_without_a_record_it_warns(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    assert _cli_merge(base, tmp_path / "adapter", tmp_path / "a") == 0
+    assert "identity cannot be checked" in capsys.readouterr().err
+    main(["fingerprint", str(base), "--out", str(tmp_path / "adapter" / "base_fingerprint.json")])
+    capsys.readouterr()
+    assert _cli_merge(base, tmp_path / "adapter", tmp_path / "b") == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err and "identity same as recorded" in captured.out
+
+
+# --- refusals --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def llama_pair(tmp_path: Path) -> tuple[Path, Path]:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    return base, tmp_path / "adapter"
+
+
+def _refused(paths: tuple[Path, Path, Path], capsys, tmp_path: Path, *needles: str) -> None:
+    """`tuneproof merge --base --adapter --out` refused: one line, exit 2, nothing written or touched."""
+    before = fx.snapshot(tmp_path)
+    capsys.readouterr()
+    assert _cli_merge(*paths) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    assert fx.snapshot(tmp_path) == before
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_an_existing_out_is_refused(llama_pair, tmp_path: Path, capsys) -> None:
+    base, adapter = llama_pair
+    (tmp_path / "out").mkdir()
+    _refused((base, adapter, tmp_path / "out"), capsys, tmp_path, "already exists")
+
+
+def test_an_out_inside_an_input_is_refused(llama_pair, tmp_path: Path, capsys) -> None:
+    base, adapter = llama_pair
+    _refused((base, adapter, base / "merged"), capsys, tmp_path, "inside the input")
+
+
+@pytest.mark.parametrize(
+    ("option", "needle"),
+    [
+        (dict(use_dora=True), "DoRA"),
+        (dict(modules_to_save=["lm_head"]), "whole trained modules"),
+        (dict(lora_bias=True), "lora_bias"),
+    ],
+)
+def test_unsupported_variants_are_refused(option: dict, needle: str, tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter", experts=False, **option)
+    _refused((base, tmp_path / "adapter", tmp_path / "o"), capsys, tmp_path, needle)
+
+
+def test_a_quantised_base_is_refused(llama_pair, tmp_path: Path, capsys) -> None:
+    base, adapter = llama_pair
+    config = json.loads((base / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    (base / "config.json").write_text(json.dumps(config))
+    _refused((base, adapter, tmp_path / "o"), capsys, tmp_path, "quantised (bitsandbytes)")
+
+
+def test_an_adapter_whose_shapes_do_not_fit_the_base_is_refused(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(fx.model("qwen3"), tmp_path / "adapter")  # qwen3's q_proj is 64 -> 128 (head_dim 32)
+    _refused((base, tmp_path / "adapter", tmp_path / "o"), capsys, tmp_path, "does not fit")
+
+
+def test_a_pickle_only_adapter_is_refused(llama_pair, tmp_path: Path, capsys) -> None:
+    base, adapter = llama_pair
+    (adapter / "adapter_model.safetensors").rename(adapter / "adapter_model.bin")
+    _refused((base, adapter, tmp_path / "o"), capsys, tmp_path, "pickle")
+
+
+@pytest.mark.parametrize("damage", ["truncated header", "wrong lengths", "cut data"])
+def test_a_corrupt_base_is_refused_before_any_work(damage: str, llama_pair, tmp_path: Path, capsys) -> None:
+    base, adapter = llama_pair
+    path = base / "model.safetensors"
+    data = path.read_bytes()
+    if damage == "truncated header":
+        data = data[:20]
+    elif damage == "wrong lengths":
+        n = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + n])
+        name = next(k for k in header if k != "__metadata__")
+        header[name]["data_offsets"][1] += 2
+        raw = json.dumps(header).encode()
+        data = len(raw).to_bytes(8, "little") + raw + data[8 + n :]
+    else:
+        data = data[:-100]
+    path.write_bytes(data)
+    _refused((base, adapter, tmp_path / "o"), capsys, tmp_path, "not a valid safetensors file")
+
+
+def test_a_full_disk_leaves_nothing_behind(llama_pair, tmp_path: Path, capsys, monkeypatch) -> None:
+    """A writer that fails part-way (ENOSPC) leaves no partial folder and no output."""
+    import errno
+
+    from tuneproof.ship import tensors
+
+    base, adapter = llama_pair
+    real = tensors.ShardWriter.write
+    calls = {"n": 0}
+
+    def failing(self, name, chunks):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, name, chunks)
+
+    monkeypatch.setattr(tensors.ShardWriter, "write", failing)
+    _refused((base, adapter, tmp_path / "o"), capsys, tmp_path, "No space left on device")
+    assert calls["n"] == 5
+
+
+def test_the_merged_folder_gets_the_users_umask(llama_pair, tmp_path: Path) -> None:
+    base, adapter = llama_pair
+    old = os.umask(0o022)
+    try:
+        out = _merge(base, adapter, tmp_path / "out").out
+    finally:
+        os.umask(old)
+    assert (out.stat().st_mode & 0o777) == 0o755
+
+
+def test_a_plan_refuses_an_unknown_dtype(llama_pair, tmp_path: Path) -> None:
+    base, adapter = llama_pair
+    with pytest.raises(TuneproofError, match="dtype"):
+        m.plan(base, adapter, tmp_path / "o", "int8")
+
+
+def test_the_library_merge_refuses_a_mismatch_without_naming_a_flag(tmp_path: Path) -> None:
+    from tuneproof.ship import fingerprint, merge_adapter
+
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    other = fx.save(fx.model("llama", seed=9), tmp_path / "other")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    (tmp_path / "adapter" / "base_fingerprint.json").write_text(json.dumps(fingerprint(base).to_json()))
+    with pytest.raises(TuneproofError) as e:
+        merge_adapter(other, tmp_path / "adapter", tmp_path / "out")
+    assert "allow_base_mismatch" in e.value.message and "--" not in e.value.message
+    assert "broader change" in e.value.message  # the recorded base is here: the change is characterised
+    result = merge_adapter(other, tmp_path / "adapter", tmp_path / "out", allow_base_mismatch=True)
+    assert result.identity.same is False and (tmp_path / "out" / "model.safetensors").is_file()
