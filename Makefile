@@ -31,6 +31,7 @@ bench: install
 	$(PY) bench/bucketing.py
 	$(PY) bench/timing_under_load.py
 	$(PY) bench/gate.py
+	$(PY) bench/merge.py
 
 # Mutation testing of the modules whose numbers and verdicts the CASE depends on (see README).
 mutate: install

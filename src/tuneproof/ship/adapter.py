@@ -317,8 +317,6 @@ def delta(module: Module, a: Any, b: Any) -> Any:
         a_eri = a.reshape(e, -1, a.shape[-1])
         b_ore = b.reshape(b.shape[0], -1, e)
         layout = "o r e, e r i -> e o i" if module.experts_out_first else "o r e, e r i -> e i o"
-        return torch.einsum(layout, b_ore, a_eri) * module.scaling
-    d = b @ a
-    if module.kind == "embedding" or module.fan_in_fan_out:
-        d = d.T
-    return d * module.scaling
+        return torch.einsum(layout, b_ore, a_eri).mul_(module.scaling)
+    d = (b @ a).mul_(module.scaling)
+    return d.T if module.kind == "embedding" or module.fan_in_fan_out else d

@@ -347,7 +347,8 @@ def _write_shards(
                             if info.name not in pending:
                                 d = delta(module, read_tensor(module.a, af), read_tensor(module.b, af))
                                 pending.update(checkpoint_pieces(model, param, d, set(base.tensors)))
-                            w = read_tensor(info, f).float() + pending.pop(info.name)
+                            w = read_tensor(info, f).float()
+                            w += pending.pop(info.name)  # in place: one fp32 copy of the tensor alive
                             if not bool(torch.isfinite(w).all()):
                                 raise TuneproofError(
                                     f"merging {module.path} into {info.name} gives non-finite values",
@@ -378,13 +379,14 @@ def _out_dtype(merge_plan: MergePlan, info: TensorInfo) -> str:
     return info.dtype
 
 
-def _as_bytes(tensor: Any, st_dtype: str) -> bytes:
+def _as_bytes(tensor: Any, st_dtype: str) -> memoryview:
+    """The tensor cast once to `st_dtype`, as a view of its bytes (no copy beyond the cast)."""
     import torch
 
     from tuneproof.ship.tensors import TORCH_DTYPES
 
     t = tensor.to(getattr(torch, TORCH_DTYPES[st_dtype])).contiguous()
-    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
 def _copy_side_files(merge_plan: MergePlan, tmp: Path) -> None:

@@ -216,9 +216,12 @@ def read_tensor(info: TensorInfo, f: IO[bytes]) -> Any:
     dtype = TORCH_DTYPES.get(info.dtype)
     if dtype is None:
         raise TuneproofError(f"{info.name} is stored as {info.dtype}, which cannot be read as numbers here")
-    data = bytearray(read_bytes(info, f))
-    if not data:
+    if not info.nbytes:
         return torch.empty(info.shape, dtype=getattr(torch, dtype))
+    data = bytearray(info.nbytes)  # read straight into the buffer the tensor will own: one copy
+    f.seek(info.begin)
+    if f.readinto(data) != info.nbytes:  # type: ignore[attr-defined]
+        raise TuneproofError(f"{info.name} is cut short in its file", "re-download the model")
     return torch.frombuffer(data, dtype=getattr(torch, dtype)).reshape(info.shape)
 
 
@@ -265,13 +268,13 @@ class ShardWriter:
         self.next = 0
         self.total = offset
 
-    def write(self, name: str, chunks: Iterator[bytes] | bytes) -> None:
+    def write(self, name: str, chunks: Iterator[bytes] | bytes | memoryview) -> None:
         want_name, want = self.sizes[self.next]
         assert name == want_name, f"{name} written out of order (expected {want_name})"
         got = 0
-        for piece in [chunks] if isinstance(chunks, bytes) else chunks:
+        for piece in [chunks] if isinstance(chunks, bytes | memoryview) else chunks:
             self.f.write(piece)
-            got += len(piece)
+            got += memoryview(piece).nbytes
         assert got == want, f"{name}: wrote {got} bytes, header says {want}"
         self.next += 1
 
