@@ -231,3 +231,16 @@ def test_every_lora_check_option_refuses_bad_values(pair: Path, args: list[str],
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and needle in err, err
     assert fx.snapshot(pair) == before
+
+
+def test_scaling_read_from_the_config_alone_matches_peft(tmp_path: Path) -> None:
+    """Without --base, rank_pattern / alpha_pattern / rsLoRA are applied as PEFT's get_pattern_key does."""
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(
+        fx.model("llama"), tmp_path / "adapter", experts=False, use_rslora=True,
+        rank_pattern={"q_proj": 4}, alpha_pattern={"layers.1.self_attn.o_proj": 32},
+    )  # fmt: skip
+    alone = {m.path: m.scaling for m in check(tmp_path / "adapter").modules}
+    resolved = {m.path: m.scaling for m in check(tmp_path / "adapter", base).modules}
+    assert alone == pytest.approx(resolved)
+    assert len(set(alone.values())) == 3  # q_proj (r=4), layer 1 o_proj (alpha 32), layer 0 o_proj

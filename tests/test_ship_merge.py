@@ -32,11 +32,15 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 @pytest.mark.parametrize("family", fx.FAMILIES)
 def test_merge_equals_peft_merge_and_unload_in_fp32(family: str, tmp_path: Path) -> None:
-    """rsLoRA, a rank_pattern and (for MoE families) target_parameters on the fused experts; the
+    """rsLoRA, rank and alpha patterns and (for MoE families) target_parameters on the fused experts; the
     checkpoint keys of Qwen-MoE and Mixtral are per-expert, so the delta is split as transformers does."""
     base = fx.save(fx.model(family), tmp_path / "base")
     peft_model = fx.adapter(
-        fx.model(family), tmp_path / "adapter", use_rslora=True, rank_pattern={"q_proj": 4}
+        fx.model(family),
+        tmp_path / "adapter",
+        use_rslora=True,
+        rank_pattern={"q_proj": 4},
+        alpha_pattern={"o_proj": 32},
     )
     reference = fx.save(peft_model.merge_and_unload(), tmp_path / "peft")
     result = _merge(base, tmp_path / "adapter", tmp_path / "out")
@@ -286,3 +290,20 @@ def test_the_library_merge_refuses_a_mismatch_without_naming_a_flag(tmp_path: Pa
     assert "broader change" in e.value.message  # the recorded base is here: the change is characterised
     result = merge_adapter(other, tmp_path / "adapter", tmp_path / "out", allow_base_mismatch=True)
     assert result.identity.same is False and (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_side_files_are_copied_and_weights_in_other_formats_are_not(llama_pair, tmp_path: Path) -> None:
+    base, adapter = llama_pair
+    side = {
+        "tokenizer.json": "{}",
+        "tokenizer_config.json": "{}",
+        "chat_template.jinja": "{{ x }}",
+        "LICENSE": "ok",
+    }
+    for name, text in side.items():
+        (base / name).write_text(text)
+    (base / "pytorch_model.bin").write_bytes(b"pickle")  # stale extra weights: never copied next to the merge
+    out = _merge(base, adapter, tmp_path / "out").out
+    for name, text in side.items():
+        assert (out / name).read_text() == text
+    assert not (out / "pytorch_model.bin").exists()

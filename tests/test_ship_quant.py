@@ -292,3 +292,57 @@ def test_bad_recipes_are_refused(text: str, suffix: str, needle: str, tmp_path: 
     (tmp_path / f"r{suffix}").write_text(text)
     with pytest.raises(TuneproofError, match=needle):
         read_recipe(tmp_path / f"r{suffix}")
+
+
+def test_a_modelopt_config_as_recipe_uses_fnmatch_exclusions_and_linear_modules(tmp_path: Path) -> None:
+    recipe = tmp_path / "hf_quant_config.json"
+    recipe.write_text(
+        json.dumps(
+            {
+                "producer": {"name": "modelopt"},
+                "quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head", "*.mlp.gate"]},
+            }
+        )
+    )
+    parsed = read_recipe(recipe)
+    assert parsed.kind == "modelopt" and quant.engine(None, parsed).name == "modelopt"
+    config = json.loads(_config(tmp_path, "qwen3_moe").read_text())
+    audit = quant.audit_recipe(parsed, config, quant.engine(None, parsed))
+    assert audit.family("experts").covered_matrices == 0 and audit.findings
+    assert audit.family("router").ignored_matrices == 1 and audit.family("head").ignored_matrices == 1
+
+
+def test_a_compressed_tensors_quantization_config_is_a_recipe(tmp_path: Path) -> None:
+    recipe = tmp_path / "config.json"
+    recipe.write_text(
+        json.dumps(
+            {
+                "model_type": "qwen3_moe",
+                "quantization_config": {
+                    "quant_method": "compressed-tensors",
+                    "ignore": ["lm_head"],
+                    "config_groups": {
+                        "g": {"targets": ["re:.*self_attn.*"], "weights": {"num_bits": 4, "type": "float"}}
+                    },
+                },
+            }
+        )
+    )
+    parsed = read_recipe(recipe)
+    assert parsed.kind == "compressed-tensors" and parsed.groups[0].scheme == "w4-float"
+    config = json.loads(_config(tmp_path, "qwen3_moe").read_text())
+    audit = quant.audit_recipe(parsed, config, quant.engine("llm-compressor==0.14"))
+    assert audit.family("attention").covered_matrices == 8
+    assert {f.split(":")[0] for f in audit.findings} == {"experts", "dense MLP"}
+
+
+def test_bytes_come_from_the_configs_dtype_or_are_unknown(tmp_path: Path, capsys) -> None:
+    (tmp_path / "r.yaml").write_text(NVFP4)
+    config = _config(tmp_path, "qwen3_moe")
+    data = json.loads(config.read_text())
+    main(["quant-audit", "--recipe", str(tmp_path / "r.yaml"), "--config", str(config), "--json"])
+    assert json.loads(capsys.readouterr().out)["engines"][0]["families"]["experts"]["bytes"] is None
+    config.write_text(json.dumps({**data, "dtype": "bfloat16"}))
+    main(["quant-audit", "--recipe", str(tmp_path / "r.yaml"), "--config", str(config), "--json"])
+    experts = json.loads(capsys.readouterr().out)["engines"][0]["families"]["experts"]
+    assert experts["bytes"] == experts["parameters"] * 2 == 3 * 4 * 64 * 32 * 2

@@ -210,9 +210,13 @@ def merge(
         f"merged    {result.modules} adapted modules into {result.merged_tensors} tensors (fp32, cast once); "
         f"{result.copied_tensors} tensors copied",
         f"base      identity {identity}",
-        f"written   {result.out} ({result.bytes_written / 2**30:.2f} GiB of weights, dtype "
+        f"written   {result.out} ({_size(result.bytes_written)} of weights, dtype "
         f"{dtype or 'as stored'})",
     ])  # fmt: skip
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _return_freed_memory() -> None:

@@ -64,9 +64,8 @@ def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
     idle = [m for m in h.modules if m.idle_experts and m.trained is not False]
     for m in idle[:LIST_LIMIT]:
         shown = ", ".join(map(str, m.idle_experts[:16])) + (" ..." if len(m.idle_experts) > 16 else "")
-        lines.append(
-            f"  experts never moved: {len(m.idle_experts)} of {m.num_experts} in {m.path}: [{shown}]"
-        )
+        where = m.target or m.path
+        lines.append(f"  experts never moved: {len(m.idle_experts)} of {m.num_experts} in {where}: [{shown}]")
     deltas = [m.delta_norm for m in h.modules]
     rel = [m.relative for m in h.modules if m.relative is not None]
     line = f"change    median ||scaling * B @ A|| {statistics.median(deltas):.4g}"
@@ -164,14 +163,13 @@ def compare_text(a: str, b: str, d: Difference, c: Characterisation | None, why_
         lines.append(f"changes   {why_not}")
         lines += [f"  changed: {n}" for n in _clip(d.changed)]
     else:
-        lines.append(
-            "changes   tensor                                   rank  top-1 share  ||D||/||W||  shared dir"
-        )
+        lines.append("changes   tensor" + " " * 43 + "rank  top-1 share  ||D||/||W||  shared dir")
         for m in c.changes[: LIST_LIMIT * 2]:
             rank = "-" if m.rank is None else str(m.rank)
             cos = "-" if m.residual_cos is None else f"{m.residual_cos:.3f}"
+            name = m.name if len(m.name) <= 48 else "..." + m.name[-45:]
             lines.append(
-                f"          {m.name[-40:]:<40} {rank:>4}  {m.top_share:10.3f}  {m.relative:11.3g}  {cos:>10}"
+                f"          {name:<48} {rank:>4}  {m.top_share:10.3f}  {m.relative:11.3g}  {cos:>10}"
             )
         if len(c.changes) > LIST_LIMIT * 2:
             lines.append(f"          ... and {len(c.changes) - LIST_LIMIT * 2} more (--json lists all)")
@@ -227,15 +225,19 @@ def recipe_text(recipe: Recipe, audits: list[RecipeAudit], config: str) -> list[
     for i, a in enumerate(audits):
         tag = "assumed" if i == 0 else "other  "
         lines.append(f"engine    {tag} {a.engine.name}: {a.engine.reason}")
-        lines.append("          family        covered of tensors   ignored   share of parameters")
+        size = f"size ({a.dtype})" if a.bytes_per_param else "size"
+        lines.append(f"          family        covered of tensors   ignored   share of parameters   {size}")
         for f in a.families.values():
             if f.family == "other":
                 continue
+            nbytes = _gib(f.numel * a.bytes_per_param) if a.bytes_per_param else "unknown"
             lines.append(
                 f"          {f.family:<12} {f.covered_matrices:>8,} of {f.matrices:<9,} "
                 f"{f.ignored_matrices:>7,}"
-                f"   {100 * f.numel / a.total_numel:5.1f} %"
+                f"   {100 * f.numel / a.total_numel:5.1f} %{nbytes:>22}"
             )
+        if not a.bytes_per_param:
+            lines.append("          (bytes unknown: the config names no dtype)")
         for t in a.unmatched_targets:
             lines.append(f"          target {t!r} matches no module")
         for finding in a.findings or ["none: every large parameter is covered or ignored"]:
@@ -264,6 +266,7 @@ def recipe_json(recipe: Recipe, audits: list[RecipeAudit], config: str) -> dict[
                 "linearizes": a.engine.linearizes,
                 "reason": a.engine.reason,
                 "total_parameters": a.total_numel,
+                "dtype": a.dtype,
                 "families": {
                     k: {
                         "tensors": f.matrices,
@@ -271,6 +274,10 @@ def recipe_json(recipe: Recipe, audits: list[RecipeAudit], config: str) -> dict[
                         "ignored": f.ignored_matrices,
                         "parameters": f.numel,
                         "uncovered_parameters": f.uncovered_numel,
+                        "bytes": f.numel * a.bytes_per_param if a.bytes_per_param else None,
+                        "uncovered_bytes": f.uncovered_numel * a.bytes_per_param
+                        if a.bytes_per_param
+                        else None,
                     }
                     for k, f in a.families.items()
                 },

@@ -179,6 +179,20 @@ class FamilyCoverage:
         return self.numel - self.covered_numel - self.ignored_numel
 
 
+CONFIG_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def config_dtype(config: dict[str, Any]) -> str | None:
+    """The weights' dtype a config.json names (`dtype`, or the older `torch_dtype`; a multimodal config's
+    text_config first), or None when it names none."""
+    for cfg in (config.get("text_config"), config):
+        if isinstance(cfg, dict):
+            for key in ("dtype", "torch_dtype"):
+                if isinstance(cfg.get(key), str):
+                    return str(cfg[key])
+    return None
+
+
 @dataclass(slots=True)
 class RecipeAudit:
     engine: Engine
@@ -187,6 +201,11 @@ class RecipeAudit:
     findings: list[str] = field(default_factory=list)
     linearized_modules: int = 0
     unmatched_targets: list[str] = field(default_factory=list)
+    dtype: str | None = None  # the config's dtype: bytes are numel x its size; None: bytes unknown
+
+    @property
+    def bytes_per_param(self) -> int | None:
+        return CONFIG_DTYPE_BYTES.get(self.dtype or "")
 
     def family(self, name: str) -> FamilyCoverage:
         return self.families.get(name) or FamilyCoverage(name)
@@ -250,8 +269,9 @@ def audit_recipe(recipe: Recipe, config: dict[str, Any], eng: Engine) -> RecipeA
             if any(is_match(name, m, [t]) for name, m in modules.items()):
                 used.add(t)
     result = RecipeAudit(
-        eng, {k: v for k, v in families.items() if v.matrices}, total, linearized_modules=linearized
-    )
+        eng, {k: v for k, v in families.items() if v.matrices}, total, linearized_modules=linearized,
+        dtype=config_dtype(config),
+    )  # fmt: skip
     result.unmatched_targets = [t for t in targets if recipe.kind != "modelopt" and t not in used]
     for fam in result.families.values():
         if fam.family in QUANTISED_FAMILIES and fam.uncovered_numel >= FINDING_SHARE * total:

@@ -38,9 +38,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "gemma4-moe",
         lambda f: f.moe and (f.model_type or "").startswith("gemma4"),
-        "Gemma 4 MoE: vLLM needed get_expert_mapping (fixed in 0.25.0) and still wires expert deltas "
-        "nowhere on some builds; merge, or run a parity probe against PEFT",
-        "vllm #53470, #41754",
+        "Gemma 4 MoE: vLLM 0.19.1 refused LoRA on Gemma 4 (fixed by PR #39291), needed get_expert_mapping "
+        "for its experts (0.25.0), and some builds wire expert deltas nowhere; merge before serving, or run "
+        "a parity probe against PEFT",
+        "vllm #40693, #53470, #41754",
     ),
     Rule(
         "gemma3n",
