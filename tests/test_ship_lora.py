@@ -244,3 +244,17 @@ def test_scaling_read_from_the_config_alone_matches_peft(tmp_path: Path) -> None
     resolved = {m.path: m.scaling for m in check(tmp_path / "adapter", base).modules}
     assert alone == pytest.approx(resolved)
     assert len(set(alone.values())) == 3  # q_proj (r=4), layer 1 o_proj (alpha 32), layer 0 o_proj
+
+
+def test_the_base_identity_line_says_whether_a_fingerprint_is_recorded(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    main(["lora", "check", str(tmp_path / "adapter")])
+    assert (
+        "no base_fingerprint.json: record the base's with 'tuneproof fingerprint BASE"
+        in capsys.readouterr().out
+    )
+    main(["fingerprint", str(base), "--out", str(tmp_path / "adapter" / "base_fingerprint.json")])
+    capsys.readouterr()
+    main(["lora", "check", str(tmp_path / "adapter"), "--json"])
+    assert json.loads(capsys.readouterr().out)["base_fingerprint_recorded"] is True

@@ -307,3 +307,24 @@ def test_side_files_are_copied_and_weights_in_other_formats_are_not(llama_pair, 
     for name, text in side.items():
         assert (out / name).read_text() == text
     assert not (out / "pytorch_model.bin").exists()
+
+
+def test_an_embedding_lora_merges_like_peft_and_its_stored_base_copy_is_checked(
+    tmp_path: Path, capsys
+) -> None:
+    """PEFT saves the base embedding next to an embedding LoRA and loads it over the base: equal copies
+    merge (as PEFT does), a differing copy (another vocabulary) is refused."""
+    base = fx.save(fx.model("qwen3"), tmp_path / "base")
+    peft_model = fx.adapter(
+        fx.model("qwen3"), tmp_path / "adapter", target_modules=["embed_tokens", "q_proj"]
+    )
+    reference = fx.save(peft_model.merge_and_unload(), tmp_path / "peft")
+    _merge(base, tmp_path / "adapter", tmp_path / "out")
+    assert _max_diff(fx.tensors(reference), fx.tensors(tmp_path / "out")) <= 1e-6
+    fx.adapter(fx.model("qwen3", seed=4), tmp_path / "other", target_modules=["embed_tokens", "q_proj"])
+    _refused(
+        (base, tmp_path / "other", tmp_path / "o"),
+        capsys,
+        tmp_path,
+        "carries its own model.embed_tokens.weight",
+    )

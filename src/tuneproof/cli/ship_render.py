@@ -87,6 +87,16 @@ def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
             )
     else:
         lines.append("coverage  unknown (pass --base with the base config to see which families are adapted)")
+    named = (
+        f"base_model_name_or_path {h.base_name!r} (a name, not a hash)" if h.base_name else "no base named"
+    )
+    if h.fingerprint_recorded:
+        lines.append(f"identity  {named}; base_fingerprint.json recorded: merge checks the base against it")
+    else:
+        lines.append(
+            f"identity  {named}; no base_fingerprint.json: record the base's with "
+            f"'tuneproof fingerprint BASE --out {adapter_dir}/base_fingerprint.json'"
+        )
     for note, source in h.serving:
         lines.append(f"serving   {note} [{source}]")
     for w in h.warnings:
@@ -133,6 +143,8 @@ def health_json(h: Health, adapter_dir: Path, base: Path | None) -> dict[str, An
             for c in h.coverage
         ],
         "serving": [{"note": n, "source": s} for n, s in h.serving],
+        "base_model_name_or_path": h.base_name,
+        "base_fingerprint_recorded": h.fingerprint_recorded,
     }
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from tuneproof.errors import TuneproofError
 from tuneproof.ship.adapter import Adapter, Module, read_adapter
+from tuneproof.ship.identity import FINGERPRINT_NAME
 from tuneproof.ship.layout import FAMILIES, checkpoint_pieces, meta_model, parameters
 from tuneproof.ship.serving import Facts, notes
 from tuneproof.ship.tensors import Checkpoint, read_tensor
@@ -72,6 +73,8 @@ class Health:
     serving: list[tuple[str, str]] = field(default_factory=list)
     resolved_with_base: bool = False
     warnings: list[str] = field(default_factory=list)
+    base_name: str | None = None  # adapter_config's base_model_name_or_path: a name, not a hash
+    fingerprint_recorded: bool = False  # base_fingerprint.json next to the adapter
 
     @property
     def untrained(self) -> list[ModuleHealth]:
@@ -195,6 +198,8 @@ def check_adapter(
         None if judged else f"init_lora_weights={adapter.init!r} starts B non-zero",
         adapter.init,
         resolved_with_base=adapter.resolved_with_base,
+        base_name=adapter.config.get("base_model_name_or_path"),
+        fingerprint_recorded=(Path(adapter_dir) / FINGERPRINT_NAME).is_file(),
     )
     if adapter.dora:
         health.warnings.append(

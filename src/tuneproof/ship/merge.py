@@ -199,7 +199,7 @@ def _check_stored_copies(adapter: Adapter, base: Checkpoint, model: Any) -> None
     with adapter.header.path.open("rb") as f:
         for target, info in adapter.stored_copies.items():
             pieces = (
-                checkpoint_pieces(model, target, None, set(base.tensors))
+                checkpoint_pieces(model, target, _meta_like(model, target), set(base.tensors))
                 if target not in base.tensors
                 else {target: 0}
             )
@@ -218,6 +218,12 @@ def _check_stored_copies(adapter: Adapter, base: Checkpoint, model: Any) -> None
                     f"the adapter carries its own {target}, which differs from the base's",
                     "merge it with PEFT, which loads the adapter's copy over the base",
                 )
+
+
+def _meta_like(model: Any, name: str) -> Any:
+    import torch
+
+    return torch.empty(model.get_parameter(name).shape, device="meta")
 
 
 def _torch_dtype(st_dtype: str) -> Any:
@@ -330,6 +336,7 @@ def _write_shards(
 
     base, adapter, model = merge_plan.base, merge_plan.adapter, merge_plan.model
     pending: dict[str, Any] = {}  # checkpoint key -> fp32 delta piece, computed per parameter on first need
+    stored = set(base.tensors)
     merged = copied = 0
     written: dict[str, int] = {}
     with adapter.header.path.open("rb") as af:
@@ -346,7 +353,7 @@ def _write_shards(
                             module, param = merge_plan.targets[info.name]
                             if info.name not in pending:
                                 d = delta(module, read_tensor(module.a, af), read_tensor(module.b, af))
-                                pending.update(checkpoint_pieces(model, param, d, set(base.tensors)))
+                                pending.update(checkpoint_pieces(model, param, d, stored))
                             w = read_tensor(info, f).float()
                             w += pending.pop(info.name)  # in place: one fp32 copy of the tensor alive
                             if not bool(torch.isfinite(w).all()):

@@ -15,7 +15,7 @@ import math
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -136,17 +136,19 @@ class Checkpoint:
     folder: Path
     shards: tuple[Header, ...]
     index_metadata: dict[str, Any]
+    tensors: dict[str, TensorInfo] = field(init=False)  # every tensor of every shard, by name
+    _shard_of: dict[str, Header] = field(init=False)
 
-    @property
-    def tensors(self) -> dict[str, TensorInfo]:
-        return {name: info for shard in self.shards for name, info in shard.tensors.items()}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tensors", {n: t for s in self.shards for n, t in s.tensors.items()})
+        object.__setattr__(self, "_shard_of", {n: s for s in self.shards for n in s.tensors})
 
     def shard_of(self) -> dict[str, Header]:
-        return {name: shard for shard in self.shards for name in shard.tensors}
+        return self._shard_of
 
     @property
     def nbytes(self) -> int:
-        return sum(t.nbytes for s in self.shards for t in s.tensors.values())
+        return sum(t.nbytes for t in self.tensors.values())
 
 
 def open_checkpoint(folder: Path, what: str = "model folder") -> Checkpoint:
