@@ -328,3 +328,10 @@ def test_an_embedding_lora_merges_like_peft_and_its_stored_base_copy_is_checked(
         tmp_path,
         "carries its own model.embed_tokens.weight",
     )
+
+
+def test_a_partial_folder_left_by_a_killed_merge_is_pointed_out(llama_pair, tmp_path: Path, capsys) -> None:
+    base, adapter = llama_pair
+    (tmp_path / ".out.partial-abc123").mkdir()
+    assert _cli_merge(base, adapter, tmp_path / "out") == 0
+    assert ".out.partial-abc123 is left from an interrupted merge" in capsys.readouterr().err

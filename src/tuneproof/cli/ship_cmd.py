@@ -181,6 +181,8 @@ def merge(
 
     _return_freed_memory()
     merge_plan = m.plan(base, adapter, out, dtype)
+    for stale in m.stale_partials(out):
+        warn(f"{stale} is left from an interrupted merge into {out}; remove it to free its space")
     with count_bar("checking base identity, MiB") as update:
         ident = m.identity(merge_plan.base, adapter, _mib_bar(update, merge_plan.base.nbytes))
     loud = m.judge_identity(ident, allow_base_mismatch)

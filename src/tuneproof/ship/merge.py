@@ -112,6 +112,12 @@ def check_out(out: Path, inputs: list[Path]) -> None:
         ) from None
 
 
+def stale_partials(out: Path) -> list[Path]:
+    """Temporary folders a killed merge into `out` left beside it (a SIGKILL gives no chance to clean up)."""
+    out = Path(out)
+    return sorted(out.parent.glob(f".{out.name}.partial-*")) if out.parent.is_dir() else []
+
+
 def plan(base: Path, adapter_dir: Path, out: Path, dtype: str | None = None) -> MergePlan:
     """Everything checked that can be checked without reading the weights."""
     check_out(out, [base, adapter_dir])
