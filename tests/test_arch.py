@@ -147,3 +147,12 @@ def test_partial_configs_name_every_default_they_take(capsys) -> None:
         "warning: intermediate_size not in the config: transformers' default 11008 is used",
         "warning: vocab_size not in the config: transformers' default 32000 is used",
     ]
+
+
+def test_a_saved_qwen2_moe_config_with_sliding_window_0_reads_as_no_window() -> None:
+    """transformers writes sliding_window 0 for Qwen2-MoE: that means no window, not a bad value."""
+    from tiny_models import TINY
+    from tuneproof.arch import resolve
+
+    model = resolve({"model_type": "qwen2_moe", **TINY["qwen2_moe"], "sliding_window": 0})
+    assert all(layer.attention.window is None for layer in model.shape.layers)

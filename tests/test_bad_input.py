@@ -254,7 +254,7 @@ SHIP_MODEL = [
 ]
 BAD["fingerprint"] = {
     "model_dir": SHIP_MODEL,
-    "--out": [*OUT_FILE, ("@model/model.safetensors", "is also an input")],
+    "--out": [*OUT_FILE, ("@model/model.safetensors", "never overwritten"), ("@file", "never overwritten")],
     "--compare": [
         ("@missing|@model", "is not a folder"),
         ("@bad-fingerprint.json|@model", "is not a tuneproof fingerprint"),
@@ -263,8 +263,9 @@ BAD["fingerprint"] = {
 }
 BAD["merge"] = {
     "--base": [
-        ("@missing", "has no config.json"),
-        ("@folder", "has no config.json"),
+        ("@missing", "does not exist"),
+        ("@folder", "config not found"),
+        ("", "config not found"),
         ("@corrupt-model", "not a valid safetensors file"),
         ("@pickle-model", "pickle"),
         ("@quantised-model", "the base is quantised"),
@@ -292,9 +293,13 @@ BAD["quant-audit"] = {
         ("@no-modifier.yaml", "no quantising modifier"),
     ],
     "--config": [
-        ("@missing", "has no config.json"),
-        ("@not-json", "not JSON"),
+        ("@missing", "does not exist"),
+        ("@not-json", "not valid JSON"),
         ("@no-model-type.json", "has no model_type"),
+        ("@nan-field", "rms_norm_eps is nan"),
+        ("@string-size", "hidden_size is 'abc'"),
+        ("@only-model-type", "holds none of"),
+        ("@unknown-nan.json", "hidden_size is nan"),
     ],
     "--checkpoint": [
         ("@missing", "is not a folder"),
@@ -375,6 +380,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     paths["@missing"] = str(d / "missing.json")
     paths["@under-a-file"] = str(d / "file" / "sub")
     paths["@proc"] = "/proc/tuneproof-out"
+    paths["@merge-out"] = str(d / "merged")
     return paths
 
 
@@ -399,6 +405,7 @@ def _ship_files(d: Path) -> None:
     (d / "recipe.yaml").write_text("s:\n  m:\n    QuantizationModifier: {targets: Linear, scheme: NVFP4}\n")
     (d / "no-modifier.yaml").write_text("s: {m: {AWQModifier: {}}}\n")
     (d / "no-model-type.json").write_text(json.dumps({"hidden_size": 8}))
+    (d / "unknown-nan.json").write_text('{"model_type": "deepseek_v3", "hidden_size": NaN}')
 
 
 def _argv(value: str) -> list[str]:

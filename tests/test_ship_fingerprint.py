@@ -177,3 +177,25 @@ def test_fingerprint_refuses_pickle_only_folders_and_bad_argument_mixes(tmp_path
     assert "no model folder given" in capsys.readouterr().err
     assert main(["fingerprint", str(tmp_path / "m"), "--compare", "a", "b"]) == 2
     assert "--compare takes its two folders alone" in capsys.readouterr().err
+
+
+def test_a_rank_above_what_was_estimated_is_shown_as_a_lower_bound(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    edited = fx.model("llama")
+    with torch.no_grad():
+        w = edited.model.layers[0].mlp.down_proj.weight
+        w.add_(torch.randn(w.shape[0], 16) @ torch.randn(16, w.shape[1]) * 0.01)  # a rank-16 change
+    fx.save(edited, tmp_path / "edited")
+    a, b = open_checkpoint(base), open_checkpoint(tmp_path / "edited")
+    (change,) = characterise(a, b, compare(fingerprint(a), fingerprint(b)).changed).changes
+    assert change.rank == 8 and change.rank_at_least
+    main(["fingerprint", "--compare", str(base), str(tmp_path / "edited")])
+    assert ">=8" in capsys.readouterr().out
+
+
+def test_out_never_overwrites_a_recorded_fingerprint(tmp_path: Path, capsys) -> None:
+    fx.save(fx.model("llama"), tmp_path / "base")
+    (tmp_path / "fp.json").write_text("recorded")
+    assert main(["fingerprint", str(tmp_path / "base"), "--out", str(tmp_path / "fp.json")]) == 2
+    assert "never overwritten" in capsys.readouterr().err
+    assert (tmp_path / "fp.json").read_text() == "recorded"

@@ -216,9 +216,9 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["missing"], "is not a folder"),
         (["file"], "is not a folder"),
         (["base"], "has no adapter_config.json"),
-        (["adapter", "--base", "missing"], "has no config.json"),
-        (["adapter", "--base", "not-json"], "not JSON"),
-        (["adapter", "--base", "file"], "not JSON"),
+        (["adapter", "--base", "missing"], "does not exist"),
+        (["adapter", "--base", "not-json"], "not valid JSON"),
+        (["adapter", "--base", "file"], "not valid JSON"),
         (["other", "--base", "base"], "does not fit this base"),
         (["adapter", "--initial", "missing"], "is not a folder"),
         (["adapter", "--initial", "other"], "does not match the adapter"),
@@ -258,3 +258,49 @@ def test_the_base_identity_line_says_whether_a_fingerprint_is_recorded(tmp_path:
     capsys.readouterr()
     main(["lora", "check", str(tmp_path / "adapter"), "--json"])
     assert json.loads(capsys.readouterr().out)["base_fingerprint_recorded"] is True
+
+
+def test_nan_in_an_adapter_is_not_healthy(tmp_path: Path, capsys) -> None:
+    def poison(name: str, p: torch.Tensor) -> None:
+        if "layers.1.self_attn.q_proj.lora_B" in name:
+            p[0, 0] = float("nan")
+
+    fx.adapter(fx.model("llama"), tmp_path / "adapter", fill=poison)
+    assert main(["lora", "check", str(tmp_path / "adapter")]) == 1
+    out = capsys.readouterr().out
+    assert "1 modules hold NaN or inf" in out and "NaN or inf in: base_model.model.model.layers.1" in out
+    assert main(["lora", "check", str(tmp_path / "adapter"), "--json"]) == 1
+    bad = [m for m in json.loads(capsys.readouterr().out)["modules"] if not m["finite"]]
+    assert len(bad) == 1 and bad[0]["b_norm"] is None  # unknown, with "finite": false as the reason
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        ({"r": 2.5}, "r is 2.5"),
+        ({"r": "abc"}, "r is 'abc'"),
+        ({"lora_alpha": float("nan")}, "lora_alpha is nan"),
+        ({"rank_pattern": {"q_proj": "z"}}, "rank_pattern['q_proj'] is 'z'"),
+        ({"alpha_pattern": {"(": 4}}, "is not a regex"),
+        ({"target_modules": None, "target_parameters": None}, "names no target_modules"),
+        ({"peft_type": "IA3"}, "not LoRA"),
+    ],
+)
+def test_a_bad_adapter_config_is_refused(edit: dict, needle: str, tmp_path: Path, capsys) -> None:
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    path = tmp_path / "adapter" / "adapter_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    assert main(["lora", "check", str(tmp_path / "adapter")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, capsys, monkeypatch) -> None:
+    from tuneproof.ship import health
+
+    def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(health, "check_adapter", interrupted)
+    assert main(["lora", "check", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "error: interrupted\n"

@@ -162,8 +162,8 @@ def llama_pair(tmp_path: Path) -> tuple[Path, Path]:
     return base, tmp_path / "adapter"
 
 
-def _refused(paths: tuple[Path, Path, Path], capsys, tmp_path: Path, *needles: str) -> None:
-    """`tuneproof merge --base --adapter --out` refused: one line, exit 2, nothing written or touched."""
+def _refused(paths: tuple, capsys, tmp_path: Path, *needles: str) -> None:
+    """`tuneproof merge --base --adapter --out [extra]` refused: one line, exit 2, nothing touched."""
     before = fx.snapshot(tmp_path)
     capsys.readouterr()
     assert _cli_merge(*paths) == 2
@@ -192,6 +192,8 @@ def test_an_out_inside_an_input_is_refused(llama_pair, tmp_path: Path, capsys) -
         (dict(use_dora=True), "DoRA"),
         (dict(modules_to_save=["lm_head"]), "whole trained modules"),
         (dict(lora_bias=True), "lora_bias"),
+        (dict(init_lora_weights="pissa"), "changes the base weights when PEFT loads it"),
+        (dict(init_lora_weights="olora"), "path_initial_model_for_weight_conversion"),
     ],
 )
 def test_unsupported_variants_are_refused(option: dict, needle: str, tmp_path: Path, capsys) -> None:
@@ -335,3 +337,56 @@ def test_a_partial_folder_left_by_a_killed_merge_is_pointed_out(llama_pair, tmp_
     (tmp_path / ".out.partial-abc123").mkdir()
     assert _cli_merge(base, adapter, tmp_path / "out") == 0
     assert ".out.partial-abc123 is left from an interrupted merge" in capsys.readouterr().err
+
+
+def test_a_pissa_adapter_would_merge_wrong_so_it_is_refused(tmp_path: Path) -> None:
+    """The trap: PEFT rebuilds the base as W - s * B0 @ A0 when it loads a PiSSA adapter, so W + s * B @ A
+    on the original base is not PEFT's merge."""
+    from peft import LoraConfig, get_peft_model
+
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    peft_model = get_peft_model(
+        fx.model("llama"), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights="pissa")
+    )
+    delta = peft_model.base_model.model.model.layers[0].self_attn.q_proj.get_delta_weight("default")
+    naive = fx.tensors(base)["model.layers.0.self_attn.q_proj.weight"] + delta
+    merged = peft_model.merge_and_unload().state_dict()["model.layers.0.self_attn.q_proj.weight"]
+    assert float((merged - naive).abs().max()) > 1e-2
+
+
+def test_an_fp16_merge_that_overflows_is_refused(tmp_path: Path, capsys) -> None:
+    model = fx.model("llama")
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.weight[0, 0] = 1e5  # above fp16's 65,504
+    base = fx.save(model, tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    _refused(
+        (base, tmp_path / "adapter", tmp_path / "o", "--dtype", "fp16"), capsys, tmp_path, "overflows F16"
+    )
+
+
+def test_a_lora_on_a_tied_embedding_warns_and_on_a_tied_head_is_refused(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("gemma2"), tmp_path / "base")  # Gemma ties the head to the embedding
+    fx.adapter(fx.model("gemma2"), tmp_path / "emb", target_modules=["embed_tokens", "q_proj"])
+    capsys.readouterr()
+    assert _cli_merge(base, tmp_path / "emb", tmp_path / "out") == 0
+    assert "is tied to the output head" in capsys.readouterr().err
+    fx.adapter(fx.model("gemma2"), tmp_path / "head", target_modules=["lm_head", "q_proj"])
+    _refused((base, tmp_path / "head", tmp_path / "o"), capsys, tmp_path, "ties to embed_tokens")
+
+
+def test_a_changed_recorded_base_folder_is_not_used_to_characterise(tmp_path: Path, capsys) -> None:
+    import shutil
+
+    from tuneproof.ship import fingerprint
+
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    trained_on = fx.save(fx.model("llama", seed=3), tmp_path / "trained_on")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    (tmp_path / "adapter" / "base_fingerprint.json").write_text(json.dumps(fingerprint(trained_on).to_json()))
+    shutil.rmtree(trained_on)
+    shutil.copytree(base, trained_on)  # the recorded folder now holds another model
+    capsys.readouterr()
+    assert _cli_merge(base, tmp_path / "adapter", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "is not here unchanged to characterise the difference" in err and "rank" not in err

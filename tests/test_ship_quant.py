@@ -286,6 +286,21 @@ def test_a_checkpoint_with_nothing_declared_says_so(tmp_path: Path, capsys) -> N
         ("def (", ".py", "not valid Python"),
         ("{}", ".json", "holds no quantisation recipe"),
         ("QuantizationModifier(targets=3)", ".py", "not a string or a list of strings"),
+        (
+            "m: {QuantizationModifier: {targets: Linear, scheme: BOGUS}}",
+            ".yaml",
+            "not a compressed-tensors preset",
+        ),
+        (
+            "m: {QuantizationModifier: {targets: Linear, ignore: ['re:(unclosed']}}",
+            ".yaml",
+            "not a valid regex",
+        ),
+        (
+            '{"config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": "four"}}}}',
+            ".json",
+            "num_bits",
+        ),
     ],
 )
 def test_bad_recipes_are_refused(text: str, suffix: str, needle: str, tmp_path: Path) -> None:
@@ -346,3 +361,11 @@ def test_bytes_come_from_the_configs_dtype_or_are_unknown(tmp_path: Path, capsys
     main(["quant-audit", "--recipe", str(tmp_path / "r.yaml"), "--config", str(config), "--json"])
     experts = json.loads(capsys.readouterr().out)["engines"][0]["families"]["experts"]
     assert experts["bytes"] == experts["parameters"] * 2 == 3 * 4 * 64 * 32 * 2
+
+
+def test_a_malformed_quantization_config_in_a_checkpoint_is_refused(tmp_path: Path, capsys) -> None:
+    folder = _sparse_checkpoint(
+        tmp_path / "ck", _layer_tensors(1, 0, True), {"model_type": "llama", "quantization_config": [1, 2]}
+    )
+    assert main(["quant-audit", "--checkpoint", str(folder)]) == 2
+    assert "quantization_config is a list, not an object" in capsys.readouterr().err

@@ -128,3 +128,4 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     make(Path(sys.argv[1]))
+    print(f"wrote base/, abliterated/, adapter/ and case-adapter/ in {sys.argv[1]}")

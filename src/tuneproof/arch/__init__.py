@@ -130,10 +130,21 @@ def _check_values(data: dict[str, Any], where: str) -> None:
         value = data.get(key)
         if value is None and key in ("sliding_window", "head_dim", "global_head_dim"):
             continue
+        if key == "sliding_window" and value == 0 and not isinstance(value, bool):
+            continue  # what transformers writes for "no window" (Qwen2-MoE's save_pretrained); read as none
         if key in data and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0):
             raise TuneproofError(
                 f"{where}: {key} is {value!r}", "fix that field: it must be a positive integer"
             )
+
+
+def check_config_values(data: dict[str, Any], where: str) -> None:
+    """The value checks every config gets (finite numbers, positive sizes), on a config of any family,
+    its text_config included."""
+    _check_values(data, where)
+    text = _text_part(data)
+    if text is not data:
+        _check_values(text, where + " text_config")
 
 
 def _text_part(data: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import click
 
 from tuneproof.errors import TuneproofError
 
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
+
 
 class Command(click.Command):
     """A command whose library errors name its own flags: a `TuneproofError` about the field
@@ -26,6 +28,9 @@ class Command(click.Command):
         except TuneproofError as e:
             labels = {p.name: p.opts[0] for p in self.params if isinstance(p, click.Option) and p.name}
             raise e.with_labels(labels) from None
+        except KeyboardInterrupt:
+            # caught here, before click turns it into Abort (exit 1, a verdict's code, after a blank line)
+            raise TuneproofError("interrupted", exit_code=INTERRUPTED) from None
         for text in ctx.meta["tuneproof.warnings"]:
             print(f"warning: {text}", file=sys.stderr)
         if isinstance(result, int) and not isinstance(result, bool) and result:

@@ -125,6 +125,11 @@ def fingerprint(
         raise TuneproofError("no model folder given", "pass MODEL_DIR, or --compare A B")
     checkpoint = open_checkpoint(model_dir)
     if out is not None:
+        if out.is_file():
+            raise TuneproofError(
+                f"{out} exists: a recorded fingerprint is never overwritten (a merge checks against it)",
+                "remove it first if you mean to replace it, or pass another path",
+            )
         check_out_file(out, tuple(s.path for s in checkpoint.shards))
     with count_bar("hashing MiB") as update:
         result = fp.fingerprint(checkpoint, _mib_bar(update, checkpoint.nbytes))
@@ -183,6 +188,8 @@ def merge(
     merge_plan = m.plan(base, adapter, out, dtype)
     for stale in m.stale_partials(out):
         warn(f"{stale} is left from an interrupted merge into {out}; remove it to free its space")
+    for note in merge_plan.notes:
+        warn(note)
     with count_bar("checking base identity, MiB") as update:
         ident = m.identity(merge_plan.base, adapter, _mib_bar(update, merge_plan.base.nbytes))
     loud = m.judge_identity(ident, allow_base_mismatch)
@@ -281,7 +288,10 @@ def quant_audit(
         from tuneproof.ship.tensors import open_checkpoint
 
         ck = open_checkpoint(checkpoint, "checkpoint")
-        cfg = read_config(checkpoint, "checkpoint") if (checkpoint / "config.json").is_file() else None
+        from tuneproof.arch import load_config_dict
+
+        # only its quantization_config is read: a checkpoint's sizes are in its headers
+        cfg = load_config_dict(checkpoint) if (checkpoint / "config.json").is_file() else None
         audit = quant.audit_checkpoint(ck, cfg, quant.read_modelopt(checkpoint))
         if json_out:
             print_json(checkpoint_json(checkpoint, audit))

@@ -36,8 +36,10 @@ def health_verdict(h: Health) -> tuple[str, int]:
             "starts lora_B non-zero",
             3,
         )
-    if h.untrained or h.idle_expert_count:
+    if h.untrained or h.idle_expert_count or h.not_finite:
         what = []
+        if h.not_finite:
+            what.append(f"{len(h.not_finite)} adapted modules hold NaN or inf")
         if h.untrained:
             what.append(f"{len(h.untrained)} adapted modules never trained")
         if h.idle_expert_count:
@@ -66,8 +68,10 @@ def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
         shown = ", ".join(map(str, m.idle_experts[:16])) + (" ..." if len(m.idle_experts) > 16 else "")
         where = m.target or m.path
         lines.append(f"  experts never moved: {len(m.idle_experts)} of {m.num_experts} in {where}: [{shown}]")
-    deltas = [m.delta_norm for m in h.modules]
-    rel = [m.relative for m in h.modules if m.relative is not None]
+    for path in _clip([m.path for m in h.not_finite]):
+        lines.append(f"  NaN or inf in: {path}")
+    deltas = [m.delta_norm for m in h.modules if m.finite] or [float("nan")]
+    rel = [m.relative for m in h.modules if m.relative is not None and m.finite]
     line = f"change    median ||scaling * B @ A|| {statistics.median(deltas):.4g}"
     if rel:
         spread = f"(min {min(rel):.3g}, max {max(rel):.3g})"
@@ -133,6 +137,7 @@ def health_json(h: Health, adapter_dir: Path, base: Path | None) -> dict[str, An
                 "judged_on": m.judged_on,
                 "num_experts": m.num_experts,
                 "idle_experts": list(m.idle_experts),
+                "finite": m.finite,
             }
             for m in h.modules
         ],
@@ -177,7 +182,7 @@ def compare_text(a: str, b: str, d: Difference, c: Characterisation | None, why_
     else:
         lines.append("changes   tensor" + " " * 43 + "rank  top-1 share  ||D||/||W||  shared dir")
         for m in c.changes[: LIST_LIMIT * 2]:
-            rank = "-" if m.rank is None else str(m.rank)
+            rank = "-" if m.rank is None else (">=" if m.rank_at_least else "") + str(m.rank)
             cos = "-" if m.residual_cos is None else f"{m.residual_cos:.3f}"
             name = m.name if len(m.name) <= 48 else "..." + m.name[-45:]
             lines.append(
@@ -211,6 +216,7 @@ def compare_json(
                     "name": m.name,
                     "shape": list(m.shape),
                     "rank": m.rank,
+                    "rank_at_least": m.rank_at_least,
                     "top_share": m.top_share,
                     "relative": m.relative,
                     "shared_direction_cos": m.residual_cos,

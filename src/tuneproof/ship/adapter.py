@@ -106,11 +106,34 @@ def read_adapter_config(folder: Path) -> dict[str, Any]:
     kind = config.get("peft_type")
     if kind != "LORA":
         raise TuneproofError(f"{path} describes a {kind!r} adapter, not LoRA", "pass a LoRA adapter")
-    for key in ("r", "lora_alpha"):
-        value = config.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise TuneproofError(f"{path}: {key} is {value!r}", f"{key} must be a positive number")
+    _positive(path, "r", config.get("r"), integer=True)
+    _positive(path, "lora_alpha", config.get("lora_alpha"), integer=False)
+    for key, integer in (("rank_pattern", True), ("alpha_pattern", False)):
+        patterns = config.get(key) or {}
+        if not isinstance(patterns, dict):
+            raise TuneproofError(f"{path}: {key} is {patterns!r}, not a mapping", "fix the adapter config")
+        for name, value in patterns.items():
+            _positive(path, f"{key}[{name!r}]", value, integer=integer)
+            try:
+                re.compile(name)
+            except re.error as e:
+                raise TuneproofError(
+                    f"{path}: {key} key {name!r} is not a regex: {e}", "fix the adapter config"
+                ) from None
+    if not (config.get("target_modules") or config.get("target_parameters")):
+        raise TuneproofError(
+            f"{path} names no target_modules and no target_parameters",
+            "pass the adapter_config.json PEFT wrote",
+        )
     return config
+
+
+def _positive(path: Path, key: str, value: Any, integer: bool) -> None:
+    kinds = int if integer else int | float
+    ok = not isinstance(value, bool) and isinstance(value, kinds) and math.isfinite(value) and value > 0
+    if not ok:
+        what = "a positive integer" if integer else "a positive number"
+        raise TuneproofError(f"{path}: {key} is {value!r}", f"{key} must be {what}")
 
 
 def read_adapter(folder: Path, base_config: dict[str, Any] | None = None) -> Adapter:

@@ -44,6 +44,7 @@ class ModuleHealth:
     idle_experts: tuple[int, ...] = ()
     base_norm: float | None = None  # ||W_base||_F, when the base weights were given
     target: str | None = None
+    finite: bool = True  # False: A or B holds NaN or inf (the norms are then unknown)
 
     @property
     def relative(self) -> float | None:
@@ -81,6 +82,10 @@ class Health:
         return [m for m in self.modules if m.trained is False]
 
     @property
+    def not_finite(self) -> list[ModuleHealth]:
+        return [m for m in self.modules if not m.finite]
+
+    @property
     def idle_expert_count(self) -> int:
         return sum(len(m.idle_experts) for m in self.modules)
 
@@ -88,26 +93,29 @@ class Health:
     def healthy(self) -> bool | None:
         if not self.judged:
             return None
-        return not self.untrained and not self.idle_expert_count
+        return not self.untrained and not self.idle_expert_count and not self.not_finite
 
     def summary(self) -> str:
         """The CASE line: `lora_B non-zero in 205 of 205 adapted modules, median norm 1.708`."""
-        norms = [m.start_zero_norm for m in self.modules]
+        norms = [m.start_zero_norm for m in self.modules if m.finite]
         median = statistics.median(norms) if norms else math.nan
+        bad = len(self.not_finite)
+        tail = f"; {bad} modules hold NaN or inf" if bad else ""
         if not self.judged:
             return (
                 f"cannot judge from lora_B: init_lora_weights={self.init!r} starts it non-zero "
-                f"({len(self.modules)} adapted modules, median lora_B norm {median:.4g})"
+                f"({len(self.modules)} adapted modules, median lora_B norm {median:.4g}){tail}"
             )
         if self.modules and all(m.judged_on == "initial" for m in self.modules):
             moved = sum(1 for m in self.modules if m.trained)
-            return f"moved from the initial adapter in {moved} of {len(self.modules)} adapted modules"
+            return f"moved from the initial adapter in {moved} of {len(self.modules)} adapted modules{tail}"
         nonzero = sum(1 for m in self.modules if m.start_zero_norm > 0)
         factor = (
             "lora_B" if all(m.kind != "embedding" for m in self.modules) else "lora_B (lora_A for embeddings)"
         )
         return (
             f"{factor} non-zero in {nonzero} of {len(self.modules)} adapted modules, median norm {median:.4g}"
+            + tail
         )
 
 
@@ -120,7 +128,10 @@ def _frob_product(a: Any, b: Any) -> float:
 def module_health(
     module: Module, a: Any, b: Any, initial: tuple[Any, Any] | None, judge_zero: bool
 ) -> ModuleHealth:
+    import torch
+
     a, b = a.float(), b.float()
+    finite = bool(torch.isfinite(a).all() and torch.isfinite(b).all())
     zero_factor = a if module.kind == "embedding" else b
     idle: tuple[int, ...] = ()
     if module.kind == "experts":
@@ -152,7 +163,7 @@ def module_health(
         idle = tuple(range(module.num_experts)) if module.kind == "experts" else ()
     return ModuleHealth(
         module.path, module.kind, module.rank, module.scaling, float(a.norm()), float(b.norm()), delta_norm,
-        trained, judged_on, module.num_experts, idle, target=module.target,
+        trained, judged_on, module.num_experts, idle, target=module.target, finite=finite,
     )  # fmt: skip
 
 

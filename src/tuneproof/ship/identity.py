@@ -151,6 +151,7 @@ class MatrixChange:
     relative: float  # ||D||_F / ||W_a||_F
     residual_cos: float | None = None  # |cos| of its residual-side direction with the shared direction
     note: str = ""
+    rank_at_least: bool = False  # every estimated singular value counted: the rank is this or more
 
 
 @dataclass(slots=True)
@@ -211,7 +212,9 @@ def characterise(
                 MatrixChange(name, ia.shape, 0, 0.0, relative, note="bytes differ, values equal")
             )
             continue
-        change = MatrixChange(name, ia.shape, max(ranks), min(shares), relative)
+        q = min(SVD_Q, *d.shape[-2:])
+        saturated = max(ranks) >= q and q < min(d.shape[-2:])  # all q estimated values count: rank >= q
+        change = MatrixChange(name, ia.shape, max(ranks), min(shares), relative, rank_at_least=saturated)
         result.changes.append(change)
         if vecs and change.top_share >= TOP_SHARE_RANK1:
             directions.extend((len(result.changes) - 1, vec) for vec in vecs)
@@ -264,6 +267,6 @@ def _judge(result: Characterisation, directions: list[tuple[int, Any]], truncate
 
 
 def _with_cos(change: MatrixChange, cos: float) -> MatrixChange:
-    return MatrixChange(
-        change.name, change.shape, change.rank, change.top_share, change.relative, cos, change.note
-    )
+    import dataclasses
+
+    return dataclasses.replace(change, residual_cos=cos)

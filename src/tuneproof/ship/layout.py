@@ -12,7 +12,6 @@ mapping is transformers' own, never a copy of its rules.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,22 +53,23 @@ def matrices(name: str, shape: tuple[int, ...]) -> int:
     return experts * (2 if name.split(".")[-1].startswith("gate_up_proj") else 1)
 
 
-def read_config(folder: Path, what: str = "base") -> dict[str, Any]:
-    """config.json of a model folder (or a config file itself), as a dict."""
-    folder = Path(folder)
-    path = folder / "config.json" if folder.is_dir() else folder
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TuneproofError(
-            f"{what} {folder} has no config.json", "pass a model folder or its config.json"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TuneproofError(
-            f"cannot read {path}: {getattr(e, 'strerror', None) or 'not JSON'}", "pass a valid config.json"
-        ) from None
-    if not isinstance(data, dict) or "model_type" not in data:
-        raise TuneproofError(f"{path} has no model_type", "pass a transformers config.json")
+def read_config(path: Path, what: str = "base") -> dict[str, Any]:
+    """config.json of a model folder (or a config file itself), as a dict, checked as every command
+    checks configs: supported families fully (sizes present, values sane), others for finite, positive
+    sizes; transformers' own config class has the last word in `meta_model`."""
+    from tuneproof.arch import SUPPORTED_MODEL_TYPES, check_config_values, load_config_dict, resolve
+
+    if not str(path).strip():
+        raise TuneproofError(f"the {what} path is empty", "pass a model folder or its config.json")
+    if not Path(path).exists():
+        raise TuneproofError(f"{what} {path} does not exist", "pass a model folder or its config.json")
+    data = load_config_dict(path)
+    if not isinstance(data.get("model_type"), str):
+        raise TuneproofError(f"{what} config {path} has no model_type", "pass a transformers config.json")
+    if data["model_type"] in SUPPORTED_MODEL_TYPES:
+        resolve(data)  # refuses a config whose sizes would all be transformers' defaults, or bad values
+    else:
+        check_config_values(data, f"{what} config {path}")
     return data
 
 
@@ -83,10 +83,11 @@ def meta_model(config: dict[str, Any]) -> Any:
         cfg = AutoConfig.for_model(config["model_type"], **fields)
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(cfg)
-    except (ValueError, KeyError, TypeError) as e:
+    except Exception as e:  # the config class's own validation (huggingface_hub strict dataclasses too)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TuneproofError(
             f"transformers cannot build a {config.get('model_type')!r} causal LM from this config: "
-            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}",
+            f"{first[:200]}{' ...' if len(first) > 200 else ''}",
             "pass the config.json of a causal language model transformers knows",
         ) from None
 

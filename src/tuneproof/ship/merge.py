@@ -29,6 +29,7 @@ from tuneproof.ship.identity import (
     FINGERPRINT_NAME,
     Characterisation,
     Difference,
+    Fingerprint,
     characterise,
     compare,
     fingerprint,
@@ -48,6 +49,9 @@ from tuneproof.ship.tensors import (
 
 DTYPES = {"bf16": "BF16", "fp16": "F16", "fp32": "F32"}
 CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+# Inits whose adapter only makes sense on a base PEFT rewrites at load time (peft_model.py
+# `save_pretrained(path_initial_model_for_weight_conversion=...)` converts them into plain LoRA).
+BASE_MUTATING_INITS = ("pissa", "olora", "corda", "loftq", "lora_ga")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")
 RECORD_NAME = "tuneproof_merge.json"
 
@@ -72,6 +76,7 @@ class MergePlan:
     dtype: str | None  # safetensors dtype for every float tensor; None: each keeps its own
     targets: dict[str, tuple[Module, str]] = field(default_factory=dict)  # checkpoint key -> (module, param)
     config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # warnings the caller should show
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +125,9 @@ def stale_partials(out: Path) -> list[Path]:
 
 def plan(base: Path, adapter_dir: Path, out: Path, dtype: str | None = None) -> MergePlan:
     """Everything checked that can be checked without reading the weights."""
+    for what, path in (("base", base), ("adapter", adapter_dir), ("output", out)):
+        if not str(path).strip():
+            raise TuneproofError(f"the {what} path is empty", f"pass the {what} folder")
     check_out(out, [base, adapter_dir])
     if dtype is not None and dtype not in DTYPES:
         raise TuneproofError(f"{{dtype}} {dtype!r} is not one of {', '.join(DTYPES)}", fields=("dtype",))
@@ -146,6 +154,13 @@ def plan(base: Path, adapter_dir: Path, out: Path, dtype: str | None = None) -> 
             model, module.target, torch.empty(param.shape, device="meta"), stored
         ).items():
             info = checkpoint.tensors.get(key)
+            if info is None and module.target == "lm_head.weight" and _tied(config):
+                raise TuneproofError(
+                    "the adapter changes lm_head, which this base ties to embed_tokens "
+                    "(tie_word_embeddings): the checkpoint stores one tensor for both, so merging would "
+                    "change the input embedding too",
+                    "merge it with PEFT into an untied copy, or train without a LoRA on the tied head",
+                )
             if info is None:
                 raise TuneproofError(
                     f"the base checkpoint has no {key}, which {module.path} changes",
@@ -169,7 +184,29 @@ def plan(base: Path, adapter_dir: Path, out: Path, dtype: str | None = None) -> 
                 )
             result.targets[key] = (module, module.target)
     _check_stored_copies(adapter, checkpoint, model)
+    result.notes = _tied_notes(adapter, model)
     return result
+
+
+def _tied_notes(adapter: Adapter, model: Any) -> list[str]:
+    """A LoRA on a tied embedding changes the output head too once merged (one tensor holds both)."""
+    tied = model.get_output_embeddings() is not None and (
+        model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    )
+    if not tied:
+        return []
+    return [
+        f"{m.target} is tied to the output head (tie_word_embeddings): the merged tensor changes the head "
+        "too, which the adapter never trained through (PEFT's merge does the same)"
+        for m in adapter.modules
+        if m.kind == "embedding"
+    ]
+
+
+def _tied(config: dict[str, Any]) -> bool:
+    text = config.get("text_config")
+    inner = text.get("tie_word_embeddings", True) if isinstance(text, dict) else True
+    return bool(config.get("tie_word_embeddings", inner))
 
 
 def _refuse_variants(adapter: Adapter) -> None:
@@ -190,6 +227,13 @@ def _refuse_variants(adapter: Adapter) -> None:
         raise TuneproofError(
             f"the adapter carries whole trained modules or tokens ({what}), which a LoRA merge would drop",
             "merge it with PEFT's merge_and_unload",
+        )
+    init = config.get("init_lora_weights", True)
+    if isinstance(init, str) and init.startswith(BASE_MUTATING_INITS):
+        raise TuneproofError(
+            f"the adapter was initialised with init_lora_weights={init!r}, which changes the base weights "
+            "when PEFT loads it (W - scaling * B0 @ A0): adding B @ A to the original base would be wrong",
+            "convert it first with PEFT: save_pretrained(..., path_initial_model_for_weight_conversion=...)",
         )
     if config.get("layer_replication"):
         raise TuneproofError(
@@ -257,7 +301,7 @@ def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None
                 trained_on = open_checkpoint(source)
             except TuneproofError:
                 return ident
-            if set(diff.changed) <= set(trained_on.tensors):
+            if set(diff.changed) <= set(trained_on.tensors) and _holds(trained_on, recorded, diff.changed):
                 ident.characterisation = characterise(trained_on, base, diff.changed)
     return ident
 
@@ -276,7 +320,7 @@ def judge_identity(ident: Identity, allow_base_mismatch: bool) -> str | None:
         what += f"; {ident.characterisation.verdict}"
     else:
         source = ident.recorded_source or "unknown folder"
-        what += f"; the recorded base ({source}) is not here to characterise the change"
+        what += f"; the recorded base ({source}) is not here unchanged to characterise the difference"
     if not allow_base_mismatch:
         raise TuneproofError(
             f"the base is not the one the adapter was trained on: {what}",
@@ -299,6 +343,22 @@ def merge_adapter(
     ident = identity(merge_plan.base, adapter_dir)
     judge_identity(ident, allow_base_mismatch)
     return run(merge_plan, ident, progress)
+
+
+def _holds(checkpoint: Checkpoint, recorded: Fingerprint, names: list[str]) -> bool:
+    """Whether `checkpoint` still holds the recorded bytes of `names` (a folder can change after the
+    fingerprint was taken: then it cannot stand for the trained-on base)."""
+    import hashlib
+
+    shard_of = checkpoint.shard_of()
+    for name in names:
+        h = hashlib.sha256()
+        with shard_of[name].path.open("rb") as f:
+            for piece in iter_chunks(checkpoint.tensors[name], f):
+                h.update(piece)
+        if h.hexdigest() != recorded.tensors[name][2]:
+            return False
+    return True
 
 
 def run(
@@ -367,10 +427,12 @@ def _write_shards(
                                     f"merging {module.path} into {info.name} gives non-finite values",
                                     "check the adapter: it holds inf or NaN",
                                 )
-                            writer.write(info.name, _as_bytes(w, out_dtype[info.name]))
+                            writer.write(info.name, _as_bytes(w, out_dtype[info.name], info.name))
                             merged += 1
                         elif out_dtype[info.name] != info.dtype:
-                            writer.write(info.name, _as_bytes(read_tensor(info, f), out_dtype[info.name]))
+                            writer.write(
+                                info.name, _as_bytes(read_tensor(info, f), out_dtype[info.name], info.name)
+                            )
                             copied += 1
                         else:
                             writer.write(info.name, iter_chunks(info, f))
@@ -392,13 +454,19 @@ def _out_dtype(merge_plan: MergePlan, info: TensorInfo) -> str:
     return info.dtype
 
 
-def _as_bytes(tensor: Any, st_dtype: str) -> memoryview:
-    """The tensor cast once to `st_dtype`, as a view of its bytes (no copy beyond the cast)."""
+def _as_bytes(tensor: Any, st_dtype: str, name: str) -> memoryview:
+    """The tensor cast once to `st_dtype`, as a view of its bytes (no copy beyond the cast). A cast
+    that turns finite values into inf (fp16 tops out at 65,504) is refused, never written."""
     import torch
 
     from tuneproof.ship.tensors import TORCH_DTYPES
 
     t = tensor.to(getattr(torch, TORCH_DTYPES[st_dtype])).contiguous()
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()) and bool(torch.isfinite(tensor).all()):
+        raise TuneproofError(
+            f"{name} overflows {st_dtype}: its largest value is {float(tensor.abs().max()):.4g}",
+            "merge to bf16 or fp32 instead",
+        )
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
@@ -428,10 +496,19 @@ def _write_index(merge_plan: MergePlan, tmp: Path, written: dict[str, int]) -> N
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tuneproof")
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
 def _write_record(merge_plan: MergePlan, ident: Identity, tmp: Path) -> None:
     adapter_sha = hashlib.sha256(merge_plan.adapter.header.path.read_bytes()).hexdigest()
     record = {
-        "tool": "tuneproof merge",
+        "tool": f"tuneproof merge {_version()}",
         "base": str(merge_plan.base.folder),
         "adapter": str(merge_plan.adapter.folder),
         "adapter_sha256": adapter_sha,

@@ -393,6 +393,11 @@ def _declared(
         q = modelopt.get("quantization") or {}
         return "ModelOpt", q.get("quant_algo"), tuple(q.get("exclude_modules") or ()), "modelopt"
     q = (config or {}).get("quantization_config")
+    if q is not None and not isinstance(q, dict):
+        raise TuneproofError(
+            f"the checkpoint's quantization_config is a {type(q).__name__}, not an object",
+            "fix the config.json",
+        )
     if isinstance(q, dict):
         method = str(q.get("quant_method", "?"))
         scheme = q.get("format")

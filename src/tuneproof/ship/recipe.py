@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,8 @@ def _from_mapping(path: Path, data: Any, kind: str) -> Recipe:
 
 
 def _from_modifiers(path: Path, modifiers: list[dict[str, Any]], kind: str) -> Recipe:
+    for mod in modifiers:
+        _check_modifier(path, mod)
     if not modifiers:
         raise TuneproofError(
             f"{path} has no quantising modifier ({', '.join(QUANTISING[:2])}, ...)",
@@ -129,7 +132,40 @@ def _from_modifiers(path: Path, modifiers: list[dict[str, Any]], kind: str) -> R
                 groups += [Group(_strings(t, f"{path}: scheme {s}"), str(s)) for s, t in scheme.items()]
             else:
                 groups.append(Group(targets, str(scheme) if scheme else "?"))
-    return Recipe(path, kind, tuple(groups), tuple(ignore))
+    return _check_patterns(Recipe(path, kind, tuple(groups), tuple(ignore)))
+
+
+def _check_modifier(path: Path, mod: dict[str, Any]) -> None:
+    """A preset scheme must be one compressed-tensors knows; `re:` patterns must compile."""
+    scheme = mod.get("scheme")
+    names = list(scheme) if isinstance(scheme, dict) else [scheme] if scheme is not None else []
+    presets = _presets()
+    for name in names:
+        if not isinstance(name, str) or (presets and name.upper() not in presets):
+            raise TuneproofError(
+                f"{path}: scheme {name!r} is not a compressed-tensors preset",
+                f"use one of {', '.join(sorted(presets)[:12])}, ... or write config_groups",
+            )
+
+
+def _presets() -> set[str]:
+    try:
+        from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
+    except ImportError:
+        return set()
+    return {str(k).upper() for k in PRESET_SCHEMES}
+
+
+def _check_patterns(recipe: Recipe) -> Recipe:
+    for pattern in [t for g in recipe.groups for t in g.targets] + list(recipe.ignore):
+        if recipe.kind != "modelopt" and pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as e:
+                raise TuneproofError(
+                    f"{recipe.source}: {pattern!r} is not a valid regex ({e})", "fix the pattern"
+                ) from None
+    return recipe
 
 
 def _from_config_groups(path: Path, data: dict[str, Any], ignore: Any, kind: str) -> Recipe:
@@ -144,6 +180,11 @@ def _from_config_groups(path: Path, data: dict[str, Any], ignore: Any, kind: str
         if not isinstance(group, dict):
             raise TuneproofError(f"{path}: config group {name!r} is not a mapping", "fix the recipe")
         weights = group.get("weights") or {}
+        bits = weights.get("num_bits") if isinstance(weights, dict) else None
+        if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 32):
+            raise TuneproofError(
+                f"{path}: {name}.weights.num_bits is {bits!r}", "num_bits is an integer, 1 to 32"
+            )
         desc = (
             f"w{weights.get('num_bits', '?')}-{weights.get('type', 'int')}"
             + (f"-g{weights['group_size']}" if weights.get("group_size") else "")
@@ -151,7 +192,7 @@ def _from_config_groups(path: Path, data: dict[str, Any], ignore: Any, kind: str
             else str(name)
         )
         groups.append(Group(_strings(group.get("targets"), f"{path}: {name}.targets"), desc))
-    return Recipe(path, kind, tuple(groups), _strings(ignore, f"{path}: ignore"))
+    return _check_patterns(Recipe(path, kind, tuple(groups), _strings(ignore, f"{path}: ignore")))
 
 
 def _from_modelopt(path: Path, data: dict[str, Any]) -> Recipe:
