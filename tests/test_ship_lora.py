@@ -151,32 +151,16 @@ def test_coverage_and_the_serving_note_for_fused_experts(tmp_path: Path, capsys)
 
 
 def _case_adapter(folder: Path) -> None:
-    """A rank-1 LoRA on the CASE model's 205 attention and dense-MLP linears, B with chosen norms
-    (median 1.708), written as PEFT writes it: shapes from PEFT wrapping the CASE config on meta."""
-    from peft import LoraConfig, get_peft_model
-    from peft.tuners.lora import LoraLayer
-    from safetensors.torch import save_file
+    """The demo's rank-1 LoRA on the CASE model's 205 attention and MLP linears (median lora_B 1.708)."""
+    import importlib.util
 
-    from tuneproof.ship.layout import meta_model, read_config
-
-    config = LoraConfig(
-        r=1, lora_alpha=2, target_modules=r".*\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
+    spec = importlib.util.spec_from_file_location(
+        "make_models", CASE_CONFIG.parents[1] / "ship" / "make_models.py"
     )
-    peft_model = get_peft_model(meta_model(read_config(CASE_CONFIG)), config)
-    layers = [(n, m) for n, m in peft_model.named_modules() if isinstance(m, LoraLayer)]
-    assert len(layers) == 205
-    norms = torch.linspace(1.0, 2.416, len(layers))  # median 1.708
-    state = {}
-    for (name, layer), norm in zip(layers, norms, strict=True):
-        a_shape, b_shape = layer.lora_A["default"].weight.shape, layer.lora_B["default"].weight.shape
-        state[f"{name}.lora_A.weight"] = torch.full(a_shape, 0.01, dtype=torch.bfloat16)
-        b = torch.ones(b_shape)
-        state[f"{name}.lora_B.weight"] = b / b.norm() * norm
-    folder.mkdir()
-    save_file(state, folder / "adapter_model.safetensors")
-    (folder / "adapter_config.json").write_text(
-        json.dumps({**config.to_dict(), "peft_type": "LORA", "target_modules": config.target_modules})
-    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module._case_adapter(folder)
 
 
 def test_the_case_line(tmp_path: Path, capsys) -> None:
