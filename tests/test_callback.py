@@ -1,0 +1,164 @@
+"""TuneproofCallback: its performed FLOPs per optimizer step equal FlopCounterMode's count of that
+same step in a real Trainer (eager attention, LoRA via PEFT), with bucketed and padded batches and
+gradient accumulation 1 and 4; and its metrics reach the Trainer's logs."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from tuneproof.integrations.callback import MicroBatchLedger, TuneproofCallback
+
+pytestmark = pytest.mark.slow  # a real Trainer: left out of mutation runs
+TOL = 0.005
+
+
+class ListDataset(torch.utils.data.Dataset):
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.rows[i]
+
+
+class CountEachStep(TrainerCallback):
+    """FlopCounterMode around each optimizer step: from on_step_begin to on_step_end."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+        self._mode: Any = None
+
+    def on_step_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._mode = FlopCounterMode(display=False)
+        self._mode.__enter__()
+
+    def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+        self._mode.__exit__(None, None, None)
+        self.counts.append(int(self._mode.get_total_flops()))
+
+
+def _trainer(tmp_path: Path, accum: int, bucketed: bool, callbacks: list[Any], logging_steps: int = 1):  # type: ignore[no-untyped-def]
+    from peft import LoraConfig, get_peft_model
+    from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast, Trainer, TrainingArguments
+
+    from tiny_models import config_dict
+    from tuneproof.arch import resolve
+    from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.model import build_model
+
+    model = build_model(resolve(config_dict("llama", pad_token_id=0)), "eager")
+    model = get_peft_model(
+        model, LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
+    )
+    rng = np.random.default_rng(0)
+    rows = [{"input_ids": rng.integers(1, 200, n).tolist()} for n in rng.integers(5, 48, 48)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=accum,
+        max_steps=3,
+        learning_rate=1e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=logging_steps,
+        use_cpu=True,
+        seed=1,
+        disable_tqdm=True,
+        remove_unused_columns=False,
+    )
+    from tokenizers import Tokenizer, models
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"<pad>": 0}, "<pad>")), pad_token="<pad>"
+    )
+    collator = DataCollatorWithPadding(tok)
+
+    def with_labels(features: list[dict]) -> dict:
+        batch = collator(features)
+        batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        return batch
+
+    trainer = Trainer(model=model, args=args, train_dataset=ListDataset(rows), data_collator=with_labels)
+    if bucketed:
+        use_bucketing(trainer)
+    for cb in callbacks:
+        trainer.add_callback(cb)
+    return trainer
+
+
+@pytest.mark.parametrize("accum", [1, 4])
+@pytest.mark.parametrize("bucketed", [True, False], ids=["bucketed", "padded"])
+def test_performed_flops_equal_flop_counter_for_each_step(tmp_path: Path, accum: int, bucketed: bool) -> None:
+    ours, counter = TuneproofCallback(), CountEachStep()
+    trainer = _trainer(tmp_path, accum, bucketed, [counter, ours])
+    trainer.train()
+    assert len(ours.history) == len(counter.counts) == 3
+    for step, counted in zip(ours.history, counter.counts, strict=True):
+        assert step.micro_batches == accum
+        assert abs(step.performed / counted - 1) < TOL, (step, counted)
+    padding = 1 - sum(s.tokens for s in ours.history) / sum(s.slots for s in ours.history)
+    assert (padding < 0.1) if bucketed else (padding > 0.2)  # the two cases really differ
+
+
+def test_the_metrics_reach_the_logs_and_the_log_history(tmp_path: Path) -> None:
+    seen: list[dict] = []
+
+    class Reporter(TrainerCallback):  # stands for TensorBoard / W&B: registered before ours
+        def on_log(self, args, state, control, logs=None, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append(dict(logs or {}))
+
+    trainer = _trainer(tmp_path, 1, True, [Reporter(), TuneproofCallback(peak_tflops=1.0)])
+    trainer.train()
+    logged = [log for log in seen if "loss" in log]
+    assert len(logged) == 3
+    for log in logged:
+        assert log["tuneproof/tflops_performed"] >= log["tuneproof/tflops_intended"] > 0
+        assert log["tuneproof/mfu_performed"] == pytest.approx(log["tuneproof/tflops_performed"])
+        assert 0 <= log["tuneproof/padding"] < 1 and log["tuneproof/recompiles"] == 0
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    assert all("tuneproof/tflops_intended" in h for h in history)
+
+
+def test_without_a_peak_the_mfus_are_left_out_with_the_reason(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, 1, True, [TuneproofCallback()])
+    with pytest.warns(UserWarning, match="no MFU: no peak for a cpu device"):
+        trainer.train()
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    assert "tuneproof/mfu_performed" not in history[0] and "tuneproof/tflops_performed" in history[0]
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_the_cached_row_ledger_equals_the_ledger_on_whole_batches(attn: str) -> None:
+    from tuneproof.arch import resolve
+    from tuneproof.flops import RunSpec, flop_report
+
+    for config in ("tiny", "examples/gemma4-26b-a4b-like/config.json"):
+        shape = resolve(config).shape
+        ledger = MicroBatchLedger(shape, attn, "lora", 8, ("self_attn.q_proj",), True)
+        rng = random.Random(0)
+        for _ in range(15):
+            batch, width = rng.randint(1, 4), rng.randint(2, 300)
+            rows = tuple(rng.choice([width, rng.randint(1, width)]) for _ in range(batch))
+            direct = flop_report(shape, RunSpec(seq_len=width, batch=batch, lengths=rows, **ledger.options))
+            assert ledger.micro_batch(batch, width, rows) == pytest.approx(
+                (direct.intended.total, direct.performed.total), rel=1e-9
+            )
+
+
+def test_a_bad_peak_is_refused() -> None:
+    from tuneproof.errors import TuneproofError
+
+    for bad in (0, -1, float("nan"), "989", True):
+        with pytest.raises(TuneproofError, match="peak_tflops"):
+            TuneproofCallback(peak_tflops=bad)  # type: ignore[arg-type]
