@@ -162,3 +162,89 @@ def test_a_bad_peak_is_refused() -> None:
     for bad in (0, -1, float("nan"), "989", True):
         with pytest.raises(TuneproofError, match="peak_tflops"):
             TuneproofCallback(peak_tflops=bad)  # type: ignore[arg-type]
+
+
+def test_train_end_logs_adapter_health_and_records_the_base_fingerprint(tmp_path: Path, capsys) -> None:
+    """A base loaded from a local folder: its fingerprint lands in output_dir, the one merge checks."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, Trainer
+
+    from tiny_models import config_dict
+    from tuneproof.arch import resolve
+    from tuneproof.model import build_model
+    from tuneproof.ship import fingerprint, read_fingerprint
+
+    build_model(resolve(config_dict("llama", pad_token_id=0)), "eager").save_pretrained(tmp_path / "base")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "base", attn_implementation="eager")
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    trainer = _trainer(tmp_path / "out", 1, True, [])
+    trainer = Trainer(
+        model=model,
+        args=trainer.args,
+        train_dataset=trainer.train_dataset,
+        data_collator=trainer.data_collator,
+    )
+    callback = TuneproofCallback(peak_tflops=1.0)
+    trainer.add_callback(callback)
+    trainer.train()
+    assert "adapter health: lora_B non-zero in 4 of 4 adapted modules" in capsys.readouterr().out
+    assert callback.health.healthy
+    recorded = read_fingerprint(tmp_path / "out" / "base_fingerprint.json")
+    assert recorded.digest == fingerprint(tmp_path / "base").digest
+
+
+def test_a_base_built_from_a_config_cannot_be_fingerprinted_and_says_so(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, 1, True, [TuneproofCallback(peak_tflops=1.0)])
+    with pytest.warns(UserWarning, match="is not a local safetensors folder: no base_fingerprint.json"):
+        trainer.train()
+    assert not (tmp_path / "base_fingerprint.json").exists()
+
+
+def _gemma_trainer(tmp_path: Path, callbacks: list[Any]):  # type: ignore[no-untyped-def]
+    """The embedded tiny Gemma-4-style model (sliding and global layers) with sdpa, padded batches."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Trainer
+
+    from tuneproof.arch import resolve
+    from tuneproof.model import build_model
+
+    model = build_model(resolve("tiny"), "sdpa")
+    model.config.pad_token_id = 0
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"], lora_dropout=0.0))
+    plain = _trainer(tmp_path, 1, False, [])
+    trainer = Trainer(
+        model=model, args=plain.args, train_dataset=plain.train_dataset, data_collator=plain.data_collator
+    )
+    for cb in callbacks:
+        trainer.add_callback(cb)
+    return trainer
+
+
+def test_the_first_step_warns_about_padding_and_the_slow_attention_path(tmp_path: Path) -> None:
+    trainer = _gemma_trainer(tmp_path, [TuneproofCallback(peak_tflops=1.0)])
+    with pytest.warns(UserWarning) as record:
+        trainer.train()
+    messages = [str(w.message) for w in record if str(w.message).startswith("tuneproof:")]
+    assert sum("of the first step's token slots are padding" in m for m in messages) == 1
+    assert any("slow attention path at width" in m and "use flex_attention" in m for m in messages)
+    assert any("bucket to avoid padding" in m for m in messages)
+
+
+def test_compiled_flex_near_the_recompile_limit_is_warned_once(tmp_path: Path, monkeypatch) -> None:
+    import tuneproof.integrations.callback as cb
+
+    frames = iter(range(0, 1000, 4))
+    monkeypatch.setattr(cb, "_frames_compiled", lambda: next(frames))
+    monkeypatch.setattr(cb, "_recompile_limit", lambda: 8)
+
+    class FlexRun(TuneproofCallback):
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            super().on_train_begin(*args, **kwargs)
+            assert self._run is not None
+            self._run.attn = "flex_attention"  # the ledger still prices eager; only the guard is under test
+
+    trainer = _trainer(tmp_path, 1, True, [FlexRun(peak_tflops=1.0)])
+    with pytest.warns(UserWarning) as record:
+        trainer.train()
+    near = [w for w in record if "near dynamo's limit of 8" in str(w.message)]
+    assert len(near) == 1

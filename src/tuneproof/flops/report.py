@@ -129,6 +129,21 @@ def check_step_time(step_time_s: object) -> float:
     )
 
 
+def step_totals(shape: ModelShape, run: RunSpec) -> tuple[float, float]:
+    """(intended, performed) totals of `flop_report`, without the excess lines: one walk for each
+    ledger instead of one per effect (for callers that price many micro-batches, e.g. the callback)."""
+    rows = run.rows()
+    attn = path(run.attn)
+    ctx = Context(
+        shape, run, {layer.index: attn.performed(rows, layer.attention.window) for layer in shape.layers}
+    )
+    state = intended_state(ctx)
+    intended = walk(shape, run, state).total
+    for effect in EFFECTS:
+        state = effect.apply(state, ctx)
+    return float(intended), float(walk(shape, run, state).total)
+
+
 def flop_report(
     shape: ModelShape, run: RunSpec, step_time_s: float | None = None, peak: Peak | None = None
 ) -> FlopReport:

@@ -63,6 +63,9 @@ class _Run:
     ledger: MicroBatchLedger
     hooks: list[Any] = field(default_factory=list)
     frames_at_first_step: int | None = None  # dynamo frames compiled by the end of the first step
+    warned_recompiles: bool = False
+    capability: tuple[int, int] | None = None  # CUDA compute capability; None on the CPU
+    dtype: str = "bf16"
 
 
 class TuneproofCallback(TrainerCallback):
@@ -82,6 +85,10 @@ class TuneproofCallback(TrainerCallback):
         self._unlogged: list[StepFlops] = []
         self._t0: float | None = None
         self._sync: Any = None
+        self.health: Any = (
+            None  # adapter health at train end (tuneproof.ship.health.Health), PEFT models only
+        )
+        self.fingerprint_path: Any = None  # where the base's fingerprint was written, if it was
 
     # --- set-up ----------------------------------------------------------------------------------------
 
@@ -99,11 +106,19 @@ class TuneproofCallback(TrainerCallback):
         if self._run.peak_tflops is None:
             warnings.warn(f"tuneproof: no MFU: {self._run.peak_source}", stacklevel=2)
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        """Adapter health into the log, and the base's fingerprint beside the outputs (the file
+        `tuneproof merge` checks the base against)."""
         if self._run is not None:
             for hook in self._run.hooks:
                 hook.remove()
             self._run.hooks.clear()
+        if model is None or not getattr(state, "is_world_process_zero", True):
+            return
+        self.health = _adapter_health(model)
+        if self.health is not None:
+            print(f"tuneproof: adapter health: {self.health.summary()}")
+        self.fingerprint_path = _record_base(model, args.output_dir)
 
     def _record(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Forward pre-hook: the micro-batch's shape, no device sync (the row sums stay on the device)."""
@@ -137,6 +152,8 @@ class TuneproofCallback(TrainerCallback):
         self._unlogged.append(_step_flops(self._run, state.global_step, pending, seconds))
         if self._run.frames_at_first_step is None:
             self._run.frames_at_first_step = _frames_compiled()
+            for line in first_step_warnings(self._run, self._unlogged[-1], pending):
+                warnings.warn(f"tuneproof: {line}", stacklevel=2)
         self.history.append(self._unlogged[-1])
 
     # --- logging ---------------------------------------------------------------------------------------
@@ -157,6 +174,17 @@ class TuneproofCallback(TrainerCallback):
             f"{PREFIX}padding": 1 - sum(s.tokens for s in steps) / slots if slots else math.nan,
             f"{PREFIX}recompiles": _frames_compiled() - (self._run.frames_at_first_step or 0),
         }
+        limit = _recompile_limit()
+        recompiles = metrics[f"{PREFIX}recompiles"]
+        near = self._run.attn == "flex_attention" and limit and recompiles >= 0.8 * limit
+        if near and not self._run.warned_recompiles:
+            self._run.warned_recompiles = True
+            warnings.warn(
+                f"tuneproof: {recompiles} recompiles, near dynamo's limit of {limit}: past it compiled flex "
+                "falls back to eager and materialises every score (bucket the widths, or raise "
+                "torch._dynamo.config.recompile_limit)",
+                stacklevel=2,
+            )
         if self._run.peak_tflops:
             metrics[f"{PREFIX}mfu_intended"] = intended / self._run.peak_tflops
             metrics[f"{PREFIX}mfu_performed"] = performed / self._run.peak_tflops
@@ -183,7 +211,17 @@ def _read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None)
     dtype = next(base.parameters()).dtype
     tflops, source = _peak(gpu, peak_tflops, dtype, next(base.parameters()).device)
     ledger = MicroBatchLedger(resolved.shape, attn, mode, rank or 16, targets, grad_ckpt)
-    return _Run(resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger)
+    device = next(base.parameters()).device
+    capability = None
+    if device.type == "cuda":
+        import torch
+
+        capability = tuple(torch.cuda.get_device_capability(device))
+    dtype_name = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(str(dtype), "fp32")
+    return _Run(
+        resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger,
+        capability=capability, dtype=dtype_name,  # type: ignore[arg-type]
+    )  # fmt: skip
 
 
 def _lora(model: Any) -> tuple[int | None, tuple[str, ...]]:
@@ -228,6 +266,57 @@ def _peak(gpu: str | None, given: float | None, dtype: Any, device: Any) -> tupl
     return float(peak.tflops), peak.source or "GPU table"
 
 
+def _adapter_health(model: Any) -> Any:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return None
+    if not isinstance(model, PeftModel):
+        return None
+    from tuneproof.ship.health import live_health
+
+    return live_health(model)
+
+
+def _record_base(model: Any, output_dir: str | None) -> Any:
+    """Write the fingerprint of the base's weight files to OUTPUT_DIR/base_fingerprint.json, when the
+    base was loaded from a local folder (or the hub cache); otherwise warn that it cannot be recorded."""
+    from pathlib import Path
+
+    from tuneproof.ship.identity import FINGERPRINT_NAME, fingerprint
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    source = getattr(base.config, "_name_or_path", "") or ""
+    folder = Path(source) if source and Path(source).is_dir() else _hub_snapshot(source)
+    if output_dir is None:
+        return None
+    if folder is None or not any(folder.glob("*.safetensors")):
+        warnings.warn(
+            f"tuneproof: the base ({source or 'built from a config'}) is not a local safetensors folder: "
+            "no base_fingerprint.json (record one with 'tuneproof fingerprint BASE --out ...')",
+            stacklevel=3,
+        )
+        return None
+    from tuneproof.io import atomic_write_json
+
+    record = fingerprint(folder).to_json()
+    return atomic_write_json(Path(output_dir) / FINGERPRINT_NAME, record)
+
+
+def _hub_snapshot(name: str) -> Any:
+    """The local snapshot folder of a hub id, if it is in the cache (never downloads)."""
+    if not name:
+        return None
+    try:
+        from pathlib import Path
+
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:  # not cached, not a hub id, offline: nothing to fingerprint
+        return None
+
+
 def _log_first(callback: TuneproofCallback) -> None:
     """Run this callback's on_log before the reporting callbacks (TensorBoard, W&B, the console), so
     they see its numbers: `add_callback` appends after them, so move it to the front of the handler."""
@@ -244,6 +333,48 @@ def _log_first(callback: TuneproofCallback) -> None:
                 holder.remove(callback)
                 holder.insert(0, callback)
                 return
+
+
+PADDING_WARN = 0.10  # padding share of the first step worth a warning
+
+
+def first_step_warnings(run: _Run, step: StepFlops, pending: list[tuple[int, int, Any]]) -> list[str]:
+    """One-line warnings from the first step's real batches: the explainer's slow-path advice for its
+    widest micro-batch (masks materialised on sliding layers, head_dim past a backend's limit, padded
+    batches on global layers), and padding above 10 %."""
+    out = []
+    padding = 1 - step.tokens / step.slots if step.slots else 0.0
+    if padding > PADDING_WARN:
+        out.append(
+            f"{100 * padding:.0f} % of the first step's token slots are padding: bucket by length "
+            "(tuneproof.integrations.hf.use_bucketing) or pack"
+        )
+    if not pending:
+        return out
+    from tuneproof.attention.dispatch import Context, explain
+
+    batch, width, lengths = max(pending, key=lambda p: p[1])
+    padded = lengths is not None and any(int(x) < width for x in lengths.tolist())
+    try:
+        ctx = Context(
+            seq_len=width, batch=batch, attn=run.attn, padded=padded, dtype=run.dtype, training=True,
+            capability=run.capability,
+        )  # fmt: skip
+        advice = explain(run.shape, ctx, live=False).advice
+    except TuneproofError as e:  # an attention path or device the explainer does not model
+        return [*out, f"the attention dispatch cannot be explained here: {e.message}"]
+    return out + [f"slow attention path at width {width}: {line}" for line in advice]
+
+
+def _recompile_limit() -> int | None:
+    try:
+        import torch._dynamo
+
+        return int(
+            getattr(torch._dynamo.config, "recompile_limit", None) or torch._dynamo.config.cache_size_limit
+        )
+    except (ImportError, AttributeError):
+        return None
 
 
 def _frames_compiled() -> int:
@@ -271,11 +402,59 @@ def _step_flops(run: _Run, step: int, pending: list[tuple[int, int, Any]], secon
     return StepFlops(step, intended, performed, seconds, tokens, slots, len(pending))
 
 
+class RowFit:
+    """FLOPs of one row as a function of its length, from the ledger, made cheap: the ledger is fitted
+    on sample lengths to a x L + b x L^2 + sum_w c_w x pairs_w(L) (pairs_w(L): query-key pairs of a
+    causal window w), and the fit is used only if it reproduces the ledger exactly (relative 1e-9) at
+    lengths it was not fitted on; otherwise every length goes to the ledger, memoised. Intended FLOPs
+    always fit (linear layers per token, attention per causal pair); performed ones fit for paths
+    without width-dependent dispatch or blocks (eager)."""
+
+    def __init__(self, ledger: Any, windows: list[int], seed: int = 0) -> None:
+        import numpy as np
+
+        self.ledger = ledger
+        self.windows = windows
+        self.memo: dict[int, float] = {}
+        sample = sorted({2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610}
+                        | {w + d for w in windows for d in (-1, 0, 1, w)} - {0, 1})  # fmt: skip
+        basis = np.array([self._basis(n) for n in sample])
+        values = np.array([self._exact(n) for n in sample])
+        self.coef: Any = np.linalg.lstsq(basis, values, rcond=None)[0]
+        rng = np.random.default_rng(seed)
+        held_out = [int(n) for n in rng.integers(2, 4 * max([610, *windows]), 6)]
+        if any(abs(self._fitted(n) - self._exact(n)) > 1e-9 * abs(self._exact(n)) for n in held_out):
+            self.coef = None
+
+    def _basis(self, n: int) -> list[float]:
+        x = float(n)
+        pairs = [x * (x + 1) / 2 if n <= w else w * (w + 1) / 2 + (x - w) * w for w in self.windows]
+        return [x, x * x, *pairs]
+
+    def _fitted(self, n: int) -> float:
+        return float(sum(c * b for c, b in zip(self.coef, self._basis(n), strict=True)))
+
+    def _exact(self, n: int) -> float:
+        if n not in self.memo:
+            self.memo[n] = float(self.ledger(n))
+        return self.memo[n]
+
+    @property
+    def fitted(self) -> bool:
+        return self.coef is not None
+
+    def __call__(self, n: int) -> float:
+        if n <= 0:
+            return 0.0
+        return self._fitted(n) if self.coef is not None and n > 1 else self._exact(n)
+
+
 class MicroBatchLedger:
-    """(intended, performed) FLOPs of micro-batches of one run, cached. Intended is a sum over rows
-    (each row's own length); performed is B x one row's for the paths that compute every row alike
-    (eager, sdpa: each row at the padded width, the causal skip lost when any row is padded), else the
-    ledger on the whole micro-batch."""
+    """(intended, performed) FLOPs of micro-batches of one run, equal to `flop_report` on each
+    micro-batch (tested) at a small fraction of its cost. Intended is a sum over rows (each row's own
+    length, `RowFit`); performed is B x one row's for the paths that compute every row alike (eager,
+    sdpa: each row at the padded width, the causal skip lost when any row is padded), else the ledger
+    on the whole micro-batch, memoised."""
 
     def __init__(
         self, shape: Any, attn: str, mode: str, lora_rank: int, targets: tuple[str, ...], ckpt: bool
@@ -284,31 +463,30 @@ class MicroBatchLedger:
         self.options: dict[str, Any] = dict(
             attn=attn, mode=mode, lora_rank=lora_rank, lora_targets=targets or ("all-linear",), grad_ckpt=ckpt
         )
-        self._row_intended: dict[int, float] = {}
-        self._row_performed: dict[tuple[int, bool], float] = {}
+        windows = sorted({layer.attention.window for layer in shape.layers if layer.attention.window})
+        self.intended = RowFit(lambda n: self._totals(n)[0], windows)
+        self.performed: dict[bool, RowFit] = {}
+        if attn in ROW_UNIFORM_PATHS:
+            self.performed = {
+                padded: RowFit(lambda n, p=padded: self._totals(n, 1, (n - 1,) if p else None)[1], windows)
+                for padded in (False, True)
+            }
         self._batch: dict[tuple[int, tuple[int, ...]], float] = {}
 
-    def _report(self, width: int, batch: int = 1, lengths: tuple[int, ...] | None = None) -> Any:
-        from tuneproof.flops import RunSpec, flop_report
+    def _totals(
+        self, width: int, batch: int = 1, lengths: tuple[int, ...] | None = None
+    ) -> tuple[float, float]:
+        from tuneproof.flops import RunSpec
+        from tuneproof.flops.report import step_totals
 
-        return flop_report(self.shape, RunSpec(seq_len=width, batch=batch, lengths=lengths, **self.options))
+        return step_totals(self.shape, RunSpec(seq_len=width, batch=batch, lengths=lengths, **self.options))
 
     def micro_batch(self, batch: int, width: int, rows: tuple[int, ...]) -> tuple[float, float]:
-        intended = 0.0
-        for length in rows:
-            if length not in self._row_intended:
-                self._row_intended[length] = (
-                    float(self._report(max(length, 1)).intended.total) if length else 0.0
-                )
-            intended += self._row_intended[length]
+        intended = sum(self.intended(length) for length in rows)
         padded = any(length < width for length in rows)
-        if self.options["attn"] in ROW_UNIFORM_PATHS:
-            key = (width, padded)
-            if key not in self._row_performed:
-                lengths = (width - 1,) if padded and width > 1 else None
-                self._row_performed[key] = float(self._report(width, 1, lengths).performed.total)
-            return intended, batch * self._row_performed[key]
-        full = (width, rows)
-        if full not in self._batch:
-            self._batch[full] = float(self._report(width, batch, rows).performed.total)
-        return intended, self._batch[full]
+        if self.performed:
+            return intended, batch * self.performed[padded](width)
+        key = (width, rows)
+        if key not in self._batch:
+            self._batch[key] = self._totals(width, batch, rows)[1]
+        return intended, self._batch[key]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
-from tuneproof.ship.adapter import Adapter, Module, read_adapter
+from tuneproof.ship.adapter import ZERO_B_INITS, Adapter, Module, read_adapter
 from tuneproof.ship.identity import FINGERPRINT_NAME
 from tuneproof.ship.layout import FAMILIES, checkpoint_pieces, meta_model, parameters
 from tuneproof.ship.serving import Facts, notes
@@ -306,3 +306,32 @@ def _facts(adapter: Adapter, base_config: dict[str, Any] | None, model: Any) -> 
         patterns=bool(adapter.config.get("rank_pattern") or adapter.config.get("alpha_pattern")),
         embedding_lora=any(m.kind == "embedding" for m in adapter.modules),
     )
+
+
+def live_health(model: Any) -> Health:
+    """Health of the adapter inside a PEFT model in memory (its active adapter), for the end of training:
+    the same judgement as `check_adapter`, on the live tensors."""
+    from peft.tuners.lora import LoraLayer, ParamWrapper
+
+    config = getattr(model, "peft_config", {})
+    name = getattr(model, "active_adapter", None) or next(iter(config), "default")
+    init = getattr(config.get(name), "init_lora_weights", True) if config else True
+    modules = []
+    for path, found in model.named_modules():
+        if not isinstance(found, LoraLayer) or name not in found.scaling:
+            continue
+        layer: Any = found
+        if name in layer.lora_A:
+            a, b = layer.lora_A[name].weight.detach(), layer.lora_B[name].weight.detach()
+            experts = isinstance(layer, ParamWrapper) and layer.num_experts > 1
+            kind = "experts" if experts else "linear"
+        else:
+            a, b = layer.lora_embedding_A[name].detach(), layer.lora_embedding_B[name].detach()
+            kind = "embedding"
+        module = Module(
+            path, kind, None, None, int(layer.r[name]), float(layer.scaling[name]), None,  # type: ignore[arg-type]
+            num_experts=int(layer.num_experts) if kind == "experts" else 1,
+        )  # fmt: skip
+        modules.append(module_health(module, a.cpu(), b.cpu(), None, init in ZERO_B_INITS))
+    judged = init in ZERO_B_INITS
+    return Health(modules, judged, None if judged else f"init_lora_weights={init!r} starts B non-zero", init)
