@@ -309,6 +309,15 @@ BAD["quant-audit"] = {
     "--engine": [("vllm", "--engine 'vllm' is not an engine")],
 }
 
+BAD["train"] = {
+    "recipe": [
+        ("@missing", "not found"),
+        ("@folder", "cannot read recipe"),
+        ("@not-json", "is not TOML"),
+    ],
+    "--output": [("@file", "is a file"), ("@model", "is not empty and holds no tuneproof run")],
+}
+
 REQUIRED = {
     "flops": ["--seq-len", "64"],
     "explain": ["--seq-len", "64"],

@@ -24,6 +24,7 @@ from tuneproof.cli.kernels_cmd import kernels
 from tuneproof.cli.peak_cmd import peak
 from tuneproof.cli.probe_cmd import probe
 from tuneproof.cli.ship_cmd import fingerprint, lora, merge, quant_audit
+from tuneproof.cli.train_cmd import train
 from tuneproof.errors import TuneproofError
 
 
@@ -51,6 +52,7 @@ app.add_command(lora)
 app.add_command(fingerprint)
 app.add_command(merge)
 app.add_command(quant_audit)
+app.add_command(train)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,205 @@
+"""A training recipe: what `tuneproof train` runs, every default written out.
+
+    [model]  name = "tiny"            # a local folder with config.json + safetensors, or "tiny"
+    [data]   path = "train.jsonl"     # JSONL, Parquet, or a saved `datasets` folder; or "tiny"
+             text_field = "text"      # or chat rows under "messages" (through the chat template)
+             max_length = 512
+    [lora]   r = 16, alpha = 32, targets = "all-linear", target_parameters = [], rslora = false
+    [optim]  lr = 2e-4, schedule = "cosine", warmup_ratio = 0.03, epochs = 1, max_steps = -1,
+             micro_batch = 2, grad_accum = 4, grad_ckpt = false, seed = 0
+    [run]    attention = "auto", output_dir = "tuneproof-run", logging_steps = 1, save_steps = 50
+
+Unknown keys are refused with the nearest valid one; every value is checked before anything loads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+
+ATTENTION = ("auto", "sdpa", "eager", "flex_attention")
+SCHEDULES = ("cosine", "linear", "constant", "constant_with_warmup")
+TINY = "tiny"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPart:
+    name: str = TINY
+
+
+@dataclass(frozen=True, slots=True)
+class DataPart:
+    path: str = TINY
+    text_field: str = "text"
+    max_length: int = 512
+
+
+@dataclass(frozen=True, slots=True)
+class LoraPart:
+    r: int = 16
+    alpha: float = 32.0
+    targets: str | list[str] = "all-linear"
+    target_parameters: list[str] = field(default_factory=list)
+    rslora: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OptimPart:
+    lr: float = 2e-4
+    schedule: str = "cosine"
+    warmup_ratio: float = 0.03
+    epochs: float = 1.0
+    max_steps: int = -1
+    micro_batch: int = 2
+    grad_accum: int = 4
+    grad_ckpt: bool = False
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunPart:
+    attention: str = "auto"
+    output_dir: str = "tuneproof-run"
+    logging_steps: int = 1
+    save_steps: int = 50  # a checkpoint every this many optimizer steps (what --resume continues from)
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    model: ModelPart = field(default_factory=ModelPart)
+    data: DataPart = field(default_factory=DataPart)
+    lora: LoraPart = field(default_factory=LoraPart)
+    optim: OptimPart = field(default_factory=OptimPart)
+    run: RunPart = field(default_factory=RunPart)
+    source: str = "the embedded default"
+
+    def to_toml(self) -> str:
+        """The recipe as resolved, every default filled in (written to the output folder)."""
+        lines = [f"# tuneproof train recipe, resolved from {self.source}"]
+        for part in ("model", "data", "lora", "optim", "run"):
+            lines.append(f"\n[{part}]")
+            for key, value in asdict(getattr(self, part)).items():
+                lines.append(f"{key} = {_toml(value)}")
+        return "\n".join(lines) + "\n"
+
+
+PARTS = {"model": ModelPart, "data": DataPart, "lora": LoraPart, "optim": OptimPart, "run": RunPart}
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+
+
+def read_recipe(path: Path | None) -> Recipe:
+    """The recipe at `path` (TOML), or the embedded default when None."""
+    if path is None:
+        return Recipe()
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise TuneproofError(
+            f"recipe {path} not found", "pass a TOML recipe (see tuneproof train --help)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TuneproofError(
+            f"cannot read recipe {path}: {getattr(e, 'strerror', None) or e}", "pass a TOML file"
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        raise TuneproofError(f"recipe {path} is not TOML: {e}", "fix the recipe") from None
+    return from_dict(data, str(path))
+
+
+def from_dict(data: dict[str, Any], source: str) -> Recipe:
+    unknown = sorted(set(data) - set(PARTS))
+    if unknown:
+        raise _unknown(source, unknown[0], list(PARTS), "section")
+    parts = {}
+    for name, cls in PARTS.items():
+        section = data.get(name, {})
+        if not isinstance(section, dict):
+            raise TuneproofError(f"{source}: [{name}] is not a table", f"write it as a [{name}] section")
+        known = [f.name for f in fields(cls)]
+        for key in section:
+            if key not in known:
+                raise _unknown(source, f"{name}.{key}", [f"{name}.{k}" for k in known], "key")
+        parts[name] = cls(**section)
+    recipe = Recipe(**parts, source=source)
+    check(recipe, source)
+    return recipe
+
+
+def _unknown(source: str, key: str, valid: list[str], what: str) -> TuneproofError:
+    near = difflib.get_close_matches(key, valid, n=1)
+    hint = f"did you mean {near[0]!r}?" if near else f"valid: {', '.join(valid)}"
+    return TuneproofError(f"{source}: unknown {what} {key!r}", hint)
+
+
+def _number(source: str, key: str, value: Any, *, integer: bool, low: float, high: float = math.inf) -> None:
+    kinds = int if integer else int | float
+    ok = (
+        isinstance(value, kinds)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and low <= value <= high
+    )
+    if not ok:
+        what = "an integer" if integer else "a number"
+        raise TuneproofError(
+            f"{source}: {key} is {value!r}", f"{key} must be {what} from {low:g} to {high:g}"
+        )
+
+
+def check(r: Recipe, source: str) -> None:
+    if not isinstance(r.model.name, str) or not r.model.name:
+        raise TuneproofError(f"{source}: model.name is {r.model.name!r}", "a local model folder, or 'tiny'")
+    for key, value in (("data.path", r.data.path), ("data.text_field", r.data.text_field)):
+        if not isinstance(value, str) or not value:
+            raise TuneproofError(f"{source}: {key} is {value!r}", f"{key} must be a non-empty string")
+    _number(source, "data.max_length", r.data.max_length, integer=True, low=2, high=1 << 20)
+    _number(source, "lora.r", r.lora.r, integer=True, low=1, high=4096)
+    _number(source, "lora.alpha", r.lora.alpha, integer=False, low=1e-9)
+    targets = r.lora.targets
+    if not (isinstance(targets, str) and targets) and not (
+        isinstance(targets, list) and targets and all(isinstance(t, str) and t for t in targets)
+    ):
+        raise TuneproofError(
+            f"{source}: lora.targets is {targets!r}", "'all-linear' or a list of module names"
+        )
+    if not isinstance(r.lora.target_parameters, list) or not all(
+        isinstance(t, str) for t in r.lora.target_parameters
+    ):
+        raise TuneproofError(
+            f"{source}: lora.target_parameters is {r.lora.target_parameters!r}",
+            "a list of parameter paths, e.g. ['mlp.experts.gate_up_proj']",
+        )
+    _number(source, "optim.lr", r.optim.lr, integer=False, low=1e-12, high=10)
+    if r.optim.schedule not in SCHEDULES:
+        raise _unknown(source, r.optim.schedule, list(SCHEDULES), "optim.schedule")
+    _number(source, "optim.warmup_ratio", r.optim.warmup_ratio, integer=False, low=0, high=0.99)
+    _number(source, "optim.epochs", r.optim.epochs, integer=False, low=1e-9, high=1e6)
+    if r.optim.max_steps != -1:
+        _number(source, "optim.max_steps", r.optim.max_steps, integer=True, low=1, high=1e9)
+    _number(source, "optim.micro_batch", r.optim.micro_batch, integer=True, low=1, high=1 << 16)
+    _number(source, "optim.grad_accum", r.optim.grad_accum, integer=True, low=1, high=1 << 16)
+    _number(source, "optim.seed", r.optim.seed, integer=True, low=0, high=2**32 - 1)
+    _number(source, "run.logging_steps", r.run.logging_steps, integer=True, low=1, high=1e9)
+    _number(source, "run.save_steps", r.run.save_steps, integer=True, low=1, high=1e9)
+    for key, flag in (("lora.rslora", r.lora.rslora), ("optim.grad_ckpt", r.optim.grad_ckpt)):
+        if not isinstance(flag, bool):
+            raise TuneproofError(f"{source}: {key} is {flag!r}", f"{key} is true or false")
+    if r.run.attention not in ATTENTION:
+        raise _unknown(source, r.run.attention, list(ATTENTION), "run.attention")
+    if not isinstance(r.run.output_dir, str) or not r.run.output_dir:
+        raise TuneproofError(f"{source}: run.output_dir is {r.run.output_dir!r}", "pass a folder path")

@@ -1,0 +1,272 @@
+"""`tuneproof train`: a thin runner on transformers' `Trainer` + PEFT with every CASE fix on.
+
+Nothing here is a training loop or a launcher: the Trainer trains, `torchrun` / `accelerate launch`
+start the processes (`torchrun --nproc-per-node N -m tuneproof train R.toml`). What this adds:
+- batches from `BucketBatchSampler` (`use_bucketing`), padded to each micro-batch's own longest row;
+- attention `auto`: sdpa on the CPU, flex_attention with safe kernel options and a recompile guard
+  sized from the sampler's widths on CUDA (`enable_flex`);
+- `TuneproofCallback`: intended and performed FLOPs and MFU in the logs, first-step warnings;
+- at the end: the adapter (PEFT `save_pretrained`), its health, and the base's fingerprint beside it
+  (`adapter/base_fingerprint.json`, what `tuneproof merge` checks).
+
+The embedded default (no recipe) trains the tiny model on `tiny_corpus.jsonl` (generated sentences
+shipped with the package) on the CPU in about a minute. The tiny base is saved next to the run, so
+the adapter can be checked and merged like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+from tuneproof.train.recipe import TINY, Recipe
+
+RECIPE_NAME = "recipe.toml"
+TINY_CORPUS = Path(__file__).parent / "tiny_corpus.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    output_dir: Path
+    adapter_dir: Path
+    steps: int
+    loss: float
+    health: str | None
+    fingerprint: Path | None
+    attention: str
+
+
+def check_output(out: Path, recipe: Recipe, resume: bool) -> None:
+    """Nothing is overwritten: an output folder holding another run (another resolved recipe) is
+    refused, the same run too unless resuming, and a non-empty folder that is no run."""
+    if out.exists() and not out.is_dir():
+        raise TuneproofError(f"{out} is a file", "pass a folder for the run")
+    previous = out / RECIPE_NAME
+    if previous.is_file():
+        if _body(previous.read_text()) != _body(recipe.to_toml()):
+            raise TuneproofError(
+                f"{out} holds a different run (its {RECIPE_NAME} differs from this recipe)",
+                "pass another output folder",
+            )
+        if not resume:
+            raise TuneproofError(
+                f"{out} holds this run already", "resume it with --resume, or pass another folder"
+            )
+    elif resume:
+        raise TuneproofError(f"{out} holds no run to resume", "drop --resume or pass the run's folder")
+    elif out.is_dir() and any(out.iterdir()):
+        raise TuneproofError(f"{out} is not empty and holds no tuneproof run", "pass a new or empty folder")
+
+
+def _body(toml: str) -> str:
+    """A resolved recipe without its first line (which names where it was read from)."""
+    return toml.split("\n", 1)[-1]
+
+
+def read_records(recipe: Recipe) -> list[dict[str, Any]]:
+    """The dataset's rows, checked before any model loads: it exists, and its first row has the text
+    field or chat `messages`."""
+    path = TINY_CORPUS if recipe.data.path == TINY else Path(recipe.data.path)
+    records = _records(path)
+    if not records:
+        raise TuneproofError(f"dataset {path} is empty", "pass a dataset with rows")
+    first, field = records[0], recipe.data.text_field
+    if not isinstance(first.get("messages"), list) and not isinstance(first.get(field), str):
+        keys = ", ".join(sorted(first)) or "none"
+        raise TuneproofError(
+            f"{path}: row 1 has no text field {field!r} and no chat 'messages' (its keys: {keys})",
+            "set data.text_field to the column holding the text",
+        )
+    return records
+
+
+def tokenise(records: list[dict[str, Any]], recipe: Recipe, tokenizer: Any) -> list[dict[str, list[int]]]:
+    """Token ids per example: the text field, or chat `messages` through the tokenizer's template,
+    truncated to max_length. Rows without either, or shorter than 2 tokens, are dropped; a dataset
+    left empty is refused."""
+    field = recipe.data.text_field
+    rows = []
+    for rec in records:
+        if isinstance(rec.get("messages"), list):
+            ids = tokenizer.apply_chat_template(rec["messages"], tokenize=True)
+            ids = ids["input_ids"] if isinstance(ids, dict) else ids
+        elif isinstance(rec.get(field), str):
+            ids = tokenizer(rec[field])["input_ids"]
+        else:
+            continue
+        ids = list(ids)[: recipe.data.max_length]
+        if len(ids) >= 2:
+            rows.append({"input_ids": ids})
+    if not rows:
+        raise TuneproofError(
+            f"dataset {recipe.data.path} holds no usable text", "pass a dataset with text in it"
+        )
+    return rows
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise TuneproofError(
+            f"dataset {path} not found", "set data.path to a JSONL, Parquet or saved datasets folder"
+        )
+    if path.is_dir():
+        try:
+            from datasets import load_from_disk
+
+            return [dict(r) for r in load_from_disk(str(path))]
+        except Exception as e:  # not a saved dataset folder: say what it is not
+            raise TuneproofError(
+                f"{path} is not a saved datasets folder: {str(e)[:200]}", "pass a JSONL file"
+            ) from None
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+
+            return [dict(r) for r in pq.read_table(path).to_pylist()]
+        except Exception as e:
+            raise TuneproofError(
+                f"cannot read {path} as Parquet: {str(e)[:200]}", "pass a valid Parquet file"
+            ) from None
+    from tuneproof.gate.inputs import jsonl_objects
+
+    return [row for _, row in jsonl_objects(path, "the dataset", "set data.path to a JSONL file")]
+
+
+def load_model(recipe: Recipe, attention: str) -> tuple[Any, Any, Path | None]:
+    """(model, tokenizer, base folder on disk or None)."""
+    from tuneproof.arch import resolve
+    from tuneproof.gate.generate import tiny_tokenizer
+    from tuneproof.model import build_model
+
+    if recipe.model.name == TINY:
+        model = build_model(resolve(TINY), attention, seed=recipe.optim.seed)
+        tokenizer = tiny_tokenizer()
+        tokenizer.padding_side = "right"
+        model.config.pad_token_id = tokenizer.pad_token_id
+        return model, tokenizer, None
+    folder = Path(recipe.model.name)
+    if not (folder / "config.json").is_file():
+        raise TuneproofError(
+            f"model {folder} is not a local model folder (no config.json); nothing is downloaded",
+            "pass a folder with config.json, the safetensors and a tokenizer, or 'tiny'",
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attention, local_files_only=True)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer, folder
+
+
+def apply_lora(model: Any, recipe: Recipe) -> Any:
+    """PEFT's get_peft_model; a target that matches nothing is one line naming the candidates."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    lora = recipe.lora
+    config = LoraConfig(
+        r=lora.r, lora_alpha=lora.alpha, target_modules=lora.targets,  # type: ignore[arg-type]
+        target_parameters=lora.target_parameters or None, use_rslora=lora.rslora, lora_dropout=0.0,
+    )  # fmt: skip
+    try:
+        return get_peft_model(model, config)
+    except ValueError as e:
+        names = sorted(
+            {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+        )
+        raise TuneproofError(
+            f"lora.targets {lora.targets!r} match nothing in the model ({str(e).splitlines()[0][:120]})",
+            f"linear modules it has: {', '.join(names)}",
+        ) from None
+
+
+def train(recipe: Recipe, output_dir: Path | None = None, resume: bool = False) -> TrainResult:
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    from tuneproof.integrations.callback import TuneproofCallback
+    from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.io import atomic_write_text
+
+    out = Path(output_dir or recipe.run.output_dir)
+    check_output(out, recipe, resume)
+    cuda = torch.cuda.is_available()
+    attention = recipe.run.attention
+    if attention == "auto":
+        attention = "flex_attention" if cuda else "sdpa"
+    records = read_records(recipe)  # a missing or wrong dataset is refused before the model loads
+    rows_model, tokenizer, base_folder = load_model(
+        recipe, "sdpa" if attention == "flex_attention" else attention
+    )
+    rows = tokenise(records, recipe, tokenizer)
+    model = apply_lora(rows_model, recipe)  # checked before anything is written
+    model.unload()  # the base back as it was: saved below before the adapter goes on for training
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / RECIPE_NAME, recipe.to_toml())
+    if base_folder is None:  # the tiny base lives only in memory: keep it, so the run can be merged
+        base_folder = out / "base"
+        if not base_folder.is_dir():
+            rows_model.save_pretrained(base_folder)
+        rows_model.config._name_or_path = str(base_folder)  # the callback fingerprints it
+    from transformers import set_seed
+
+    set_seed(recipe.optim.seed)  # lora_A's init draws from the global RNG, before the Trainer seeds it
+    model = apply_lora(rows_model, recipe)
+    opt = recipe.optim
+    args = TrainingArguments(
+        output_dir=str(out / "checkpoints"), per_device_train_batch_size=opt.micro_batch,
+        gradient_accumulation_steps=opt.grad_accum, learning_rate=opt.lr, lr_scheduler_type=opt.schedule,
+        warmup_steps=opt.warmup_ratio, num_train_epochs=opt.epochs, max_steps=opt.max_steps,
+        gradient_checkpointing=opt.grad_ckpt, seed=opt.seed, logging_steps=recipe.run.logging_steps,
+        save_strategy="steps", save_steps=recipe.run.save_steps, save_total_limit=2,
+        report_to=[], use_cpu=not cuda, bf16=cuda, remove_unused_columns=False, log_level="warning",
+    )  # fmt: skip
+    trainer = Trainer(model=model, args=args, train_dataset=_Rows(rows))
+    sampler = use_bucketing(trainer)
+    callback = TuneproofCallback()
+    trainer.add_callback(callback)
+    if attention == "flex_attention":
+        from tuneproof.attention.flex import enable_flex
+
+        capability = tuple(torch.cuda.get_device_capability()) if cuda else None
+        with enable_flex(model.get_base_model(), sampler.widths(), capability=capability):  # type: ignore[arg-type]
+            result = trainer.train(resume_from_checkpoint=True if resume else None)
+    else:
+        result = trainer.train(resume_from_checkpoint=True if resume else None)
+    adapter_dir = out / "adapter"
+    trainer.save_model(str(adapter_dir))
+    fingerprint_path = _move_fingerprint(out / "checkpoints", adapter_dir)
+    health = callback.health.summary() if callback.health is not None else None
+    if callback.health is not None:
+        atomic_write_text(out / "adapter_health.json", json.dumps({"summary": health}, indent=2) + "\n")
+    return TrainResult(
+        out, adapter_dir, result.global_step, float(result.training_loss), health, fingerprint_path, attention
+    )
+
+
+def _move_fingerprint(checkpoints: Path, adapter_dir: Path) -> Path | None:
+    """The callback writes the base's fingerprint into the Trainer's output_dir at train end; the
+    adapter folder is where `tuneproof merge` looks for it."""
+    from tuneproof.ship.identity import FINGERPRINT_NAME
+
+    written = checkpoints / FINGERPRINT_NAME
+    if not written.is_file():
+        return None
+    return Path(shutil.move(str(written), str(adapter_dir / FINGERPRINT_NAME)))
+
+
+class _Rows:
+    def __init__(self, rows: list[dict[str, list[int]]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, list[int]]:
+        return self.rows[i]

@@ -1,0 +1,102 @@
+"""`tuneproof train`: the embedded default end to end, bad recipes refused before anything is written,
+and --resume continuing with the same batches an uninterrupted run sees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tuneproof.cli.app import main
+
+pytestmark = pytest.mark.slow  # real Trainer runs: left out of mutation runs
+
+
+def test_the_embedded_default_trains_and_leaves_a_mergeable_adapter(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "trained   40 optimizer steps" in printed and "lora_B non-zero in 59 of 59 adapted modules" in printed
+    )
+    for name in ("recipe.toml", "base/model.safetensors", "adapter/adapter_model.safetensors",
+                 "adapter/base_fingerprint.json"):  # fmt: skip
+        assert (out / name).is_file(), name
+    assert 'attention = "auto"' in (out / "recipe.toml").read_text()  # every default written out
+    # the adapter is what the shipping commands expect: healthy, and merged onto the recorded base
+    assert main(["lora", "check", str(out / "adapter"), "--base", str(out / "base")]) == 0
+    assert (
+        main(
+            [
+                "merge",
+                "--base",
+                str(out / "base"),
+                "--adapter",
+                str(out / "adapter"),
+                "--out",
+                str(tmp_path / "m"),
+            ]
+        )
+        == 0
+    )
+    # the same folder again is refused: nothing is overwritten
+    capsys.readouterr()
+    assert main(["train", "--output", str(out)]) == 2
+    assert "holds this run already" in capsys.readouterr().err
+
+
+def _recipe(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "r.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "[optim]\nmicro_batchs = 2\n",
+            "unknown key 'optim.micro_batchs' (did you mean 'optim.micro_batch'?)",
+        ),
+        ("[optimizer]\nlr = 1\n", "unknown section 'optimizer' (did you mean 'optim'?)"),
+        ('[optim]\nlr = "abc"\n', "optim.lr is 'abc'"),
+        ("[optim]\nmicro_batch = 0\n", "optim.micro_batch is 0"),
+        ('[optim]\nschedule = "cosin"\n', "did you mean 'cosine'?"),
+        ('[run]\nattention = "flash"\n', "unknown run.attention 'flash'"),
+        ("[lora]\nr = 2.5\n", "lora.r is 2.5"),
+        ('[data]\npath = "missing.jsonl"\n', "dataset missing.jsonl not found"),
+        ('[lora]\ntargets = ["nope_proj"]\n', "match nothing in the model"),
+        ('[model]\nname = "some/hub-id"\n', "is not a local model folder"),
+        ("[optim\n", "is not TOML"),
+    ],
+)
+def test_a_bad_recipe_is_refused_and_nothing_is_written(
+    text: str, needle: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", _recipe(tmp_path, text), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and needle in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dataset_without_a_usable_text_field_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "d.jsonl").write_text(json.dumps({"body": "hello there"}) + "\n")
+    recipe = _recipe(tmp_path, f'[data]\npath = "{tmp_path / "d.jsonl"}"\n')
+    assert main(["train", recipe, "--output", str(tmp_path / "out")]) == 2
+    assert "no text field 'text' and no chat 'messages' (its keys: body)" in capsys.readouterr().err
+
+
+def test_an_output_folder_of_another_run_or_other_files_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "recipe.toml").write_text('# x\n[model]\nname = "elsewhere"\n')
+    assert main(["train", "--output", str(tmp_path / "other")]) == 2
+    assert "holds a different run" in capsys.readouterr().err
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    assert main(["train", "--output", str(tmp_path / "full")]) == 2
+    assert "is not empty and holds no tuneproof run" in capsys.readouterr().err
+    assert main(["train", "--output", str(tmp_path / "none"), "--resume"]) == 2
+    assert "holds no run to resume" in capsys.readouterr().err
+    assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
