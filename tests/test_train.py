@@ -100,3 +100,41 @@ def test_an_output_folder_of_another_run_or_other_files_is_refused(tmp_path: Pat
     assert main(["train", "--output", str(tmp_path / "none"), "--resume"]) == 2
     assert "holds no run to resume" in capsys.readouterr().err
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
+
+
+def test_resume_continues_with_the_batches_an_uninterrupted_run_sees(tmp_path: Path) -> None:
+    """Stop after step 3 (a checkpoint is saved there), resume: the micro-batches of steps 4-6 are the
+    ones the uninterrupted run trained on, in the same order (the sampler resumes at its position)."""
+    from transformers import TrainerCallback
+
+    from tuneproof.train.recipe import from_dict
+    from tuneproof.train.run import train
+
+    class Seen(TrainerCallback):
+        def __init__(self, stop_at: int | None = None) -> None:
+            self.batches: list[tuple[int, ...]] = []
+            self.stop_at = stop_at
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]
+            def record(module, a, kw):  # type: ignore[no-untyped-def]
+                if module.training:
+                    self.batches.append(tuple(kw["input_ids"][:, :8].flatten().tolist()))
+
+            model.get_base_model().register_forward_pre_hook(record, with_kwargs=True)
+
+        def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            if self.stop_at is not None and state.global_step == self.stop_at:
+                control.should_training_stop = True
+
+    recipe = from_dict(
+        {"optim": {"max_steps": 6, "micro_batch": 2, "grad_accum": 2}, "run": {"save_steps": 3}},
+        "test recipe",
+    )
+    whole = Seen()
+    train(recipe, tmp_path / "whole", callbacks=[whole])
+    first, second = Seen(stop_at=3), Seen()
+    train(recipe, tmp_path / "cut", callbacks=[first])
+    assert len(first.batches) == 6  # 3 steps x 2 micro-batches, then stopped
+    result = train(recipe, tmp_path / "cut", resume=True, callbacks=[second])
+    assert result.steps == 6
+    assert first.batches + second.batches == whole.batches

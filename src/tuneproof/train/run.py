@@ -186,7 +186,10 @@ def apply_lora(model: Any, recipe: Recipe) -> Any:
         ) from None
 
 
-def train(recipe: Recipe, output_dir: Path | None = None, resume: bool = False) -> TrainResult:
+def train(
+    recipe: Recipe, output_dir: Path | None = None, resume: bool = False, callbacks: list[Any] | None = None
+) -> TrainResult:
+    """Run the recipe; `callbacks` are extra `TrainerCallback`s for the Trainer (library use)."""
     import torch
     from transformers import Trainer, TrainingArguments
 
@@ -231,6 +234,8 @@ def train(recipe: Recipe, output_dir: Path | None = None, resume: bool = False) 
     sampler = use_bucketing(trainer)
     callback = TuneproofCallback()
     trainer.add_callback(callback)
+    for extra in callbacks or []:
+        trainer.add_callback(extra)
     if attention == "flex_attention":
         from tuneproof.attention.flex import enable_flex
 
