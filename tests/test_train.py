@@ -138,3 +138,25 @@ def test_resume_continues_with_the_batches_an_uninterrupted_run_sees(tmp_path: P
     result = train(recipe, tmp_path / "cut", resume=True, callbacks=[second])
     assert result.steps == 6
     assert first.batches + second.batches == whole.batches
+
+
+def test_two_processes_under_torchrun_train_disjoint_batches_and_save_once(tmp_path: Path) -> None:
+    """`torchrun --nproc-per-node 2` (gloo on the CPU): DDP through the Trainer, each rank its own rows,
+    one adapter and one summary, written by rank 0."""
+    import subprocess
+    import sys
+
+    worker = Path(__file__).parent / "train_worker.py"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    done = subprocess.run(
+        [str(torchrun), "--nproc-per-node", "2", str(worker), str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rows-{r}.json").read_text()) for r in (0, 1)]
+    assert [r["main"] for r in ranks] == [True, False]
+    rows = [{tuple(x) for x in r["rows"]} for r in ranks]
+    assert len(ranks[0]["rows"]) == len(ranks[1]["rows"]) == 6  # 3 steps x micro-batch 2 on each rank
+    assert not rows[0] & rows[1]  # disjoint
+    assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "run" / "adapter" / "base_fingerprint.json").is_file()

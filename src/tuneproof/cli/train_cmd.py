@@ -27,6 +27,8 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
 
     parsed = read_recipe(recipe)
     result = run_training(parsed, output, resume)
+    if not result.main:
+        return  # one summary per run: rank 0 prints it
     if json_out:
         print_json({
             "output_dir": str(result.output_dir), "adapter": str(result.adapter_dir), "steps": result.steps,

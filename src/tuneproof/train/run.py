@@ -17,6 +17,7 @@ the adapter can be checked and merged like any other.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ class TrainResult:
     health: str | None
     fingerprint: Path | None
     attention: str
+    main: bool = True  # the process that wrote the outputs (rank 0); others print nothing
 
 
 def check_output(out: Path, recipe: Recipe, resume: bool) -> None:
@@ -198,7 +200,9 @@ def train(
     from tuneproof.io import atomic_write_text
 
     out = Path(output_dir or recipe.run.output_dir)
-    check_output(out, recipe, resume)
+    main = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate, rank 0 alone writes
+    if main:
+        check_output(out, recipe, resume)
     cuda = torch.cuda.is_available()
     attention = recipe.run.attention
     if attention == "auto":
@@ -210,9 +214,10 @@ def train(
     rows = tokenise(records, recipe, tokenizer)
     model = apply_lora(rows_model, recipe)  # checked before anything is written
     model.unload()  # the base back as it was: saved below before the adapter goes on for training
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / RECIPE_NAME, recipe.to_toml())
-    if base_folder is None:  # the tiny base lives only in memory: keep it, so the run can be merged
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / RECIPE_NAME, recipe.to_toml())
+    if base_folder is None and main:  # the tiny base lives only in memory: keep it, so the run can be merged
         base_folder = out / "base"
         if not base_folder.is_dir():
             rows_model.save_pretrained(base_folder)
@@ -245,14 +250,14 @@ def train(
     else:
         result = trainer.train(resume_from_checkpoint=True if resume else None)
     adapter_dir = out / "adapter"
-    trainer.save_model(str(adapter_dir))
-    fingerprint_path = _move_fingerprint(out / "checkpoints", adapter_dir)
+    trainer.save_model(str(adapter_dir))  # the main process only (the Trainer's own rule)
+    main = trainer.is_world_process_zero()
+    fingerprint_path = _move_fingerprint(out / "checkpoints", adapter_dir) if main else None
     health = callback.health.summary() if callback.health is not None else None
-    if callback.health is not None:
+    if callback.health is not None and main:
         atomic_write_text(out / "adapter_health.json", json.dumps({"summary": health}, indent=2) + "\n")
-    return TrainResult(
-        out, adapter_dir, result.global_step, float(result.training_loss), health, fingerprint_path, attention
-    )
+    loss = float(result.training_loss)
+    return TrainResult(out, adapter_dir, result.global_step, loss, health, fingerprint_path, attention, main)
 
 
 def _move_fingerprint(checkpoints: Path, adapter_dir: Path) -> Path | None:

@@ -1,0 +1,38 @@
+"""Worker for the 2-process `tuneproof train` test: run under torchrun, record this rank's rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from tuneproof.train.recipe import from_dict
+from tuneproof.train.run import train
+
+
+class Rows(TrainerCallback):
+    """Every row this rank trains on (its real tokens, padding stripped)."""
+
+    def __init__(self) -> None:
+        self.rows: list[list[int]] = []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):  # type: ignore[no-untyped-def]
+        def record(module, a, kw):  # type: ignore[no-untyped-def]
+            if module.training:
+                for ids, mask in zip(kw["input_ids"].tolist(), kw["attention_mask"].tolist(), strict=True):
+                    self.rows.append([t for t, m in zip(ids, mask, strict=True) if m])
+
+        base = model.module if hasattr(model, "module") else model
+        base.get_base_model().register_forward_pre_hook(record, with_kwargs=True)
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1])
+    recipe = from_dict({"optim": {"max_steps": 3, "micro_batch": 2, "grad_accum": 1}}, "worker recipe")
+    seen = Rows()
+    result = train(recipe, out / "run", callbacks=[seen])
+    rank = os.environ["RANK"]
+    (out / f"rows-{rank}.json").write_text(json.dumps({"rows": seen.rows, "main": result.main}))
