@@ -32,6 +32,7 @@ bench: install
 	$(PY) bench/timing_under_load.py
 	$(PY) bench/gate.py
 	$(PY) bench/merge.py
+	$(PY) bench/callback.py
 
 # Mutation testing of the modules whose numbers and verdicts the CASE depends on (see README).
 mutate: install

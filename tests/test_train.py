@@ -24,6 +24,11 @@ def test_the_embedded_default_trains_and_leaves_a_mergeable_adapter(tmp_path: Pa
                  "adapter/base_fingerprint.json"):  # fmt: skip
         assert (out / name).is_file(), name
     assert 'attention = "auto"' in (out / "recipe.toml").read_text()  # every default written out
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    shown = readme[
+        readme.index("trained   40 optimizer steps") : readme.index("(every default filled in)\n```") + 24
+    ]
+    assert shown.replace("/tmp/tiny-run", str(out)) in printed  # the README's example is this run
     # the adapter is what the shipping commands expect: healthy, and merged onto the recorded base
     assert main(["lora", "check", str(out / "adapter"), "--base", str(out / "base")]) == 0
     assert (

@@ -26,6 +26,9 @@ import numpy as np
 from tuneproof.data.collate import PadToLongest
 from tuneproof.data.sampler import BucketBatchSampler
 from tuneproof.errors import TuneproofError
+from tuneproof.integrations.callback import TuneproofCallback
+
+__all__ = ["TuneproofCallback", "dataset_lengths", "use_bucketing"]
 
 
 def dataset_lengths(dataset: Any) -> np.ndarray:
