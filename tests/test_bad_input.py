@@ -159,6 +159,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
     "doctor": {
         "--config": CONFIG,
         "--out": OUT,
+        "--report": OUT,
         "--probe-budget": [
             ("nan", "--probe-budget must be a finite number"),
             ("0", "--probe-budget must be > 0"),

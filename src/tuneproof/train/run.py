@@ -256,8 +256,31 @@ def train(
     health = callback.health.summary() if callback.health is not None else None
     if callback.health is not None and main:
         atomic_write_text(out / "adapter_health.json", json.dumps({"summary": health}, indent=2) + "\n")
+    if main:
+        _write_report(out / "report", recipe, trainer.state.log_history, callback, health)
     loss = float(result.training_loss)
     return TrainResult(out, adapter_dir, result.global_step, loss, health, fingerprint_path, attention, main)
+
+
+def _write_report(
+    folder: Path, recipe: Recipe, log_history: list[dict[str, Any]], callback: Any, health: str | None
+) -> None:
+    """report.md / report.json / training.png: loss and the two MFUs per logging step, every step's FLOPs."""
+    from dataclasses import asdict
+
+    from tuneproof.report import train_plots, write_report
+
+    data = {
+        "recipe": recipe.to_toml(),
+        "log_history": log_history,
+        "steps": [asdict(s) for s in callback.history],
+        "adapter_health": health,
+    }
+    summary = [
+        f"Adapter health: {health or 'unknown'}.",
+        "Every logged value and every step's FLOPs are in report.json.",
+    ]
+    write_report(folder, "tuneproof train", data, train_plots(log_history), summary)
 
 
 def _move_fingerprint(checkpoints: Path, adapter_dir: Path) -> Path | None:

@@ -1,0 +1,257 @@
+"""A report folder: `report.md`, `report.json` and one PNG per plot (matplotlib, Agg).
+
+Every plot's data is in `report.json` under `plots.<name>.series`, and the same series are embedded
+in the PNG's text metadata (`tuneproof-series`), so a reader (and the tests) can check that a picture
+shows exactly the numbers the JSON holds. Plots are built from the dicts the commands already print
+with `--json` (doctor, train), never from a second computation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+from tuneproof.io import strict
+
+SERIES_KEY = "tuneproof-series"
+
+
+@dataclass(slots=True)
+class Plot:
+    name: str
+    title: str
+    kind: str  # "waterfall" | "lines" | "bars"
+    x_label: str
+    y_label: str
+    series: dict[str, dict[str, list[Any]]] = field(default_factory=dict)  # label -> {"x": [...], "y": [...]}
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"title": self.title, "kind": self.kind, "x": self.x_label, "y": self.y_label,
+                "series": self.series, "note": self.note, "file": f"{self.name}.png"}  # fmt: skip
+
+
+# --- plots from the doctor's report ----------------------------------------------------------------------
+
+
+def doctor_plots(data: dict[str, Any]) -> list[Plot]:
+    """From `DoctorReport.to_dict()`: the waterfall, the scaling fit and kernel classes when the probe
+    ran, and the samplers."""
+    sections = data["sections"]
+    plots = [_waterfall(sections["flops"]["detail"])]
+    probe = sections.get("probe", {})
+    if "fit" in probe:
+        plots.append(_scaling(probe))
+        plots.append(_kernels(probe))
+    plots.append(_samplers(sections["batching"]))
+    return plots
+
+
+def _waterfall(detail: dict[str, Any]) -> Plot:
+    names = ["intended"] + [e["name"] for e in detail["excess"]] + ["performed"]
+    values = (
+        [detail["intended"]["total"]]
+        + [e["flops"] for e in detail["excess"]]
+        + [detail["performed"]["total"]]
+    )
+    run = detail["run"]
+    return Plot(
+        "flop_waterfall",
+        f"FLOPs per step: intended, each named excess, performed ({run['attn']}, width {run['seq_len']})",
+        "waterfall", "", "FLOP", {"flops": {"x": names, "y": values}},
+        note="each bar between intended and performed is one excess, stacked on the ones before it",
+    )  # fmt: skip
+
+
+def _scaling(probe: dict[str, Any]) -> Plot:
+    fit = probe["fit"]
+    widths = sorted(int(float(w)) for w in fit["medians_s"])
+    medians = [fit["medians_s"][str(w)] for w in widths]
+    spread = {p["width"]: p.get("spread_s") for p in probe["points"]}
+    a, b = fit["A"], fit["B"]
+    grid = _grid(widths)
+    return Plot(
+        "scaling_fit",
+        "Step time vs width: measured medians and t = A*w + B*w^2 split into its parts",
+        "lines", "width (tokens)", "seconds",
+        {
+            "measured median": {"x": widths, "y": medians, "spread": [spread.get(w) for w in widths]},
+            "fit": {"x": grid, "y": [a * w + b * w * w for w in grid]},
+            "linear part A*w": {"x": grid, "y": [a * w for w in grid]},
+            "quadratic part B*w^2": {"x": grid, "y": [b * w * w for w in grid]},
+            "quadratic share": {
+                "x": widths, "y": [fit["quad_share"].get(str(w)) for w in widths], "axis": ["right"],
+            },
+        },
+    )  # fmt: skip
+
+
+def _grid(widths: list[int]) -> list[float]:
+    lo, hi = min(widths), max(widths)
+    return [lo + (hi - lo) * i / 40 for i in range(41)] if hi > lo else [float(lo)]
+
+
+def _kernels(probe: dict[str, Any]) -> Plot:
+    classes = probe["kernels"]["classes"]
+    names = sorted(classes)
+    return Plot(
+        "kernel_classes",
+        f"Busy time by kernel class ({probe['kernels']['source']}, widest width)",
+        "bars", "", "ms", {"ms": {"x": names, "y": [classes[c]["ms"] for c in names]}},
+    )  # fmt: skip
+
+
+def _samplers(buckets: dict[str, Any]) -> Plot:
+    names = sorted(buckets["samplers"])
+    rows = [buckets["samplers"][n] for n in names]
+    return Plot(
+        "samplers",
+        "Padding and roots per window by sampler (the doctor's length set)",
+        "bars", "", "share / count",
+        {
+            "padding fraction": {"x": names, "y": [r["padding_fraction"] for r in rows]},
+            "roots per window": {"x": names, "y": [r["roots_per_window"] for r in rows], "axis": ["right"]},
+        },
+    )  # fmt: skip
+
+
+# --- plots from a training run ---------------------------------------------------------------------------
+
+
+def train_plots(log_history: list[dict[str, Any]]) -> list[Plot]:
+    logged = [h for h in log_history if "loss" in h and "step" in h]
+    steps = [h["step"] for h in logged]
+    series: dict[str, dict[str, list[Any]]] = {"loss": {"x": steps, "y": [h["loss"] for h in logged]}}
+    note = ""
+    for key in ("mfu_intended", "mfu_performed"):
+        values = [h.get(f"tuneproof/{key}") for h in logged]
+        if any(v is not None for v in values):
+            series[key] = {"x": steps, "y": values, "axis": ["right"]}
+    if len(series) == 1:
+        for key in ("tflops_intended", "tflops_performed"):
+            series[key] = {"x": steps, "y": [h.get(f"tuneproof/{key}") for h in logged], "axis": ["right"]}
+        note = "no MFU (no peak for this device): TFLOP/s shown instead"
+    return [Plot("training", "Loss and the two MFUs per logging step", "lines", "step", "loss", series, note)]
+
+
+# --- writing ---------------------------------------------------------------------------------------------
+
+
+def check_report_folder(folder: Path) -> Path:
+    from tuneproof.io import check_out_folder
+
+    return check_out_folder(Path(folder), ("report.md", "report.json"))
+
+
+def write_report(
+    folder: Path, title: str, data: dict[str, Any], plots: list[Plot], summary: list[str]
+) -> Path:
+    """report.json (`data` and every plot's series), report.md (the summary and the plots), the PNGs."""
+    from tuneproof.io import atomic_write_json, atomic_write_text
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for plot in plots:
+        _draw(plot, folder / f"{plot.name}.png")
+    atomic_write_json(
+        folder / "report.json", {"title": title, "data": data, "plots": {p.name: p.to_dict() for p in plots}}
+    )
+    md = [f"# {title}", "", *summary, ""]
+    for plot in plots:
+        md += [f"## {plot.title}", "", f"![{plot.name}]({plot.name}.png)", ""]
+        if plot.note:
+            md += [plot.note, ""]
+    atomic_write_text(folder / "report.md", "\n".join(md))
+    return folder
+
+
+def _draw(plot: Plot, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        raise TuneproofError(
+            "plots need matplotlib", "pip install 'tuneproof[report]' (or matplotlib)"
+        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=100)
+    right = None
+    try:
+        if plot.kind == "waterfall":
+            (s,) = plot.series.values()
+            base = 0.0
+            for i, (name, value) in enumerate(zip(s["x"], s["y"], strict=True)):
+                total = i in (0, len(s["x"]) - 1)
+                bottom = 0.0 if total else base
+                ax.bar(i, value, bottom=bottom, color="#4c72b0" if total else "#dd8452")
+                base = value if i == 0 else base + (0 if total else value)
+                del name
+            ax.set_xticks(
+                range(len(s["x"])), [_short(x) for x in s["x"]], rotation=30, ha="right", fontsize=8
+            )
+        elif plot.kind == "bars":
+            names = next(iter(plot.series.values()))["x"]
+            width = 0.8 / len(plot.series)
+            for j, (label, s) in enumerate(plot.series.items()):
+                target = ax
+                if s.get("axis") == ["right"]:
+                    if right is None:
+                        right = ax.twinx()
+                        right.set_ylabel(label)
+                    target = right
+                target.bar([i + j * width for i in range(len(names))], _finite(s["y"]), width, label=label,
+                           color=f"C{j}")  # fmt: skip
+            ax.set_xticks(
+                [i + width * (len(plot.series) - 1) / 2 for i in range(len(names))], names, fontsize=8
+            )
+        else:
+            for j, (label, s) in enumerate(plot.series.items()):
+                target = ax
+                if s.get("axis") == ["right"]:
+                    if right is None:
+                        right = ax.twinx()
+                        right.set_ylabel(label)
+                    target = right
+                style = "o" if "measured" in label else "-"
+                target.plot(s["x"], _finite(s["y"]), style, label=label, color=f"C{j}")
+                if s.get("spread") and any(v is not None for v in s["spread"]):
+                    target.errorbar(
+                        s["x"], s["y"], yerr=[v or 0 for v in s["spread"]], fmt="none", color=f"C{j}"
+                    )
+        ax.set_title(plot.title, fontsize=10)
+        ax.set_xlabel(plot.x_label)
+        ax.set_ylabel(plot.y_label)
+        handles = ax.get_legend_handles_labels()
+        if right is not None:
+            more = right.get_legend_handles_labels()
+            handles = (handles[0] + more[0], handles[1] + more[1])
+        if handles[0]:
+            ax.legend(*handles, fontsize=8, loc="best")
+        fig.tight_layout()
+        fig.savefig(
+            path, format="png", metadata={SERIES_KEY: json.dumps(strict(plot.series), allow_nan=False)}
+        )
+    finally:
+        plt.close(fig)
+
+
+def _finite(values: list[Any]) -> list[float]:
+    return [float(v) if isinstance(v, int | float) and math.isfinite(v) else math.nan for v in values]
+
+
+def _short(text: str, limit: int = 28) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def png_series(path: Path) -> dict[str, Any]:
+    """The series embedded in a report PNG (what the picture was drawn from)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()
+        return json.loads(image.text[SERIES_KEY])  # type: ignore[attr-defined]

@@ -1,0 +1,64 @@
+"""Reports: every PNG decodes and shows exactly the series report.json holds (embedded in the PNG)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tuneproof.cli.app import main
+from tuneproof.report import png_series
+
+pytestmark = pytest.mark.slow  # a doctor run and a training run
+
+
+def _check_folder(folder: Path, expected: set[str]) -> dict:
+    from PIL import Image
+
+    report = json.loads((folder / "report.json").read_text())
+    assert set(report["plots"]) == expected
+    markdown = (folder / "report.md").read_text()
+    for name, plot in report["plots"].items():
+        png = folder / plot["file"]
+        with Image.open(png) as image:
+            image.verify()  # decodes as a PNG
+        assert png_series(png) == plot["series"], name  # the picture's data is the JSON's
+        assert f"]({plot['file']})" in markdown
+        assert all(len(s["x"]) == len(s["y"]) > 0 for s in plot["series"].values()), name
+    return report
+
+
+def test_doctor_report_holds_the_waterfall_the_fit_the_kernels_and_the_samplers(tmp_path: Path) -> None:
+    assert main(["doctor", "--probe-budget", "2", "--report", str(tmp_path / "r"), "--json"]) == 0
+    report = _check_folder(tmp_path / "r", {"flop_waterfall", "scaling_fit", "kernel_classes", "samplers"})
+    waterfall = report["plots"]["flop_waterfall"]["series"]["flops"]
+    detail = report["data"]["sections"]["flops"]["detail"]
+    assert (
+        waterfall["y"][0] == detail["intended"]["total"]
+        and waterfall["y"][-1] == detail["performed"]["total"]
+    )
+    assert waterfall["y"][0] + sum(waterfall["y"][1:-1]) == pytest.approx(
+        waterfall["y"][-1]
+    )  # excesses add up
+
+
+def test_train_writes_a_report_with_loss_and_throughput_per_step(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[optim]\nmax_steps = 4\n")
+    assert main(["train", str(recipe), "--output", str(tmp_path / "run")]) == 0
+    report = _check_folder(tmp_path / "run" / "report", {"training"})
+    series = report["plots"]["training"]["series"]
+    logged = [h for h in report["data"]["log_history"] if "loss" in h]
+    assert series["loss"]["y"] == [h["loss"] for h in logged] and len(logged) == 4
+    assert "tflops_performed" in series  # no peak on the CPU: throughput instead of MFU, and said so
+    assert report["plots"]["training"]["note"].startswith("no MFU")
+    assert len(report["data"]["steps"]) == 4
+
+
+def test_a_report_folder_that_cannot_be_written_is_refused_before_the_doctor_runs(
+    tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "file").write_text("x")
+    assert main(["doctor", "--report", str(tmp_path / "file")]) == 2
+    assert "is a file" in capsys.readouterr().err
