@@ -248,3 +248,20 @@ def test_compiled_flex_near_the_recompile_limit_is_warned_once(tmp_path: Path, m
         trainer.train()
     near = [w for w in record if "near dynamo's limit of 8" in str(w.message)]
     assert len(near) == 1
+
+
+def test_lora_on_fused_experts_is_said_to_be_outside_the_ledger(tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from tiny_models import config_dict
+    from tuneproof.arch import resolve
+    from tuneproof.integrations.callback import _lora
+    from tuneproof.model import build_model
+
+    model = build_model(resolve(config_dict("qwen3_moe")), "eager")
+    model = get_peft_model(
+        model, LoraConfig(r=2, target_modules=["q_proj"], target_parameters=["mlp.experts.down_proj"])
+    )
+    with pytest.warns(UserWarning, match="not in the FLOP ledger"):
+        rank, targets = _lora(model)
+    assert rank == 2 and targets == ("self_attn.q_proj",)

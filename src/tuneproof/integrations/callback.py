@@ -230,15 +230,25 @@ def _lora(model: Any) -> tuple[int | None, tuple[str, ...]]:
         from peft.tuners.lora import LoraLayer
     except ImportError:
         return None, ()
+    from peft.tuners.lora import ParamWrapper
+
     ranks: set[int] = set()
     targets: set[str] = set()
+    experts = False
     for name, module in model.named_modules():
-        if isinstance(module, LoraLayer) and module.r:
+        experts = experts or (isinstance(module, ParamWrapper) and bool(module.r))
+        if isinstance(module, LoraLayer) and module.r and not isinstance(module, ParamWrapper):
             ranks.update(module.r.values())
             parts = name.split(".")
             if "layers" in parts:
                 i = parts.index("layers")
                 targets.add(".".join(p for p in parts[i + 2 :] if p != "base_layer"))
+    if experts:
+        warnings.warn(
+            "tuneproof: LoRA on fused expert parameters (target_parameters) is not in the FLOP ledger: "
+            "the logged FLOPs leave out its GEMMs, so they undercount by that share",
+            stacklevel=3,
+        )
     if len(ranks) > 1:
         warnings.warn(
             f"tuneproof: adapters of several ranks {sorted(ranks)}: FLOPs use the largest", stacklevel=3
