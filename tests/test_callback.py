@@ -187,7 +187,7 @@ def test_train_end_logs_adapter_health_and_records_the_base_fingerprint(tmp_path
     callback = TuneproofCallback(peak_tflops=1.0)
     trainer.add_callback(callback)
     trainer.train()
-    assert "adapter health: lora_B non-zero in 4 of 4 adapted modules" in capsys.readouterr().out
+    assert "adapter health: lora_B non-zero in 4 of 4 adapted modules" in capsys.readouterr().err
     assert callback.health.healthy
     recorded = read_fingerprint(tmp_path / "out" / "base_fingerprint.json")
     assert recorded.digest == fingerprint(tmp_path / "base").digest

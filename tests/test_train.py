@@ -166,3 +166,50 @@ def test_two_processes_under_torchrun_train_disjoint_batches_and_save_once(tmp_p
     assert not rows[0] & rows[1]  # disjoint
     assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").is_file()
     assert (tmp_path / "run" / "adapter" / "base_fingerprint.json").is_file()
+
+
+def test_chat_rows_train_through_the_chat_template(tmp_path: Path, capsys) -> None:
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Name a river {i}."},
+                {"role": "assistant", "content": "The Tay."},
+            ]
+        }
+        for i in range(12)
+    ]
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = _recipe(
+        tmp_path, f'[data]\npath = "{tmp_path / "chat.jsonl"}"\n[optim]\nmax_steps = 2\ngrad_accum = 1\n'
+    )
+    assert main(["train", recipe, "--output", str(tmp_path / "out"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)  # --json: stdout is one strict JSON object, nothing else
+    assert result["steps"] == 2 and result["adapter"].endswith("adapter")
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('[lora]\ntarget_parameters = ["mlp.nothing"]\n', "match no parameter in the model"),
+        ("", "cannot be written"),  # --output under /proc
+    ],
+)
+def test_more_bad_runs_are_refused_before_training(text: str, needle: str, tmp_path: Path, capsys) -> None:
+    out = "/proc/tuneproof-run" if not text else str(tmp_path / "out")
+    assert main(["train", _recipe(tmp_path, text), "--output", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_text_field_that_is_not_text_is_named(tmp_path: Path, capsys) -> None:
+    (tmp_path / "d.jsonl").write_text(json.dumps({"text": None}) + "\n")
+    recipe = _recipe(tmp_path, f'[data]\npath = "{tmp_path / "d.jsonl"}"\n')
+    assert main(["train", recipe, "--output", str(tmp_path / "out")]) == 2
+    assert "row 1's 'text' is NoneType, not text" in capsys.readouterr().err
+
+
+def test_a_run_too_short_to_train_the_adapter_says_so(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, "[optim]\nmax_steps = 1\ngrad_accum = 1\nwarmup_ratio = 0.5\n")
+    with pytest.warns(UserWarning, match="the adapter did not train everywhere"):
+        assert main(["train", recipe, "--output", str(tmp_path / "out")]) == 0

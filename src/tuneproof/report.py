@@ -111,7 +111,7 @@ def _samplers(buckets: dict[str, Any]) -> Plot:
     return Plot(
         "samplers",
         "Padding and roots per window by sampler (the doctor's length set)",
-        "bars", "", "share / count",
+        "bars", "", "padding fraction",
         {
             "padding fraction": {"x": names, "y": [r["padding_fraction"] for r in rows]},
             "roots per window": {"x": names, "y": [r["roots_per_window"] for r in rows], "axis": ["right"]},
@@ -135,7 +135,12 @@ def train_plots(log_history: list[dict[str, Any]]) -> list[Plot]:
         for key in ("tflops_intended", "tflops_performed"):
             series[key] = {"x": steps, "y": [h.get(f"tuneproof/{key}") for h in logged], "axis": ["right"]}
         note = "no MFU (no peak for this device): TFLOP/s shown instead"
-    return [Plot("training", "Loss and the two MFUs per logging step", "lines", "step", "loss", series, note)]
+    title = (
+        "Loss and the two MFUs per logging step"
+        if not note
+        else "Loss and TFLOP/s per logging step (no peak: no MFU)"
+    )
+    return [Plot("training", title, "lines", "step", "loss", series, note)]
 
 
 # --- writing ---------------------------------------------------------------------------------------------
@@ -179,7 +184,7 @@ def _draw(plot: Plot, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=100)
+    fig, ax = plt.subplots(figsize=(10, 5.6), dpi=100)
     right = None
     try:
         if plot.kind == "waterfall":
@@ -244,7 +249,7 @@ def _finite(values: list[Any]) -> list[float]:
     return [float(v) if isinstance(v, int | float) and math.isfinite(v) else math.nan for v in values]
 
 
-def _short(text: str, limit: int = 28) -> str:
+def _short(text: str, limit: int = 44) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -26,7 +26,7 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
     from tuneproof.train.run import train as run_training
 
     parsed = read_recipe(recipe)
-    result = run_training(parsed, output, resume)
+    result = run_training(parsed, output, resume, quiet=json_out)
     if not result.main:
         return  # one summary per run: rank 0 prints it
     if json_out:
@@ -39,6 +39,8 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
     print(
         f"trained   {result.steps} optimizer steps, mean loss {result.loss:.4f}, attention {result.attention}"
     )
+    if resume:
+        print("          (the mean loss is over the steps of this session, as the Trainer reports it)")
     print(f"adapter   {result.adapter_dir}")
     print(f"health    {result.health or 'unknown (not a PEFT model)'}")
     fp = result.fingerprint or "not recorded: the base is not a local safetensors folder"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -117,7 +118,7 @@ class TuneproofCallback(TrainerCallback):
             return
         self.health = _adapter_health(model)
         if self.health is not None:
-            print(f"tuneproof: adapter health: {self.health.summary()}")
+            print(f"tuneproof: adapter health: {self.health.summary()}", file=sys.stderr)
         self.fingerprint_path = _record_base(model, args.output_dir)
 
     def _record(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -303,7 +304,7 @@ def _record_base(model: Any, output_dir: str | None) -> Any:
     if folder is None or not any(folder.glob("*.safetensors")):
         warnings.warn(
             f"tuneproof: the base ({source or 'built from a config'}) is not a local safetensors folder: "
-            "no base_fingerprint.json (record one with 'tuneproof fingerprint BASE --out ...')",
+            "no base_fingerprint.json (record one with tuneproof fingerprint)",
             stacklevel=3,
         )
         return None

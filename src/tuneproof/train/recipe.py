@@ -110,7 +110,7 @@ def read_recipe(path: Path | None) -> Recipe:
         data = tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise TuneproofError(
-            f"recipe {path} not found", "pass a TOML recipe (see tuneproof train --help)"
+            f"recipe {path} not found", "pass a TOML recipe (the README's Train section lists its keys)"
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise TuneproofError(

@@ -56,12 +56,19 @@ def check_output(out: Path, recipe: Recipe, resume: bool) -> None:
             )
         if not resume:
             raise TuneproofError(
-                f"{out} holds this run already", "resume it with --resume, or pass another folder"
+                f"{out} holds this run already",
+                "resume it ({resume}), or pass another folder",
+                fields=("resume",),
             )
     elif resume:
-        raise TuneproofError(f"{out} holds no run to resume", "drop --resume or pass the run's folder")
+        raise TuneproofError(
+            f"{out} holds no run to resume", "drop {resume} or pass the run's folder", fields=("resume",)
+        )
     elif out.is_dir() and any(out.iterdir()):
         raise TuneproofError(f"{out} is not empty and holds no tuneproof run", "pass a new or empty folder")
+    from tuneproof.io import check_out_folder
+
+    check_out_folder(out)  # creatable and writable, probed before the model loads
 
 
 def _body(toml: str) -> str:
@@ -77,6 +84,11 @@ def read_records(recipe: Recipe) -> list[dict[str, Any]]:
     if not records:
         raise TuneproofError(f"dataset {path} is empty", "pass a dataset with rows")
     first, field = records[0], recipe.data.text_field
+    if field in first and not isinstance(first[field], str) and not isinstance(first.get("messages"), list):
+        raise TuneproofError(
+            f"{path}: row 1's {field!r} is {type(first[field]).__name__}, not text",
+            "set data.text_field to a column of strings (chat rows go under 'messages')",
+        )
     if not isinstance(first.get("messages"), list) and not isinstance(first.get(field), str):
         keys = ", ".join(sorted(first)) or "none"
         raise TuneproofError(
@@ -95,7 +107,7 @@ def tokenise(records: list[dict[str, Any]], recipe: Recipe, tokenizer: Any) -> l
     for rec in records:
         if isinstance(rec.get("messages"), list):
             ids = tokenizer.apply_chat_template(rec["messages"], tokenize=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) else ids
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # a BatchEncoding in transformers 5
         elif isinstance(rec.get(field), str):
             ids = tokenizer(rec[field])["input_ids"]
         else:
@@ -177,7 +189,11 @@ def apply_lora(model: Any, recipe: Recipe) -> Any:
         target_parameters=lora.target_parameters or None, use_rslora=lora.rslora, lora_dropout=0.0,
     )  # fmt: skip
     try:
-        return get_peft_model(model, config)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wrapped = get_peft_model(model, config)
     except ValueError as e:
         names = sorted(
             {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
@@ -186,10 +202,24 @@ def apply_lora(model: Any, recipe: Recipe) -> Any:
             f"lora.targets {lora.targets!r} match nothing in the model ({str(e).splitlines()[0][:120]})",
             f"linear modules it has: {', '.join(names)}",
         ) from None
+    if lora.target_parameters:
+        from peft.tuners.lora import ParamWrapper
+
+        if not any(isinstance(m, ParamWrapper) for m in wrapped.modules()):
+            params = sorted({n.split(".", 3)[-1] for n, p in model.named_parameters() if p.dim() == 3})
+            raise TuneproofError(
+                f"lora.target_parameters {lora.target_parameters!r} match no parameter in the model",
+                f"3-D (fused expert) parameters it has: {', '.join(params) or 'none'}",
+            )
+    return wrapped
 
 
 def train(
-    recipe: Recipe, output_dir: Path | None = None, resume: bool = False, callbacks: list[Any] | None = None
+    recipe: Recipe,
+    output_dir: Path | None = None,
+    resume: bool = False,
+    callbacks: list[Any] | None = None,
+    quiet: bool = False,
 ) -> TrainResult:
     """Run the recipe; `callbacks` are extra `TrainerCallback`s for the Trainer (library use)."""
     import torch
@@ -200,6 +230,9 @@ def train(
     from tuneproof.io import atomic_write_text
 
     out = Path(output_dir or recipe.run.output_dir)
+    import dataclasses
+
+    recipe = dataclasses.replace(recipe, run=dataclasses.replace(recipe.run, output_dir=str(out)))
     main = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate, rank 0 alone writes
     if main:
         check_output(out, recipe, resume)
@@ -232,10 +265,15 @@ def train(
         gradient_accumulation_steps=opt.grad_accum, learning_rate=opt.lr, lr_scheduler_type=opt.schedule,
         warmup_steps=opt.warmup_ratio, num_train_epochs=opt.epochs, max_steps=opt.max_steps,
         gradient_checkpointing=opt.grad_ckpt, seed=opt.seed, logging_steps=recipe.run.logging_steps,
-        save_strategy="steps", save_steps=recipe.run.save_steps, save_total_limit=2,
+        save_strategy="steps", save_steps=recipe.run.save_steps, save_total_limit=2, disable_tqdm=quiet,
         report_to=[], use_cpu=not cuda, bf16=cuda, remove_unused_columns=False, log_level="warning",
     )  # fmt: skip
     trainer = Trainer(model=model, args=args, train_dataset=_Rows(rows))
+    if quiet:  # stdout is for the caller's JSON: no progress bar, no printed logs
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
     sampler = use_bucketing(trainer)
     callback = TuneproofCallback()
     trainer.add_callback(callback)
@@ -254,6 +292,14 @@ def train(
     main = trainer.is_world_process_zero()
     fingerprint_path = _move_fingerprint(out / "checkpoints", adapter_dir) if main else None
     health = callback.health.summary() if callback.health is not None else None
+    if callback.health is not None and callback.health.healthy is False and main:
+        import warnings
+
+        warnings.warn(
+            f"tuneproof: the adapter did not train everywhere: {health} (too few steps, or a learning rate "
+            "still at 0 in warmup?)",
+            stacklevel=2,
+        )
     if callback.health is not None and main:
         atomic_write_text(out / "adapter_health.json", json.dumps({"summary": health}, indent=2) + "\n")
     if main:
