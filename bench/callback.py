@@ -21,20 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
+
+from tuneproof.data.collate import RowsDataset
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-
-
-class ListDataset(torch.utils.data.Dataset):
-    def __init__(self, rows: list[dict]) -> None:
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> dict:
-        return self.rows[i]
 
 
 class StepClock:
@@ -107,7 +97,7 @@ def run(steps: int, with_callback: bool, seed: int) -> tuple[list[float], float]
             learning_rate=1e-4, report_to=[], save_strategy="no", logging_steps=1, use_cpu=True, seed=seed,
             disable_tqdm=True, remove_unused_columns=False, log_level="error",
         )  # fmt: skip
-        trainer = Trainer(model=model, args=args, train_dataset=ListDataset(rows))
+        trainer = Trainer(model=model, args=args, train_dataset=RowsDataset(rows))
         use_bucketing(trainer)
         clock = StepClock()
         trainer.add_callback(clock.callback)

@@ -109,6 +109,7 @@ FRONT_DOORS = {
         "PackedCollator",
         "PadToLongest",
         "PlanStats",
+        "RowsDataset",
         "best_fit_decreasing",
         "check_packed_batch",
         "hf_length_grouped_plan",
@@ -193,9 +194,19 @@ def test_no_library_module_imports_the_cli() -> None:
     offenders = [
         str(p.relative_to(SRC))
         for p in SRC.rglob("*.py")
-        if "cli" not in p.relative_to(SRC).parts and any(m.startswith("tuneproof.cli") for m in _imports(p))
+        if "cli" not in p.relative_to(SRC).parts
+        and p.name != "__main__.py"  # `python -m tuneproof`: the command line's second entry point
+        and any(m.startswith("tuneproof.cli") for m in _imports(p))
     ]
     assert offenders == []
+
+
+def test_python_dash_m_tuneproof_is_the_command_line() -> None:
+    """What torchrun and accelerate launch run: `-m tuneproof train R.toml`."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tuneproof", "train", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "Usage: tuneproof train" in done.stdout
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

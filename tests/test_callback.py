@@ -10,24 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from transformers import TrainerCallback
 
+from tuneproof.data.collate import RowsDataset
 from tuneproof.integrations.callback import MicroBatchLedger, TuneproofCallback
 
 pytestmark = pytest.mark.slow  # a real Trainer: left out of mutation runs
 TOL = 0.005
-
-
-class ListDataset(torch.utils.data.Dataset):
-    def __init__(self, rows: list[dict]) -> None:
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> dict:
-        return self.rows[i]
 
 
 class CountEachStep(TrainerCallback):
@@ -89,7 +78,7 @@ def _trainer(tmp_path: Path, accum: int, bucketed: bool, callbacks: list[Any], l
         batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
         return batch
 
-    trainer = Trainer(model=model, args=args, train_dataset=ListDataset(rows), data_collator=with_labels)
+    trainer = Trainer(model=model, args=args, train_dataset=RowsDataset(rows), data_collator=with_labels)
     if bucketed:
         use_bucketing(trainer)
     for cb in callbacks:

@@ -6,22 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
+from tuneproof.data.collate import RowsDataset
 from tuneproof.integrations.hf import use_bucketing
 
 pytestmark = pytest.mark.slow  # real processes / a real Trainer: left out of mutation runs
-
-
-class ListDataset(torch.utils.data.Dataset):
-    def __init__(self, rows: list[dict]) -> None:
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> dict:
-        return self.rows[i]
 
 
 def test_trainer_trains_with_bucketed_micro_batches(tmp_path: Path) -> None:
@@ -49,7 +38,7 @@ def test_trainer_trains_with_bucketed_micro_batches(tmp_path: Path) -> None:
         seed=3,
         disable_tqdm=True,
     )
-    trainer = Trainer(model=model, args=args, train_dataset=ListDataset(rows))
+    trainer = Trainer(model=model, args=args, train_dataset=RowsDataset(rows))
     sampler = use_bucketing(trainer)
     loader = trainer.get_train_dataloader()
     batches = list(loader)
@@ -126,7 +115,7 @@ def _trainer(tmp_path: Path, pad_token_id: int | None, collator=None):  # type: 
     args = TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=2, report_to=[], use_cpu=True
     )
-    return Trainer(model=model, args=args, train_dataset=ListDataset(rows), data_collator=collator)
+    return Trainer(model=model, args=args, train_dataset=RowsDataset(rows), data_collator=collator)
 
 
 def test_a_pad_id_that_defaults_to_zero_is_warned_about(tmp_path: Path) -> None:

@@ -203,12 +203,7 @@ def _draw(plot: Plot, path: Path) -> None:
             names = next(iter(plot.series.values()))["x"]
             width = 0.8 / len(plot.series)
             for j, (label, s) in enumerate(plot.series.items()):
-                target = ax
-                if s.get("axis") == ["right"]:
-                    if right is None:
-                        right = ax.twinx()
-                        right.set_ylabel(label)
-                    target = right
+                target, right = _axis(ax, right, s, label)
                 target.bar([i + j * width for i in range(len(names))], _finite(s["y"]), width, label=label,
                            color=f"C{j}")  # fmt: skip
             ax.set_xticks(
@@ -216,12 +211,7 @@ def _draw(plot: Plot, path: Path) -> None:
             )
         else:
             for j, (label, s) in enumerate(plot.series.items()):
-                target = ax
-                if s.get("axis") == ["right"]:
-                    if right is None:
-                        right = ax.twinx()
-                        right.set_ylabel(label)
-                    target = right
+                target, right = _axis(ax, right, s, label)
                 style = "o" if "measured" in label else "-"
                 target.plot(s["x"], _finite(s["y"]), style, label=label, color=f"C{j}")
                 if s.get("spread") and any(v is not None for v in s["spread"]):
@@ -243,6 +233,17 @@ def _draw(plot: Plot, path: Path) -> None:
         )
     finally:
         plt.close(fig)
+
+
+def _axis(ax: Any, right: Any, series: dict[str, Any], label: str) -> tuple[Any, Any]:
+    """The axis a series is drawn on: the left one, or a right one (made once, labelled by its first
+    series) for series marked "axis": ["right"]. Returns (target, right)."""
+    if series.get("axis") != ["right"]:
+        return ax, right
+    if right is None:
+        right = ax.twinx()
+        right.set_ylabel(label)
+    return right, right
 
 
 def _finite(values: list[Any]) -> list[float]:

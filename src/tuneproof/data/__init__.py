@@ -9,6 +9,7 @@ _EXPORTS = {
     "PackedBatchSampler": "tuneproof.data.packing",
     "PackedCollator": "tuneproof.data.packing",
     "PadToLongest": "tuneproof.data.collate",
+    "RowsDataset": "tuneproof.data.collate",
     "PlanStats": "tuneproof.data.stats",
     "best_fit_decreasing": "tuneproof.data.packing",
     "check_packed_batch": "tuneproof.data.packing",

@@ -34,3 +34,16 @@ class PadToLongest:
             "labels": torch.tensor(labels),
             "attention_mask": torch.tensor(mask),
         }
+
+
+class RowsDataset:
+    """A map-style dataset over a list of example dicts (`{"input_ids": [...]}`), what a Trainer takes."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.rows[i]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuneproof.data.collate import RowsDataset
 from tuneproof.errors import TuneproofError
 from tuneproof.train.recipe import TINY, Recipe
 
@@ -268,7 +269,7 @@ def train(
         save_strategy="steps", save_steps=recipe.run.save_steps, save_total_limit=2, disable_tqdm=quiet,
         report_to=[], use_cpu=not cuda, bf16=cuda, remove_unused_columns=False, log_level="warning",
     )  # fmt: skip
-    trainer = Trainer(model=model, args=args, train_dataset=_Rows(rows))
+    trainer = Trainer(model=model, args=args, train_dataset=RowsDataset(rows))
     if quiet:  # stdout is for the caller's JSON: no progress bar, no printed logs
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -338,14 +339,3 @@ def _move_fingerprint(checkpoints: Path, adapter_dir: Path) -> Path | None:
     if not written.is_file():
         return None
     return Path(shutil.move(str(written), str(adapter_dir / FINGERPRINT_NAME)))
-
-
-class _Rows:
-    def __init__(self, rows: list[dict[str, list[int]]]) -> None:
-        self.rows = rows
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> dict[str, list[int]]:
-        return self.rows[i]
