@@ -98,12 +98,12 @@ def run(steps: int, with_callback: bool, seed: int) -> tuple[list[float], float]
             disable_tqdm=True, remove_unused_columns=False, log_level="error",
         )  # fmt: skip
         trainer = Trainer(model=model, args=args, train_dataset=RowsDataset(rows))
-        use_bucketing(trainer)
+        sampler = use_bucketing(trainer)
         clock = StepClock()
         trainer.add_callback(clock.callback)
         spent = [0.0, 0.0]
         if with_callback:
-            trainer.add_callback(timed(TuneproofCallback(peak_tflops=1.0), spent))
+            trainer.add_callback(timed(TuneproofCallback(peak_tflops=1.0, widths=sampler.widths()), spent))
         trainer.train()
     return clock.times[2:], spent  # the first steps warm torch's own caches in both arms alike
 

@@ -254,3 +254,14 @@ def test_lora_on_fused_experts_is_said_to_be_outside_the_ledger(tmp_path: Path) 
     with pytest.warns(UserWarning, match="not in the FLOP ledger"):
         rank, targets = _lora(model)
     assert rank == 2 and targets == ("self_attn.q_proj",)
+
+
+def test_widths_given_up_front_are_priced_at_train_begin(tmp_path: Path) -> None:
+    trainer = _trainer(tmp_path, 1, True, [])
+    widths = trainer.train_dataset and sorted({len(r["input_ids"]) for r in trainer.train_dataset.rows})
+    callback = TuneproofCallback(peak_tflops=1.0, widths=widths)
+    trainer.add_callback(callback)
+    trainer.train()
+    assert callback._run is not None
+    memo = callback._run.ledger.performed[False].memo
+    assert set(widths) - {1} <= set(memo) or callback._run.ledger.performed[False].fitted

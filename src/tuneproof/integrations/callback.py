@@ -72,7 +72,9 @@ class _Run:
 class TuneproofCallback(TrainerCallback):
     """Logs intended and performed TFLOP/s, both MFUs, padding and recompiles per logging step."""
 
-    def __init__(self, gpu: str | None = None, peak_tflops: float | None = None) -> None:
+    def __init__(self, gpu: str | None = None, peak_tflops: float | None = None, widths: Any = None) -> None:
+        """`widths`: the padded widths the batches will have (`BucketBatchSampler.widths()`), priced
+        once at train begin so that no step pays for a width seen the first time."""
         number = isinstance(peak_tflops, int | float) and not isinstance(peak_tflops, bool)
         if peak_tflops is not None and not (number and math.isfinite(peak_tflops) and peak_tflops > 0):
             raise TuneproofError(
@@ -80,6 +82,7 @@ class TuneproofCallback(TrainerCallback):
             )
         self.gpu = gpu
         self.peak_tflops = peak_tflops
+        self.widths = sorted({int(w) for w in widths}) if widths is not None else []
         self.history: list[StepFlops] = []  # every optimizer step of the run
         self._run: _Run | None = None
         self._pending: list[tuple[int, int, Any]] = []  # (batch, width, row lengths on device or None)
@@ -97,6 +100,7 @@ class TuneproofCallback(TrainerCallback):
         if model is None:
             return
         self._run = _read_run(model, args, self.gpu, self.peak_tflops)
+        self._run.ledger.prewarm(self.widths)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self._run.hooks.append(base.register_forward_pre_hook(self._record, with_kwargs=True))
         import torch
@@ -491,6 +495,13 @@ class MicroBatchLedger:
         from tuneproof.flops.report import step_totals
 
         return step_totals(self.shape, RunSpec(seq_len=width, batch=batch, lengths=lengths, **self.options))
+
+    def prewarm(self, widths: list[int]) -> None:
+        """Price these widths now (padded and not) where performed FLOPs are memoised per width."""
+        for fit in self.performed.values():
+            for width in widths:
+                if width > 1:
+                    fit(width)
 
     def micro_batch(self, batch: int, width: int, rows: tuple[int, ...]) -> tuple[float, float]:
         intended = sum(self.intended(length) for length in rows)

@@ -276,7 +276,7 @@ def train(
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
     sampler = use_bucketing(trainer)
-    callback = TuneproofCallback()
+    callback = TuneproofCallback(widths=sampler.widths())
     trainer.add_callback(callback)
     for extra in callbacks or []:
         trainer.add_callback(extra)
