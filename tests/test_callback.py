@@ -265,3 +265,16 @@ def test_widths_given_up_front_are_priced_at_train_begin(tmp_path: Path) -> None
     assert callback._run is not None
     memo = callback._run.ledger.performed[False].memo
     assert set(widths) - {1} <= set(memo) or callback._run.ledger.performed[False].fitted
+
+
+def test_the_padding_warning_starts_just_above_ten_percent() -> None:
+    from tuneproof.integrations.callback import StepFlops, first_step_warnings
+
+    run: Any = None  # no micro-batches given: only the padding rule runs
+
+    def warned(tokens: int) -> bool:
+        step = StepFlops(1, 1.0, 1.0, 1.0, tokens, 1000, 0)
+        return any("padding" in line for line in first_step_warnings(run, step, []))
+
+    assert not warned(900)  # exactly 10 %: not above it
+    assert warned(899)

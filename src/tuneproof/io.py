@@ -13,7 +13,7 @@ from typing import Any
 from tuneproof.errors import TuneproofError
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process umask, read without changing it where Linux allows (/proc/self/status)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -53,7 +53,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
         ) from None
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            os.fchmod(f.fileno(), 0o666 & ~umask())
             f.write(data)
         os.replace(tmp, path)
     except BaseException:

@@ -262,7 +262,6 @@ def coverage(model: Any, adapter: Adapter) -> list[FamilyCoverage]:
 def _with_base_norms(modules: list[ModuleHealth], model: Any, base: Checkpoint) -> list[ModuleHealth]:
     import dataclasses
 
-    import torch
 
     stored = set(base.tensors)
     shard_of = base.shard_of()
@@ -271,8 +270,7 @@ def _with_base_norms(modules: list[ModuleHealth], model: Any, base: Checkpoint) 
         if m.target is None:
             out.append(m)
             continue
-        param = model.get_parameter(m.target)
-        pieces = checkpoint_pieces(model, m.target, torch.empty(param.shape, device="meta"), stored)
+        pieces = checkpoint_pieces(model, m.target, None, stored)
         missing = [k for k in pieces if k not in stored]
         if missing:
             raise TuneproofError(

@@ -116,7 +116,12 @@ def parameters(model: Any) -> list[ParamInfo]:
 
 def checkpoint_pieces(model: Any, name: str, tensor: Any, stored: set[str]) -> dict[str, Any]:
     """`tensor` (shaped like model parameter `name`) as the checkpoint stores it: {key: piece}.
-    A key already stored as-is wins; otherwise transformers' reverse conversion decides."""
+    A key already stored as-is wins; otherwise transformers' reverse conversion decides. `tensor`
+    None asks only for the keys and shapes (meta pieces, no memory)."""
+    if tensor is None:
+        import torch
+
+        tensor = torch.empty(model.get_parameter(name).shape, device="meta")
     if name in stored:
         return {name: tensor}
     from transformers.core_model_loading import revert_weight_conversion

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
+from tuneproof.io import umask
 from tuneproof.ship.adapter import Adapter, Module, delta, read_adapter
 from tuneproof.ship.identity import (
     FINGERPRINT_NAME,
@@ -145,14 +146,9 @@ def plan(base: Path, adapter_dir: Path, out: Path, dtype: str | None = None) -> 
     model = meta_model(config)
     result = MergePlan(checkpoint, adapter, model, Path(out), DTYPES[dtype] if dtype else None, config=config)
     stored = set(checkpoint.tensors)
-    import torch
-
     for module in adapter.modules:
         assert module.target is not None  # resolved with the base config
-        param = model.get_parameter(module.target)
-        for key, piece in checkpoint_pieces(
-            model, module.target, torch.empty(param.shape, device="meta"), stored
-        ).items():
+        for key, piece in checkpoint_pieces(model, module.target, None, stored).items():
             info = checkpoint.tensors.get(key)
             if info is None and module.target == "lm_head.weight" and _tied(config):
                 raise TuneproofError(
@@ -248,12 +244,7 @@ def _check_stored_copies(adapter: Adapter, base: Checkpoint, model: Any) -> None
         return
     with adapter.header.path.open("rb") as f:
         for target, info in adapter.stored_copies.items():
-            pieces = (
-                checkpoint_pieces(model, target, _meta_like(model, target), set(base.tensors))
-                if target not in base.tensors
-                else {target: 0}
-            )
-            key = next(iter(pieces))
+            key = next(iter(checkpoint_pieces(model, target, None, set(base.tensors))))
             mine = base.tensors.get(key)
             if mine is None or mine.shape != info.shape:
                 raise TuneproofError(
@@ -268,12 +259,6 @@ def _check_stored_copies(adapter: Adapter, base: Checkpoint, model: Any) -> None
                     f"the adapter carries its own {target}, which differs from the base's",
                     "merge it with PEFT, which loads the adapter's copy over the base",
                 )
-
-
-def _meta_like(model: Any, name: str) -> Any:
-    import torch
-
-    return torch.empty(model.get_parameter(name).shape, device="meta")
 
 
 def _torch_dtype(st_dtype: str) -> Any:
@@ -374,7 +359,7 @@ def run(
         _copy_side_files(merge_plan, tmp)
         _write_index(merge_plan, tmp, written)
         _write_record(merge_plan, ident, tmp)
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, 0o777 & ~umask())
         if out.exists():
             raise TuneproofError(f"{out} appeared while merging", "pass a new folder")
         os.rename(tmp, out)
@@ -387,12 +372,6 @@ def run(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return MergeResult(out, merged, copied, len(merge_plan.adapter.modules), sum(written.values()), ident)
-
-
-def _umask() -> int:
-    from tuneproof.io import _umask as umask
-
-    return umask()
 
 
 def _write_shards(

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
-from tuneproof.ship.layout import FAMILIES, family_of, matrices
+from tuneproof.ship.layout import FAMILIES, family_of, matrices, parameters
 from tuneproof.ship.recipe import Recipe
 from tuneproof.ship.tensors import FLOAT_DTYPES, Checkpoint
 
@@ -234,36 +234,32 @@ def audit_recipe(recipe: Recipe, config: dict[str, Any], eng: Engine) -> RecipeA
 
     def targeted(name: str, module: Any) -> bool:
         if recipe.kind == "modelopt":
-            return isinstance(module, __import__("torch").nn.Linear)
+            import torch
+
+            return isinstance(module, torch.nn.Linear)
         return is_match(name, module, targets)
 
     families = {f: FamilyCoverage(f) for f in FAMILIES}
-    seen: set[int] = set()
-    total = 0
+    params = parameters(model)
+    total = sum(p.numel for p in params)
     used: set[str] = set()
-    for pname, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen:
+    for p in params:
+        if not p.matrices:
             continue
-        seen.add(id(p))
-        total += p.numel()
-        shape = tuple(p.shape)
-        if not matrices(pname, shape):
-            continue
-        owner, _, leaf = pname.rpartition(".")
-        fam = families[family_of(pname, len(shape))]
-        n = matrices(pname, shape)
-        fam.matrices += n
-        fam.numel += p.numel()
+        owner, _, leaf = p.name.rpartition(".")
+        fam = families[p.family]
+        fam.matrices += p.matrices
+        fam.numel += p.numel
         module = modules[owner]
         if ignored(owner, module):
-            fam.ignored_matrices += n
-            fam.ignored_numel += p.numel()
+            fam.ignored_matrices += p.matrices
+            fam.ignored_numel += p.numel
         elif targeted(owner, module):
             if leaf == "weight":
-                fam.covered_matrices += n
-                fam.covered_numel += p.numel()
+                fam.covered_matrices += p.matrices
+                fam.covered_numel += p.numel
             else:
-                fam.matched_no_weight += n
+                fam.matched_no_weight += p.matrices
     if recipe.kind != "modelopt":
         for t in targets:
             if any(is_match(name, m, [t]) for name, m in modules.items()):
