@@ -262,7 +262,6 @@ def coverage(model: Any, adapter: Adapter) -> list[FamilyCoverage]:
 def _with_base_norms(modules: list[ModuleHealth], model: Any, base: Checkpoint) -> list[ModuleHealth]:
     import dataclasses
 
-
     stored = set(base.tensors)
     shard_of = base.shard_of()
     out = []
