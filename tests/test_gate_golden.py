@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -86,11 +88,16 @@ CASES = {
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_gate_golden(capsys, monkeypatch, tmp_path: Path, arms: dict[str, str], name: str, fmt: str) -> None:
     monkeypatch.setenv("COLUMNS", "100")
-    monkeypatch.setenv("TUNEPROOF_CACHE", str(tmp_path / "cache"))
+    # the cache folder's path is printed and wrapped: a name of fixed length (pytest's tmp_path grows
+    # with its run counter, pytest-9 -> pytest-10) keeps the wrapping, and so the golden text, stable
+    cache = Path(tempfile.mkdtemp(prefix="tuneproof-golden-"))
+    monkeypatch.setenv("TUNEPROOF_CACHE", str(cache))
     args, code = CASES[name]
     argv = ["gate", *[arms.get(a[1:], a) if a.startswith("@") else a for a in args]]
     assert main(argv + (["--json"] if fmt == "json" else [])) == code
-    got = capsys.readouterr().out.replace(str(tmp_path), "<tmp>").replace(str(ROOT), "<repo>")
+    got = capsys.readouterr().out
+    shutil.rmtree(cache)
+    got = got.replace(str(cache), "<cache>").replace(str(tmp_path), "<tmp>").replace(str(ROOT), "<repo>")
     if fmt == "json":
         got = json.dumps(json.loads(got), indent=1, sort_keys=True) + "\n"
     path = GOLDEN / f"{name}.{'json' if fmt == 'json' else 'txt'}"
