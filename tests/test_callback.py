@@ -278,3 +278,59 @@ def test_the_padding_warning_starts_just_above_ten_percent() -> None:
 
     assert not warned(900)  # exactly 10 %: not above it
     assert warned(899)
+
+
+def test_the_typical_micro_batch_is_a_real_one_at_the_median_width(tmp_path: Path) -> None:
+    ours = TuneproofCallback()
+    assert ours.typical_micro_batch() is None  # nothing seen yet
+    trainer = _trainer(tmp_path, 4, False, [ours])
+    seen: list[tuple[int, list[int]]] = []
+
+    def record(module, args, kwargs):  # type: ignore[no-untyped-def]
+        if module.training:
+            seen.append((int(kwargs["input_ids"].shape[1]), kwargs["attention_mask"].sum(1).tolist()))
+
+    trainer.model.get_base_model().register_forward_pre_hook(record, with_kwargs=True)
+    trainer.train()
+    report = ours.typical_micro_batch()
+    widths = sorted(w for w, _ in seen)
+    assert len(set(widths)) > 2  # padded batches: the widths differ, so the median means something
+    assert report.run.seq_len == widths[(len(widths) - 1) // 2]
+    assert list(report.run.lengths) == next(rows for w, rows in seen if w == report.run.seq_len)
+    assert report.run.lora_rank == 4 and report.run.attn == "eager"
+
+
+def _tiny_run() -> Any:
+    from tuneproof.arch import resolve
+    from tuneproof.integrations.callback import _Run
+
+    shape = resolve("tiny").shape  # sliding window 128, global layers every third
+    ledger = MicroBatchLedger(shape, "sdpa", "lora", 16, ("all-linear",), False)
+    return _Run(shape, "sdpa", "lora", 16, (), False, None, "", ledger)
+
+
+def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() -> None:
+    from tuneproof.integrations.callback import _attention_excess_share
+
+    run = _tiny_run()
+    assert _attention_excess_share(run, 2, 100, (100, 100)) == 0  # inside the window, unpadded: causal
+    dense = _attention_excess_share(run, 2, 144, (144, 144))  # past the window: the sliding square
+    padded = _attention_excess_share(run, 2, 144, (144, 143))  # one pad token: globals lose is_causal
+    assert 0 < dense < padded
+
+
+def test_flop_advice_is_given_only_when_its_excess_is_material(monkeypatch) -> None:
+    import torch
+
+    import tuneproof.integrations.callback as cb
+
+    run = _tiny_run()
+    step = cb.StepFlops(1, 1.0, 1.0, 1.0, 287, 288, 1)
+    pending = [(2, 144, torch.tensor([144, 143]))]
+    lines = cb.first_step_warnings(run, step, pending)
+    cpu_only = "" if torch.cuda.is_available() else " on a CUDA device (it has no backward on the CPU)"
+    assert any(f"use flex_attention{cpu_only}:" in x for x in lines)
+    assert any("bucket to avoid padding" in x for x in lines)
+    assert all("% of the micro-batch's FLOPs are attention excess" in x for x in lines)
+    monkeypatch.setattr(cb, "SLOW_PATH_WARN", 0.99)  # a model where attention is a sliver of the step
+    assert cb.first_step_warnings(run, step, pending) == []

@@ -43,17 +43,37 @@ def test_doctor_report_holds_the_waterfall_the_fit_the_kernels_and_the_samplers(
     )  # excesses add up
 
 
-def test_train_writes_a_report_with_loss_and_throughput_per_step(tmp_path: Path) -> None:
+TRAIN_PLOTS = {"training", "flop_waterfall", "scaling_fit", "kernel_classes", "samplers"}
+
+
+def test_train_writes_a_report_with_every_plot_of_its_own_run(tmp_path: Path) -> None:
     recipe = tmp_path / "r.toml"
-    recipe.write_text("[optim]\nmax_steps = 4\n")
+    recipe.write_text("[optim]\nmax_steps = 4\n[run]\nprobe_budget_s = 2\n")
     assert main(["train", str(recipe), "--output", str(tmp_path / "run")]) == 0
-    report = _check_folder(tmp_path / "run" / "report", {"training"})
+    report = _check_folder(tmp_path / "run" / "report", TRAIN_PLOTS)
     series = report["plots"]["training"]["series"]
     logged = [h for h in report["data"]["log_history"] if "loss" in h]
     assert series["loss"]["y"] == [h["loss"] for h in logged] and len(logged) == 4
     assert "tflops_performed" in series  # no peak on the CPU: throughput instead of MFU, and said so
     assert report["plots"]["training"]["note"].startswith("no MFU")
     assert len(report["data"]["steps"]) == 4
+    sections = report["data"]["sections"]
+    detail = sections["flops"]["detail"]  # one real micro-batch of the run: its rows' own lengths
+    assert detail["run"]["lengths"] and max(detail["run"]["lengths"]) <= detail["run"]["seq_len"]
+    assert sections["batching"]["num_lengths"] == 320  # the embedded corpus, every row
+    assert sections["probe"]["spec"]["mode"] == "lora" and sections["probe"]["spec"]["batch"] == 2
+    assert report["data"]["notes"] == []
+
+
+def test_without_the_probe_the_report_says_which_plots_are_missing_and_why(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[optim]\nmax_steps = 1\ngrad_accum = 1\n[run]\nprobe_budget_s = 0\n")
+    assert main(["train", str(recipe), "--output", str(tmp_path / "run"), "--json"]) == 0
+    report = _check_folder(tmp_path / "run" / "report", TRAIN_PLOTS - {"scaling_fit", "kernel_classes"})
+    assert report["data"]["notes"] == [
+        "no scaling fit or kernel classes: run.probe_budget_s is 0 (the probe is off)"
+    ]
+    assert "Not measured: no scaling fit" in (tmp_path / "run" / "report" / "report.md").read_text()
 
 
 def test_a_report_folder_that_cannot_be_written_is_refused_before_the_doctor_runs(

@@ -4,6 +4,7 @@ and --resume continuing with the same batches an uninterrupted run sees."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,11 @@ def test_the_embedded_default_trains_and_leaves_a_mergeable_adapter(tmp_path: Pa
     shown = readme[
         readme.index("trained   40 optimizer steps") : readme.index("(every default filled in)\n```") + 24
     ]
-    assert shown.replace("/tmp/tiny-run", str(out)) in printed  # the README's example is this run
+    # the README's example is this run; the loss and norm digits vary with the CPU's kernels, not the code
+    decimals = re.compile(r"\d+\.\d+")
+    assert decimals.sub("<x>", shown.replace("/tmp/tiny-run", str(out))) in decimals.sub("<x>", printed)
+    config = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str((out / "base").resolve())  # the adapter names its base
     # the adapter is what the shipping commands expect: healthy, and merged onto the recorded base
     assert main(["lora", "check", str(out / "adapter"), "--base", str(out / "base")]) == 0
     assert (
@@ -185,6 +190,60 @@ def test_chat_rows_train_through_the_chat_template(tmp_path: Path, capsys) -> No
     assert main(["train", recipe, "--output", str(tmp_path / "out"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)  # --json: stdout is one strict JSON object, nothing else
     assert result["steps"] == 2 and result["adapter"].endswith("adapter")
+
+
+def _chats(n: int) -> list[dict]:
+    return [
+        {"messages": [{"role": "user", "content": f"River {i}?"}, {"role": "assistant", "content": "Tay."}]}
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("assistant_only", [True, False])
+def test_chat_rows_go_through_sft_trainer_with_the_loss_on_the_assistant_only(
+    tmp_path: Path, assistant_only: bool
+) -> None:
+    from trl import SFTTrainer
+
+    from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.train.recipe import from_dict
+    from tuneproof.train.run import apply_lora, build_trainer, load_model
+
+    recipe = from_dict({"data": {"assistant_only_loss": assistant_only}}, "test")
+    model, tokenizer, _ = load_model(recipe, "sdpa")
+    trainer = build_trainer(apply_lora(model, recipe), tokenizer, recipe, _chats(4), tmp_path, False, True)
+    assert isinstance(trainer, SFTTrainer)
+    use_bucketing(trainer)
+    batch = next(iter(trainer.get_train_dataloader()))
+    for ids, labels, mask in zip(batch["input_ids"], batch["labels"], batch["attention_mask"], strict=True):
+        trained = tokenizer.decode(ids[labels != -100])
+        real = tokenizer.decode(ids[mask == 1])
+        assert trained == ("Tay.\n" if assistant_only else real), trained
+
+
+def test_a_chat_template_without_generation_markers_is_refused_for_assistant_only_loss() -> None:
+    from tuneproof.errors import TuneproofError
+    from tuneproof.gate.generate import tiny_tokenizer
+    from tuneproof.train.recipe import from_dict
+    from tuneproof.train.run import check_chat_template
+
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(TuneproofError, match=r"set data\.assistant_only_loss = false"):
+        check_chat_template(tokenizer, from_dict({}, "test"))
+    check_chat_template(tokenizer, from_dict({"data": {"assistant_only_loss": False}}, "test"))
+    tokenizer.chat_template = None
+    with pytest.raises(TuneproofError, match="has no chat template"):
+        check_chat_template(tokenizer, from_dict({"data": {"assistant_only_loss": False}}, "test"))
+
+
+def test_a_dataset_mixing_chat_and_text_rows_is_refused(tmp_path: Path, capsys) -> None:
+    rows = [*_chats(2), {"text": "plain"}]
+    (tmp_path / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = _recipe(tmp_path, f'[data]\npath = "{tmp_path / "mixed.jsonl"}"\n')
+    assert main(["train", recipe, "--output", str(tmp_path / "out")]) == 2
+    assert "row 3 has no chat 'messages' list, but row 1 has one" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(

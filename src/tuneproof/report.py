@@ -41,13 +41,21 @@ class Plot:
 def doctor_plots(data: dict[str, Any]) -> list[Plot]:
     """From `DoctorReport.to_dict()`: the waterfall, the scaling fit and kernel classes when the probe
     ran, and the samplers."""
-    sections = data["sections"]
-    plots = [_waterfall(sections["flops"]["detail"])]
+    return section_plots(data["sections"], "the doctor's length set")
+
+
+def section_plots(sections: dict[str, Any], length_set: str) -> list[Plot]:
+    """The waterfall (a "flops" section with its ledger "detail"), the scaling fit and kernel classes
+    (a "probe" section that ran), the samplers (a "batching" section) on `length_set`."""
+    plots = []
+    if "flops" in sections:
+        plots.append(_waterfall(sections["flops"]["detail"]))
     probe = sections.get("probe", {})
     if "fit" in probe:
         plots.append(_scaling(probe))
         plots.append(_kernels(probe))
-    plots.append(_samplers(sections["batching"]))
+    if "batching" in sections:
+        plots.append(_samplers(sections["batching"], length_set))
     return plots
 
 
@@ -59,11 +67,15 @@ def _waterfall(detail: dict[str, Any]) -> Plot:
         + [detail["performed"]["total"]]
     )
     run = detail["run"]
+    intended, performed = values[0], values[-1]
+    ratio = f"{performed / intended:.2f}x intended" if intended > 0 else "intended is 0"
     return Plot(
         "flop_waterfall",
-        f"FLOPs per step: intended, each named excess, performed ({run['attn']}, width {run['seq_len']})",
+        f"FLOPs of one micro-batch: intended, each named excess, performed ({run['attn']}, "
+        f"width {run['seq_len']})",
         "waterfall", "", "FLOP", {"flops": {"x": names, "y": values}},
-        note="each bar between intended and performed is one excess, stacked on the ones before it",
+        note=f"performed {performed:.3g} FLOP = {ratio}; each bar between intended and performed is one "
+        "excess, stacked on the ones before it",
     )  # fmt: skip
 
 
@@ -72,22 +84,36 @@ def _scaling(probe: dict[str, Any]) -> Plot:
     widths = sorted(int(float(w)) for w in fit["medians_s"])
     medians = [fit["medians_s"][str(w)] for w in widths]
     spread = {p["width"]: p.get("spread_s") for p in probe["points"]}
-    a, b = fit["A"], fit["B"]
+    a, b, c = fit["A"], fit["B"], fit.get("C") or 0.0
     grid = _grid(widths)
+    constant = {"constant part C": {"x": grid, "y": [c for _ in grid]}} if c else {}
     return Plot(
         "scaling_fit",
-        "Step time vs width: measured medians and t = A*w + B*w^2 split into its parts",
+        f"Step time vs width: measured medians and {fit['model'].split(' (')[0]} split into its parts",
         "lines", "width (tokens)", "seconds",
         {
             "measured median": {"x": widths, "y": medians, "spread": [spread.get(w) for w in widths]},
-            "fit": {"x": grid, "y": [a * w + b * w * w for w in grid]},
+            "fit": {"x": grid, "y": [c + a * w + b * w * w for w in grid]},
+            **constant,
             "linear part A*w": {"x": grid, "y": [a * w for w in grid]},
             "quadratic part B*w^2": {"x": grid, "y": [b * w * w for w in grid]},
             "quadratic share": {
                 "x": widths, "y": [fit["quad_share"].get(str(w)) for w in widths], "axis": ["right"],
             },
         },
+        note=f"{fit['model']}: " + (f"C = {c:.3g} s, " if c else "")
+        + f"A = {a:.3g} s/token, B = {b:.3g} s/token^2; {_cross_line(probe)}",
     )  # fmt: skip
+
+
+def _cross_line(probe: dict[str, Any]) -> str:
+    cross = probe.get("cross_check") or {}
+    if "verdict" not in cross:
+        return "no cross-check"
+    return (
+        f"quadratic share at width {cross['width']}: {100 * cross['quad_share_fit']:.1f} % from the fit vs "
+        f"{100 * cross['quad_share_kernels']:.1f} % from the profiled kernels: {cross['verdict']}"
+    )
 
 
 def _grid(widths: list[int]) -> list[float]:
@@ -105,24 +131,27 @@ def _kernels(probe: dict[str, Any]) -> Plot:
     )  # fmt: skip
 
 
-def _samplers(buckets: dict[str, Any]) -> Plot:
+def _samplers(buckets: dict[str, Any], length_set: str) -> Plot:
     names = sorted(buckets["samplers"])
     rows = [buckets["samplers"][n] for n in names]
-    return Plot(
-        "samplers",
-        "Padding and roots per window by sampler (the doctor's length set)",
-        "bars", "", "padding fraction",
-        {
-            "padding fraction": {"x": names, "y": [r["padding_fraction"] for r in rows]},
-            "roots per window": {"x": names, "y": [r["roots_per_window"] for r in rows], "axis": ["right"]},
-        },
-    )  # fmt: skip
+    series: dict[str, dict[str, list[Any]]] = {
+        "padding fraction": {"x": names, "y": [r["padding_fraction"] for r in rows]}
+    }
+    roots = [r["roots_per_window"] for r in rows]
+    note = ""
+    if any(v is not None for v in roots):
+        series["roots per window"] = {"x": names, "y": roots, "axis": ["right"]}
+    else:
+        note = "no roots per window: these lengths carry no source-document ids"
+    title = "Padding and roots per window by sampler" if not note else "Padding by sampler"
+    return Plot("samplers", f"{title} ({length_set})", "bars", "", "padding fraction", series, note)
 
 
 # --- plots from a training run ---------------------------------------------------------------------------
 
 
-def train_plots(log_history: list[dict[str, Any]]) -> list[Plot]:
+def train_plots(log_history: list[dict[str, Any]], sections: dict[str, Any] | None = None) -> list[Plot]:
+    """Loss and the two MFUs per logging step, then the plots of `sections` (`section_plots`)."""
     logged = [h for h in log_history if "loss" in h and "step" in h]
     steps = [h["step"] for h in logged]
     series: dict[str, dict[str, list[Any]]] = {"loss": {"x": steps, "y": [h["loss"] for h in logged]}}
@@ -140,7 +169,8 @@ def train_plots(log_history: list[dict[str, Any]]) -> list[Plot]:
         if not note
         else "Loss and TFLOP/s per logging step (no peak: no MFU)"
     )
-    return [Plot("training", title, "lines", "step", "loss", series, note)]
+    plots = [Plot("training", title, "lines", "step", "loss", series, note)]
+    return plots + section_plots(sections or {}, "the run's own lengths")
 
 
 # --- writing ---------------------------------------------------------------------------------------------

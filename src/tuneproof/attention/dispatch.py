@@ -400,6 +400,18 @@ def _version_notes() -> list[str]:
     return notes
 
 
+# The advice lines whose whole cost is attention FLOPs (the ledger's per-attention-group excess):
+# a caller that knows that excess is small can leave them out.
+FLEX_ADVICE = "use flex_attention"
+BUCKET_ADVICE = "bucket to avoid padding"
+
+
+def _cpu_training(ctx: Context) -> bool:
+    import torch
+
+    return ctx.training and ctx.capability is None and not torch.cuda.is_available()
+
+
 def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> list[str]:
     """Concrete next steps, from what the layers get."""
     out: list[str] = []
@@ -421,13 +433,14 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
                 picked.update(choice.options)
                 reasons.append(f"{p}: {choice.reason}")
             opts = f" with kernel_options {picked or '{} (defaults fit)'} ({'; '.join(reasons)})"
+        where = " on a CUDA device (it has no backward on the CPU)" if _cpu_training(ctx) else ""
         out.append(
-            f"use flex_attention{opts}: the sliding layers compute the full {ctx.seq_len}x{ctx.seq_len} "
+            f"{FLEX_ADVICE}{opts}{where}: the sliding layers compute the full {ctx.seq_len}x{ctx.seq_len} "
             "square today; flex skips the blocks outside the window"
         )
     if ctx.padded and any(x.layer_type == "full" and x.mask_materialised for x in layers):
         out.append(
-            "bucket to avoid padding (sequences of one length per micro-batch): the global layers regain "
+            f"{BUCKET_ADVICE} (sequences of one length per micro-batch): the global layers regain "
             "is_causal and skip half the square"
         )
     if any(x.backend == "efficient" and x.head_dim > 128 for x in layers):

@@ -93,6 +93,7 @@ class FlopReport:
                 "grad_ckpt": self.run.grad_ckpt,
                 "real_tokens": self.run.real_tokens,
                 "padded_tokens": self.run.padded_tokens,
+                "lengths": list(self.run.lengths) if self.run.lengths is not None else None,
             },
             "convention": "matmul FLOPs, 2*m*n*k; see tuneproof.flops.ledger",
             "intended": side(self.intended),

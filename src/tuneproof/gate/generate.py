@@ -26,8 +26,12 @@ from tuneproof.gate.tokens import TOKENIZER_FILES
 PROMPTS_HINT = (
     'one JSON object per line: {"prompt_id": ..., "prompt": ...} or {"prompt_id": ..., "messages": [...]}'
 )
+# The assistant's turns (their closing newline included) sit inside {% generation %} markers: TRL's
+# SFTTrainer keeps the loss to them (assistant_only_loss); rendering is unchanged by the markers.
 TINY_CHAT_TEMPLATE = (
-    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    "{% for m in messages %}<{{ m['role'] }}>"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}\n{% endgeneration %}"
+    "{% else %}{{ m['content'] }}\n{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
 

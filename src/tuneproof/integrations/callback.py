@@ -66,6 +66,8 @@ class _Run:
     frames_at_first_step: int | None = None  # dynamo frames compiled by the end of the first step
     warned_recompiles: bool = False
     capability: tuple[int, int] | None = None  # CUDA compute capability; None on the CPU
+    # per padded width: micro-batches seen, and the first one's (batch, row lengths), for the report
+    widths_seen: dict[int, list[Any]] = field(default_factory=dict)
     dtype: str = "bf16"
 
 
@@ -138,6 +140,27 @@ class TuneproofCallback(TrainerCallback):
         mask = kwargs.get("attention_mask")
         lengths = mask.sum(dim=1) if mask is not None and getattr(mask, "dim", lambda: 0)() == 2 else None
         self._pending.append((batch, width, lengths))
+
+    def typical_micro_batch(self) -> Any:
+        """The FLOP ledger (`FlopReport`) of one real micro-batch of the run at its median padded width
+        (the first micro-batch seen at that width, its own row lengths), or None before any step."""
+        if self._run is None or not self._run.widths_seen:
+            return None
+        from tuneproof.flops import RunSpec, flop_report
+
+        seen = self._run.widths_seen
+        order = sorted(seen)
+        counts = [seen[w][0] for w in order]
+        half, total = sum(counts) / 2, 0
+        width = order[-1]
+        for w, c in zip(order, counts, strict=True):
+            total += c
+            if total >= half:
+                width = w
+                break
+        _, batch, rows = seen[width]
+        run = RunSpec(seq_len=width, batch=batch, lengths=rows, **self._run.ledger.options)
+        return flop_report(self._run.shape, run)
 
     # --- timing ----------------------------------------------------------------------------------------
 
@@ -366,10 +389,11 @@ def first_step_warnings(run: _Run, step: StepFlops, pending: list[tuple[int, int
         )
     if not pending:
         return out
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import BUCKET_ADVICE, FLEX_ADVICE, Context, explain
 
     batch, width, lengths = max(pending, key=lambda p: p[1])
-    padded = lengths is not None and any(int(x) < width for x in lengths.tolist())
+    rows = tuple(int(x) for x in lengths.tolist()) if lengths is not None else (width,) * batch
+    padded = any(n < width for n in rows)
     try:
         ctx = Context(
             seq_len=width, batch=batch, attn=run.attn, padded=padded, dtype=run.dtype, training=True,
@@ -378,7 +402,28 @@ def first_step_warnings(run: _Run, step: StepFlops, pending: list[tuple[int, int
         advice = explain(run.shape, ctx, live=False).advice
     except TuneproofError as e:  # an attention path or device the explainer does not model
         return [*out, f"the attention dispatch cannot be explained here: {e.message}"]
-    return out + [f"slow attention path at width {width}: {line}" for line in advice]
+    share = _attention_excess_share(run, batch, width, rows)
+    if share < SLOW_PATH_WARN:  # the FLOP-only advice would save less than this: not worth a warning
+        advice = [a for a in advice if not a.startswith((FLEX_ADVICE, BUCKET_ADVICE))]
+    return out + [
+        f"slow attention path at width {width} ({100 * share:.1f} % of the micro-batch's FLOPs are "
+        f"attention excess): {line}"
+        for line in advice
+    ]
+
+
+SLOW_PATH_WARN = 0.02  # attention excess share of the widest first micro-batch worth a warning
+
+
+def _attention_excess_share(run: _Run, batch: int, width: int, rows: tuple[int, ...]) -> float:
+    """The ledger's per-attention-group excess (dense squares on sliding layers, is_causal lost to
+    padding) as a share of the micro-batch's performed FLOPs."""
+    from tuneproof.flops import RunSpec, flop_report
+
+    report = flop_report(run.shape, RunSpec(seq_len=width, batch=batch, lengths=rows, **run.ledger.options))
+    groups = {label for label in run.shape.attention_groups()}
+    excess = sum(e.flops for e in report.excess if any(f", {g})" in e.name for g in groups))
+    return excess / report.performed.total if report.performed.total else 0.0
 
 
 def _recompile_limit() -> int | None:
@@ -410,6 +455,7 @@ def _step_flops(run: _Run, step: int, pending: list[tuple[int, int, Any]], secon
     for batch, width, lengths in pending:
         rows = [int(x) for x in lengths.tolist()] if lengths is not None else [width] * batch
         i, p = run.ledger.micro_batch(batch, width, tuple(rows))
+        run.widths_seen.setdefault(width, [0, batch, tuple(rows)])[0] += 1
         intended += i
         performed += p
         tokens += sum(rows)

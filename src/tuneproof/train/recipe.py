@@ -4,10 +4,12 @@
     [data]   path = "train.jsonl"     # JSONL, Parquet, or a saved `datasets` folder; or "tiny"
              text_field = "text"      # or chat rows under "messages" (through the chat template)
              max_length = 512
+             assistant_only_loss = true  # chat rows: loss on the assistant's turns only (TRL SFTTrainer)
     [lora]   r = 16, alpha = 32, targets = "all-linear", target_parameters = [], rslora = false
     [optim]  lr = 2e-4, schedule = "cosine", warmup_ratio = 0.03, epochs = 1, max_steps = -1,
              micro_batch = 2, grad_accum = 4, grad_ckpt = false, seed = 0
-    [run]    attention = "auto", output_dir = "tuneproof-run", logging_steps = 1, save_steps = 50
+    [run]    attention = "auto", output_dir = "tuneproof-run", logging_steps = 1, save_steps = 50,
+             probe_budget_s = 20.0
 
 Unknown keys are refused with the nearest valid one; every value is checked before anything loads.
 """
@@ -38,6 +40,7 @@ class DataPart:
     path: str = TINY
     text_field: str = "text"
     max_length: int = 512
+    assistant_only_loss: bool = True  # chat rows: the loss on the assistant's turns only (TRL's SFTTrainer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,7 @@ class RunPart:
     output_dir: str = "tuneproof-run"
     logging_steps: int = 1
     save_steps: int = 50  # a checkpoint every this many optimizer steps (what --resume continues from)
+    probe_budget_s: float = 20.0  # timing seconds for the report's scaling fit after training; 0: no probe
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +200,10 @@ def check(r: Recipe, source: str) -> None:
     _number(source, "optim.seed", r.optim.seed, integer=True, low=0, high=2**32 - 1)
     _number(source, "run.logging_steps", r.run.logging_steps, integer=True, low=1, high=1e9)
     _number(source, "run.save_steps", r.run.save_steps, integer=True, low=1, high=1e9)
-    for key, flag in (("lora.rslora", r.lora.rslora), ("optim.grad_ckpt", r.optim.grad_ckpt)):
+    _number(source, "run.probe_budget_s", r.run.probe_budget_s, integer=False, low=0, high=86400)
+    flags = (("lora.rslora", r.lora.rslora), ("optim.grad_ckpt", r.optim.grad_ckpt),
+             ("data.assistant_only_loss", r.data.assistant_only_loss))  # fmt: skip
+    for key, flag in flags:
         if not isinstance(flag, bool):
             raise TuneproofError(f"{source}: {key} is {flag!r}", f"{key} is true or false")
     if r.run.attention not in ATTENTION:

@@ -78,19 +78,27 @@ def _body(toml: str) -> str:
 
 
 def read_records(recipe: Recipe) -> list[dict[str, Any]]:
-    """The dataset's rows, checked before any model loads: it exists, and its first row has the text
-    field or chat `messages`."""
+    """The dataset's rows, checked before any model loads: it exists, and its rows have the text field,
+    or all have chat `messages`."""
     path = TINY_CORPUS if recipe.data.path == TINY else Path(recipe.data.path)
     records = _records(path)
     if not records:
         raise TuneproofError(f"dataset {path} is empty", "pass a dataset with rows")
     first, field = records[0], recipe.data.text_field
-    if field in first and not isinstance(first[field], str) and not isinstance(first.get("messages"), list):
+    if is_chat(records):
+        for i, rec in enumerate(records, 1):
+            if not isinstance(rec.get("messages"), list):
+                raise TuneproofError(
+                    f"{path}: row {i} has no chat 'messages' list, but row 1 has one",
+                    "make every row a chat ('messages') or every row text",
+                )
+        return records
+    if field in first and not isinstance(first[field], str):
         raise TuneproofError(
             f"{path}: row 1's {field!r} is {type(first[field]).__name__}, not text",
             "set data.text_field to a column of strings (chat rows go under 'messages')",
         )
-    if not isinstance(first.get("messages"), list) and not isinstance(first.get(field), str):
+    if not isinstance(first.get(field), str):
         keys = ", ".join(sorted(first)) or "none"
         raise TuneproofError(
             f"{path}: row 1 has no text field {field!r} and no chat 'messages' (its keys: {keys})",
@@ -99,21 +107,20 @@ def read_records(recipe: Recipe) -> list[dict[str, Any]]:
     return records
 
 
+def is_chat(records: list[dict[str, Any]]) -> bool:
+    """Chat rows (`messages`, trained through TRL's SFTTrainer) rather than text rows."""
+    return isinstance(records[0].get("messages"), list)
+
+
 def tokenise(records: list[dict[str, Any]], recipe: Recipe, tokenizer: Any) -> list[dict[str, list[int]]]:
-    """Token ids per example: the text field, or chat `messages` through the tokenizer's template,
-    truncated to max_length. Rows without either, or shorter than 2 tokens, are dropped; a dataset
-    left empty is refused."""
+    """Token ids per text row, truncated to max_length. Rows without the text field, or shorter than
+    2 tokens, are dropped; a dataset left empty is refused."""
     field = recipe.data.text_field
     rows = []
     for rec in records:
-        if isinstance(rec.get("messages"), list):
-            ids = tokenizer.apply_chat_template(rec["messages"], tokenize=True)
-            ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # a BatchEncoding in transformers 5
-        elif isinstance(rec.get(field), str):
-            ids = tokenizer(rec[field])["input_ids"]
-        else:
+        if not isinstance(rec.get(field), str):
             continue
-        ids = list(ids)[: recipe.data.max_length]
+        ids = list(tokenizer(rec[field])["input_ids"])[: recipe.data.max_length]
         if len(ids) >= 2:
             rows.append({"input_ids": ids})
     if not rows:
@@ -121,6 +128,28 @@ def tokenise(records: list[dict[str, Any]], recipe: Recipe, tokenizer: Any) -> l
             f"dataset {recipe.data.path} holds no usable text", "pass a dataset with text in it"
         )
     return rows
+
+
+def check_chat_template(tokenizer: Any, recipe: Recipe) -> None:
+    """Chat rows need a chat template; assistant-only loss needs one with `{% generation %}` markers or
+    one TRL knows a training version of (its `get_training_chat_template`)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise TuneproofError(
+            f"the tokenizer of {recipe.model.name} has no chat template for the chat rows",
+            "give the tokenizer a chat_template, or train on a text field",
+        )
+    if not recipe.data.assistant_only_loss:
+        return
+    from trl.chat_template_utils import get_training_chat_template
+
+    try:
+        get_training_chat_template(tokenizer)
+    except ValueError:
+        raise TuneproofError(
+            f"the chat template of {recipe.model.name} has no {{% generation %}} markers and TRL knows no "
+            "training version of it, so the loss cannot be kept to the assistant's turns",
+            "set data.assistant_only_loss = false to train on whole conversations, or add the markers",
+        ) from None
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -224,10 +253,9 @@ def train(
 ) -> TrainResult:
     """Run the recipe; `callbacks` are extra `TrainerCallback`s for the Trainer (library use)."""
     import torch
-    from transformers import Trainer, TrainingArguments
 
     from tuneproof.integrations.callback import TuneproofCallback
-    from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.integrations.hf import dataset_lengths, use_bucketing
     from tuneproof.io import atomic_write_text
 
     out = Path(output_dir or recipe.run.output_dir)
@@ -245,7 +273,10 @@ def train(
     rows_model, tokenizer, base_folder = load_model(
         recipe, "sdpa" if attention == "flex_attention" else attention
     )
-    rows = tokenise(records, recipe, tokenizer)
+    chat = is_chat(records)
+    if chat:
+        check_chat_template(tokenizer, recipe)
+    rows = None if chat else tokenise(records, recipe, tokenizer)
     model = apply_lora(rows_model, recipe)  # checked before anything is written
     model.unload()  # the base back as it was: saved below before the adapter goes on for training
     if main:
@@ -255,21 +286,13 @@ def train(
         base_folder = out / "base"
         if not base_folder.is_dir():
             rows_model.save_pretrained(base_folder)
-        rows_model.config._name_or_path = str(base_folder)  # the callback fingerprints it
+        # the callback fingerprints it; PEFT records it as the adapter's base (lora check, merge)
+        rows_model.config._name_or_path = rows_model.name_or_path = str(base_folder.resolve())
     from transformers import set_seed
 
     set_seed(recipe.optim.seed)  # lora_A's init draws from the global RNG, before the Trainer seeds it
     model = apply_lora(rows_model, recipe)
-    opt = recipe.optim
-    args = TrainingArguments(
-        output_dir=str(out / "checkpoints"), per_device_train_batch_size=opt.micro_batch,
-        gradient_accumulation_steps=opt.grad_accum, learning_rate=opt.lr, lr_scheduler_type=opt.schedule,
-        warmup_steps=opt.warmup_ratio, num_train_epochs=opt.epochs, max_steps=opt.max_steps,
-        gradient_checkpointing=opt.grad_ckpt, seed=opt.seed, logging_steps=recipe.run.logging_steps,
-        save_strategy="steps", save_steps=recipe.run.save_steps, save_total_limit=2, disable_tqdm=quiet,
-        report_to=[], use_cpu=not cuda, bf16=cuda, remove_unused_columns=False, log_level="warning",
-    )  # fmt: skip
-    trainer = Trainer(model=model, args=args, train_dataset=RowsDataset(rows))
+    trainer = build_trainer(model, tokenizer, recipe, records if chat else rows, out, cuda, quiet)
     if quiet:  # stdout is for the caller's JSON: no progress bar, no printed logs
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -304,30 +327,95 @@ def train(
     if callback.health is not None and main:
         atomic_write_text(out / "adapter_health.json", json.dumps({"summary": health}, indent=2) + "\n")
     if main:
-        _write_report(out / "report", recipe, trainer.state.log_history, callback, health)
+        log_history = trainer.state.log_history
+        lengths = [int(n) for n in dataset_lengths(trainer.train_dataset)]
+        config = model.get_base_model().config
+        del trainer, model, rows_model  # the probe builds its own model: free this one's memory first
+        _free(cuda)
+        _write_report(out / "report", recipe, attention, "cuda" if cuda else "cpu", config, lengths,
+                      log_history, callback, health, quiet)  # fmt: skip
     loss = float(result.training_loss)
     return TrainResult(out, adapter_dir, result.global_step, loss, health, fingerprint_path, attention, main)
 
 
+def build_trainer(
+    model: Any, tokenizer: Any, recipe: Recipe, data: Any, out: Path, cuda: bool, quiet: bool
+) -> Any:
+    """transformers' Trainer on tokenised text rows; TRL's SFTTrainer on chat records (it applies the
+    chat template and, with data.assistant_only_loss, masks every token outside the assistant's turns)."""
+    opt = recipe.optim
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(out / "checkpoints"), per_device_train_batch_size=opt.micro_batch,
+        gradient_accumulation_steps=opt.grad_accum, learning_rate=opt.lr, lr_scheduler_type=opt.schedule,
+        warmup_steps=opt.warmup_ratio, num_train_epochs=opt.epochs, max_steps=opt.max_steps,
+        gradient_checkpointing=opt.grad_ckpt, seed=opt.seed, logging_steps=recipe.run.logging_steps,
+        save_strategy="steps", save_steps=recipe.run.save_steps, save_total_limit=2, disable_tqdm=quiet,
+        report_to=[], use_cpu=not cuda, bf16=cuda, remove_unused_columns=False, log_level="warning",
+    )  # fmt: skip
+    if not isinstance(data[0].get("messages"), list):
+        from transformers import Trainer, TrainingArguments
+
+        return Trainer(model=model, args=TrainingArguments(**kwargs), train_dataset=RowsDataset(data))
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(
+        **kwargs, max_length=recipe.data.max_length, assistant_only_loss=recipe.data.assistant_only_loss,
+        packing=False, padding_free=False,
+    )  # fmt: skip
+    chats = Dataset.from_list([{"messages": r["messages"]} for r in data])
+    return SFTTrainer(model=model, args=config, train_dataset=chats, processing_class=tokenizer)
+
+
+def _free(cuda: bool) -> None:
+    import gc
+
+    gc.collect()
+    if cuda:
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 def _write_report(
-    folder: Path, recipe: Recipe, log_history: list[dict[str, Any]], callback: Any, health: str | None
+    folder: Path,
+    recipe: Recipe,
+    attention: str,
+    device: str,
+    config: Any,
+    lengths: list[int],
+    log_history: list[dict[str, Any]],
+    callback: Any,
+    health: str | None,
+    quiet: bool,
 ) -> None:
-    """report.md / report.json / training.png: loss and the two MFUs per logging step, every step's FLOPs."""
+    """report.md / report.json / PNGs: loss and the two MFUs per logging step, every step's FLOPs, and
+    the run's own FLOP waterfall, scaling fit, kernel classes and samplers (`sections`)."""
+    import sys
     from dataclasses import asdict
 
     from tuneproof.report import train_plots, write_report
+    from tuneproof.train.sections import report_sections
 
+    def progress(line: str) -> None:
+        if not quiet:
+            print(f"tuneproof: {line}", file=sys.stderr, flush=True)
+
+    sections, notes = report_sections(config, recipe, attention, device, lengths, callback, progress)
     data = {
         "recipe": recipe.to_toml(),
         "log_history": log_history,
         "steps": [asdict(s) for s in callback.history],
         "adapter_health": health,
+        "sections": sections,
+        "notes": notes,
     }
     summary = [
         f"Adapter health: {health or 'unknown'}.",
-        "Every logged value and every step's FLOPs are in report.json.",
+        *(f"Not measured: {note}." for note in notes),
+        "Every logged value, every step's FLOPs and every plot's data are in report.json.",
     ]
-    write_report(folder, "tuneproof train", data, train_plots(log_history), summary)
+    write_report(folder, "tuneproof train", data, train_plots(log_history, sections), summary)
 
 
 def _move_fingerprint(checkpoints: Path, adapter_dir: Path) -> Path | None:

@@ -1,0 +1,104 @@
+"""What `tuneproof train` measures for its report after training, on the run's own model and data.
+
+- flops: the FLOP ledger of one real micro-batch of the run at its median padded width (its own row
+  lengths), intended through each named excess to performed;
+- batching: the samplers compared on the run's own token lengths (padding, attention FLOPs);
+- probe: the measurement probe on the run's model config (random weights, the run's attention path,
+  micro-batch, LoRA rank and checkpointing) at three widths spanning the run's: the scaling fit
+  t = A*w + B*w^2 with its spread, and the profiler's kernel classes. `run.probe_budget_s = 0` turns
+  it off; a probe that cannot run says why in the report instead of a plot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+from tuneproof.measure.fit import MIN_SPAN
+
+WIDTH_FLOOR = 16  # the probe's narrowest width at least this (narrower steps are all overhead)
+
+
+def probe_widths(widths: list[int]) -> tuple[int, ...] | None:
+    """Three widths for the probe: the run's widest, a quarter of it or the narrowest if narrower, and
+    their geometric middle; None when the run's widest is too narrow for a 4x span."""
+    hi = max(widths)
+    lo = min(min(widths), int(hi / MIN_SPAN))
+    lo = max(lo, WIDTH_FLOOR)
+    if hi / lo < MIN_SPAN:
+        return None
+    mid = round(math.sqrt(lo * hi))
+    return (lo, mid, hi)
+
+
+def report_sections(
+    config: Any,
+    recipe: Any,
+    attention: str,
+    device: str,
+    lengths: list[int],
+    callback: Any,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """(sections as the report's plots read them, notes on what could not be measured and why)."""
+    import numpy as np
+
+    from tuneproof.arch import resolve
+    from tuneproof.data.compare import compare
+
+    resolved = resolve(config)
+    sections: dict[str, Any] = {}
+    notes: list[str] = []
+    typical = callback.typical_micro_batch()
+    if typical is not None:
+        sections["flops"] = {"detail": typical.to_dict(), "what": "one real micro-batch at the median width"}
+    else:
+        notes.append("no FLOP waterfall: the callback saw no training step")
+    opt = recipe.optim
+    ledger_attn = "sdpa" if attention == "auto" else attention
+    results, _ = compare(
+        np.asarray(lengths), None, opt.micro_batch, opt.grad_accum, shape=resolved.shape, attn=ledger_attn,
+        seed=opt.seed,
+    )  # fmt: skip
+    sections["batching"] = {
+        "samplers": {r.name: r.to_dict() for r in results},
+        "num_lengths": len(lengths),
+        "what": "the run's own token lengths",
+    }
+    probe, reason = _probe(resolved, recipe, attention, device, lengths, progress)
+    if probe is not None:
+        sections["probe"] = probe
+    else:
+        notes.append(f"no scaling fit or kernel classes: {reason}")
+    return sections, notes
+
+
+def _probe(
+    resolved: Any,
+    recipe: Any,
+    attention: str,
+    device: str,
+    lengths: list[int],
+    progress: Callable[[str], None] | None,
+) -> tuple[dict[str, Any] | None, str]:
+    from tuneproof.measure.probe import ProbeSpec, run_probe
+
+    budget = float(recipe.run.probe_budget_s)
+    if budget <= 0:
+        return None, "run.probe_budget_s is 0 (the probe is off)"
+    widths = probe_widths(lengths)
+    if widths is None:
+        return None, f"the run's widest sequence ({max(lengths)} tokens) is too short to fit a scaling law"
+    try:
+        spec = ProbeSpec(
+            attn=attention, widths=widths, batch=recipe.optim.micro_batch, mode="lora",
+            grad_ckpt=recipe.optim.grad_ckpt, device=device, lora_rank=recipe.lora.r, budget_s=budget,
+            seed=recipe.optim.seed,
+        )  # fmt: skip
+        if progress:
+            progress(f"probing the step time at widths {', '.join(map(str, widths))} ({budget:g} s)")
+        return run_probe(resolved, spec).to_dict(), ""
+    except TuneproofError as e:
+        return None, f"the probe cannot run here: {e.message}"

@@ -1,0 +1,47 @@
+"""The train report's measured sections: the probe's widths span the run's, the scaling plot draws
+the fit it reports (constant included)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuneproof.report import section_plots
+from tuneproof.train.sections import probe_widths
+
+
+def test_probe_widths_span_the_run_by_four_from_its_widest() -> None:
+    assert probe_widths([31, 40, 512]) == (31, 126, 512)  # the narrowest is below a quarter: kept
+    assert probe_widths([300, 400, 512]) == (128, 256, 512)  # a quarter of the widest
+    assert probe_widths([20, 64]) == (16, 32, 64)  # never below 16 tokens
+    assert probe_widths([8, 40]) is None  # too narrow for a 4x span above 16 tokens
+    assert probe_widths([64]) == (16, 32, 64)
+
+
+def _probe(c: float) -> dict:
+    return {
+        "fit": {
+            "A": 1e-3, "B": 1e-6, "C": c, "model": "t = C + A*w + B*w^2 (NNLS)",
+            "medians_s": {"100": 0.2, "400": 0.6}, "quad_share": {"100": 0.1, "400": 0.3},
+        },
+        "points": [{"width": 100, "spread_s": 0.01}, {"width": 400, "spread_s": 0.02}],
+        "kernels": {"classes": {"matmul": {"ms": 3.0}}, "source": "cpu_ops"},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("c", [0.0, 0.05])
+def test_the_scaling_plot_draws_the_fit_with_its_constant(c: float) -> None:
+    (plot, _) = section_plots({"probe": _probe(c)}, "x")
+    fit = plot.series["fit"]
+    for x, y in zip(fit["x"], fit["y"], strict=True):
+        assert y == pytest.approx(c + 1e-3 * x + 1e-6 * x * x)
+    assert ("constant part C" in plot.series) == bool(c)
+    assert ("C = 0.05 s" in plot.note) == bool(c)
+
+
+def test_samplers_without_roots_draw_padding_only_and_say_why() -> None:
+    batching = {"samplers": {"random": {"padding_fraction": 0.3, "roots_per_window": None}}}
+    (plot,) = section_plots({"batching": batching}, "the run's own lengths")
+    assert list(plot.series) == ["padding fraction"] and "no source-document ids" in plot.note
+    batching["samplers"]["random"]["roots_per_window"] = 5.0
+    (plot,) = section_plots({"batching": batching}, "x")
+    assert list(plot.series) == ["padding fraction", "roots per window"] and plot.note == ""
