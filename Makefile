@@ -33,6 +33,7 @@ bench: install
 	$(PY) bench/gate.py
 	$(PY) bench/merge.py
 	$(PY) bench/callback.py
+	$(PY) bench/rank_balance.py
 
 # Mutation testing of the modules whose numbers and verdicts the CASE depends on (see README).
 mutate: install

@@ -31,12 +31,15 @@ def sampler_worker(rank: int, world: int, folder: str) -> None:
             "scatter",
         ):
             setattr(dist, name, forbidden)
-        lengths = np.random.default_rng(0).integers(1, 8000, 5000)
+        lengths = np.random.default_rng(0).integers(1, 250, 5000) * 8  # ~20 examples per width
         sampler = BucketBatchSampler(
             lengths, micro_batch_size=2, grad_accum=4, seed=11
         )  # world and rank from dist
         sampler.set_epoch(1)
-        out = {"num_replicas": sampler.num_replicas, "rank": sampler.rank, "batches": list(sampler)}
+        batches = list(sampler)
+        widths = [int(lengths[b].max()) for b in batches]
+        out = {"num_replicas": sampler.num_replicas, "rank": sampler.rank, "batches": batches}
+        out["widths"] = widths
         Path(folder, f"rank{rank}.json").write_text(json.dumps(out))
     finally:
         dist.destroy_process_group()

@@ -194,6 +194,14 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--config": CONFIG,
         "--attn": [("xformers", "--attn 'xformers' is not a known attention path")],
         "--seed": [("-1", "--seed must be >= 0")],
+        "--ranks": [("0", "--ranks must be >= 1"), ("x", "'x' is not a valid integer")],
+        "--fit": [
+            ("1e-4", "is not A,B"),
+            ("a,b", "is not A,B"),
+            ("1e-4,nan", "is not A,B"),
+            ("-1e-4,1e-8", "--fit: step-cost term a is -0.0001"),
+            ("0,0", "--fit: step-cost terms a and b are both 0"),
+        ],
     },
     "gate": {
         "--base": ARM_FILES,

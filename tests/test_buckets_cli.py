@@ -35,6 +35,20 @@ def test_buckets_json_on_the_shipped_set(capsys) -> None:
 
 
 @pytest.mark.slow  # 20,000 lengths through every planner
+def test_buckets_with_ranks_prints_each_samplers_utilisation(capsys) -> None:
+    assert main(["buckets", "--sweep", "", "--ranks", "8", "--grad-accum", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    use = {name: v["ranks"]["utilisation"] for name, v in d["samplers"].items()}
+    assert set(use) == {"bucketed", "bucketed (interleaved)", "random", "hf-length-grouped", "packing"}
+    assert use["bucketed"] >= 0.97 and use["packing"] >= 0.97  # rank-synchronous
+    assert use["bucketed (interleaved)"] < 0.3 and use["random"] < 0.3  # the stragglers
+    assert d["ranks"] == 8 and d["step_cost"] == {"A": 6.87e-4, "B": 8.85e-8, "C": 0.0}
+    assert d["samplers"]["bucketed"]["ranks"]["steps"] == 1250  # 10,000 micro-batches over 8 ranks
+    assert main(["buckets", "--sweep", "", "--ranks", "2", "--fit", "1e-3,0"]) == 0
+    assert "rank use" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # 20,000 lengths through every planner
 def test_attention_flops_flip_between_sdpa_and_flex(capsys) -> None:
     out = {}
     for attn in ("sdpa", "flex_attention"):

@@ -190,14 +190,51 @@ def test_world_without_torch_distributed_is_one_rank() -> None:
 
 def test_rank_plans_exactly() -> None:
     lengths = [10, 20, 30, 40, 50]  # five micro-batches of one, unshuffled: 0..4 in length order
-    keep = [BucketBatchSampler(lengths, 1, shuffle=False, num_replicas=2, rank=k).plan() for k in (0, 1)]
-    assert [[int(b[0]) for b in p] for p in keep] == [[0, 2, 4], [1, 3, 0]]  # the first is repeated
-    drop = [
-        BucketBatchSampler(lengths, 1, shuffle=False, num_replicas=2, rank=k, drop_last=True).plan()
-        for k in (0, 1)
-    ]
-    assert [[int(b[0]) for b in p] for p in drop] == [[0, 2], [1, 3]]  # the last is dropped
+
+    def plans(rank_plan: str, drop_last: bool) -> list[list[int]]:
+        return [
+            [int(b[0]) for b in BucketBatchSampler(lengths, 1, shuffle=False, num_replicas=2, rank=k,
+                                                   drop_last=drop_last, rank_plan=rank_plan).plan()]
+            for k in (0, 1)
+        ]  # fmt: skip
+
+    # interleaved: round-robin over the plan; the first is repeated, or the last dropped
+    assert plans("interleaved", False) == [[0, 2, 4], [1, 3, 0]]
+    assert plans("interleaved", True) == [[0, 2], [1, 3]]
+    # synchronous: neighbours run together, grouped from the longest end; the short group is
+    # completed with its nearest longer neighbour, or dropped
+    assert plans("synchronous", False) == [[0, 1, 3], [1, 2, 4]]
+    assert plans("synchronous", True) == [[1, 3], [2, 4]]
     assert len(BucketBatchSampler(lengths, 1, shuffle=False, num_replicas=2, rank=1)) == 3
+
+
+def test_rank_groups_cycle_when_there_are_fewer_micro_batches_than_ranks() -> None:
+    from tuneproof.data.sampler import rank_groups
+
+    assert rank_groups(2, 4, False, None).tolist() == [[0, 1, 0, 1]]
+    assert rank_groups(2, 4, True, None).shape == (0, 4)
+    rng = np.random.default_rng(0)
+    groups = rank_groups(10, 3, False, rng)  # shuffled rows, shuffled inside: the same members
+    assert sorted(map(sorted, groups.tolist())) == [[0, 1, 2], [1, 2, 3], [4, 5, 6], [7, 8, 9]]
+
+
+@pytest.mark.parametrize("grad_accum", [1, 4])
+def test_synchronous_ranks_hold_neighbouring_widths_at_every_step(grad_accum: int) -> None:
+    lengths = np.random.default_rng(1).integers(1, 4000, 3000)
+    ranks = 4
+    widths = []
+    for plan in ("synchronous", "interleaved"):
+        plans = [
+            BucketBatchSampler(lengths, 2, grad_accum, seed=3, num_replicas=ranks, rank=k, rank_plan=plan)
+            for k in range(ranks)
+        ]
+        w = np.array([[int(lengths[b].max()) for b in p.plan()] for p in plans])  # rank x step
+        widths.append(w.max(axis=0) - w.min(axis=0))  # tokens between the widest and narrowest rank
+        seen = [int(i) for p in plans for b in p.plan() for i in b]
+        assert set(seen) == set(range(lengths.size))  # every example, on some rank
+    synchronous, interleaved = widths
+    assert synchronous.max() < 60  # 8 neighbours of 3,000 lengths in 1..4,000 span ~11 tokens
+    assert np.median(interleaved) > 1000  # unrelated widths: the straggler the default removes
 
 
 def test_bucket_keys_by_width_and_boundaries() -> None:

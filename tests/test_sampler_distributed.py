@@ -1,4 +1,5 @@
-"""Two real processes (gloo): disjoint micro-batches, equal step counts, no communication."""
+"""Two real processes (gloo): disjoint micro-batches, equal step counts, the same widths at each step
+(the rank-synchronous plan), no communication."""
 
 from __future__ import annotations
 
@@ -22,3 +23,6 @@ def test_two_ranks_disjoint_equal_and_silent(tmp_path: Path) -> None:
     seen1 = {i for b in r1["batches"] for i in b}
     assert not seen0 & seen1
     assert seen0 | seen1 == set(range(5000))
+    gaps = [abs(a - b) for a, b in zip(r0["widths"], r1["widths"], strict=True)]
+    assert max(gaps) <= 8  # neighbours in length order: at most one width step (8 tokens) apart
+    assert sum(g == 0 for g in gaps) >= 0.8 * len(gaps)  # and mostly the very same width

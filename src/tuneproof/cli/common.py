@@ -186,5 +186,28 @@ def int_list(text: str, flag: str) -> tuple[int, ...]:
         ) from None
 
 
+def step_fit(text: str, flag: str) -> Any:
+    """`A,B` or `A,B,C` (seconds: t = C + A*w + B*w^2 per sequence) as a `StepCost`, or one line."""
+    import math
+
+    from tuneproof.data.ranks import StepCost
+
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        values = [float(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (2, 3) or not all(math.isfinite(v) for v in values):
+        raise TuneproofError(
+            f"{flag} {text!r} is not A,B (or A,B,C): finite numbers of t = C + A*w + B*w^2 per sequence",
+            f"e.g. {flag} 6.87e-4,8.85e-8",
+        )
+    a, b, *c = values
+    try:
+        return StepCost(a, b, c[0] if c else 0.0)
+    except TuneproofError as e:
+        raise TuneproofError(f"{flag}: {e.message}", e.hint) from None
+
+
 def str_list(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())

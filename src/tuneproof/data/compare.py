@@ -18,18 +18,26 @@ if TYPE_CHECKING:  # the planners load in the functions: the CLI reads COMPARE_C
 COMPARE_CHOICES = ("random", "hf-length-grouped", "packing")
 
 
+def _case_cost() -> Any:
+    from tuneproof.data.ranks import StepCost
+
+    return StepCost(6.87e-4, 8.85e-8)  # ../shared/CASE.md's fit, seconds per sequence
+
+
 @dataclass(slots=True)
 class SamplerResult:
     name: str
     stats: PlanStats
     plan_seconds: float
     attention: dict[str, float] = field(default_factory=dict)  # performed / intended forward attention FLOPs
+    ranks: Any = None  # RankUse: utilisation across ranks, with several ranks
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.stats.to_dict(),
             "plan_seconds": self.plan_seconds,
             **({"attention_flops": self.attention} if self.attention else {}),
+            **({"ranks": self.ranks.to_dict()} if self.ranks is not None else {}),
         }
 
 
@@ -63,7 +71,13 @@ def attention_flops(
 
 
 def check_compare_args(
-    micro_batch: int, grad_accum: int, choices: tuple[str, ...], sweep: tuple[int, ...], attn: str, seed: int
+    micro_batch: int,
+    grad_accum: int,
+    choices: tuple[str, ...],
+    sweep: tuple[int, ...],
+    attn: str,
+    seed: int,
+    ranks: int = 1,
 ) -> None:
     """Every argument of `compare` but the lengths, checked before any lengths are read."""
     from tuneproof.attention.paths import path
@@ -71,6 +85,7 @@ def check_compare_args(
     validate.integer("micro_batch", micro_batch, high=1 << 20)
     validate.integer("grad_accum", grad_accum, high=1 << 20)
     validate.integer("seed", seed, low=0, high=2**63 - 1)
+    validate.integer("ranks", ranks, high=1 << 16, hint="the number of processes (GPUs)")
     for c in choices:
         validate.choice("choices", c, COMPARE_CHOICES)
     for width in sweep:
@@ -88,27 +103,49 @@ def compare(
     shape: Any = None,
     attn: str = "sdpa",
     seed: int = 0,
+    ranks: int = 1,
+    cost: Any = None,
 ) -> tuple[list[SamplerResult], list[dict[str, Any]]]:
-    """Tightest bucketing vs the chosen baselines, and the bucket-width sweep."""
-    from tuneproof.data.packing import best_fit_decreasing
+    """Tightest bucketing vs the chosen baselines, and the bucket-width sweep. With `ranks` > 1 every
+    plan is the global one dealt to the ranks (ours rank-synchronous, and its interleaved variant
+    beside it), its windows are whole optimizer steps (grad_accum x ranks micro-batches), and `cost`
+    (a `StepCost`, default the CASE's fit) gives each plan's utilisation across ranks."""
+    from tuneproof.data.packing import PackedBatchSampler, best_fit_decreasing
+    from tuneproof.data.ranks import rank_utilisation
     from tuneproof.data.sampler import BucketBatchSampler
     from tuneproof.data.stats import hf_length_grouped_plan, plan_stats, random_plan
 
-    check_compare_args(micro_batch, grad_accum, choices, sweep, attn, seed)
+    check_compare_args(micro_batch, grad_accum, choices, sweep, attn, seed, ranks)
     capacity = micro_batch * int(lengths.max())
+
+    def bucketed(rank_plan: str) -> Sequence[np.ndarray]:
+        return BucketBatchSampler(lengths, micro_batch, grad_accum, seed=seed, num_replicas=ranks, rank=0,
+                                  rank_plan=rank_plan).global_plan()  # fmt: skip
+
     planners: dict[str, Callable[[], Sequence[np.ndarray]]] = {
-        "bucketed": lambda: BucketBatchSampler(lengths, micro_batch, grad_accum, seed=seed).global_plan(),
+        "bucketed": lambda: bucketed("synchronous"),
+        "bucketed (interleaved)": lambda: bucketed("interleaved"),
         "random": lambda: random_plan(lengths.size, micro_batch, seed),
         "hf-length-grouped": lambda: hf_length_grouped_plan(lengths, micro_batch, grad_accum, seed),
-        "packing": lambda: _shuffled(best_fit_decreasing(lengths, capacity), seed),
-    }
+        "packing": lambda: (
+            _shuffled(best_fit_decreasing(lengths, capacity), seed) if ranks == 1
+            else PackedBatchSampler(lengths, capacity, seed=seed, num_replicas=ranks, rank=0).global_plan()
+        ),
+    }  # fmt: skip
+    names = ("bucketed", *(("bucketed (interleaved)",) if ranks > 1 else ()), *choices)
+    window = grad_accum * ranks  # one optimizer step: what the gradient averages over
+    step_cost = cost if cost is not None else _case_cost()
     results = []
-    for name in ("bucketed", *choices):
+    for name in names:
         plan, seconds = _timed(planners[name])
         packed = name == "packing"
-        stats = plan_stats(plan, lengths, roots, grad_accum, capacity=capacity if packed else None)
+        stats = plan_stats(plan, lengths, roots, window, capacity=capacity if packed else None)
         attn_flops = attention_flops(shape, attn, plan, lengths, packed) if shape is not None else {}
-        results.append(SamplerResult(name, stats, seconds, attn_flops))
+        use = None
+        if ranks > 1:
+            use = rank_utilisation(plan, lengths, ranks, grad_accum, step_cost,
+                                   capacity=capacity if packed else None)  # fmt: skip
+        results.append(SamplerResult(name, stats, seconds, attn_flops, use))
     rows = []
     for width in sweep:
         plan, seconds = _timed(

@@ -118,25 +118,59 @@ def best_fit_decreasing(lengths: np.ndarray, capacity: int) -> list[np.ndarray]:
 
 class PackedBatchSampler(Sampler[list[int]]):
     """Each item is one packed row: the indices of the documents packed into `capacity` tokens.
-    Rows are shuffled per (seed, epoch); packing itself is deterministic."""
+    Rows are shuffled per (seed, epoch); packing itself is deterministic.
+
+    Several ranks (`num_replicas`, `rank`, from torch.distributed when left out) split the rows
+    without communication, as `BucketBatchSampler` does: `rank_plan="synchronous"` (the default) runs
+    rows of neighbouring cost together on the R ranks (cost: sum of squared document lengths, the
+    attention part, plus capacity x tokens, the linear part), shuffling the rank-groups;
+    "interleaved" deals the shuffled rows round-robin. The remainder is completed by repeating rows
+    (or dropped with drop_last), so every rank runs the same number of rows."""
 
     def __init__(
-        self, lengths: Sequence[int] | np.ndarray, capacity: int, shuffle: bool = True, seed: int = 0
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        capacity: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        drop_last: bool = False,
+        rank_plan: str = "synchronous",
     ) -> None:
+        from tuneproof.data.sampler import RANK_PLANS, _world
+
         self.lengths = _check_lengths(lengths)
         validate.integer("capacity", capacity, hint="a token capacity per packed row")
         validate.integer("seed", seed, low=0, high=2**63 - 1)
+        validate.choice("rank_plan", rank_plan, RANK_PLANS)
         self.capacity, self.shuffle, self.seed, self.epoch = capacity, shuffle, seed, 0
+        self.num_replicas, self.rank = _world(num_replicas, rank)
+        self.drop_last, self.rank_plan = drop_last, rank_plan
         self.rows = best_fit_decreasing(self.lengths, capacity)
 
-    def plan(self) -> list[np.ndarray]:
-        if not self.shuffle:
-            return list(self.rows)
-        perm = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.rows))
+    def global_plan(self) -> list[np.ndarray]:
+        """Every row of the epoch in the order the ranks take them (rank r: positions r, r + R, ...)."""
+        from tuneproof.data.sampler import rank_groups
+
+        rng = np.random.default_rng([self.seed, self.epoch]) if self.shuffle else None
+        r, n = self.num_replicas, len(self.rows)
+        if r > 1 and self.rank_plan == "synchronous":
+            cost = [float((self.lengths[row] ** 2).sum() + self.capacity * self.lengths[row].sum())
+                    for row in self.rows]  # fmt: skip
+            order = np.argsort(np.asarray(cost), kind="stable")
+            return [self.rows[order[i]] for i in rank_groups(n, r, self.drop_last, rng).reshape(-1)]
+        perm = rng.permutation(n) if rng is not None else np.arange(n)
+        if r > 1:
+            perm = perm[np.arange(n - n % r if self.drop_last else -(-n // r) * r) % max(n, 1)]
         return [self.rows[i] for i in perm]
 
+    def plan(self) -> list[np.ndarray]:
+        """This rank's rows for the epoch."""
+        return self.global_plan()[self.rank :: self.num_replicas]
+
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.plan())
 
     def __iter__(self) -> Iterator[list[int]]:
         for row in self.plan():

@@ -18,15 +18,20 @@ def render_buckets(
     grad_accum: int,
     attn: str | None,
     console: Console,
+    ranks: int = 1,
 ) -> None:
     from rich.table import Table
 
     base = next((r for r in results if r.name == "random"), None)
-    t = Table(
-        title=f"{n} lengths, micro-batch {micro_batch}, grad-accum {grad_accum} "
-        "(windows = grad-accum consecutive micro-batches)"
+    window = (
+        "windows = grad-accum consecutive micro-batches"
+        if ranks == 1
+        else f"{ranks} ranks; windows = one optimizer step, grad-accum x ranks micro-batches"
     )
+    t = Table(title=f"{n} lengths, micro-batch {micro_batch}, grad-accum {grad_accum} ({window})")
     cols = ["sampler", "padding", "zero-pad", "roots/window", "length mix", "plan s"]
+    if ranks > 1:
+        cols += ["rank use"]
     if attn:
         cols += [f"attn FLOPs ({attn})", "perf/int"]
     for c in cols:
@@ -49,6 +54,8 @@ def render_buckets(
             mix,
             f"{r.plan_seconds:.3f}",
         ]
+        if ranks > 1:
+            row += [f"{100 * r.ranks.utilisation:.1f} %"]
         if attn:
             a = r.attention
             row += [f"{a['performed']:.3e}", f"{a['performed'] / a['intended']:.2f}x"]
@@ -58,6 +65,15 @@ def render_buckets(
         "(%) = share of the random shuffle's value. Packed rows hold many documents, so their "
         "windows are not comparable on roots or length mix."
     )
+    if ranks > 1:
+        console.print(
+            "rank use = work done / (ranks x the slowest rank's time), summed over optimizer steps (DDP "
+            "syncs once per step), from the step-cost fit. Rank i runs micro-batches i, i + ranks, ...; "
+            "ours is rank-synchronous (neighbouring widths run together on the ranks), its interleaved "
+            "variant deals one rank's plan round-robin. With grad-accum 1 a synchronous step holds one "
+            "width on every rank: its length mix per step is ~0 by construction; mixing comes back "
+            "with grad-accum (each rank's window holds grad-accum shuffled widths)."
+        )
     if sweep:
         st = Table(
             title="bucket width sweep: padding grows, mixing does not move "

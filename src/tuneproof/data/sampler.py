@@ -10,9 +10,18 @@
 
 Deterministic for (seed, epoch). Distributed without communication: every rank computes the same
 global plan from (seed, epoch) and takes micro-batches rank, rank + R, rank + 2R, ...
-Remainder policy, stated once: with drop_last the last (num_batches mod R) micro-batches of the
-shuffled plan are dropped; without it the first R - (num_batches mod R) micro-batches are repeated,
-so every rank runs the same number of steps either way.
+- `rank_plan="synchronous"` (the default with R > 1): the same two halves one level up. The R
+  micro-batches that run at the same step on the R ranks are R neighbours in length order (a
+  rank-group: adjacent widths, so no rank waits on another's longer batch), their order inside the
+  group is random, and the rank-groups are what the global shuffle mixes. A rank's accumulation
+  window then holds one member of each of G shuffled groups: its widths still mix, and its sum
+  matches every other rank's. Remainder: the (num_batches mod R) shortest micro-batches form a short
+  group, dropped with drop_last, else completed by repeating their nearest longer neighbours.
+- `rank_plan="interleaved"`: the plan of one rank dealt round-robin (the earlier behaviour): ranks
+  hold micro-batches of unrelated widths at each step. With drop_last the last (num_batches mod R)
+  micro-batches of the shuffled plan are dropped; without it the first R - (num_batches mod R) are
+  repeated.
+Either way every rank runs the same number of steps.
 Resumable: `state_dict()` holds (seed, epoch, position); `load_state_dict` restarts at that exact
 micro-batch. Position counts micro-batches handed out by this sampler: a DataLoader that prefetches
 may have taken more than the model consumed, so pass `consumed=` when saving.
@@ -79,6 +88,23 @@ def token_budget_chunks(order: np.ndarray, lengths: np.ndarray, max_tokens: int,
     return Plan(order, np.asarray(cuts[::-1], dtype=np.int64))
 
 
+RANK_PLANS = ("synchronous", "interleaved")
+
+
+def rank_groups(n: int, ranks: int, drop_last: bool, rng: np.random.Generator | None) -> np.ndarray:
+    """(groups, ranks) positions into a plan of `n` micro-batches in length order: each row R
+    neighbours, counted from the longest end; the short remainder dropped (drop_last) or completed with
+    its nearest longer neighbours. Rows are shuffled, and so is each row's order, when `rng` is given."""
+    short = n % ranks
+    full = np.arange(short, n).reshape(-1, ranks)
+    if short and not drop_last:
+        partial = np.arange(ranks) % n  # the short ones, then their neighbours (cycled when n < R)
+        full = np.concatenate([partial[None, :], full])
+    if rng is not None and full.size:
+        full = rng.permuted(full, axis=1)[rng.permutation(full.shape[0])]
+    return full
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """Micro-batches of same-length neighbours, shuffled globally. For DataLoader(batch_sampler=...)."""
 
@@ -96,6 +122,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         rank: int | None = None,
         roots: Sequence[int] | np.ndarray | None = None,
         max_tokens: int | None = None,
+        rank_plan: str = "synchronous",
     ) -> None:
         self.lengths = _check_lengths(lengths)
         validate.integer("micro_batch_size", micro_batch_size, high=1 << 20)
@@ -129,6 +156,7 @@ class BucketBatchSampler(Sampler[list[int]]):
                     f"{max_tokens} is below length {int(self.lengths[i])} at index {i}",
                     "raise it or truncate that example",
                 )
+        validate.choice("rank_plan", rank_plan, RANK_PLANS)
         num_replicas, rank = _world(num_replicas, rank)
         self.micro_batch_size, self.grad_accum = micro_batch_size, grad_accum
         self.bucket_width = bucket_width
@@ -137,6 +165,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.num_replicas, self.rank = num_replicas, rank
         self.roots = None if roots is None else np.asarray(roots)
         self.max_tokens = max_tokens
+        self.rank_plan = rank_plan
         self.epoch = 0
         self.position = 0
 
@@ -157,6 +186,8 @@ class BucketBatchSampler(Sampler[list[int]]):
             plan = token_budget_chunks(order, self.lengths, self.max_tokens, self.micro_batch_size)
         else:
             plan = Plan.fixed(order, self.micro_batch_size, self.drop_last)
+        if self.num_replicas > 1 and self.rank_plan == "synchronous":
+            return plan.select(rank_groups(len(plan), self.num_replicas, self.drop_last, rng).reshape(-1))
         return plan if rng is None else plan.select(rng.permutation(len(plan)))
 
     def plan(self, epoch: int | None = None) -> Plan:
