@@ -203,6 +203,36 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("0,0", "--fit: step-cost terms a and b are both 0"),
         ],
     },
+    "plan": {
+        "--lengths": [
+            ("@missing", "lengths file not found"),
+            ("@empty", "holds no lengths"),
+            ("@not-json", "not JSON"),
+            ("@bad-gzip", "cannot read"),
+        ],
+        "--micro-batch": [("0", "--micro-batch must be >= 1"), ("two", "'two' is not a valid integer")],
+        "--grad-accum": [("-1", "--grad-accum must be >= 1")],
+        "--ranks": [("0", "--ranks must be >= 1"), ("30000", "do not fill one optimizer step")],
+        "--epochs": [("0", "--epochs must be > 0"), ("nan", "--epochs must be a finite number")],
+        "--fit": [("1e-4", "is not A,B"), ("-1e-4,1e-8", "--fit: step-cost term a is -0.0001")],
+        "--points": [
+            ("@missing", "points file not found"),
+            ("@not-json", "missing column"),
+            ("@empty", "missing column width, seconds (header: none)"),
+            ("@narrow-points", "the fit needs at least 4x"),
+        ],
+        "--config": CONFIG,
+        "--attn": [("xformers", "--attn 'xformers' is not known")],
+        "--mode": [("bogus", "--mode 'bogus' is not known")],
+        "--probe-budget": [("0", "--probe-budget must be > 0"), ("inf", "--probe-budget must be a finite")],
+        "--sampler": [("ours,fast", "--sampler 'fast' is not known"), ("", "--sampler is empty")],
+        "--step-overhead": [("-1", "--step-overhead must be >= 0")],
+        "--gpu-hour-cost": [
+            ("-2", "--gpu-hour-cost must be >= 0"),
+            ("nan", "--gpu-hour-cost must be a finite"),
+        ],
+        "--seed": [("-1", "--seed must be >= 0")],
+    },
     "gate": {
         "--base": ARM_FILES,
         "--tuned": ARM_FILES,
@@ -343,6 +373,12 @@ REQUIRED_FOR = {
     ("fingerprint", "model_dir"): [],
     ("fingerprint", "--compare"): [],
     ("quant-audit", "--checkpoint"): [],
+    ("plan", "--points"): ["--sampler", "ours"],
+    **{
+        ("plan", o): ["--probe", "--sampler", "ours", "--probe-budget", "1"]
+        for o in ("--config", "--attn", "--mode")
+    },
+    ("plan", "--probe-budget"): ["--probe"],
 }
 # cheap, valid companions so that each command stops at the bad value, never later
 QUICK = {
@@ -351,6 +387,7 @@ QUICK = {
     "adjudicate": ["--widths", "64"],
     "buckets": ["--sweep", "", "--compare", ""],
     "gate": ["--corpus", "@corpus"],
+    "plan": ["--fit", "1e-4,1e-8", "--sampler", "ours"],
 }
 
 
@@ -367,6 +404,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (d / "no-events").write_text(json.dumps({"events": []}))
     (d / "nan-duration").write_text('{"traceEvents": [{"ph": "X", "name": "k", "ts": 0, "dur": NaN}]}')
     (d / "file").write_text("keep me")
+    (d / "narrow-points").write_text("width,seconds\n" + "".join(f"{w},{w / 1000}\n" for w in (64, 96, 128)))
     (d / "points").write_text(
         "width,seconds\n" + "".join(f"{w},{w / 1000}\n" for w in (64, 128, 256) for _ in range(6))
     )

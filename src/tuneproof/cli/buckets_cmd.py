@@ -12,6 +12,7 @@ from tuneproof.cli.common import (
     console,
     int_list,
     json_option,
+    lengths_option,
     print_json,
     resolve_model,
     step_fit,
@@ -22,14 +23,7 @@ from tuneproof.data.compare import COMPARE_CHOICES
 
 
 @command()
-@click.option(
-    "--lengths",
-    "lengths_file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="One integer per line, or JSONL with 'length' (and 'root'); .gz too. "
-    "Default: the shipped synthetic set.",
-)
+@lengths_option
 @click.option("--micro-batch", type=int, default=2, show_default=True, help="Sequences per micro-batch.")
 @click.option(
     "--grad-accum", type=int, default=16, show_default=True, help="Micro-batches per optimizer step."

@@ -54,6 +54,27 @@ config_option = click.option(
     show_default=True,
     help="config.json path (or its folder); 'tiny' = the embedded Gemma-4-style model.",
 )
+lengths_option = click.option(
+    "--lengths",
+    "lengths_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="One integer per line, or JSONL with 'length' (and 'root'); .gz too. "
+    "Default: the shipped synthetic set.",
+)
+
+
+def probe_budget_option(what: str) -> Callable[[Callable[..., Any]], Any]:
+    return click.option(
+        "--probe-budget",
+        "probe_budget_s",
+        type=float,
+        default=30.0,
+        show_default=True,
+        help=f"Seconds of timing rounds for {what}.",
+    )
+
+
 json_option = click.option(
     "--json", "json_out", is_flag=True, help="Print one JSON object instead of tables."
 )

@@ -12,6 +12,7 @@ from tuneproof.cli.common import (
     console,
     json_option,
     print_json,
+    probe_budget_option,
     progress_bar,
     resolve_model,
 )
@@ -25,14 +26,7 @@ from tuneproof.cli.common import (
     default=None,
     help="Folder to write report.json into (created if missing).",
 )
-@click.option(
-    "--probe-budget",
-    "probe_budget_s",
-    type=float,
-    default=30.0,
-    show_default=True,
-    help="Seconds of timing rounds for the probe section.",
-)
+@probe_budget_option("the probe section")
 @click.option(
     "--report",
     "report_dir",

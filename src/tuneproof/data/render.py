@@ -90,3 +90,64 @@ def render_buckets(
                 f"{sw['length_mix']:.3f}",
             )
         console.print(st)
+
+
+def render_projection(projections: list[Any], model: Any, data: dict[str, Any], console: Console) -> None:
+    """`tuneproof plan`: one row per sampler, the interval, and what the projection extrapolates."""
+    from rich.table import Table
+
+    cost = model.cost
+    terms = (
+        f"C = {cost.c:.3g} s + " if cost.c else ""
+    ) + f"A = {cost.a:.3g} s/token, B = {cost.b:.3g} s/token^2"
+    per = "per sequence" if cost.batch == 1 else f"per micro-batch of {cost.batch}"
+    t = Table(
+        title=f"{data['num_lengths']:,} lengths, micro-batch {data['micro_batch']}, grad-accum "
+        f"{data['grad_accum']}, {data['ranks']} rank(s), {data['epochs']:g} epoch(s)"
+    )
+    cols = ["sampler", "wall", "95 % interval", "steps", "rank use", "tokens"]
+    if projections and projections[0].cost_usd is not None:
+        cols.append("cost")
+    for c in cols:
+        t.add_column(c, justify="left" if c == "sampler" else "right")
+    for p in projections:
+        ci = f"{_hours(p.wall_s_ci95[0])} - {_hours(p.wall_s_ci95[1])}" if p.wall_s_ci95 else "-"
+        row = [
+            p.sampler,
+            _hours(p.wall_s),
+            ci,
+            f"{p.steps:,}",
+            f"{100 * p.utilisation:.1f} %",
+            f"{p.tokens:,}",
+        ]
+        if p.cost_usd is not None:
+            row.append(f"${p.cost_usd:,.2f}")
+        t.add_row(*row)
+    console.print(t)
+    console.print(f"step cost: {terms} {per} ({model.source})")
+    if not model.replicates:
+        console.print(f"no interval: {model.no_interval}")
+    if model.measured is not None:
+        lo, hi = model.measured
+        for p in projections:
+            if p.extrapolated_share > 0:
+                console.print(
+                    f"{p.sampler}: {100 * p.extrapolated_share:.0f} % of the time is at widths outside the "
+                    f"measured {lo:,}-{hi:,} (widest micro-batch {p.widest:,}, "
+                    f"{p.widest / hi:.1f}x the widest measured): extrapolated"
+                )
+    if len(projections) > 1:
+        best = min(projections, key=lambda p: p.wall_s)
+        console.print(
+            ", ".join(f"{p.sampler} {_hours(p.wall_s)}" for p in projections)
+            + f" (the fastest, {best.sampler}, saves "
+            + f"{_hours(max(p.wall_s for p in projections) - best.wall_s)} on the slowest)"
+        )
+
+
+def _hours(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"

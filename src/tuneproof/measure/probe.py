@@ -10,6 +10,7 @@ optimizer; `forward` mode times the forward only.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import tempfile
@@ -164,6 +165,19 @@ class ProbeResult:
 OUT_FILES = ("points.csv", "kernels.csv", "trace.json.gz", "probe.json")  # what `--out` receives
 
 
+WIDTH_FLOOR = 16  # a probe's narrowest width at least this (narrower steps are all overhead)
+
+
+def span_widths(widths: Any) -> tuple[int, ...] | None:
+    """Three widths to probe for a run with these widths: its widest, a quarter of it or its narrowest
+    if narrower, and their geometric middle; None when the widest is too narrow for a 4x span."""
+    hi = int(max(widths))
+    lo = max(min(int(min(widths)), int(hi / MIN_SPAN)), WIDTH_FLOOR)
+    if hi / lo < MIN_SPAN:
+        return None
+    return (lo, round(math.sqrt(lo * hi)), hi)
+
+
 def _is_oom(e: BaseException) -> bool:
     """MemoryError, CUDA's "out of memory", or the CPU allocator's "can't allocate memory"."""
     text = str(e).lower()
@@ -201,23 +215,7 @@ def run_probe(
     check_probe(model, spec)
     if out is not None:
         check_out_folder(out, OUT_FILES)
-    steps = model_steps(model, spec)
-    timing = time_interleaved(
-        steps,
-        warmup=1,
-        min_repeats=spec.min_repeats,
-        max_repeats=spec.max_repeats,
-        budget_s=spec.budget_s,
-        target=spec.target,
-        progress=progress,
-    )
-    if len(timing.timings) < MIN_WIDTHS:
-        raise TuneproofError(
-            f"only {len(timing.timings)} width(s) ran ("
-            + ", ".join(f"{w}: {r}" for w, r in timing.skipped.items())
-            + ")",
-            "use smaller widths or batch",
-        )
+    steps, timing = time_widths(model, spec, progress)
     with tempfile.TemporaryDirectory() as tmp:
         keep = Path(tmp) / "trace.json"
         widths = sorted(timing.timings)
@@ -237,10 +235,70 @@ def run_probe(
     return result
 
 
+def time_widths(
+    model: ResolvedModel, spec: ProbeSpec, progress: Callable[[str], None] | None = None, net: Any = None
+) -> tuple[dict[int, Callable[[], None]], Interleaved[int]]:
+    """The timing half of the probe: (each width's step, the interleaved timing rounds), on `net` (a
+    `probe_model`) or a model built here. Widths that run out of memory are skipped; fewer than three
+    left is an error naming why."""
+    steps = model_steps(model, spec) if net is None else width_steps(net, spec, int(model.config.vocab_size))
+    timing = time_interleaved(
+        steps,
+        warmup=1,
+        min_repeats=spec.min_repeats,
+        max_repeats=spec.max_repeats,
+        budget_s=spec.budget_s,
+        target=spec.target,
+        progress=progress,
+    )
+    if len(timing.timings) < MIN_WIDTHS:
+        raise TuneproofError(
+            f"only {len(timing.timings)} width(s) ran ("
+            + ", ".join(f"{w}: {r}" for w, r in timing.skipped.items())
+            + ")",
+            "use smaller widths or batch",
+        )
+    return steps, timing
+
+
 def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[], None]]:
     """One training (or forward) step per width on `model` built with random weights; a step that
     runs out of memory raises `Skip` so that its width is dropped with the reason."""
     return width_steps(probe_model(model, spec), spec, int(model.config.vocab_size))
+
+
+def optimizer_seconds(net: Any, spec: ProbeSpec, vocab: int, repeats: int = 15) -> float:
+    """Median seconds of what a Trainer's optimizer step adds beyond forward and backward: gradient
+    clipping, AdamW's update of every trainable parameter, zeroing the gradients (on gradients from
+    one real backward at the narrowest width)."""
+    import time
+
+    import torch
+
+    params = [p for p in net.parameters() if p.requires_grad]
+    if not params:
+        return 0.0
+    optimizer = torch.optim.AdamW(params, lr=1e-12)  # a real update that leaves the weights as they are
+    gen = torch.Generator().manual_seed(spec.seed)
+    ids = torch.randint(0, vocab, (spec.batch, min(spec.widths)), generator=gen).to(spec.device)
+    times = []
+    for _ in range(repeats):
+        net(input_ids=ids, labels=ids).loss.backward()
+        _sync(spec.device)
+        t0 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        _sync(spec.device)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times[1:]))  # the first step allocates AdamW's state
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def probe_model(model: ResolvedModel, spec: ProbeSpec) -> Any:
@@ -306,7 +364,7 @@ def analyse(
     from tuneproof.model import lora_targets
 
     widths = sorted(timing.timings)
-    ws, ts = _rows(timing)
+    ws, ts = timing_rows(timing)
     fit = fit_scaling(ws, ts, seed=spec.seed)
     profiled = max(widths)
     cross = cross_check(
@@ -342,7 +400,7 @@ def analyse(
     return ProbeResult(model.name, spec, timing, fit, kernel_ms, first_table, cross, report, peak)
 
 
-def _rows(timing: Interleaved[int]) -> tuple[np.ndarray, np.ndarray]:
+def timing_rows(timing: Interleaved[int]) -> tuple[np.ndarray, np.ndarray]:
     """(width, seconds) of every timed repeat, outliers included (the fit sets them aside itself)."""
     widths = sorted(timing.timings)
     ws = np.concatenate([[w] * len(timing.timings[w].times_s) for w in widths]).astype(float)
@@ -428,7 +486,7 @@ def _keep(
 
     from tuneproof.io import atomic_write_bytes, atomic_write_text
 
-    ws, ts = _rows(timing)
+    ws, ts = timing_rows(timing)
     csv = "width,seconds\n" + "".join(f"{int(w)},{float(t)!r}\n" for w, t in np.column_stack([ws, ts]))
     points = atomic_write_text(out / "points.csv", csv)
     rows = "".join(

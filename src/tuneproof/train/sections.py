@@ -11,26 +11,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from tuneproof.errors import TuneproofError
-from tuneproof.measure.fit import MIN_SPAN
-
-WIDTH_FLOOR = 16  # the probe's narrowest width at least this (narrower steps are all overhead)
-
-
-def probe_widths(widths: list[int]) -> tuple[int, ...] | None:
-    """Three widths for the probe: the run's widest, a quarter of it or the narrowest if narrower, and
-    their geometric middle; None when the run's widest is too narrow for a 4x span."""
-    hi = max(widths)
-    lo = min(min(widths), int(hi / MIN_SPAN))
-    lo = max(lo, WIDTH_FLOOR)
-    if hi / lo < MIN_SPAN:
-        return None
-    mid = round(math.sqrt(lo * hi))
-    return (lo, mid, hi)
+from tuneproof.measure.probe import span_widths as probe_widths
 
 
 def report_sections(
