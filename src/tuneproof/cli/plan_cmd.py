@@ -20,7 +20,7 @@ from tuneproof.cli.common import (
     str_list,
     warn_unused,
 )
-from tuneproof.data.project import SAMPLERS
+from tuneproof.data.compare import PLAN_SAMPLERS as SAMPLERS
 
 
 @command()

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the planners load in the functions: the CLI reads COMPARE_C
     from tuneproof.data.stats import PlanStats
 
 COMPARE_CHOICES = ("random", "hf-length-grouped", "packing")
+PLAN_SAMPLERS = ("ours", *COMPARE_CHOICES)  # what `tuneproof plan` projects (ours: BucketBatchSampler)
 
 
 def _case_cost() -> Any:

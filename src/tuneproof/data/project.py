@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from tuneproof import validate
+from tuneproof.data.compare import PLAN_SAMPLERS
 from tuneproof.data.plan import Plan
 from tuneproof.data.ranks import StepCost, use_of
 from tuneproof.errors import TuneproofError
 
-SAMPLERS = ("ours", "random", "hf-length-grouped", "packing")
+SAMPLERS = PLAN_SAMPLERS
 RESAMPLES = 400
 
 
