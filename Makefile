@@ -34,6 +34,7 @@ bench: install
 	$(PY) bench/merge.py
 	$(PY) bench/callback.py
 	$(PY) bench/rank_balance.py
+	$(PY) bench/plan_vs_run.py
 
 # Mutation testing of the modules whose numbers and verdicts the CASE depends on (see README).
 mutate: install

@@ -135,7 +135,10 @@ def test_doctor_prints_and_writes_report(capsys, tmp_path: Path) -> None:
     assert code == 0 and "FLOPs per step" in out and "excess" in out
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     sections = report["sections"]
-    assert list(sections) == ["flops", "attention dispatch", "batching", "probe"]
+    assert list(sections) == ["flops", "attention dispatch", "batching", "probe", "projection"]
+    projection = sections["projection"]["samplers"]  # the probe's fit over the shipped lengths
+    assert projection["random"]["wall_s"] > projection["ours"]["wall_s"] > 0
+    assert sections["projection"]["line"].startswith("projection, forward pass on this device: ours ")
     assert sections["probe"]["cross_check"]["verdict"] in ("agree", "disagree", "inconclusive")
     assert sections["flops"]["rows"]
     assert sections["attention dispatch"]["predicted_sm120"]["layers"][0]["backend"] == "efficient"

@@ -178,6 +178,7 @@ def test_doctor_skips_the_probe_with_the_reason_for_a_large_model(capsys) -> Non
     assert main(["doctor", "--config", case, "--json"]) == 0
     sections = json.loads(capsys.readouterr().out)["sections"]
     assert "25.2B parameters" in sections["probe"]["skipped"]
+    assert sections["projection"] == {"skipped": "no probe fit to project with (the probe section says why)"}
     assert sections["flops"]["rows"] and sections["batching"]["samplers"]
 
 

@@ -54,7 +54,7 @@ def test_the_embedded_default_trains_and_leaves_a_mergeable_adapter(tmp_path: Pa
     # the same folder again is refused: nothing is overwritten
     capsys.readouterr()
     assert main(["train", "--output", str(out)]) == 2
-    assert "holds this run already" in capsys.readouterr().err
+    assert "holds this run finished" in capsys.readouterr().err
 
 
 def _recipe(tmp_path: Path, text: str) -> str:
@@ -76,7 +76,7 @@ def _recipe(tmp_path: Path, text: str) -> str:
         ('[optim]\nschedule = "cosin"\n', "did you mean 'cosine'?"),
         ('[run]\nattention = "flash"\n', "unknown run.attention 'flash'"),
         ("[lora]\nr = 2.5\n", "lora.r is 2.5"),
-        ('[data]\npath = "missing.jsonl"\n', "dataset missing.jsonl not found"),
+        ('[data]\npath = "missing.jsonl"\n', "/missing.jsonl not found"),
         ('[lora]\ntargets = ["nope_proj"]\n', "match nothing in the model"),
         ('[model]\nname = "some/hub-id"\n', "is not a local model folder"),
         ("[optim\n", "is not TOML"),
@@ -272,3 +272,114 @@ def test_a_run_too_short_to_train_the_adapter_says_so(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "[optim]\nmax_steps = 1\ngrad_accum = 1\nwarmup_ratio = 0.5\n")
     with pytest.warns(UserWarning, match="the adapter did not train everywhere"):
         assert main(["train", recipe, "--output", str(tmp_path / "out")]) == 0
+
+
+def test_a_finished_run_is_not_trained_past_its_end(tmp_path: Path, capsys) -> None:
+    recipe = _recipe(tmp_path, "[optim]\nmax_steps = 2\ngrad_accum = 1\n[run]\nprobe_budget_s = 0\n")
+    out = tmp_path / "run"
+    assert main(["train", recipe, "--output", str(out), "--json"]) == 0
+    capsys.readouterr()
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert main(["train", recipe, "--output", str(out), "--resume"]) == 2
+    assert "holds this run finished" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_resume_passes_over_a_checkpoint_cut_short_and_a_copied_run_resumes(tmp_path: Path, capsys) -> None:
+    import shutil
+
+    from tuneproof.train.run import last_checkpoint
+
+    recipe = _recipe(
+        tmp_path, "[optim]\nmax_steps = 4\ngrad_accum = 1\n[run]\nsave_steps = 2\nprobe_budget_s = 0\n"
+    )
+    out = tmp_path / "run"
+    assert main(["train", recipe, "--output", str(out), "--json"]) == 0
+    (out / "run_state.json").unlink()  # as if stopped before the end
+    shutil.rmtree(out / "adapter")
+    (out / "checkpoints" / "checkpoint-4" / "trainer_state.json").unlink()  # Ctrl-C during that save
+    assert last_checkpoint(out) == out / "checkpoints" / "checkpoint-2"
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)  # another folder, the same run: its output_dir alone differs
+    capsys.readouterr()
+    assert main(["train", recipe, "--output", str(copy), "--resume", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 4
+    for name in ("checkpoint-2", "checkpoint-4"):
+        shutil.rmtree(out / "checkpoints" / name, ignore_errors=name == "checkpoint-4")
+    (out / "checkpoints" / "checkpoint-4").mkdir()
+    assert main(["train", recipe, "--output", str(out), "--resume"]) == 2
+    assert "holds no complete checkpoint to resume from" in capsys.readouterr().err
+
+
+def test_a_recipe_changed_under_a_run_names_the_key(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    from tuneproof.train.recipe import from_dict
+
+    (out / "recipe.toml").write_text(from_dict({"optim": {"lr": 1e-4}}, "x").to_toml())
+    assert main(["train", _recipe(tmp_path, ""), "--output", str(out), "--resume"]) == 2
+    assert "differs from this recipe: optim.lr was 0.0001, now 0.0002" in capsys.readouterr().err
+
+
+BAD_CHATS = [
+    ([{"messages": [{"rol": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}],
+     "row 1, turn 1 is not a {role, content} pair of strings (it has: ['content', 'rol'])"),
+    ([{"messages": []}], "row 1's 'messages' is empty"),
+    ([{"messages": [{"role": "user", "content": "hi"}]}], "row 1 has no assistant turn"),
+    ([{"text": "plain"}, {"messages": [{"role": "user", "content": "hi"}]}], "row 2 is a chat ('messages')"),
+    ([{"text": "plain"}, {"text": 7}], "row 2's 'text' is int, not text"),
+    ([{"text": "plain"}, {"foo": "x"}], "row 2 has no text field 'text'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rows", "needle"), BAD_CHATS)
+def test_bad_rows_anywhere_are_refused_before_anything_is_written(
+    rows: list[dict], needle: str, tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = _recipe(tmp_path, '[data]\npath = "d.jsonl"\n')  # relative to the recipe's folder
+    assert main(["train", recipe, "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failure_after_the_first_write_leaves_nothing_behind(tmp_path: Path, monkeypatch, capsys) -> None:
+    import tuneproof.train.run as run
+    from tuneproof.errors import TuneproofError
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise TuneproofError("TRL's SFTTrainer cannot prepare the chat rows: boom", "check them")
+
+    monkeypatch.setattr(run, "build_trainer", refuse)
+    assert main(["train", "--output", str(tmp_path / "out")]) == 2
+    assert "cannot prepare the chat rows: boom" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # recipe.toml and base/ removed again
+    (tmp_path / "empty").mkdir()
+    assert main(["train", "--output", str(tmp_path / "empty")]) == 2
+    assert list((tmp_path / "empty").iterdir()) == []  # the folder stays, as empty as it was
+
+
+def test_model_folders_need_a_tokenizer_and_a_run_base_has_one(tmp_path: Path, capsys) -> None:
+    recipe = _recipe(tmp_path, "[optim]\nmax_steps = 1\ngrad_accum = 1\n[run]\nprobe_budget_s = 0\n")
+    assert main(["train", recipe, "--output", str(tmp_path / "run"), "--json"]) == 0
+    base = tmp_path / "run" / "base"
+    assert (base / "tokenizer.json").is_file()
+    again = _recipe(
+        tmp_path, f'[model]\nname = "{base}"\n[optim]\nmax_steps = 1\n[run]\nprobe_budget_s = 0\n'
+    )
+    capsys.readouterr()
+    assert main(["train", again, "--output", str(tmp_path / "again"), "--json"]) == 0  # trains from it
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (base / name).unlink()
+    assert main(["train", again, "--output", str(tmp_path / "third")]) == 2
+    assert "has no tokenizer that loads" in capsys.readouterr().err
+    assert not (tmp_path / "third").exists()
+
+
+def test_lora_targets_as_one_string_are_refused_with_the_list_to_write(tmp_path: Path, capsys) -> None:
+    assert (
+        main(["train", _recipe(tmp_path, '[lora]\ntargets = "q_proj"\n'), "--output", str(tmp_path / "o")])
+        == 2
+    )
+    assert 'write a list: targets = ["q_proj"]' in capsys.readouterr().err

@@ -23,7 +23,10 @@ def _probe(c: float) -> dict:
             "A": 1e-3, "B": 1e-6, "C": c, "model": "t = C + A*w + B*w^2 (NNLS)",
             "medians_s": {"100": 0.2, "400": 0.6}, "quad_share": {"100": 0.1, "400": 0.3},
         },
-        "points": [{"width": 100, "spread_s": 0.01}, {"width": 400, "spread_s": 0.02}],
+        "points": [
+            {"width": 100, "median_s": 0.2, "median_ci_s": [0.19, 0.22], "times_s": [0.18, 0.2, 0.25]},
+            {"width": 400, "median_s": 0.6, "median_ci_s": None, "times_s": [0.55, 0.6, 0.7]},
+        ],
         "kernels": {"classes": {"matmul": {"ms": 3.0}}, "source": "cpu_ops"},
     }  # fmt: skip
 
@@ -44,4 +47,14 @@ def test_samplers_without_roots_draw_padding_only_and_say_why() -> None:
     assert list(plot.series) == ["padding fraction"] and "no source-document ids" in plot.note
     batching["samplers"]["random"]["roots_per_window"] = 5.0
     (plot,) = section_plots({"batching": batching}, "x")
-    assert list(plot.series) == ["padding fraction", "roots per window"] and plot.note == ""
+    assert list(plot.series) == ["padding fraction", "roots per window"]
+    assert plot.note.startswith("roots per window: distinct source documents per gradient-accumulation")
+
+
+def test_the_measured_points_carry_their_median_interval_or_their_range() -> None:
+    (plot, kernels) = section_plots({"probe": _probe(0.0)}, "x")
+    (label,) = [k for k in plot.series if k.startswith("measured median")]
+    assert label == "measured median (bars: min-max)"  # one width has no interval: the range for all
+    measured = plot.series[label]
+    assert (measured["low"], measured["high"]) == ([0.18, 0.55], [0.25, 0.7])
+    assert "width 400" in kernels.title and "at the widest probed width" in kernels.note

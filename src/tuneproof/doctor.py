@@ -254,6 +254,52 @@ def buckets_section(shape: ModelShape) -> BucketsSection:
     return BucketsSection(results, sweep, int(lengths.size), widths)
 
 
+@dataclass(slots=True)
+class ProjectionSection:
+    """The shipped length set's whole run projected from the probe's fit (`tuneproof plan`): ours
+    against a random sampler, micro-batch 2, grad-accum 16, one rank. The probe times the forward
+    pass, so this is forward time on this device: the ratio carries over, the hours do not."""
+
+    projections: list[Any]  # Projection
+    model: Any  # StepModel
+
+    def line(self) -> str:
+        from tuneproof.data.render import hours as _h
+
+        ours, rnd = self.projections
+        ci = (f" (95 % interval {_h(ours.wall_s_ci95[0])}-{_h(ours.wall_s_ci95[1])})"
+              if ours.wall_s_ci95 else "")  # fmt: skip
+        return (
+            f"projection, forward pass on this device: ours {_h(ours.wall_s)}{ci}, random {_h(rnd.wall_s)} "
+            f"({rnd.wall_s / ours.wall_s:.2f}x); {100 * ours.extrapolated_share:.0f} % of ours is at widths "
+            f"beyond the probed {self.model.measured[0]}-{self.model.measured[1]} (extrapolated)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samplers": {p.sampler: p.to_dict() for p in self.projections},
+            "step_cost": {"A": self.model.cost.a, "B": self.model.cost.b, "C": self.model.cost.c,
+                          "batch": self.model.cost.batch, "source": self.model.source},
+            "line": self.line(),
+        }  # fmt: skip
+
+    def render(self, console: Console) -> None:
+        console.print(self.line())
+
+
+def projection_section(probe: Any) -> ProjectionSection | SkippedSection:
+    from tuneproof.data import synthetic_lengths
+    from tuneproof.data.project import StepModel, project
+    from tuneproof.measure.probe import timing_rows
+
+    if not isinstance(probe, ProbeSection):
+        return SkippedSection("no probe fit to project with (the probe section says why)")
+    ws, ts = timing_rows(probe.result.timing)
+    model = StepModel.from_points(ws, ts, probe.result.spec.batch, source="the doctor's probe (forward pass)")
+    lengths, _ = synthetic_lengths()
+    return ProjectionSection(project(lengths, BATCH, GRAD_ACCUM, model, samplers=("ours", "random")), model)
+
+
 def run_doctor(
     model: ResolvedModel, probe_budget_s: float = 30.0, progress: Callable[[str], None] | None = None
 ) -> DoctorReport:
@@ -270,6 +316,9 @@ def run_doctor(
         progress("batching")
     report.sections["batching"] = buckets_section(model.shape)
     report.sections["probe"] = probe_section(model, probe_budget_s, progress)
+    if progress:
+        progress("projection")
+    report.sections["projection"] = projection_section(report.sections["probe"])
     return report
 
 

@@ -288,4 +288,5 @@ def resolve_peak(
     if measure is not None:
         measured = measure()
         return Peak(measured.tflops, measured.source, measured.dtype, f"{why}: measured instead")
-    return Peak(None, None, d, (why or "") + ": give a GPU name or a peak in TFLOP/s")
+    fix = "give a GPU name or a peak in TFLOP/s" if table is None else "give the peak in TFLOP/s"
+    return Peak(None, None, d, f"{why or ''}: {fix}")

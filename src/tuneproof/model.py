@@ -146,8 +146,12 @@ def lora_targets(shape: ModelShape) -> list[str]:
 
 
 def apply_lora(model: Any, targets: list[str], rank: int) -> Any:
+    import warnings
+
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(
-        model, LoraConfig(r=rank, target_modules=peft_target_regex(targets), lora_dropout=0.0)
-    )
+    with warnings.catch_warnings():  # PEFT 0.21 reads transformers 5's deprecated is_gradient_checkpointing
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        return get_peft_model(
+            model, LoraConfig(r=rank, target_modules=peft_target_regex(targets), lora_dropout=0.0)
+        )

@@ -83,7 +83,9 @@ def _scaling(probe: dict[str, Any]) -> Plot:
     fit = probe["fit"]
     widths = sorted(int(float(w)) for w in fit["medians_s"])
     medians = [fit["medians_s"][str(w)] for w in widths]
-    spread = {p["width"]: p.get("spread_s") for p in probe["points"]}
+    intervals = all(p.get("median_ci_s") for p in probe["points"])
+    bars = {p["width"]: _bar(p, intervals) for p in probe["points"]}
+    measured = "measured median (bars: its 95 % interval)" if intervals else "measured median (bars: min-max)"
     a, b, c = fit["A"], fit["B"], fit.get("C") or 0.0
     grid = _grid(widths)
     constant = {"constant part C": {"x": grid, "y": [c for _ in grid]}} if c else {}
@@ -92,7 +94,10 @@ def _scaling(probe: dict[str, Any]) -> Plot:
         f"Step time vs width: measured medians and {fit['model'].split(' (')[0]} split into its parts",
         "lines", "width (tokens)", "seconds",
         {
-            "measured median": {"x": widths, "y": medians, "spread": [spread.get(w) for w in widths]},
+            measured: {
+                "x": widths, "y": medians,
+                "low": [bars[w][0] for w in widths], "high": [bars[w][1] for w in widths],
+            },
             "fit": {"x": grid, "y": [c + a * w + b * w * w for w in grid]},
             **constant,
             "linear part A*w": {"x": grid, "y": [a * w for w in grid]},
@@ -110,10 +115,21 @@ def _cross_line(probe: dict[str, Any]) -> str:
     cross = probe.get("cross_check") or {}
     if "verdict" not in cross:
         return "no cross-check"
+    notes = "; ".join(cross.get("notes") or [])
     return (
         f"quadratic share at width {cross['width']}: {100 * cross['quad_share_fit']:.1f} % from the fit vs "
-        f"{100 * cross['quad_share_kernels']:.1f} % from the profiled kernels: {cross['verdict']}"
+        f"{100 * cross['quad_share_kernels']:.1f} % from the profiled kernels: {cross['verdict']} "
+        f"({cross['reason']})" + (f"; {notes}" if notes else "")
     )
+
+
+def _bar(point: dict[str, Any], interval: bool) -> tuple[float, float]:
+    """A measured point's error bar: its median's 95 % interval, or the range of its repeats."""
+    if interval:
+        low, high = point["median_ci_s"]
+        return float(low), float(high)
+    times = point.get("times_s") or [point["median_s"]]
+    return float(min(times)), float(max(times))
 
 
 def _grid(widths: list[int]) -> list[float]:
@@ -122,28 +138,43 @@ def _grid(widths: list[int]) -> list[float]:
 
 
 def _kernels(probe: dict[str, Any]) -> Plot:
-    classes = probe["kernels"]["classes"]
+    kernels = probe["kernels"]
+    classes = kernels["classes"]
     names = sorted(classes)
+    values = [classes[c]["ms"] for c in names]
+    idle = kernels.get("idle_ms")
+    if idle is not None:
+        names, values = [*names, "idle (no kernel running)"], [*values, idle]
+    width = max(p["width"] for p in probe["points"])
     return Plot(
         "kernel_classes",
-        f"Busy time by kernel class ({probe['kernels']['source']}, widest width)",
-        "bars", "", "ms", {"ms": {"x": names, "y": [classes[c]["ms"] for c in names]}},
+        f"Time by kernel class in one profiled step at width {width} ({kernels['source']})",
+        "bars", "", "ms", {"ms": {"x": names, "y": values}},
+        note=f"one step's profile at the widest probed width ({width} tokens); shares in report.json",
     )  # fmt: skip
 
 
 def _samplers(buckets: dict[str, Any], length_set: str) -> Plot:
     names = sorted(buckets["samplers"])
+    used = buckets.get("used")
     rows = [buckets["samplers"][n] for n in names]
     series: dict[str, dict[str, list[Any]]] = {
         "padding fraction": {"x": names, "y": [r["padding_fraction"] for r in rows]}
     }
     roots = [r["roots_per_window"] for r in rows]
-    note = ""
+    notes = []
     if any(v is not None for v in roots):
         series["roots per window"] = {"x": names, "y": roots, "axis": ["right"]}
+        notes.append(
+            "roots per window: distinct source documents per gradient-accumulation window (higher mixes "
+            "more); packed rows hold many documents each, so their count is not comparable"
+        )
     else:
-        note = "no roots per window: these lengths carry no source-document ids"
-    title = "Padding and roots per window by sampler" if not note else "Padding by sampler"
+        notes.append("no roots per window: these lengths carry no source-document ids")
+    if used:
+        notes.append(f"this run used {used}")
+    note = "; ".join(notes)
+    title = "Padding and roots per window by sampler" if len(series) > 1 else "Padding by sampler"
     return Plot("samplers", f"{title} ({length_set})", "bars", "", "padding fraction", series, note)
 
 
@@ -226,9 +257,7 @@ def _draw(plot: Plot, path: Path) -> None:
                 ax.bar(i, value, bottom=bottom, color="#4c72b0" if total else "#dd8452")
                 base = value if i == 0 else base + (0 if total else value)
                 del name
-            ax.set_xticks(
-                range(len(s["x"])), [_short(x) for x in s["x"]], rotation=30, ha="right", fontsize=8
-            )
+            ax.set_xticks(range(len(s["x"])), [_wrapped(x) for x in s["x"]], fontsize=7)
         elif plot.kind == "bars":
             names = next(iter(plot.series.values()))["x"]
             width = 0.8 / len(plot.series)
@@ -244,10 +273,10 @@ def _draw(plot: Plot, path: Path) -> None:
                 target, right = _axis(ax, right, s, label)
                 style = "o" if "measured" in label else "-"
                 target.plot(s["x"], _finite(s["y"]), style, label=label, color=f"C{j}")
-                if s.get("spread") and any(v is not None for v in s["spread"]):
-                    target.errorbar(
-                        s["x"], s["y"], yerr=[v or 0 for v in s["spread"]], fmt="none", color=f"C{j}"
-                    )
+                if "low" in s:
+                    below = [max(y - lo, 0.0) for y, lo in zip(s["y"], s["low"], strict=True)]
+                    above = [max(hi - y, 0.0) for y, hi in zip(s["y"], s["high"], strict=True)]
+                    target.errorbar(s["x"], s["y"], yerr=[below, above], fmt="none", color=f"C{j}", capsize=4)
         ax.set_title(plot.title, fontsize=10)
         ax.set_xlabel(plot.x_label)
         ax.set_ylabel(plot.y_label)
@@ -272,16 +301,24 @@ def _axis(ax: Any, right: Any, series: dict[str, Any], label: str) -> tuple[Any,
         return ax, right
     if right is None:
         right = ax.twinx()
-        right.set_ylabel(label)
+        right.set_ylabel(RIGHT_AXIS.get(label, label))
     return right, right
+
+
+# the right axis is named after its first series; these name what all of its series share
+RIGHT_AXIS = {"mfu_intended": "MFU", "tflops_intended": "TFLOP/s"}
 
 
 def _finite(values: list[Any]) -> list[float]:
     return [float(v) if isinstance(v, int | float) and math.isfinite(v) else math.nan for v in values]
 
 
-def _short(text: str, limit: int = 44) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _wrapped(text: str, width: int = 22) -> str:
+    """A bar's label on a few short lines (a waterfall's names are long: 'sliding attention (4 layers,
+    sliding w=128): sdpa')."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def png_series(path: Path) -> dict[str, Any]:

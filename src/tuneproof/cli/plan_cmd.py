@@ -68,7 +68,7 @@ from tuneproof.data.compare import PLAN_SAMPLERS as SAMPLERS
     type=float,
     default=None,
     help="Seconds each optimizer step adds beyond its micro-batches (optimizer update, logging). "
-    "Default: measured by --probe (clipping + AdamW + zero_grad), else 0.",
+    "Default: measured by --probe (a Trainer step minus its bare micro-batch), else 0.",
 )
 @click.option("--gpu-hour-cost", type=float, default=None, help="USD per GPU-hour: adds each run's cost.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the samplers' shuffles.")

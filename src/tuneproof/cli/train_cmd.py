@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,7 +29,8 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
     from tuneproof.train.run import train as run_training
 
     parsed = read_recipe(recipe)
-    result = run_training(parsed, output, resume, quiet=json_out)
+    with _own_warnings_on_one_line():
+        result = run_training(parsed, output, resume, quiet=json_out)
     if not result.main:
         return  # one summary per run: rank 0 prints it
     if json_out:
@@ -34,6 +38,8 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
             "output_dir": str(result.output_dir), "adapter": str(result.adapter_dir), "steps": result.steps,
             "loss": result.loss, "health": result.health, "attention": result.attention,
             "base_fingerprint": str(result.fingerprint) if result.fingerprint else None,
+            "adapter_health": _if_file(result.output_dir / "adapter_health.json"),
+            "report": _if_file(result.output_dir / "report" / "report.md"),
         })  # fmt: skip
         return
     print(
@@ -43,6 +49,32 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
         print("          (the mean loss is over the steps of this session, as the Trainer reports it)")
     print(f"adapter   {result.adapter_dir}")
     print(f"health    {result.health or 'unknown (not a PEFT model)'}")
+    print(f"report    {result.output_dir / 'report' / 'report.md'} (plots beside it; report.json)")
     fp = result.fingerprint or "not recorded: the base is not a local safetensors folder"
     print(f"base      fingerprint {fp}")
     print(f"recipe    {result.output_dir / 'recipe.toml'} (every default filled in)")
+
+
+def _if_file(path: Path) -> str | None:
+    return str(path) if path.is_file() else None
+
+
+@contextlib.contextmanager
+def _own_warnings_on_one_line() -> Iterator[None]:
+    """tuneproof's warnings during the run as `warning: tuneproof: ...` lines on stderr, not with the
+    file and source line of the Trainer's callback dispatch that raised them (only the format
+    changes: whoever records warnings still gets them)."""
+    import warnings
+
+    formatted = warnings.formatwarning
+
+    def one_line(message: Any, category: Any, filename: str, lineno: int, line: Any = None) -> str:
+        if str(message).startswith("tuneproof:"):
+            return f"warning: {message}\n"
+        return formatted(message, category, filename, lineno, line)
+
+    warnings.formatwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = formatted

@@ -7,6 +7,12 @@ planned by the sampler the run will use, timed by a step-cost fit (`StepCost`: p
 synchronisation waits for the slowest rank (`tuneproof.data.ranks`). Wall time = the sum of those
 waits, plus a per-optimizer-step overhead when one is given (the optimizer update, logging).
 
+What the step cost covers: a micro-batch is costed at its padded width, every token slot computed
+(what padding costs); packed rows as their documents (a document-masked kernel: flex or flash
+varlen; under SDPA the block-diagonal mask is materialised and costs far more, see `tuneproof
+buckets --config`). A mask's own effect on the kernel (SDPA leaves its causal fast path for padded
+batches) is not in a fit measured on unpadded micro-batches.
+
 Uncertainty: with measured points (or a probe) the fit's coefficients are re-estimated on bootstrap
 resamples of the repeats within each width, and each resample's projection gives the 95 % interval;
 a fit given as numbers carries none (said so). Widths beyond the measured range are extrapolated: the
@@ -41,7 +47,9 @@ class StepModel:
     replicates: list[StepCost] = field(default_factory=list)
     measured: tuple[int, int] | None = None  # (narrowest, widest) measured width
     source: str = "given"
-    no_interval: str = "a fit given as numbers carries no uncertainty (pass --points or --probe)"
+    no_interval: str = (
+        "a fit given as numbers carries no uncertainty (time points or probe the model for one)"
+    )
 
     @classmethod
     def from_points(
@@ -251,18 +259,18 @@ def probe_step_model(
     progress: Callable[[str], None] | None = None,
 ) -> tuple[StepModel, float]:
     """Time `model` (a ResolvedModel, random weights) at three widths up to the longest length, with
-    micro-batches of `micro_batch`, and what an optimizer step adds beyond them (clipping, AdamW,
-    zero_grad): (the fitted StepModel, seconds per optimizer step)."""
+    micro-batches of `micro_batch`, and what a Trainer step adds beyond them (collator, clipping,
+    AdamW, scheduler, bookkeeping): (the fitted StepModel, seconds per optimizer step)."""
     import torch
 
     from tuneproof.measure.probe import (
         ProbeSpec,
         check_probe,
-        optimizer_seconds,
         probe_model,
         span_widths,
         time_widths,
         timing_rows,
+        trainer_step_seconds,
     )
 
     widths = span_widths([int(lengths.min()), int(lengths.max())])
@@ -277,10 +285,15 @@ def probe_step_model(
     check_probe(model, spec)
     net = probe_model(model, spec)
     _, timing = time_widths(model, spec, progress, net)
-    if progress:
-        progress("optimizer step")
-    overhead = optimizer_seconds(net, spec, int(model.config.vocab_size)) if mode != "forward" else 0.0
     ws, ts = timing_rows(timing)
     ran = ", ".join(map(str, sorted(timing.timings)))
     source = f"probe of {model.name} ({mode}, {attn}, {device}) at widths {ran}"
-    return StepModel.from_points(ws, ts, micro_batch, seed, source), overhead
+    fitted = StepModel.from_points(ws, ts, micro_batch, seed, source)
+    overhead = 0.0
+    if mode != "forward":  # a Trainer step at the narrowest width, less the fit's micro-batch there
+        if progress:
+            progress("a Trainer step's own overhead")
+        whole = trainer_step_seconds(net, spec, int(model.config.vocab_size))
+        narrowest = np.array([float(min(spec.widths))])
+        overhead = max(whole - float(fitted.cost(narrowest, np.array([float(micro_batch)]))[0]), 0.0)
+    return fitted, overhead

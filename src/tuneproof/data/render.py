@@ -111,10 +111,10 @@ def render_projection(projections: list[Any], model: Any, data: dict[str, Any], 
     for c in cols:
         t.add_column(c, justify="left" if c == "sampler" else "right")
     for p in projections:
-        ci = f"{_hours(p.wall_s_ci95[0])} - {_hours(p.wall_s_ci95[1])}" if p.wall_s_ci95 else "-"
+        ci = f"{hours(p.wall_s_ci95[0])} - {hours(p.wall_s_ci95[1])}" if p.wall_s_ci95 else "-"
         row = [
             p.sampler,
-            _hours(p.wall_s),
+            hours(p.wall_s),
             ci,
             f"{p.steps:,}",
             f"{100 * p.utilisation:.1f} %",
@@ -139,13 +139,13 @@ def render_projection(projections: list[Any], model: Any, data: dict[str, Any], 
     if len(projections) > 1:
         best = min(projections, key=lambda p: p.wall_s)
         console.print(
-            ", ".join(f"{p.sampler} {_hours(p.wall_s)}" for p in projections)
+            ", ".join(f"{p.sampler} {hours(p.wall_s)}" for p in projections)
             + f" (the fastest, {best.sampler}, saves "
-            + f"{_hours(max(p.wall_s for p in projections) - best.wall_s)} on the slowest)"
+            + f"{hours(max(p.wall_s for p in projections) - best.wall_s)} on the slowest)"
         )
 
 
-def _hours(seconds: float) -> str:
+def hours(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:.2f} h"
     if seconds >= 60:

@@ -180,7 +180,7 @@ class TuneproofCallback(TrainerCallback):
         self._unlogged.append(_step_flops(self._run, state.global_step, pending, seconds))
         if self._run.frames_at_first_step is None:
             self._run.frames_at_first_step = _frames_compiled()
-            for line in first_step_warnings(self._run, self._unlogged[-1], pending):
+            for line in first_step_warnings(self._run, self._unlogged[-1], pending, bool(self.widths)):
                 warnings.warn(f"tuneproof: {line}", stacklevel=2)
         self.history.append(self._unlogged[-1])
 
@@ -233,9 +233,7 @@ def _read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None)
     trains = any(p.requires_grad for p in model.parameters())
     mode = "lora" if targets else ("full" if trains else "forward")
     attn = getattr(base.config, "_attn_implementation", None) or "eager"
-    grad_ckpt = bool(
-        getattr(base, "is_gradient_checkpointing", False) or getattr(args, "gradient_checkpointing", False)
-    )
+    grad_ckpt = bool(_checkpointing(base) or getattr(args, "gradient_checkpointing", False))
     dtype = next(base.parameters()).dtype
     tflops, source = _peak(gpu, peak_tflops, dtype, next(base.parameters()).device)
     ledger = MicroBatchLedger(resolved.shape, attn, mode, rank or 16, targets, grad_ckpt)
@@ -250,6 +248,14 @@ def _read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None)
         resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger,
         capability=capability, dtype=dtype_name,  # type: ignore[arg-type]
     )  # fmt: skip
+
+
+def _checkpointing(base: Any) -> bool:
+    """transformers 5 names it is_activation_checkpointing (is_gradient_checkpointing warns)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(base), name):
+            return bool(getattr(base, name))
+    return False
 
 
 def _lora(model: Any) -> tuple[int | None, tuple[str, ...]]:
@@ -376,10 +382,13 @@ def _log_first(callback: TuneproofCallback) -> None:
 PADDING_WARN = 0.10  # padding share of the first step worth a warning
 
 
-def first_step_warnings(run: _Run, step: StepFlops, pending: list[tuple[int, int, Any]]) -> list[str]:
+def first_step_warnings(
+    run: _Run, step: StepFlops, pending: list[tuple[int, int, Any]], bucketed: bool = False
+) -> list[str]:
     """One-line warnings from the first step's real batches: the explainer's slow-path advice for its
     widest micro-batch (masks materialised on sliding layers, head_dim past a backend's limit, padded
-    batches on global layers), and padding above 10 %."""
+    batches on global layers), and padding above 10 %. `bucketed`: the batches come from the bucketing
+    sampler already, so advice to bucket is left out."""
     out = []
     padding = 1 - step.tokens / step.slots if step.slots else 0.0
     if padding > PADDING_WARN:
@@ -405,6 +414,8 @@ def first_step_warnings(run: _Run, step: StepFlops, pending: list[tuple[int, int
     share = _attention_excess_share(run, batch, width, rows)
     if share < SLOW_PATH_WARN:  # the FLOP-only advice would save less than this: not worth a warning
         advice = [a for a in advice if not a.startswith((FLEX_ADVICE, BUCKET_ADVICE))]
+    if bucketed:
+        advice = [a for a in advice if not a.startswith(BUCKET_ADVICE)]
     return out + [
         f"slow attention path at width {width} ({100 * share:.1f} % of the micro-batch's FLOPs are "
         f"attention excess): {line}"

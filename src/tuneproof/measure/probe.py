@@ -267,31 +267,46 @@ def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[],
     return width_steps(probe_model(model, spec), spec, int(model.config.vocab_size))
 
 
-def optimizer_seconds(net: Any, spec: ProbeSpec, vocab: int, repeats: int = 15) -> float:
-    """Median seconds of what a Trainer's optimizer step adds beyond forward and backward: gradient
-    clipping, AdamW's update of every trainable parameter, zeroing the gradients (on gradients from
-    one real backward at the narrowest width)."""
+def trainer_step_seconds(net: Any, spec: ProbeSpec, vocab: int, steps: int = 14) -> float:
+    """Median seconds of a whole transformers Trainer step (collator, forward, backward, gradient
+    clipping, AdamW, the scheduler, zero_grad, the Trainer's bookkeeping) on micro-batches of the
+    narrowest width, after two warm-up steps: minus the bare step's time at that width, what a
+    Trainer step adds."""
+    import tempfile
     import time
 
     import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    params = [p for p in net.parameters() if p.requires_grad]
-    if not params:
-        return 0.0
-    optimizer = torch.optim.AdamW(params, lr=1e-12)  # a real update that leaves the weights as they are
+    from tuneproof.data.collate import PadToLongest, RowsDataset
+
+    width = min(spec.widths)
     gen = torch.Generator().manual_seed(spec.seed)
-    ids = torch.randint(0, vocab, (spec.batch, min(spec.widths)), generator=gen).to(spec.device)
-    times = []
-    for _ in range(repeats):
-        net(input_ids=ids, labels=ids).loss.backward()
-        _sync(spec.device)
-        t0 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        _sync(spec.device)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times[1:]))  # the first step allocates AdamW's state
+    rows = [{"input_ids": torch.randint(1, vocab, (width,), generator=gen).tolist()}
+            for _ in range(spec.batch * steps)]  # fmt: skip
+    times: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            _sync(spec.device)
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            _sync(spec.device)
+            times.append(time.perf_counter() - self.t0)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArguments(
+            output_dir=tmp, per_device_train_batch_size=spec.batch, max_steps=steps, learning_rate=1e-12,
+            save_strategy="no", report_to=[], disable_tqdm=True, logging_strategy="no", seed=spec.seed,
+            use_cpu=spec.device == "cpu", remove_unused_columns=False, log_level="error",
+        )  # fmt: skip
+        data = RowsDataset(rows)
+        trainer = Trainer(
+            model=net, args=args, train_dataset=data, data_collator=PadToLongest(0), callbacks=[Clock()]
+        )
+        trainer.train()
+    return float(np.median(times[2:]))
 
 
 def _sync(device: str) -> None:

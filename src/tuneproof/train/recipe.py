@@ -122,7 +122,25 @@ def read_recipe(path: Path | None) -> Recipe:
         ) from None
     except tomllib.TOMLDecodeError as e:
         raise TuneproofError(f"recipe {path} is not TOML: {e}", "fix the recipe") from None
-    return from_dict(data, str(path))
+    recipe = from_dict(data, str(path))
+    return _relative_to(recipe, Path(path).resolve().parent)
+
+
+def _relative_to(recipe: Recipe, folder: Path) -> Recipe:
+    """data.path, when relative, is read from the recipe's own folder, and so is model.name when that
+    folder holds it (else the name stays as written: a hub id is named as such in the error). The
+    resolved recipe written to the run records the absolute paths."""
+    from dataclasses import replace
+
+    def absolute(value: str) -> str:
+        return value if value == TINY or Path(value).is_absolute() else str(folder / value)
+
+    model = absolute(recipe.model.name)
+    return replace(
+        recipe,
+        model=replace(recipe.model, name=model if Path(model).exists() else recipe.model.name),
+        data=replace(recipe.data, path=absolute(recipe.data.path)),
+    )
 
 
 def from_dict(data: dict[str, Any], source: str) -> Recipe:
@@ -175,6 +193,12 @@ def check(r: Recipe, source: str) -> None:
     _number(source, "lora.r", r.lora.r, integer=True, low=1, high=4096)
     _number(source, "lora.alpha", r.lora.alpha, integer=False, low=1e-9)
     targets = r.lora.targets
+    if isinstance(targets, str) and targets not in ("all-linear", ""):
+        raise TuneproofError(
+            f"{source}: lora.targets is the string {targets!r}: PEFT reads a string as a regular expression "
+            "over whole module paths, which that name does not match",
+            f'write a list: targets = ["{targets}"] (or "all-linear")',
+        )
     if not (isinstance(targets, str) and targets) and not (
         isinstance(targets, list) and targets and all(isinstance(t, str) and t for t in targets)
     ):

@@ -50,16 +50,27 @@ def check_output(out: Path, recipe: Recipe, resume: bool) -> None:
         raise TuneproofError(f"{out} is a file", "pass a folder for the run")
     previous = out / RECIPE_NAME
     if previous.is_file():
-        if _body(previous.read_text()) != _body(recipe.to_toml()):
+        differs = _first_difference(previous, recipe)
+        if differs:
             raise TuneproofError(
-                f"{out} holds a different run (its {RECIPE_NAME} differs from this recipe)",
+                f"{out} holds a different run (its {RECIPE_NAME} differs from this recipe: {differs})",
                 "pass another output folder",
+            )
+        if _finished(out):
+            raise TuneproofError(
+                f"{out} holds this run finished (all its steps trained, the adapter saved)",
+                "pass another folder to train again",
             )
         if not resume:
             raise TuneproofError(
                 f"{out} holds this run already",
                 "resume it ({resume}), or pass another folder",
                 fields=("resume",),
+            )
+        if last_checkpoint(out) is None:
+            raise TuneproofError(
+                f"{out} holds no complete checkpoint to resume from (none has its trainer_state.json)",
+                "pass another folder to start again",
             )
     elif resume:
         raise TuneproofError(
@@ -72,9 +83,48 @@ def check_output(out: Path, recipe: Recipe, resume: bool) -> None:
     check_out_folder(out)  # creatable and writable, probed before the model loads
 
 
-def _body(toml: str) -> str:
-    """A resolved recipe without its first line (which names where it was read from)."""
-    return toml.split("\n", 1)[-1]
+def _first_difference(previous: Path, recipe: Recipe) -> str:
+    """The first key whose value differs between the run folder's recipe and this one ("" if none);
+    where the recipe was read from and the output folder's own path do not count (a copied run is
+    the same run)."""
+    import tomllib
+
+    try:
+        old = tomllib.loads(previous.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return f"{previous.name} cannot be read"
+    new = tomllib.loads(recipe.to_toml())
+    for part in sorted(set(old) | set(new)):
+        for key in sorted(set(old.get(part, {})) | set(new.get(part, {}))):
+            if (part, key) == ("run", "output_dir"):
+                continue
+            a, b = old.get(part, {}).get(key), new.get(part, {}).get(key)
+            if a != b:
+                return f"{part}.{key} was {a!r}, now {b!r}"
+    return ""
+
+
+STATE_NAME = "run_state.json"  # written at the end: the steps trained of the steps planned
+
+
+def _finished(out: Path) -> bool:
+    try:
+        state = json.loads((out / STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(state, dict) and state.get("finished"))
+
+
+def last_checkpoint(out: Path) -> Path | None:
+    """The newest complete checkpoint (its trainer_state.json written last by the Trainer): one cut
+    short by Ctrl-C during its save is passed over."""
+    folder = out / "checkpoints"
+    found = []
+    for p in folder.glob("checkpoint-*") if folder.is_dir() else []:
+        step = p.name.rsplit("-", 1)[-1]
+        if step.isdigit() and (p / "trainer_state.json").is_file():
+            found.append((int(step), p))
+    return max(found)[1] if found else None
 
 
 def read_records(recipe: Recipe) -> list[dict[str, Any]]:
@@ -84,27 +134,57 @@ def read_records(recipe: Recipe) -> list[dict[str, Any]]:
     records = _records(path)
     if not records:
         raise TuneproofError(f"dataset {path} is empty", "pass a dataset with rows")
-    first, field = records[0], recipe.data.text_field
+    field = recipe.data.text_field
     if is_chat(records):
         for i, rec in enumerate(records, 1):
-            if not isinstance(rec.get("messages"), list):
-                raise TuneproofError(
-                    f"{path}: row {i} has no chat 'messages' list, but row 1 has one",
-                    "make every row a chat ('messages') or every row text",
-                )
+            _check_chat(path, i, rec, recipe.data.assistant_only_loss)
         return records
-    if field in first and not isinstance(first[field], str):
+    for i, rec in enumerate(records, 1):
+        if isinstance(rec.get(field), str):
+            continue
+        if isinstance(rec.get("messages"), list):
+            raise TuneproofError(
+                f"{path}: row {i} is a chat ('messages'), but row 1 is text",
+                "make every row a chat ('messages') or every row text",
+            )
+        if field in rec:
+            raise TuneproofError(
+                f"{path}: row {i}'s {field!r} is {type(rec[field]).__name__}, not text",
+                "set data.text_field to a column of strings (chat rows go under 'messages')",
+            )
+        keys = ", ".join(sorted(rec)) or "none"
         raise TuneproofError(
-            f"{path}: row 1's {field!r} is {type(first[field]).__name__}, not text",
-            "set data.text_field to a column of strings (chat rows go under 'messages')",
-        )
-    if not isinstance(first.get(field), str):
-        keys = ", ".join(sorted(first)) or "none"
-        raise TuneproofError(
-            f"{path}: row 1 has no text field {field!r} and no chat 'messages' (its keys: {keys})",
+            f"{path}: row {i} has no text field {field!r} and no chat 'messages' (its keys: {keys})",
             "set data.text_field to the column holding the text",
         )
     return records
+
+
+def _check_chat(path: Path, i: int, rec: dict[str, Any], assistant_only: bool) -> None:
+    """A chat row: a non-empty list of {role, content} turns of strings; with assistant-only loss, at
+    least one assistant turn (else the row has nothing to learn)."""
+    turns = rec.get("messages")
+    fix = 'every row\'s \'messages\' is a list of {"role": ..., "content": ...} turns'
+    if not isinstance(turns, list):
+        raise TuneproofError(f"{path}: row {i} has no chat 'messages' list, but row 1 has one",
+                             "make every row a chat ('messages') or every row text")  # fmt: skip
+    if not turns:
+        raise TuneproofError(f"{path}: row {i}'s 'messages' is empty", fix)
+    for j, turn in enumerate(turns, 1):
+        ok = (
+            isinstance(turn, dict)
+            and isinstance(turn.get("role"), str)
+            and isinstance(turn.get("content"), str)
+        )
+        if not ok:
+            shown = sorted(turn) if isinstance(turn, dict) else type(turn).__name__
+            raise TuneproofError(f"{path}: row {i}, turn {j} is not a {{role, content}} pair of strings "
+                                 f"(it has: {shown})", fix)  # fmt: skip
+    if assistant_only and not any(t["role"] == "assistant" for t in turns):
+        raise TuneproofError(
+            f"{path}: row {i} has no assistant turn: with data.assistant_only_loss nothing in it trains",
+            "add the assistant's reply, drop the row, or set data.assistant_only_loss = false",
+        )
 
 
 def is_chat(records: list[dict[str, Any]]) -> bool:
@@ -200,7 +280,13 @@ def load_model(recipe: Recipe, attention: str) -> tuple[Any, Any, Path | None]:
         )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, TypeError) as e:
+        raise TuneproofError(
+            f"model {folder} has no tokenizer that loads ({str(e).splitlines()[0][:120]})",
+            "add the base's tokenizer files (tokenizer.json, tokenizer_config.json) to the folder",
+        ) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=attention, local_files_only=True)
@@ -266,6 +352,16 @@ def train(
     if main:
         check_output(out, recipe, resume)
     cuda = torch.cuda.is_available()
+    if quiet:  # stdout carries the caller's JSON and stderr stays for errors: no progress bars
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        try:
+            import datasets
+
+            datasets.disable_progress_bars()
+        except ImportError:
+            pass
     attention = recipe.run.attention
     if attention == "auto":
         attention = "flex_attention" if cuda else "sdpa"
@@ -279,25 +375,39 @@ def train(
     rows = None if chat else tokenise(records, recipe, tokenizer)
     model = apply_lora(rows_model, recipe)  # checked before anything is written
     model.unload()  # the base back as it was: saved below before the adapter goes on for training
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / RECIPE_NAME, recipe.to_toml())
-    if base_folder is None and main:  # the tiny base lives only in memory: keep it, so the run can be merged
-        base_folder = out / "base"
-        if not base_folder.is_dir():
-            rows_model.save_pretrained(base_folder)
-        # the callback fingerprints it; PEFT records it as the adapter's base (lora check, merge)
-        rows_model.config._name_or_path = rows_model.name_or_path = str(base_folder.resolve())
-    from transformers import set_seed
+    written: list[Path] = []  # what this run creates before training starts, removed if it fails
+    try:
+        if main:
+            if not out.exists():
+                written.append(out)
+            out.mkdir(parents=True, exist_ok=True)
+            if not (out / RECIPE_NAME).exists():
+                written.append(out / RECIPE_NAME)
+            atomic_write_text(out / RECIPE_NAME, recipe.to_toml())
+        if base_folder is None and main:  # the tiny base lives only in memory: keep it, to merge onto
+            base_folder = out / "base"
+            if not base_folder.is_dir():
+                written.append(base_folder)
+                rows_model.save_pretrained(base_folder)
+                tokenizer.save_pretrained(base_folder)  # a whole model folder: train or merge from it
+            # the callback fingerprints it; PEFT records it as the adapter's base (lora check, merge)
+            rows_model.config._name_or_path = rows_model.name_or_path = str(base_folder.resolve())
+        from transformers import set_seed
 
-    set_seed(recipe.optim.seed)  # lora_A's init draws from the global RNG, before the Trainer seeds it
-    model = apply_lora(rows_model, recipe)
-    trainer = build_trainer(model, tokenizer, recipe, records if chat else rows, out, cuda, quiet)
+        set_seed(recipe.optim.seed)  # lora_A's init draws from the global RNG, before the Trainer seeds it
+        model = apply_lora(rows_model, recipe)
+        trainer = build_trainer(model, tokenizer, recipe, records if chat else rows, out, cuda, quiet)
+    except BaseException:
+        for path in reversed(written):  # nothing half-written: the folder as it was
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        raise
     if quiet:  # stdout is for the caller's JSON: no progress bar, no printed logs
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
+    checkpoint = last_checkpoint(out) if resume else None
+    start = str(checkpoint) if checkpoint is not None else None
     sampler = use_bucketing(trainer)
     callback = TuneproofCallback(widths=sampler.widths())
     trainer.add_callback(callback)
@@ -308,12 +418,17 @@ def train(
 
         capability = tuple(torch.cuda.get_device_capability()) if cuda else None
         with enable_flex(model.get_base_model(), sampler.widths(), capability=capability):  # type: ignore[arg-type]
-            result = trainer.train(resume_from_checkpoint=True if resume else None)
+            result = trainer.train(resume_from_checkpoint=start)
     else:
-        result = trainer.train(resume_from_checkpoint=True if resume else None)
+        result = trainer.train(resume_from_checkpoint=start)
     adapter_dir = out / "adapter"
     trainer.save_model(str(adapter_dir))  # the main process only (the Trainer's own rule)
     main = trainer.is_world_process_zero()
+    if main:  # a run stopped early (a callback, a time limit) is not finished: --resume continues it
+        done = {"step": trainer.state.global_step, "max_steps": trainer.state.max_steps}
+        atomic_write_text(
+            out / STATE_NAME, json.dumps({**done, "finished": done["step"] >= done["max_steps"]})
+        )
     fingerprint_path = _move_fingerprint(out / "checkpoints", adapter_dir) if main else None
     health = callback.health.summary() if callback.health is not None else None
     if callback.health is not None and callback.health.healthy is False and main:
@@ -348,7 +463,7 @@ def build_trainer(
         output_dir=str(out / "checkpoints"), per_device_train_batch_size=opt.micro_batch,
         gradient_accumulation_steps=opt.grad_accum, learning_rate=opt.lr, lr_scheduler_type=opt.schedule,
         warmup_steps=opt.warmup_ratio, num_train_epochs=opt.epochs, max_steps=opt.max_steps,
-        gradient_checkpointing=opt.grad_ckpt, seed=opt.seed, logging_steps=recipe.run.logging_steps,
+        activation_checkpointing=opt.grad_ckpt, seed=opt.seed, logging_steps=recipe.run.logging_steps,
         save_strategy="steps", save_steps=recipe.run.save_steps, save_total_limit=2, disable_tqdm=quiet,
         report_to=[], use_cpu=not cuda, bf16=cuda, remove_unused_columns=False, log_level="warning",
     )  # fmt: skip
@@ -364,7 +479,13 @@ def build_trainer(
         packing=False, padding_free=False,
     )  # fmt: skip
     chats = Dataset.from_list([{"messages": r["messages"]} for r in data])
-    return SFTTrainer(model=model, args=config, train_dataset=chats, processing_class=tokenizer)
+    try:
+        return SFTTrainer(model=model, args=config, train_dataset=chats, processing_class=tokenizer)
+    except (ValueError, RuntimeError, IndexError, KeyError, TypeError) as e:
+        raise TuneproofError(
+            f"TRL's SFTTrainer cannot prepare the chat rows: {str(e).splitlines()[0][:200]}",
+            "check the rows' 'messages' against the model's chat template",
+        ) from None
 
 
 def _free(cuda: bool) -> None:

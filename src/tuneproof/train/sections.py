@@ -51,6 +51,7 @@ def report_sections(
         "samplers": {r.name: r.to_dict() for r in results},
         "num_lengths": len(lengths),
         "what": "the run's own token lengths",
+        "used": "bucketed (tuneproof's BucketBatchSampler)",
     }
     probe, reason = _probe(resolved, recipe, attention, device, lengths, progress)
     if probe is not None:
