@@ -98,6 +98,9 @@ def run(steps: int, with_callback: bool, seed: int) -> tuple[list[float], float]
             disable_tqdm=True, remove_unused_columns=False, log_level="error",
         )  # fmt: skip
         trainer = Trainer(model=model, args=args, train_dataset=RowsDataset(rows))
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # every step is logged (the callback's cost): not printed
         sampler = use_bucketing(trainer)
         clock = StepClock()
         trainer.add_callback(clock.callback)

@@ -73,3 +73,15 @@ def test_packed_rows_are_split_across_ranks_in_balance() -> None:
                                           capacity=capacity).utilisation  # fmt: skip
     assert use["synchronous"] > 0.97 > 0.8 > use["interleaved"]
     assert PackedBatchSampler(lengths[:10], capacity, num_replicas=1, rank=0).plan()  # one rank: as before
+
+
+def test_any_step_cost_callable_works_too() -> None:
+    lengths = np.array([10, 10, 30, 30])
+    plan = [np.array([0, 1]), np.array([2, 3])]
+
+    def cost(widths: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return rows * np.sqrt(widths)  # any model of a micro-batch's seconds
+
+    use = rank_utilisation(plan, lengths, 2, 1, cost)
+    assert use.work_s == pytest.approx(2 * np.sqrt(10) + 2 * np.sqrt(30))
+    assert use.wall_s == pytest.approx(2 * np.sqrt(30)) and use.steps == 1

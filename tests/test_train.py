@@ -188,8 +188,11 @@ def test_chat_rows_train_through_the_chat_template(tmp_path: Path, capsys) -> No
         tmp_path, f'[data]\npath = "{tmp_path / "chat.jsonl"}"\n[optim]\nmax_steps = 2\ngrad_accum = 1\n'
     )
     assert main(["train", recipe, "--output", str(tmp_path / "out"), "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)  # --json: stdout is one strict JSON object, nothing else
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)  # --json: stdout is one strict JSON object, nothing else
     assert result["steps"] == 2 and result["adapter"].endswith("adapter")
+    assert result["report"].endswith("report.md") and result["adapter_health"].endswith("adapter_health.json")
+    assert "it/s" not in captured.err and "Writing" not in captured.err  # no progress bars either
 
 
 def _chats(n: int) -> list[dict]:
