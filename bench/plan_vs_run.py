@@ -65,6 +65,9 @@ def real_run(
     trainer = Trainer(
         model=model, args=args, train_dataset=data, data_collator=PadToLongest(pad_id), callbacks=[Loop()]
     )
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
     if bucketed:
         use_bucketing(trainer)
     t0 = time.perf_counter()

@@ -194,7 +194,11 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--config": CONFIG,
         "--attn": [("xformers", "--attn 'xformers' is not a known attention path")],
         "--seed": [("-1", "--seed must be >= 0")],
-        "--ranks": [("0", "--ranks must be >= 1"), ("x", "'x' is not a valid integer")],
+        "--ranks": [
+            ("0", "--ranks must be >= 1"),
+            ("x", "'x' is not a valid integer"),
+            ("30000", "do not fill one optimizer step"),
+        ],
         "--fit": [
             ("1e-4", "is not A,B"),
             ("a,b", "is not A,B"),

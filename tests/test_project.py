@@ -102,3 +102,49 @@ def test_bad_plans_are_refused(args: list[str], needle: str, capsys) -> None:
     assert main(["plan", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err, err
+
+
+def test_the_fastest_is_named_only_when_the_projection_can_tell() -> None:
+    from tuneproof.data.project import Projection
+    from tuneproof.data.render import fastest
+
+    def proj(name: str, wall: float, ci: tuple[float, float] | None) -> Projection:
+        return Projection(name, wall, ci, 10, 10, 100, 1.0, 1.0)
+
+    measured = StepModel.from_points(*_points([512, 2048, 8192]), batch=2)
+    apart = [proj("ours", 10.0, (9.0, 11.0)), proj("random", 20.0, (18.0, 22.0))]
+    assert fastest(apart, measured).startswith("the fastest, ours, saves")
+    close = [proj("ours", 10.0, (9.0, 11.0)), proj("random", 10.5, (10.0, 12.0))]
+    assert fastest(close, measured) == "no sampler named fastest: the intervals overlap (inconclusive)"
+    unmeasured = StepModel(measured.cost, [], (512, 8192), "probe", "2 kept repeat(s) at a width")
+    assert fastest(apart, unmeasured) == "no sampler named fastest: 2 kept repeat(s) at a width"
+    assert fastest(apart, CASE).endswith("(under this fit)")
+
+
+def test_points_beside_a_probe_json_take_its_batch(tmp_path: Path, capsys) -> None:
+    w, t = _points([512, 2048, 8192])
+    (tmp_path / "points.csv").write_text(
+        "width,seconds\n" + "".join(f"{int(a)},{b}\n" for a, b in zip(w, t, strict=True))
+    )
+    (tmp_path / "probe.json").write_text(json.dumps({"spec": {"batch": 1}}))
+    assert main(["plan", "--points", str(tmp_path / "points.csv"), "--sampler", "ours", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["step_cost"]["batch"] == 1 and "timed at batch 1" in d["step_cost"]["source"]
+    (tmp_path / "probe.json").unlink()
+    assert main(["plan", "--points", str(tmp_path / "points.csv"), "--sampler", "ours", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_cost"]["batch"] == 2  # --micro-batch, and said so
+
+
+def test_too_little_to_plan_is_refused_by_plan_and_buckets(capsys) -> None:
+    assert main(["plan", "--fit", "1e-4,1e-8", "--epochs", "1e-9"]) == 2
+    assert "is less than one optimizer step (an epoch is 10000 steps)" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a probe and a few Trainer steps
+def test_plan_probe_json_is_one_json_object(tmp_path: Path, capsys) -> None:
+    (tmp_path / "l.txt").write_text("".join(f"{n}\n" for n in range(20, 260, 3)))
+    args = ["plan", "--probe", "--probe-budget", "2", "--lengths", str(tmp_path / "l.txt"), "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)  # nothing else on stdout: the Trainer's own prints are off
+    assert d["step_overhead_source"] == "measured by the probe" and d["step_overhead_s"] >= 0
+    assert d["step_cost"]["source"].startswith("probe of embedded tiny")

@@ -268,7 +268,7 @@ class ProjectionSection:
 
         ours, rnd = self.projections
         ci = (f" (95 % interval {_h(ours.wall_s_ci95[0])}-{_h(ours.wall_s_ci95[1])})"
-              if ours.wall_s_ci95 else "")  # fmt: skip
+              if ours.wall_s_ci95 else f" (no interval: {self.model.no_interval})")  # fmt: skip
         return (
             f"projection, forward pass on this device: ours {_h(ours.wall_s)}{ci}, random {_h(rnd.wall_s)} "
             f"({rnd.wall_s / ours.wall_s:.2f}x); {100 * ours.extrapolated_share:.0f} % of ours is at widths "

@@ -227,7 +227,7 @@ def step_fit(text: str, flag: str) -> Any:
     try:
         return StepCost(a, b, c[0] if c else 0.0)
     except TuneproofError as e:
-        raise TuneproofError(f"{flag}: {e.message}", e.hint) from None
+        raise TuneproofError(f"{flag}: {e.what}", e.hint) from None
 
 
 def str_list(text: str) -> tuple[str, ...]:

@@ -41,8 +41,8 @@ from tuneproof.data.compare import PLAN_SAMPLERS as SAMPLERS
     "--points",
     type=click.Path(path_type=Path),
     default=None,
-    help="A width,seconds CSV of timed micro-batches of --micro-batch sequences (probe --out writes "
-    "points.csv): fitted here, with a 95 %% interval.",
+    help="A width,seconds CSV of timed micro-batches (probe --out writes points.csv; its probe.json "
+    "beside it gives their batch, else --micro-batch): fitted here, with a 95 % interval.",
 )
 @click.option(
     "--probe", is_flag=True, help="Time the model of --config now at three widths up to the longest."
@@ -126,7 +126,8 @@ def plan(
     if cost is not None:
         model = StepModel(cost)
     elif points is not None:
-        model = StepModel.from_points(widths, seconds, micro_batch, seed, f"points from {points}")
+        batch, said = _points_batch(points, micro_batch)
+        model = StepModel.from_points(widths, seconds, batch, seed, f"points from {points}, {said}")
     else:
         from tuneproof.data.project import probe_step_model
 
@@ -156,3 +157,21 @@ def plan(
     from tuneproof.data.render import render_projection
 
     render_projection(projections, model, data, console())
+
+
+def _points_batch(points: Path, micro_batch: int) -> tuple[int, str]:
+    """The batch the points were timed at: the probe's own (its probe.json beside points.csv), else
+    --micro-batch, and the words that say which."""
+    import json
+
+    beside = points.parent / "probe.json"
+    try:
+        batch = json.loads(beside.read_text())["spec"]["batch"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return (
+            micro_batch,
+            f"taken as micro-batches of {micro_batch} (--micro-batch; no probe.json beside them)",
+        )
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        return micro_batch, f"taken as micro-batches of {micro_batch} (probe.json's batch unreadable)"
+    return batch, f"timed at batch {batch} ({beside}), scaled to the plan's micro-batches"

@@ -31,7 +31,7 @@ import numpy as np
 from tuneproof import validate
 from tuneproof.data.compare import PLAN_SAMPLERS
 from tuneproof.data.plan import Plan
-from tuneproof.data.ranks import StepCost, use_of
+from tuneproof.data.ranks import StepCost, check_fills_one_step, use_of
 from tuneproof.errors import TuneproofError
 
 SAMPLERS = PLAN_SAMPLERS
@@ -137,12 +137,14 @@ def project(
 ) -> list[Projection]:
     """The run's wall time per sampler, from every micro-batch its plan holds."""
     check_plan_args(micro_batch, grad_accum, ranks, epochs, samplers, seed, step_overhead_s, gpu_hour_cost)
-    one_step = micro_batch * grad_accum * ranks
-    if lengths.size < one_step:
+    check_fills_one_step(int(lengths.size), micro_batch, grad_accum, ranks)
+    micro_batches = math.ceil(int(lengths.size) / micro_batch)
+    per_epoch = math.ceil(micro_batches / (ranks * grad_accum))
+    if epochs * per_epoch < 1:
         raise TuneproofError(
-            f"{lengths.size} lengths do not fill one optimizer step ({micro_batch} x {grad_accum} "
-            f"micro-batches on each of {ranks} ranks = {one_step} sequences)",
-            "pass more lengths, or fewer ranks, a smaller micro-batch or less accumulation",
+            f"{{epochs}} {epochs:g} is less than one optimizer step (an epoch is {per_epoch} steps)",
+            f"pass at least {1 / per_epoch:.3g}",
+            fields=("epochs",),
         )
     out = []
     for name in samplers:
@@ -270,7 +272,7 @@ def probe_step_model(
         span_widths,
         time_widths,
         timing_rows,
-        trainer_step_seconds,
+        trainer_overhead,
     )
 
     widths = span_widths([int(lengths.min()), int(lengths.max())])
@@ -282,18 +284,23 @@ def probe_step_model(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     spec = ProbeSpec(attn=attn, widths=widths, batch=micro_batch, mode=mode, device=device, budget_s=budget_s,
                      seed=seed)  # fmt: skip
-    check_probe(model, spec)
+    try:
+        check_probe(model, spec)
+    except TuneproofError as e:
+        raise TuneproofError(
+            f"the probe cannot time this run's longest lengths here: {e.what}",
+            "time them on the machine that fits them and give the points, or give a fit",
+        ) from None
     net = probe_model(model, spec)
-    _, timing = time_widths(model, spec, progress, net)
+    steps, timing = time_widths(model, spec, progress, net)
     ws, ts = timing_rows(timing)
     ran = ", ".join(map(str, sorted(timing.timings)))
     source = f"probe of {model.name} ({mode}, {attn}, {device}) at widths {ran}"
     fitted = StepModel.from_points(ws, ts, micro_batch, seed, source)
     overhead = 0.0
-    if mode != "forward":  # a Trainer step at the narrowest width, less the fit's micro-batch there
+    if mode != "forward":
         if progress:
             progress("a Trainer step's own overhead")
-        whole = trainer_step_seconds(net, spec, int(model.config.vocab_size))
-        narrowest = np.array([float(min(spec.widths))])
-        overhead = max(whole - float(fitted.cost(narrowest, np.array([float(micro_batch)]))[0]), 0.0)
+        narrowest = min(timing.timings)
+        overhead, _ = trainer_overhead(net, spec, int(model.config.vocab_size), steps[narrowest])
     return fitted, overhead

@@ -48,7 +48,7 @@ class StepCost:
             if not ok or value < 0:
                 raise TuneproofError(
                     f"step-cost term {name} is {value!r}",
-                    "the terms of t = c + a*w + b*w^2 are finite and >= 0 (a negative fit term is no cost)",
+                    "the terms of t = c + a*w + b*w^2 are finite and >= 0: a negative term is no cost",
                 )
         if self.a == 0 and self.b == 0:
             raise TuneproofError(
@@ -122,6 +122,17 @@ def rank_utilisation(
     validate.choice("sync", sync, SYNCS)
     seconds = micro_batch_seconds(plan, lengths, cost, capacity)
     return use_of(seconds, ranks, grad_accum, sync)
+
+
+def check_fills_one_step(num_lengths: int, micro_batch: int, grad_accum: int, ranks: int) -> None:
+    """Refuse lengths that cannot fill one optimizer step on every rank (the plan would be repeats)."""
+    one_step = micro_batch * grad_accum * ranks
+    if num_lengths < one_step:
+        raise TuneproofError(
+            f"{num_lengths} lengths do not fill one optimizer step ({micro_batch} x {grad_accum} "
+            f"micro-batches on each of {ranks} ranks = {one_step} sequences)",
+            "pass more lengths, or fewer ranks, a smaller micro-batch or less accumulation",
+        )
 
 
 def use_of(seconds: np.ndarray, ranks: int, grad_accum: int, sync: str = "step") -> RankUse:

@@ -76,8 +76,8 @@ def render_buckets(
         )
     if sweep:
         st = Table(
-            title="bucket width sweep: padding grows, mixing does not move "
-            "(bucket size is not a diversity knob)"
+            title="bucket width sweep, one rank, windows of grad-accum micro-batches: padding grows, "
+            "roots per window do not move (bucket size is not a diversity knob)"
         )
         for c in ("bucket width", "padding", "zero-pad", "roots/window", "length mix"):
             st.add_column(c, justify="right")
@@ -125,24 +125,54 @@ def render_projection(projections: list[Any], model: Any, data: dict[str, Any], 
         t.add_row(*row)
     console.print(t)
     console.print(f"step cost: {terms} {per} ({model.source})")
+    overhead = data.get("step_overhead_s") or 0.0
+    if overhead or data.get("step_overhead_source") != "none":
+        first = projections[0] if projections else None
+        share = 100 * overhead * first.steps / first.wall_s if first and first.wall_s else 0.0
+        name = first.sampler if first else ""
+        console.print(
+            f"per optimizer step: + {1000 * overhead:.1f} ms ({data.get('step_overhead_source')}), "
+            f"{share:.0f} % of {name}'s time"
+        )
     if not model.replicates:
         console.print(f"no interval: {model.no_interval}")
     if model.measured is not None:
         lo, hi = model.measured
         for p in projections:
-            if p.extrapolated_share > 0:
+            if p.extrapolated_share >= 0.005:
                 console.print(
                     f"{p.sampler}: {100 * p.extrapolated_share:.0f} % of the time is at widths outside the "
                     f"measured {lo:,}-{hi:,} (widest micro-batch {p.widest:,}, "
                     f"{p.widest / hi:.1f}x the widest measured): extrapolated"
                 )
+    if len(set(p.tokens for p in projections)) > 1:
+        console.print(
+            "tokens differ between samplers: a fraction of an epoch takes each sampler's first steps, and "
+            "filling the last step on every rank repeats a few examples"
+        )
     if len(projections) > 1:
-        best = min(projections, key=lambda p: p.wall_s)
         console.print(
             ", ".join(f"{p.sampler} {hours(p.wall_s)}" for p in projections)
-            + f" (the fastest, {best.sampler}, saves "
-            + f"{hours(max(p.wall_s for p in projections) - best.wall_s)} on the slowest)"
+            + f": {fastest(projections, model)}"
         )
+
+
+def fastest(projections: list[Any], model: Any) -> str:
+    """Which sampler is fastest, said only when the projection can tell: under a fit given as numbers
+    the ranking is the fit's; with measured points, only when the fastest's interval clears the rest."""
+    best = min(projections, key=lambda p: p.wall_s)
+    others = [p for p in projections if p is not best]
+    if not model.replicates and model.measured is not None:
+        return f"no sampler named fastest: {model.no_interval}"
+    if model.replicates and any(
+        p.wall_s_ci95 is None or best.wall_s_ci95 is None or p.wall_s_ci95[0] <= best.wall_s_ci95[1]
+        for p in others
+    ):
+        return "no sampler named fastest: the intervals overlap (inconclusive)"
+    saved = hours(max(p.wall_s for p in projections) - best.wall_s)
+    return f"the fastest, {best.sampler}, saves {saved} on the slowest" + (
+        "" if model.replicates else " (under this fit)"
+    )
 
 
 def hours(seconds: float) -> str:

@@ -267,11 +267,14 @@ def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[],
     return width_steps(probe_model(model, spec), spec, int(model.config.vocab_size))
 
 
-def trainer_step_seconds(net: Any, spec: ProbeSpec, vocab: int, steps: int = 14) -> float:
-    """Median seconds of a whole transformers Trainer step (collator, forward, backward, gradient
-    clipping, AdamW, the scheduler, zero_grad, the Trainer's bookkeeping) on micro-batches of the
-    narrowest width, after two warm-up steps: minus the bare step's time at that width, what a
-    Trainer step adds."""
+def trainer_overhead(
+    net: Any, spec: ProbeSpec, vocab: int, bare: Callable[[], None], steps: int = 14
+) -> tuple[float, float]:
+    """What a transformers Trainer step adds beyond its bare micro-batch (collator, gradient clipping,
+    AdamW, the scheduler, zero_grad, the Trainer's bookkeeping): the median whole Trainer step on
+    micro-batches of the narrowest width (after two warm-up steps), minus the median of `bare` (that
+    width's bare step) timed right after, so that a load on the machine hits both alike. Returns
+    (overhead seconds, floored at 0; the bare step's median)."""
     import tempfile
     import time
 
@@ -305,8 +308,21 @@ def trainer_step_seconds(net: Any, spec: ProbeSpec, vocab: int, steps: int = 14)
         trainer = Trainer(
             model=net, args=args, train_dataset=data, data_collator=PadToLongest(0), callbacks=[Clock()]
         )
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        trainer.remove_callback(PrinterCallback)  # stdout may carry the caller's JSON
+        trainer.remove_callback(ProgressCallback)
         trainer.train()
-    return float(np.median(times[2:]))
+    whole = float(np.median(times[2:]))
+    bare_times = []
+    for _ in range(steps):
+        _sync(spec.device)
+        t0 = time.perf_counter()
+        bare()
+        _sync(spec.device)
+        bare_times.append(time.perf_counter() - t0)
+    bare_s = float(np.median(bare_times[2:]))
+    return max(whole - bare_s, 0.0), bare_s
 
 
 def _sync(device: str) -> None:
