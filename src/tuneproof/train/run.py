@@ -67,11 +67,6 @@ def check_output(out: Path, recipe: Recipe, resume: bool) -> None:
                 "resume it ({resume}), or pass another folder",
                 fields=("resume",),
             )
-        if last_checkpoint(out) is None:
-            raise TuneproofError(
-                f"{out} holds no complete checkpoint to resume from (none has its trainer_state.json)",
-                "pass another folder to start again",
-            )
     elif resume:
         raise TuneproofError(
             f"{out} holds no run to resume", "drop {resume} or pass the run's folder", fields=("resume",)
@@ -408,6 +403,12 @@ def train(
         trainer.remove_callback(PrinterCallback)
     checkpoint = last_checkpoint(out) if resume else None
     start = str(checkpoint) if checkpoint is not None else None
+    if resume and checkpoint is None and main:  # stopped before its first complete checkpoint
+        import warnings
+
+        warnings.warn(
+            f"tuneproof: {out} holds no complete checkpoint yet: training from step 0", stacklevel=2
+        )
     sampler = use_bucketing(trainer)
     callback = TuneproofCallback(widths=sampler.widths())
     trainer.add_callback(callback)
