@@ -85,3 +85,45 @@ def test_any_step_cost_callable_works_too() -> None:
     use = rank_utilisation(plan, lengths, 2, 1, cost)
     assert use.work_s == pytest.approx(2 * np.sqrt(10) + 2 * np.sqrt(30))
     assert use.wall_s == pytest.approx(2 * np.sqrt(30)) and use.steps == 1
+
+
+def test_the_run_use_records_how_it_was_dealt_and_one_micro_batch_is_dealt_to_every_rank() -> None:
+    use = use_of(np.array([1.0, 3.0, 3.0, 1.0]), 2, 2, sync="micro")
+    assert (use.ranks, use.grad_accum, use.sync) == (2, 2, "micro")
+    single = use_of(np.array([2.0]), 2, 1)  # one micro-batch for two ranks: repeated on the second
+    assert (single.work_s, single.wall_s, single.steps) == (4.0, 2.0, 1)
+    from tuneproof.data.ranks import RankUse
+
+    assert use_of(np.zeros(0), 2, 1) == RankUse(2, 1, "step", 0, 0, 0.0, 0.0)  # nothing planned, said so
+
+
+def test_rank_utilisation_forwards_sync_and_capacity_and_checks_its_arguments() -> None:
+    lengths = np.array([1, 3, 3, 1, 4, 4])
+    plan = [np.array([0]), np.array([1]), np.array([2]), np.array([3])]
+    cost = StepCost(1.0, 0.0)
+    assert rank_utilisation(plan, lengths, 2, 2, cost).wall_s == 4.0  # synced per window
+    assert rank_utilisation(plan, lengths, 2, 2, cost, sync="micro").wall_s == 6.0  # per micro-batch
+    packed = [np.array([0, 1]), np.array([4, 5])]  # documents of 1 + 3 and 4 + 4 tokens
+    quad = StepCost(0.0, 1.0)
+    assert rank_utilisation(packed, lengths, 1, 1, quad, capacity=8).work_s == 1 + 9 + 16 + 16  # per document
+    assert rank_utilisation(packed, lengths, 1, 1, quad).work_s == 2 * 9 + 2 * 16  # padded rows
+    for args, needle in (((0, 1, "step"), "ranks must be >= 1"), ((1, 0, "step"), "grad_accum must be >= 1"),
+                         ((1, 1, "often"), "sync 'often' is not known")):  # fmt: skip
+        with pytest.raises(TuneproofError, match=needle):
+            rank_utilisation(plan, lengths, args[0], args[1], cost, sync=args[2])
+
+
+def test_packed_rows_under_a_callable_cost_carry_no_constant() -> None:
+    lengths = np.array([2, 3])
+    got = micro_batch_seconds([np.array([0, 1])], lengths, lambda w, rows: rows * w, capacity=5)
+    assert got.tolist() == [5.0]
+
+
+def test_one_step_exactly_is_enough() -> None:
+    from tuneproof.data.ranks import check_fills_one_step
+
+    check_fills_one_step(8, 2, 2, 2)
+    with pytest.raises(
+        TuneproofError, match=r"7 lengths do not fill one optimizer step \(2 x 2 .* = 8 sequences\)"
+    ):
+        check_fills_one_step(7, 2, 2, 2)
