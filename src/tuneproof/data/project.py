@@ -161,8 +161,9 @@ def _project_one(
     features = []  # per epoch: (ones, rows/batch*w, rows/batch*w^2) per micro-batch in run order
     tokens, widest = 0, 0
     capacity = micro_batch * int(lengths.max()) if name == "packing" else None
+    planner = _planner(name, lengths, micro_batch, grad_accum, ranks, seed)  # one sampler, every epoch
     for epoch in range(whole):
-        plan = Plan.from_batches(_planner(name, lengths, micro_batch, grad_accum, ranks, seed)(epoch))
+        plan = Plan.from_batches(planner(epoch))
         x = _features(plan, lengths, model.cost.batch, capacity)
         if epoch == whole - 1 and epochs < whole:  # a fraction of the last epoch: its first steps
             keep = round((epochs - epoch) * x.shape[1] / (ranks * grad_accum)) * ranks * grad_accum
@@ -173,14 +174,8 @@ def _project_one(
         widest = max(widest, max(int(lengths[b].max()) for b in plan))
 
     def wall(cost: StepCost) -> tuple[float, Any]:
-        total, work, uses = 0.0, 0.0, []
-        for x in features:
-            seconds = cost.c * x[0] + cost.a * x[1] + cost.b * x[2]
-            use = use_of(seconds, ranks, grad_accum)
-            total += use.wall_s + step_overhead_s * use.steps
-            work += use.work_s
-            uses.append(use)
-        return total, uses
+        uses = [use_of(cost.c * x[0] + cost.a * x[1] + cost.b * x[2], ranks, grad_accum) for x in features]
+        return sum(u.wall_s + step_overhead_s * u.steps for u in uses), uses
 
     point, uses = wall(model.cost)
     steps = sum(u.steps for u in uses)
