@@ -50,9 +50,8 @@ class FlopsSection:
         return {"widths": self.widths, "rows": self.rows, "detail": self.detail.to_dict()}
 
     def render(self, console: Console) -> None:
-        from rich.table import Table
-
         from tuneproof.flops.render import fmt_flops, render_report
+        from tuneproof.tables import Table
 
         t = Table(title=f"FLOPs per step (LoRA r={LORA_RANK}, grad-ckpt, batch {BATCH})")
         for col in ("width", "scenario", "intended", "performed", "perf/int", "largest excess"):

@@ -13,6 +13,21 @@ from typing import Any
 from tuneproof.errors import TuneproofError
 
 
+def input_file(path: str | Path, what: str, hint: str) -> Path:
+    """`path` as a readable regular file, or one line saying what it is instead: not there, a folder,
+    something else (a socket, a device), or unreadable. `what` names the input ("points file")."""
+    p = Path(path)
+    if p.is_dir():
+        raise TuneproofError(f"{what} {p} is a folder, not a file", hint)
+    if not p.exists():
+        raise TuneproofError(f"{what} not found: {p}", hint)
+    if not p.is_file():
+        raise TuneproofError(f"{what} {p} is not a regular file", hint)
+    if not os.access(p, os.R_OK):
+        raise TuneproofError(f"{what} {p} cannot be read (permission denied)", hint)
+    return p
+
+
 def umask() -> int:
     """The process umask, read without changing it where Linux allows (/proc/self/status)."""
     try:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
 from tuneproof.io import strict
 
 SERIES_KEY = "tuneproof-series"
@@ -236,12 +235,8 @@ def write_report(
 
 
 def _draw(plot: Plot, path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        raise TuneproofError(
-            "plots need matplotlib", "pip install 'tuneproof[report]' (or matplotlib)"
-        ) from None
+    import matplotlib  # a core dependency
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -43,7 +43,8 @@ def render_explanation(result: Explanation, console: Console) -> None:
 
 def render_adjudication(result: Adjudication, console: Console) -> None:
     from rich.markup import escape
-    from rich.table import Table
+
+    from tuneproof.tables import Table
 
     t = Table(title=f"distance to fp32 math truth ({result.dtype} on {result.device}; same rounded weights)")
     for col in (

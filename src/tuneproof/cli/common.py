@@ -122,21 +122,40 @@ def console() -> Any:
     return _Console(highlight=False)
 
 
+class _Lines:
+    """Progress off a terminal: one `progress: <what> (<elapsed>)` line on stderr when the description
+    changes, at most one every `every_s` seconds (a log file or CI gets a heartbeat, never a flood)."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        import time
+
+        self.clock = time.monotonic
+        self.start = self.clock()
+        self.every_s = every_s
+        self.last: float | None = None
+        self.text = ""
+
+    def __call__(self, text: str) -> None:
+        now = self.clock()
+        if text == self.text or (self.last is not None and now - self.last < self.every_s):
+            return
+        self.last, self.text = now, text
+        print(f"progress: {text} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
+
+
 @contextmanager
 def progress_bar() -> Iterator[Callable[[str], None]]:
-    """A transient spinner on stderr with elapsed time, only on a terminal; yields `update(description)`.
-    Off a terminal it prints nothing, so stderr holds only errors and warnings."""
+    """Progress on stderr, yielding `update(description)`: a transient spinner with elapsed time on a
+    terminal; off a terminal, a plain line at most every 10 s (see `_Lines`). stdout stays the result's."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     err = Console(stderr=True)
+    if not err.is_terminal:
+        yield _Lines()
+        return
     with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
     ) as bar:
         task = bar.add_task("starting", total=None)
         yield lambda msg: bar.update(task, description=msg)
@@ -144,22 +163,42 @@ def progress_bar() -> Iterator[Callable[[str], None]]:
 
 @contextmanager
 def count_bar(what: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar with a count and time left on stderr, only on a terminal; yields update(done, total)."""
+    """A progress bar with a count and time left on stderr, yielding update(done, total); off a
+    terminal, a plain `progress: <what> <done>/<total>` line at most every 10 s."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     err = Console(stderr=True)
+    if not err.is_terminal:
+        lines = _Lines()
+        yield lambda done, total: lines(f"{what} {done}/{total}")
+        return
     with Progress(
-        what,
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
+        what, BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err, transient=True
     ) as bar:
         task = bar.add_task(what, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def wrap_lines(lines: list[str], width: int) -> list[str]:
+    """Plain report lines wrapped to `width` at spaces. A `label     text` line (a word, then two or
+    more spaces) continues under its text; other lines under their own indent. A word longer than the
+    width (a path) stays whole on its own line."""
+    import re
+    import textwrap
+
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        m = re.match(r"^(\s*\S+\s{2,})", line) or re.match(r"^(\s*)", line)
+        indent = " " * len(m.group(1)) if m else ""
+        wrapped = textwrap.wrap(
+            line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        )
+        out.extend(wrapped or [line])
+    return out
 
 
 def check_out_file(out: Path, inputs: tuple[Path | str, ...] = ()) -> Path:

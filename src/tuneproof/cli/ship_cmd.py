@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tuneproof.cli.common import Command, check_out_file, console, count_bar, json_option, print_json, warn
+from tuneproof.cli.common import (
+    Command,
+    check_out_file,
+    console,
+    count_bar,
+    json_option,
+    print_json,
+    warn,
+    wrap_lines,
+)
 from tuneproof.errors import TuneproofError
 
 if TYPE_CHECKING:
@@ -22,7 +31,7 @@ _PATH = click.Path(path_type=Path)
 
 def _print(lines: list[str]) -> None:
     out = console()
-    for line in lines:
+    for line in wrap_lines(lines, out.width):
         out.print(line, soft_wrap=True, markup=False)
 
 

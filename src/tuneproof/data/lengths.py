@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from tuneproof.errors import TuneproofError
+from tuneproof.io import input_file
 from tuneproof.validate import MAX_TOKENS
 
 _INT = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit also accepts "²", which int() refuses
@@ -21,11 +22,7 @@ def read_lengths(path: str | Path) -> tuple[np.ndarray, np.ndarray | None]:
     """One integer per line, or JSONL objects with "length" and optional "root".
 
     Returns (lengths int64, roots int64 or None). Roots are mapped to dense ids in first-seen order."""
-    p = Path(path)
-    if not p.is_file():
-        raise TuneproofError(
-            f"lengths file not found: {p}", "pass one integer per line, or JSONL with 'length'"
-        )
+    p = input_file(path, "lengths file", "pass one integer per line, or JSONL with 'length'")
     opener = gzip.open if p.suffix == ".gz" else open
     lengths: list[int] = []
     roots: list[object] = []
@@ -87,6 +84,11 @@ def _parse(line: str, p: Path, line_no: int) -> tuple[int, object]:
 
 def synthetic_lengths() -> tuple[np.ndarray, np.ndarray]:
     """The shipped long-tail set: 20,000 lengths, lognormal, clipped to [64, 16384], ~5 samples per root."""
+    if not SYNTHETIC.is_file():  # an installation problem, not the user's input
+        raise TuneproofError(
+            f"the shipped lengths file is missing from this installation: {SYNTHETIC}",
+            "reinstall tuneproof (pip install --force-reinstall tuneproof), or pass --lengths",
+        )
     lengths, roots = read_lengths(SYNTHETIC)
     assert roots is not None
     return lengths, roots

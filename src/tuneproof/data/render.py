@@ -20,7 +20,7 @@ def render_buckets(
     console: Console,
     ranks: int = 1,
 ) -> None:
-    from rich.table import Table
+    from tuneproof.tables import Table
 
     base = next((r for r in results if r.name == "random"), None)
     window = (
@@ -29,11 +29,11 @@ def render_buckets(
         else f"{ranks} ranks; windows = one optimizer step, grad-accum x ranks micro-batches"
     )
     t = Table(title=f"{n} lengths, micro-batch {micro_batch}, grad-accum {grad_accum} ({window})")
-    cols = ["sampler", "padding", "zero-pad", "roots/window", "length mix", "plan s"]
+    cols = ["sampler", "padding", "zero-pad", "roots", "mix", "plan s"]
     if ranks > 1:
         cols += ["rank use"]
     if attn:
-        cols += [f"attn FLOPs ({attn})", "perf/int"]
+        cols += [f"attn FLOPs ({attn})", "perf / int"]
     for c in cols:
         t.add_column(c, justify="left" if c == "sampler" else "right")
     for r in results:
@@ -94,7 +94,7 @@ def render_buckets(
 
 def render_projection(projections: list[Any], model: Any, data: dict[str, Any], console: Console) -> None:
     """`tuneproof plan`: one row per sampler, the interval, and what the projection extrapolates."""
-    from rich.table import Table
+    from tuneproof.tables import Table
 
     cost = model.cost
     terms = (

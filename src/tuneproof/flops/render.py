@@ -34,7 +34,7 @@ def fmt_flops(x: float) -> str:
 
 
 def render_report(report: FlopReport, console: Console) -> None:
-    from rich.table import Table
+    from tuneproof.tables import Table
 
     run = report.run
     console.print(

@@ -20,6 +20,7 @@ from typing import Any
 
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
+from tuneproof.extras import require
 from tuneproof.gate.inputs import jsonl_objects
 from tuneproof.gate.tokens import TOKENIZER_FILES
 
@@ -68,7 +69,9 @@ class GenerateSpec:
 
 
 def check_paths(spec: GenerateSpec) -> None:
-    """Refuse a missing model or adapter folder before anything is loaded."""
+    """Refuse a missing model or adapter folder, or an adapter without PEFT, before anything is loaded."""
+    if spec.adapter is not None:
+        require("train", "generating with an adapter", ("peft",))
     if spec.model != "tiny" and not Path(spec.model).is_dir():
         raise TuneproofError(f"model folder not found: {spec.model}", "pass a local model folder or 'tiny'")
     if spec.model != "tiny":

@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
+from tuneproof.io import input_file
 
 
 def jsonl_objects(p: Path, what: str, hint: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line of a JSONL file (`.gz` read as gzip). `what` names
     the file in a not-found error ("base arm file")."""
-    if not p.exists():
-        raise TuneproofError(f"{what} not found: {p}", hint)
-    if not p.is_file():
-        raise TuneproofError(f"{what} {p} is not a regular file", hint)
+    input_file(p, what, hint)
     opener = gzip.open if p.suffix == ".gz" else open
     try:
         with opener(p, "rb") as f:
@@ -46,10 +44,7 @@ def jsonl_objects(p: Path, what: str, hint: str) -> Iterator[tuple[int, dict[str
 
 def read_text(p: Path, what: str, hint: str) -> str:
     """A whole UTF-8 text file (`.gz` read as gzip; a byte-order mark dropped)."""
-    if not p.exists():
-        raise TuneproofError(f"{what} not found: {p}", hint)
-    if not p.is_file():
-        raise TuneproofError(f"{what} {p} is not a regular file", hint)
+    input_file(p, what, hint)
     try:
         data = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
         return data.decode("utf-8-sig")

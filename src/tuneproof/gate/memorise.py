@@ -34,6 +34,7 @@ import numpy as np
 from tuneproof.errors import TuneproofError
 from tuneproof.gate.inputs import jsonl_objects
 from tuneproof.gate.tokens import Tokens
+from tuneproof.io import input_file
 
 DEFAULT_K = 32
 _P = 0x9E3779B97F4A7C15  # odd multiplier of the polynomial hash (the golden-ratio constant)
@@ -149,17 +150,7 @@ def _decode_block(chunk: bytes, p: Path, offset: int) -> str:
 
 def check_corpus(paths: Sequence[str | Path]) -> list[Path]:
     """Refuse missing or unreadable corpus files before any work starts."""
-    out = []
-    for path in paths:
-        p = Path(path)
-        if not p.exists():
-            raise TuneproofError(f"corpus file not found: {p}", CORPUS_HINT)
-        if not p.is_file():
-            raise TuneproofError(f"corpus file {p} is not a regular file", CORPUS_HINT)
-        if not os.access(p, os.R_OK):
-            raise TuneproofError(f"corpus file {p} cannot be read (permission denied)", CORPUS_HINT)
-        out.append(p)
-    return out
+    return [input_file(path, "corpus file", CORPUS_HINT) for path in paths]
 
 
 def corpus_key(paths: Sequence[Path], k: int, tokens: Tokens) -> str:

@@ -70,10 +70,9 @@ def _table(title: str, columns: tuple[str, ...], rows: list[list[str]], console:
                 + ", ".join(f"{c} {v}" for c, v in zip(columns[1:], row[1:], strict=True))
             )
         return
-    from rich import box
-    from rich.table import Table
+    from tuneproof.tables import Table
 
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
+    t = Table(title=title, padding=0)
     for i, col in enumerate(columns):
         # the name column wraps (between words where it can); numbers and verdicts never do
         t.add_column(col, justify="left" if i == 0 or col == "verdict" else "right", no_wrap=i > 0)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tuneproof.errors import TuneproofError
+from tuneproof.io import input_file
 from tuneproof.measure import robust
 
 MIN_WIDTHS = 3
@@ -45,9 +46,7 @@ MIN_SECONDS, MAX_SECONDS = 1e-9, 1e7  # a nanosecond to four months per step: ou
 
 def read_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Read a `width,seconds` CSV (one row per repeat; other columns are ignored). Errors name the line."""
-    p = Path(path)
-    if not p.is_file():
-        raise TuneproofError(f"points file not found: {p}", "pass a CSV with a 'width,seconds' header")
+    p = input_file(path, "points file", "pass a CSV with a 'width,seconds' header")
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as e:

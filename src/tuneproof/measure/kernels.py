@@ -19,6 +19,7 @@ from typing import Any
 
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
+from tuneproof.io import input_file
 
 CLASSES = ("attention", "gemm", "communication", "memory", "other")
 # what a profile's time splits into: the busy classes and the idle gaps between them
@@ -134,9 +135,7 @@ def load_trace(path: str | Path) -> dict[str, Any]:
     """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a dict with `traceEvents`."""
     import zlib
 
-    p = Path(path)
-    if not p.is_file():
-        raise TuneproofError(f"trace not found: {p}", "pass a profiler Chrome trace (.json or .json.gz)")
+    p = input_file(path, "trace", "pass a profiler Chrome trace (.json or .json.gz)")
     try:
         raw = p.read_bytes()
         if raw[:2] == b"\x1f\x8b":

@@ -186,9 +186,12 @@ def _is_oom(e: BaseException) -> bool:
 
 def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
     """Everything that can be refused before building the model: positions, device, memory."""
+    from tuneproof.extras import require
     from tuneproof.model import check_fits_on_cpu, check_positions
 
     check_positions(model, spec.widths)
+    if spec.mode == "lora":
+        require("train", "a LoRA probe ({mode} lora)", ("peft",))
     if spec.device == "cuda":
         import torch
 

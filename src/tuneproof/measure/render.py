@@ -22,7 +22,7 @@ def _pct(x: float) -> str:
 
 
 def render_kernels(table: KernelTable, console: Console) -> None:
-    from rich.table import Table
+    from tuneproof.tables import Table
 
     where = (
         "device kernels" if table.source == "device" else "CPU operator rows (self time; no device kernels)"
@@ -54,7 +54,7 @@ def render_kernels(table: KernelTable, console: Console) -> None:
 
 
 def render_fit(fit: ScalingFit, console: Console) -> None:
-    from rich.table import Table
+    from tuneproof.tables import Table
 
     console.print(
         f"{fit.model}, NNLS on per-width medians of {fit.num_rows} rows: A = {fit.a:.4g} s/token, "
@@ -94,9 +94,8 @@ def render_fit(fit: ScalingFit, console: Console) -> None:
 
 
 def render_probe(result: ProbeResult, console: Console) -> None:
-    from rich.table import Table
-
     from tuneproof.flops.render import render_mfu
+    from tuneproof.tables import Table
 
     s = result.spec
     console.print(

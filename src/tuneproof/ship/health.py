@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
+from tuneproof.extras import require
 from tuneproof.ship.adapter import ZERO_B_INITS, Adapter, Module, read_adapter
 from tuneproof.ship.identity import FINGERPRINT_NAME
 from tuneproof.ship.layout import FAMILIES, checkpoint_pieces, meta_model, parameters
@@ -178,6 +179,8 @@ def check_adapter(
     from tuneproof.ship.layout import read_config
     from tuneproof.ship.tensors import open_checkpoint
 
+    if base is not None:
+        require("train", "checking an adapter against a base (PEFT wraps it on the meta device)", ("peft",))
     base_config = read_config(base) if base is not None else None
     base_weights: Checkpoint | None = None
     if base is not None and Path(base).is_dir() and any(Path(base).glob("*.safetensors")):

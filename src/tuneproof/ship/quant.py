@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
+from tuneproof.extras import require
 from tuneproof.ship.layout import FAMILIES, family_of, matrices, parameters
 from tuneproof.ship.recipe import Recipe
 from tuneproof.ship.tensors import FLOAT_DTYPES, Checkpoint
@@ -212,13 +213,8 @@ class RecipeAudit:
 
 
 def audit_recipe(recipe: Recipe, config: dict[str, Any], eng: Engine) -> RecipeAudit:
-    try:
-        from compressed_tensors.utils.match import is_match
-    except ImportError:
-        raise TuneproofError(
-            "auditing a recipe needs compressed-tensors, whose matching rules the engines use",
-            "pip install 'tuneproof[quant]'",
-        ) from None
+    require("quant", "auditing a recipe (compressed-tensors' matching rules)", ("compressed_tensors",))
+    from compressed_tensors.utils.match import is_match
 
     from tuneproof.ship.layout import meta_model
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
+from tuneproof.extras import require
 
 # Modifiers that quantise weights (llm-compressor `modifiers/quantization`, `modifiers/gptq`, `modifiers/awq`
 # applies scales only and takes no scheme of its own).
@@ -56,6 +57,7 @@ def read_recipe(path: Path) -> Recipe:
     if path.suffix == ".py":
         return _from_python(path, text)
     if path.suffix in (".yaml", ".yml"):
+        require("quant", "reading a YAML recipe", ("yaml",))
         import yaml
 
         try:

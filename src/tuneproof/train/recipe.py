@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
+from tuneproof.io import input_file
 
 ATTENTION = ("auto", "sdpa", "eager", "flex_attention")
 SCHEDULES = ("cosine", "linear", "constant", "constant_with_warmup")
@@ -110,12 +111,9 @@ def read_recipe(path: Path | None) -> Recipe:
     """The recipe at `path` (TOML), or the embedded default when None."""
     if path is None:
         return Recipe()
+    input_file(path, "recipe", "pass a TOML recipe (docs/train.md lists its keys)")
     try:
         data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise TuneproofError(
-            f"recipe {path} not found", "pass a TOML recipe (the README's Train section lists its keys)"
-        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise TuneproofError(
             f"cannot read recipe {path}: {getattr(e, 'strerror', None) or e}", "pass a TOML file"
@@ -143,7 +141,28 @@ def _relative_to(recipe: Recipe, folder: Path) -> Recipe:
     )
 
 
+# Names the same setting has in transformers' TrainingArguments, PEFT's LoraConfig and Axolotl, which
+# people write out of habit: each is answered with this recipe's key, not with the nearest spelling
+# (`optim.learning_rate` is `optim.lr`, never `optim.warmup_ratio`).
+ALIASES = {
+    "learning_rate": "lr", "lr_scheduler_type": "schedule", "lr_scheduler": "schedule",
+    "num_train_epochs": "epochs", "num_epochs": "epochs", "warmup": "warmup_ratio",
+    "per_device_train_batch_size": "micro_batch", "micro_batch_size": "micro_batch",
+    "batch_size": "micro_batch",
+    "gradient_accumulation_steps": "grad_accum", "gradient_checkpointing": "grad_ckpt",
+    "lora_r": "r", "rank": "r", "lora_alpha": "alpha", "target_modules": "targets",
+    "lora_target_modules": "targets", "use_rslora": "rslora", "max_seq_length": "max_length",
+    "sequence_len": "max_length", "seq_len": "max_length", "attn_implementation": "attention",
+    "dataset": "path", "base_model": "name",
+}  # fmt: skip
+
+
 def from_dict(data: dict[str, Any], source: str) -> Recipe:
+    if not data:
+        raise TuneproofError(
+            f"{source} is empty: every value would be the embedded demo's",
+            "set [model] name and [data] path, or run `tuneproof train` without a recipe for the demo",
+        )
     unknown = sorted(set(data) - set(PARTS))
     if unknown:
         raise _unknown(source, unknown[0], list(PARTS), "section")
@@ -155,7 +174,14 @@ def from_dict(data: dict[str, Any], source: str) -> Recipe:
         known = [f.name for f in fields(cls)]
         for key in section:
             if key not in known:
-                raise _unknown(source, f"{name}.{key}", [f"{name}.{k}" for k in known], "key")
+                valid = [f"{name}.{k}" for k in known]
+                alias = ALIASES.get(key)
+                where = next((p for p, c in PARTS.items() if alias in {f.name for f in fields(c)}), name)
+                if alias is not None:
+                    raise TuneproofError(
+                        f"{source}: unknown key {name}.{key!r}", f"this recipe calls it {where}.{alias}"
+                    )
+                raise _unknown(source, f"{name}.{key}", valid, "key")
         parts[name] = cls(**section)
     recipe = Recipe(**parts, source=source)
     check(recipe, source)

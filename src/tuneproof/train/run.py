@@ -25,6 +25,7 @@ from typing import Any
 
 from tuneproof.data.collate import RowsDataset
 from tuneproof.errors import TuneproofError
+from tuneproof.extras import require
 from tuneproof.train.recipe import TINY, Recipe
 
 RECIPE_NAME = "recipe.toml"
@@ -333,6 +334,7 @@ def train(
     quiet: bool = False,
 ) -> TrainResult:
     """Run the recipe; `callbacks` are extra `TrainerCallback`s for the Trainer (library use)."""
+    require("train", "tuneproof train")
     import torch
 
     from tuneproof.integrations.callback import TuneproofCallback
