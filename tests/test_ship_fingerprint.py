@@ -199,3 +199,35 @@ def test_out_never_overwrites_a_recorded_fingerprint(tmp_path: Path, capsys) -> 
     assert main(["fingerprint", str(tmp_path / "base"), "--out", str(tmp_path / "fp.json")]) == 2
     assert "never overwritten" in capsys.readouterr().err
     assert (tmp_path / "fp.json").read_text() == "recorded"
+
+
+def test_an_fp32_base_against_its_bf16_merge_is_compared_in_fp32(tmp_path: Path, capsys) -> None:
+    """An fp32 base against a bf16 merge differs in every tensor's dtype: each is compared in fp32,
+    the LoRA-touched ones are characterised and the rest are named casts (it called all of them
+    'reshaped' and printed `changes   None`)."""
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    args = ["merge", "--base", str(base), "--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "m")]
+    assert main([*args, "--dtype", "bf16"]) == 0
+    capsys.readouterr()
+    assert main(["fingerprint", "--compare", str(base), str(tmp_path / "m")]) == 1
+    out = capsys.readouterr().out
+    assert "None" not in out and "reshaped:" not in out
+    assert "0 reshaped" in out and "in another dtype" in out
+    touched = [line for line in out.splitlines() if "F32 -> BF16, compared in fp32" in line]
+    assert len(touched) == 4  # q_proj and o_proj of the two layers
+    assert "more are casts only" in out
+    assert max(len(line) for line in out.splitlines() if str(tmp_path) not in line) <= 80
+    assert main(["fingerprint", "--compare", str(base), str(tmp_path / "m"), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["reshaped"] == [] and len(data["retyped"]) == len(data["characterisation"]["changes"])
+
+
+def test_a_pure_cast_is_named_a_cast(tmp_path: Path, capsys) -> None:
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.save(fx.model("llama").to(torch.bfloat16), tmp_path / "cast")
+    d = compare(fingerprint(open_checkpoint(base)), fingerprint(open_checkpoint(tmp_path / "cast")))
+    assert d.changed == [] and d.reshaped == [] and d.retyped == d.comparable
+    c = characterise(open_checkpoint(base), open_checkpoint(tmp_path / "cast"), d.comparable)
+    assert c.verdict.startswith(f"every one of the {len(d.retyped)} differing tensors is a cast")
+    assert not c.ablation

@@ -116,11 +116,11 @@ def fingerprint(
         sides = [_side(p) for p in compare]
         diff = fp.compare(sides[0][0], sides[1][0])
         charac, why_not = None, None
-        if diff.changed and all(s[1] is not None for s in sides):
+        if diff.comparable and all(s[1] is not None for s in sides):
             a_ck, b_ck = sides[0][1], sides[1][1]
             assert a_ck is not None and b_ck is not None
-            charac = fp.characterise(a_ck, b_ck, diff.changed)
-        elif diff.changed:
+            charac = fp.characterise(a_ck, b_ck, diff.comparable)
+        elif diff.comparable:
             why_not = (
                 "not characterised: a fingerprint file holds digests, not weights (compare two model folders)"
             )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.ship.health import Health
-from tuneproof.ship.identity import Characterisation, Difference, Fingerprint
+from tuneproof.ship.identity import CAST, Characterisation, Difference, Fingerprint
 from tuneproof.ship.quant import CheckpointAudit, RecipeAudit
 from tuneproof.ship.recipe import Recipe
 
@@ -170,26 +170,29 @@ def compare_text(a: str, b: str, d: Difference, c: Characterisation | None, why_
     if d.identical:
         return [*lines, "verdict   IDENTICAL: every tensor has the same dtype, shape and bytes"]
     lines.append(
-        f"differ    {d.num_differing} tensors: {len(d.changed)} changed, {len(d.reshaped)} "
-        "reshaped or retyped, "
-        f"{len(d.only_a)} only in A, {len(d.only_b)} only in B"
+        f"differ    {d.num_differing} tensors: {len(d.changed)} changed, {len(d.retyped)} in another "
+        f"dtype, {len(d.reshaped)} reshaped, {len(d.only_a)} only in A, {len(d.only_b)} only in B"
     )
     for label, names in (("only in A", d.only_a), ("only in B", d.only_b), ("reshaped", d.reshaped)):
         lines += [f"  {label}: {n}" for n in _clip(names, 5)]
-    if c is None:
+    if c is None and why_not is not None:
         lines.append(f"changes   {why_not}")
-        lines += [f"  changed: {n}" for n in _clip(d.changed)]
+        lines += [f"  changed: {n}" for n in _clip(d.comparable)]
+    elif c is None:
+        pass  # nothing of the same shape differs: the lists above are the whole difference
     else:
-        lines.append("changes   tensor" + " " * 43 + "rank  top-1 share  ||D||/||W||  shared dir")
-        for m in c.changes[: LIST_LIMIT * 2]:
+        shown = [m for m in c.changes if not m.note.startswith(CAST)]  # casts are counted in the verdict
+        if shown:
+            lines.append(f"changes   {'tensor':<36} {'rank':>4} {'top-1':>6} {'|D|/|W|':>9} {'shared':>6}")
+        for m in shown[: LIST_LIMIT * 2]:
             rank = "-" if m.rank is None else (">=" if m.rank_at_least else "") + str(m.rank)
             cos = "-" if m.residual_cos is None else f"{m.residual_cos:.3f}"
-            name = m.name if len(m.name) <= 48 else "..." + m.name[-45:]
-            lines.append(
-                f"          {name:<48} {rank:>4}  {m.top_share:10.3f}  {m.relative:11.3g}  {cos:>10}"
-            )
-        if len(c.changes) > LIST_LIMIT * 2:
-            lines.append(f"          ... and {len(c.changes) - LIST_LIMIT * 2} more (--json lists all)")
+            name = m.name if len(m.name) <= 36 else "..." + m.name[-33:]
+            lines.append(f"          {name:<36} {rank:>4} {m.top_share:6.3f} {m.relative:9.3g} {cos:>6}")
+            if m.note:
+                lines.append(f"            {m.note}")
+        if len(shown) > LIST_LIMIT * 2:
+            lines.append(f"          ... and {len(shown) - LIST_LIMIT * 2} more (--json lists all)")
         lines.append(f"what      {c.verdict}")
     lines.append("verdict   DIFFERENT")
     return lines
@@ -203,6 +206,7 @@ def compare_json(
         "b": b,
         "identical": d.identical,
         "changed": d.changed,
+        "retyped": d.retyped,
         "reshaped": d.reshaped,
         "only_a": d.only_a,
         "only_b": d.only_b,

@@ -100,25 +100,35 @@ def read_fingerprint(path: Path) -> Fingerprint:
 @dataclass(frozen=True, slots=True)
 class Difference:
     changed: list[str]  # same name, dtype and shape, other bytes
-    reshaped: list[str]  # same name, other dtype or shape
+    reshaped: list[str]  # same name, other shape
     only_a: list[str]
     only_b: list[str]
+    retyped: list[str] = field(default_factory=list)  # same name and shape, other dtype (fp32 -> bf16)
 
     @property
     def identical(self) -> bool:
-        return not (self.changed or self.reshaped or self.only_a or self.only_b)
+        return not (self.changed or self.reshaped or self.retyped or self.only_a or self.only_b)
 
     @property
     def num_differing(self) -> int:
-        return len(self.changed) + len(self.reshaped) + len(self.only_a) + len(self.only_b)
+        return (
+            len(self.changed) + len(self.reshaped) + len(self.retyped) + len(self.only_a) + len(self.only_b)
+        )
+
+    @property
+    def comparable(self) -> list[str]:
+        """Tensors whose values can be compared: same shape (their bytes or their dtype differ)."""
+        return sorted(self.changed + self.retyped)
 
 
 def compare(a: Fingerprint, b: Fingerprint) -> Difference:
-    changed, reshaped = [], []
+    changed, reshaped, retyped = [], [], []
     for name in sorted(a.tensors.keys() & b.tensors.keys()):
         (da, sa, ha), (db, sb, hb) = a.tensors[name], b.tensors[name]
-        if (da, sa) != (db, sb):
+        if sa != sb:
             reshaped.append(name)
+        elif da != db:
+            retyped.append(name)
         elif ha != hb:
             changed.append(name)
     return Difference(
@@ -126,6 +136,7 @@ def compare(a: Fingerprint, b: Fingerprint) -> Difference:
         reshaped,
         sorted(a.tensors.keys() - b.tensors.keys()),
         sorted(b.tensors.keys() - a.tensors.keys()),
+        retyped,
     )
 
 
@@ -140,6 +151,7 @@ RANK_TOL = 0.1  # singular values above this fraction of the largest count towar
 TOP_SHARE_RANK1 = 0.9  # a change is rank-1 when its first singular value carries this share of ||D||^2
 SHARED_COS = 0.9  # |cos| between a matrix's direction and the shared one for "one direction"
 SVD_Q = 8  # singular values estimated per difference (torch.svd_lowrank's q)
+CAST = "a cast"  # the note of a tensor that differs from A only by its dtype's rounding
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +185,8 @@ def characterise(
     a: Checkpoint, b: Checkpoint, names: list[str], limit: int = 512, seed: int = 0
 ) -> Characterisation:
     """Rank and direction of each differing matrix D = W_b - W_a (fp32, randomised SVD on D only).
+    A tensor stored in another dtype (an fp32 base against a bf16 merge) is compared in fp32 too; when
+    B is exactly A rounded to B's dtype, it is named a cast, with no change of its own.
     `limit` bounds how many matrices are decomposed (the first ones in name order)."""
     import torch
 
@@ -181,11 +195,19 @@ def characterise(
     directions: list[tuple[int, Any]] = []
     for name in names[:limit]:
         ia, ib = a.tensors[name], b.tensors[name]
-        if ia.dtype not in FLOAT_DTYPES or len(ia.shape) < 2 or ia.shape != ib.shape:
+        floats = ia.dtype in FLOAT_DTYPES and ib.dtype in FLOAT_DTYPES and ia.shape == ib.shape
+        retyped = f"{ia.dtype} -> {ib.dtype}" if ia.dtype != ib.dtype else ""
+        if floats and retyped:
+            with a_shard[name].path.open("rb") as fa, b_shard[name].path.open("rb") as fb:
+                raw_a, raw_b = read_tensor(ia, fa), read_tensor(ib, fb)
+            if torch.equal(raw_a.to(raw_b.dtype), raw_b):
+                note = f"{CAST} ({retyped}): B is A rounded to {ib.dtype}"
+                result.changes.append(MatrixChange(name, ia.shape, 0, 0.0, 0.0, note=note))
+                continue
+        if not floats or len(ia.shape) < 2:
+            what = "not a float matrix" + (f" ({retyped})" if retyped else "")
             result.changes.append(
-                MatrixChange(
-                    name, ia.shape, None, math.nan, math.nan, note="not a float matrix: bytes differ"
-                )
+                MatrixChange(name, ia.shape, None, math.nan, math.nan, note=f"{what}: bytes differ")
             )
             continue
         with a_shard[name].path.open("rb") as fa, b_shard[name].path.open("rb") as fb:
@@ -214,7 +236,10 @@ def characterise(
             continue
         q = min(SVD_Q, *d.shape[-2:])
         saturated = max(ranks) >= q and q < min(d.shape[-2:])  # all q estimated values count: rank >= q
-        change = MatrixChange(name, ia.shape, max(ranks), min(shares), relative, rank_at_least=saturated)
+        change = MatrixChange(
+            name, ia.shape, max(ranks), min(shares), relative, rank_at_least=saturated,
+            note=f"{retyped}, compared in fp32" if retyped else "",
+        )  # fmt: skip
         result.changes.append(change)
         if vecs and change.top_share >= TOP_SHARE_RANK1:
             directions.extend((len(result.changes) - 1, vec) for vec in vecs)
@@ -227,6 +252,10 @@ def _judge(result: Characterisation, directions: list[tuple[int, Any]], truncate
     residual writer (o_proj, down_proj, embed_tokens) and all share one direction."""
     import torch
 
+    casts = [c for c in result.changes if c.note.startswith(CAST)]
+    if casts and len(casts) == len(result.changes):
+        result.verdict = f"every one of the {len(casts)} differing tensors is a cast: B is A in another dtype"
+        return
     changes = result.changes
     if directions and len({v.shape[0] for _, v in directions}) == 1:
         stacked = torch.stack([v / v.norm() for _, v in directions])
@@ -237,6 +266,8 @@ def _judge(result: Characterisation, directions: list[tuple[int, Any]], truncate
             cos[i] = min(cos.get(i, 1.0), c)
         for i, c in cos.items():
             changes[i] = _with_cos(changes[i], c)
+    cast_note = f"; {len(casts)} more are casts only (A rounded to B's dtype)" if casts else ""
+    changes = [c for c in changes if not c.note.startswith(CAST)]
     writers = [c for c in changes if _family(c.name) is not None]
     rank1_shared = [
         c
@@ -262,8 +293,9 @@ def _judge(result: Characterisation, directions: list[tuple[int, Any]], truncate
             f"{len(changes)} tensors differ; {low} by a change of rank <= 2, "
             f"{len(changes) - low} by a broader change (another fine-tune or another model)"
         )
+    result.verdict += cast_note
     if truncated:
-        result.verdict += f"; only the first {len(changes)} differing tensors were decomposed"
+        result.verdict += f"; only the first {len(result.changes)} differing tensors were decomposed"
 
 
 def _with_cos(change: MatrixChange, cos: float) -> MatrixChange:

@@ -286,8 +286,9 @@ def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None
                 trained_on = open_checkpoint(source)
             except TuneproofError:
                 return ident
-            if set(diff.changed) <= set(trained_on.tensors) and _holds(trained_on, recorded, diff.changed):
-                ident.characterisation = characterise(trained_on, base, diff.changed)
+            names = diff.comparable
+            if set(names) <= set(trained_on.tensors) and _holds(trained_on, recorded, names):
+                ident.characterisation = characterise(trained_on, base, names)
     return ident
 
 
@@ -299,7 +300,7 @@ def judge_identity(ident: Identity, allow_base_mismatch: bool) -> str | None:
         return None
     d = ident.difference
     assert d is not None
-    names = (d.changed + d.reshaped + d.only_a + d.only_b)[:3]
+    names = (d.changed + d.retyped + d.reshaped + d.only_a + d.only_b)[:3]
     what = f"{d.num_differing} tensors differ ({', '.join(names)}{', ...' if d.num_differing > 3 else ''})"
     if ident.characterisation is not None:
         what += f"; {ident.characterisation.verdict}"
