@@ -207,7 +207,15 @@ def test_an_fp32_base_against_its_bf16_merge_is_compared_in_fp32(tmp_path: Path,
     'reshaped' and printed `changes   None`)."""
     base = fx.save(fx.model("llama"), tmp_path / "base")
     fx.adapter(fx.model("llama"), tmp_path / "adapter")
-    args = ["merge", "--base", str(base), "--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "m")]
+    args = [
+        "merge",
+        "--base",
+        str(base),
+        "--adapter",
+        str(tmp_path / "adapter"),
+        "--out",
+        str(tmp_path / "m"),
+    ]
     assert main([*args, "--dtype", "bf16"]) == 0
     capsys.readouterr()
     assert main(["fingerprint", "--compare", str(base), str(tmp_path / "m")]) == 1

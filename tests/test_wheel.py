@@ -55,7 +55,8 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> 
 
 
 def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    tail = f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{tail}"
     return proc
 
 
