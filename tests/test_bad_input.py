@@ -132,7 +132,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fit": {
         "--points": [
             ("@missing", "points file not found"),
-            ("@folder", "points file not found"),
+            ("@folder", "is a folder, not a file"),
             ("@not-json", "missing column"),
             ("@empty", "missing column"),
         ],
@@ -141,6 +141,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
     "kernels": {
         "--trace": [
             ("@missing", "trace not found"),
+            ("@folder", "is a folder, not a file"),
             ("@not-json", "is not a readable JSON trace"),
             ("@bad-gzip", "is not a readable JSON trace"),
             ("@no-events", "has no traceEvents list"),
@@ -183,11 +184,15 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
     "buckets": {
         "--lengths": [
             ("@missing", "lengths file not found"),
+            ("@folder", "is a folder, not a file"),
             ("@empty", "holds no lengths"),
             ("@not-json", "not JSON"),
             ("@bad-gzip", "cannot read"),
         ],
-        "--micro-batch": [("0", "--micro-batch must be >= 1")],
+        "--micro-batch": [
+            ("0", "--micro-batch must be >= 1"),
+            ("100000", "20,000 lengths do not fill one optimizer step"),
+        ],
         "--grad-accum": [("-1", "--grad-accum must be >= 1")],
         "--sweep": [("1,x", "not a comma list"), ("0", "--sweep must be >= 1")],
         "--compare": [("fairseq", "--compare 'fairseq' is not known")],
@@ -210,6 +215,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
     "plan": {
         "--lengths": [
             ("@missing", "lengths file not found"),
+            ("@folder", "is a folder, not a file"),
             ("@empty", "holds no lengths"),
             ("@not-json", "not JSON"),
             ("@bad-gzip", "cannot read"),
@@ -355,8 +361,10 @@ BAD["quant-audit"] = {
 BAD["train"] = {
     "recipe": [
         ("@missing", "not found"),
-        ("@folder", "cannot read recipe"),
+        ("@folder", "is a folder, not a file"),
         ("@not-json", "is not TOML"),
+        ("@empty", "is empty: every value would be the embedded demo's"),
+        ("@lr-alias.toml", "this recipe calls it optim.lr"),
     ],
     "--output": [("@file", "is a file"), ("@model", "is not empty and holds no tuneproof run")],
 }
@@ -406,6 +414,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (d / "string-size").write_text(json.dumps({"model_type": "llama", "hidden_size": "abc"}))
     (d / "bad-gzip").write_bytes(gzip.compress(b"x" * 100)[:20])
     (d / "no-events").write_text(json.dumps({"events": []}))
+    (d / "lr-alias.toml").write_text("[optim]\nlearning_rate = 1e-4\n")
     (d / "nan-duration").write_text('{"traceEvents": [{"ph": "X", "name": "k", "ts": 0, "dur": NaN}]}')
     (d / "file").write_text("keep me")
     (d / "narrow-points").write_text("width,seconds\n" + "".join(f"{w},{w / 1000}\n" for w in (64, 96, 128)))

@@ -47,14 +47,69 @@ COMMANDS = [
     ["kernels", "--trace", str(DATA / "case_sm120.json.gz")],
     pytest.param(["buckets", "--sweep", "1,16", "--config", "tiny"], marks=pytest.mark.slow),
 ]
+NARROW = [
+    *COMMANDS,
+    pytest.param(["buckets", "--sweep", "1,16", "--config", CASE], marks=pytest.mark.slow),
+    pytest.param(["adjudicate", "--widths", "64", "--samples", "2", "--backends", "eager,sdpa"],
+                 marks=pytest.mark.slow),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("args", COMMANDS, ids=["flops", "explain", "kernels", "buckets"])
-def test_tables_fit_80_columns(capsys, monkeypatch, args: list[str]) -> None:
+@pytest.mark.parametrize(
+    "args", NARROW, ids=["flops", "explain", "kernels", "buckets", "buckets-case", "adjudicate"]
+)
+def test_tables_fit_80_columns_and_keep_every_digit(capsys, monkeypatch, args: list[str]) -> None:
+    """At 80 columns rich cut `5.636e+16` to `5.636e…` and `zero-pad` to `zero-p…`: cells now wrap or
+    fold, never crop."""
     monkeypatch.setenv("COLUMNS", "80")
     assert main(args) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out
+
+
+def test_the_doctor_tables_keep_every_digit_at_80_columns() -> None:
+    from rich.console import Console
+
+    from tuneproof.arch import resolve
+    from tuneproof.doctor import buckets_section, flops_section
+
+    shape = resolve(CASE).shape
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    flops_section(shape).render(console)
+    buckets_section(shape).render(console)
+    text = console.export_text()
+    assert "…" not in text and "zero-pad" in text.replace("\n", "")
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_report_lines_wrap_under_their_text() -> None:
+    from tuneproof.cli.common import wrap_lines
+
+    line = "what      " + " ".join(["word"] * 30)
+    wrapped = wrap_lines([line, "short", "/a/path/" + "x" * 90], 40)
+    assert all(len(w) <= 40 for w in wrapped[:-1]) and wrapped[-1].startswith("/a/path/")
+    assert wrapped[0].startswith("what      word") and wrapped[1].startswith(" " * 10 + "word")
+    assert " ".join(wrapped[:-2]).split() == line.split()
+    assert "short" in wrapped
+
+
+def test_progress_off_a_terminal_is_a_line_on_stderr_at_most_every_ten_seconds(capsys) -> None:
+    from tuneproof.cli.common import _Lines
+
+    now = [100.0]
+    lines = _Lines()
+    lines.clock = lambda: now[0]
+    lines.start = 100.0
+    lines("loading")
+    now[0] = 101.0
+    lines("round 1")  # inside 10 s of the last line: not printed
+    now[0] = 112.0
+    lines("round 2")
+    lines("round 2")
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == ["progress: loading (0 s)", "progress: round 2 (12 s)"]
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=["flops", "explain", "kernels", "buckets"])

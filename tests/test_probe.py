@@ -931,3 +931,17 @@ def test_the_attribution_names_the_share_its_parts_add_up_to() -> None:
         "add up; 75.6 % with it), attention kernels carry 66.7 points; outside them: other -5.4, gemm -3.0 "
         "points"
     )
+
+
+def test_the_probe_model_raises_no_deprecation_warning_of_its_own() -> None:
+    """`gradient_checkpointing_enable` is deprecated in transformers 5 (FutureWarning on every probe)."""
+    import warnings
+
+    from tuneproof.arch import resolve
+    from tuneproof.measure.probe import ProbeSpec, probe_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        net = probe_model(resolve("tiny"), ProbeSpec(widths=(32, 64, 128), mode="lora", grad_ckpt=True))
+    assert net.training

@@ -280,7 +280,7 @@ def _run(model: Any, ids: Any, backward: bool) -> tuple[float, Any, dict[str, An
         grads = {
             n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None
         }
-        return float(out.loss), out.logits.detach().float(), grads
+        return float(out.loss.detach()), out.logits.detach().float(), grads
     with torch.no_grad():
         out = model(input_ids=ids, labels=ids)
     return float(out.loss), out.logits.float(), None

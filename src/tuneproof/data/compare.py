@@ -117,10 +117,9 @@ def compare(
     from tuneproof.data.stats import hf_length_grouped_plan, plan_stats, random_plan
 
     check_compare_args(micro_batch, grad_accum, choices, sweep, attn, seed, ranks)
-    if ranks > 1:
-        from tuneproof.data.ranks import check_fills_one_step
+    from tuneproof.data.ranks import check_fills_one_step
 
-        check_fills_one_step(int(lengths.size), micro_batch, grad_accum, ranks)
+    check_fills_one_step(int(lengths.size), micro_batch, grad_accum, ranks)  # else padding of repeats
     capacity = micro_batch * int(lengths.max())
 
     def bucketed(rank_plan: str) -> Sequence[np.ndarray]:

@@ -129,7 +129,7 @@ def check_fills_one_step(num_lengths: int, micro_batch: int, grad_accum: int, ra
     one_step = micro_batch * grad_accum * ranks
     if num_lengths < one_step:
         raise TuneproofError(
-            f"{num_lengths} lengths do not fill one optimizer step ({micro_batch} x {grad_accum} "
+            f"{num_lengths:,} lengths do not fill one optimizer step ({micro_batch} x {grad_accum} "
             f"micro-batches on each of {ranks} ranks = {one_step} sequences)",
             "pass more lengths, or fewer ranks, a smaller micro-batch or less accumulation",
         )

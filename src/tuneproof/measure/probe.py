@@ -343,8 +343,9 @@ def probe_model(model: ResolvedModel, spec: ProbeSpec) -> Any:
     net = build_model(model, spec.attn, device=spec.device, dtype=spec.torch_dtype, seed=spec.seed)
     if spec.mode == "lora":
         net = apply_lora(net, lora_targets(model.shape), spec.lora_rank)
-    if spec.grad_ckpt:
-        net.gradient_checkpointing_enable()
+    if spec.grad_ckpt:  # transformers 5 renamed it (the old name warns FutureWarning)
+        enable = getattr(net, "activation_checkpointing_enable", None) or net.gradient_checkpointing_enable
+        enable()
     net.train(spec.mode != "forward")
     return net
 
