@@ -390,3 +390,36 @@ def test_a_changed_recorded_base_folder_is_not_used_to_characterise(tmp_path: Pa
     assert _cli_merge(base, tmp_path / "adapter", tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert "is not here unchanged to characterise the difference" in err and "rank" not in err
+
+
+def test_merging_an_adapter_that_never_trained_warns_and_the_library_says_the_same(
+    tmp_path: Path, capsys
+) -> None:
+    """An all-zero lora_B merges to the base's weights: `merge` said nothing. The warning is the
+    library's (MergeResult.warnings), and `--json` prints the library's `to_dict()`."""
+    from tuneproof.ship.merge import merge_adapter
+
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+
+    def zero_b(name: str, p: torch.Tensor) -> None:
+        if "lora_B" in name:
+            p.zero_()
+
+    fx.adapter(fx.model("llama"), tmp_path / "adapter", fill=zero_b)
+    result = merge_adapter(base, tmp_path / "adapter", tmp_path / "lib")
+    assert any("NOT HEALTHY: 4 adapted modules never trained" in w for w in result.warnings)
+    assert any("no base_fingerprint.json" in w for w in result.warnings)
+    args = [
+        "merge",
+        "--base",
+        str(base),
+        "--adapter",
+        str(tmp_path / "adapter"),
+        "--out",
+        str(tmp_path / "cli"),
+    ]
+    assert main([*args, "--json"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data == {**result.to_dict(), "out": str(tmp_path / "cli")}
+    assert "warning: the adapter is NOT HEALTHY" in err

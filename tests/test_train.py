@@ -18,6 +18,9 @@ def test_the_embedded_default_trains_and_leaves_a_mergeable_adapter(tmp_path: Pa
     out = tmp_path / "run"
     assert main(["train", "--output", str(out)]) == 0
     printed = capsys.readouterr().out
+    # stdout is the summary alone: the Trainer's log dicts ({'loss': ...}) stayed off it
+    labels = ("trained", "adapter", "health", "report", "base", "recipe")
+    assert [line.split()[0] for line in printed.splitlines()] == list(labels), printed[:2000]
     assert (
         "trained   40 optimizer steps" in printed and "lora_B non-zero in 59 of 59 adapted modules" in printed
     )

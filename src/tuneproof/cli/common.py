@@ -123,30 +123,34 @@ def console() -> Any:
 
 
 class _Lines:
-    """Progress off a terminal: one `progress: <what> (<elapsed>)` line on stderr when the description
-    changes, at most one every `every_s` seconds (a log file or CI gets a heartbeat, never a flood)."""
+    """Progress off a terminal: a `progress: <what> (<elapsed>)` line on stderr once the work has run
+    `after_s` seconds, then at most one every `every_s` seconds, and only when the description
+    changed. Quick commands (and their one-line errors) print none; a log file or CI gets a heartbeat
+    from long work, never a flood."""
 
-    def __init__(self, every_s: float = 10.0) -> None:
+    def __init__(self, after_s: float = 5.0, every_s: float = 10.0) -> None:
         import time
 
         self.clock = time.monotonic
         self.start = self.clock()
-        self.every_s = every_s
+        self.after_s, self.every_s = after_s, every_s
         self.last: float | None = None
-        self.text = ""
+        self.printed = ""
 
     def __call__(self, text: str) -> None:
         now = self.clock()
-        if text == self.text or (self.last is not None and now - self.last < self.every_s):
+        if now - self.start < self.after_s or text == self.printed:
             return
-        self.last, self.text = now, text
+        if self.last is not None and now - self.last < self.every_s:
+            return
+        self.last, self.printed = now, text
         print(f"progress: {text} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
 
 
 @contextmanager
 def progress_bar() -> Iterator[Callable[[str], None]]:
     """Progress on stderr, yielding `update(description)`: a transient spinner with elapsed time on a
-    terminal; off a terminal, a plain line at most every 10 s (see `_Lines`). stdout stays the result's."""
+    terminal; off a terminal, a plain line after 5 s, then at most every 10 s (see `_Lines`). stdout stays the result's."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -164,7 +168,7 @@ def progress_bar() -> Iterator[Callable[[str], None]]:
 @contextmanager
 def count_bar(what: str) -> Iterator[Callable[[int, int], None]]:
     """A progress bar with a count and time left on stderr, yielding update(done, total); off a
-    terminal, a plain `progress: <what> <done>/<total>` line at most every 10 s."""
+    terminal, a plain `progress: <what> <done>/<total>` line after 5 s, then at most every 10 s."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 

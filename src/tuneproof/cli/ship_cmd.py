@@ -70,7 +70,7 @@ def check(adapter_dir: Path, base: Path | None, initial: Path | None, json_out: 
     """Did every adapted module train? lora_B (lora_A for embeddings, B's columns j % E per expert)
     against zero, norms of A, B and scaling*B@A, coverage of the base's parameter families, and what a
     serving engine will do. Exit 0 healthy, 1 a module or expert never trained, 3 cannot judge."""
-    from tuneproof.cli.ship_render import health_json, health_text, health_verdict
+    from tuneproof.cli.ship_render import health_json, health_text
     from tuneproof.ship.health import check_adapter
 
     health = check_adapter(adapter_dir, base, initial)
@@ -78,7 +78,7 @@ def check(adapter_dir: Path, base: Path | None, initial: Path | None, json_out: 
         print_json(health_json(health, adapter_dir, base))
     else:
         _print(health_text(health, adapter_dir, base))
-    return health_verdict(health)[1]
+    return health.verdict.exit_code
 
 
 @click.command(cls=Command)
@@ -195,41 +195,22 @@ def merge(
 
     _return_freed_memory()
     merge_plan = m.plan(base, adapter, out, dtype)
-    for stale in m.stale_partials(out):
-        warn(f"{stale} is left from an interrupted merge into {out}; remove it to free its space")
-    for note in merge_plan.notes:
-        warn(note)
     with count_bar("checking base identity, MiB") as update:
         ident = m.identity(merge_plan.base, adapter, _mib_bar(update, merge_plan.base.nbytes))
-    loud = m.judge_identity(ident, allow_base_mismatch)
-    if loud:
-        warn(loud)
-    if not ident.recorded:
-        warn(
-            f"{adapter} has no base_fingerprint.json: the base's identity cannot be checked "
-            "(record it at train time with 'tuneproof fingerprint BASE --out "
-            f"{adapter}/base_fingerprint.json')"
-        )
+    said = m.judge_identity(ident, allow_base_mismatch, adapter)
     with count_bar("merging MiB") as update:
-        result = m.run(merge_plan, ident, _mib_bar(update, merge_plan.base.nbytes))
-    identity = (
-        "same as recorded"
-        if ident.same
-        else ("DIFFERENT from recorded (allowed)" if ident.recorded else "unchecked")
-    )
+        result = m.run(merge_plan, ident, _mib_bar(update, merge_plan.base.nbytes), said)
+    for text in result.warnings:
+        warn(text)
+    data = result.to_dict()
     if json_out:
-        print_json({
-            "out": str(result.out), "modules": result.modules, "merged_tensors": result.merged_tensors,
-            "copied_tensors": result.copied_tensors, "bytes_written": result.bytes_written,
-            "dtype": dtype or "as stored", "base_identity": identity,
-        })  # fmt: skip
+        print_json(data)
         return
     _print([
         f"merged    {result.modules} adapted modules into {result.merged_tensors} tensors (fp32, cast once); "
         f"{result.copied_tensors} tensors copied",
-        f"base      identity {identity}",
-        f"written   {result.out} ({_size(result.bytes_written)} of weights, dtype "
-        f"{dtype or 'as stored'})",
+        f"base      identity {data['base_identity']}",
+        f"written   {result.out} ({_size(result.bytes_written)} of weights, dtype {data['dtype']})",
     ])  # fmt: skip
 
 

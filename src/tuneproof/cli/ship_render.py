@@ -28,26 +28,6 @@ def _clip(names: list[str], limit: int = LIST_LIMIT) -> list[str]:
 # --- lora check -----------------------------------------------------------------------------------------
 
 
-def health_verdict(h: Health) -> tuple[str, int]:
-    """(verdict, exit code): 0 healthy, 1 a module or an expert never trained, 3 cannot judge."""
-    if not h.judged:
-        return (
-            "CANNOT JUDGE: cannot judge without --initial (the adapter saved at step 0); the init "
-            "starts lora_B non-zero",
-            3,
-        )
-    if h.untrained or h.idle_expert_count or h.not_finite:
-        what = []
-        if h.not_finite:
-            what.append(f"{len(h.not_finite)} adapted modules hold NaN or inf")
-        if h.untrained:
-            what.append(f"{len(h.untrained)} adapted modules never trained")
-        if h.idle_expert_count:
-            what.append(f"{h.idle_expert_count} experts never moved")
-        return "NOT HEALTHY: " + ", ".join(what), 1
-    return "HEALTHY: every adapted module (and every expert) moved from its start", 0
-
-
 def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
     lines = [
         f"adapter   {adapter_dir}",
@@ -105,12 +85,11 @@ def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
         lines.append(f"serving   {note} [{source}]")
     for w in h.warnings:
         lines.append(f"note      {w}")
-    lines.append(f"verdict   {health_verdict(h)[0]}")
+    lines.append(f"verdict   {h.verdict}")
     return lines
 
 
 def health_json(h: Health, adapter_dir: Path, base: Path | None) -> dict[str, Any]:
-    verdict, code = health_verdict(h)
     return {
         "adapter": str(adapter_dir),
         "base": str(base) if base else None,
@@ -119,8 +98,8 @@ def health_json(h: Health, adapter_dir: Path, base: Path | None) -> dict[str, An
         "judged": h.judged,
         "why_unjudged": h.why_unjudged,
         "summary": h.summary(),
-        "verdict": verdict,
-        "exit_code": code,
+        "verdict": str(h.verdict),
+        "exit_code": h.verdict.exit_code,
         "modules": [
             {
                 "path": m.path,

@@ -28,6 +28,7 @@ from tuneproof.ship.identity import FINGERPRINT_NAME
 from tuneproof.ship.layout import FAMILIES, checkpoint_pieces, meta_model, parameters
 from tuneproof.ship.serving import Facts, notes
 from tuneproof.ship.tensors import Checkpoint, read_tensor
+from tuneproof.verdict import CANNOT_JUDGE, FINDING, Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,28 @@ class Health:
         if not self.judged:
             return None
         return not self.untrained and not self.idle_expert_count and not self.not_finite
+
+    @property
+    def verdict(self) -> Verdict:
+        """HEALTHY (exit 0), NOT HEALTHY (1: a module or an expert never trained, or NaN), CANNOT
+        JUDGE (3: the init starts lora_B non-zero and no step-0 adapter was given)."""
+        if not self.judged:
+            return Verdict(
+                "CANNOT JUDGE",
+                "cannot judge without --initial (the adapter saved at step 0); the init starts lora_B "
+                "non-zero",
+                CANNOT_JUDGE,
+            )
+        what = []
+        if self.not_finite:
+            what.append(f"{len(self.not_finite)} adapted modules hold NaN or inf")
+        if self.untrained:
+            what.append(f"{len(self.untrained)} adapted modules never trained")
+        if self.idle_expert_count:
+            what.append(f"{self.idle_expert_count} experts never moved")
+        if what:
+            return Verdict("NOT HEALTHY", ", ".join(what), FINDING)
+        return Verdict("HEALTHY", "every adapted module (and every expert) moved from its start")
 
     def summary(self) -> str:
         """The CASE line: `lora_B non-zero in 205 of 205 adapted modules, median norm 1.708`."""

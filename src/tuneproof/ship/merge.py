@@ -88,6 +88,23 @@ class MergeResult:
     modules: int
     bytes_written: int
     identity: Identity
+    dtype: str | None = None  # safetensors dtype of every float tensor; None: each kept its own
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def base_identity(self) -> str:
+        if self.identity.same:
+            return "same as recorded"
+        return "DIFFERENT from recorded (allowed)" if self.identity.recorded else "unchecked"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly what `tuneproof merge --json` prints."""
+        dtype = next((k for k, v in DTYPES.items() if v == self.dtype), None) if self.dtype else None
+        return {
+            "out": str(self.out), "modules": self.modules, "merged_tensors": self.merged_tensors,
+            "copied_tensors": self.copied_tensors, "bytes_written": self.bytes_written,
+            "dtype": dtype or "as stored", "base_identity": self.base_identity, "warnings": self.warnings,
+        }  # fmt: skip
 
 
 def check_out(out: Path, inputs: list[Path]) -> None:
@@ -180,8 +197,30 @@ def plan(base: Path, adapter_dir: Path, out: Path, dtype: str | None = None) -> 
                 )
             result.targets[key] = (module, module.target)
     _check_stored_copies(adapter, checkpoint, model)
-    result.notes = _tied_notes(adapter, model)
+    result.notes = [*_stale_notes(Path(out)), *_health_notes(adapter_dir), *_tied_notes(adapter, model)]
     return result
+
+
+def _stale_notes(out: Path) -> list[str]:
+    return [
+        f"{stale} is left from an interrupted merge into {out}; remove it to free its space"
+        for stale in stale_partials(out)
+    ]
+
+
+def _health_notes(adapter_dir: Path) -> list[str]:
+    """An adapter that never trained (all of lora_B zero somewhere) merges to the base's weights there:
+    said before the merge, not found after shipping it (`tuneproof lora check` gives the detail)."""
+    from tuneproof.ship.health import check_adapter
+    from tuneproof.verdict import FINDING
+
+    verdict = check_adapter(adapter_dir).verdict
+    if verdict.exit_code != FINDING:
+        return []
+    return [
+        f"the adapter is {verdict}: merged as it is, where lora_B is zero the merged weights are the "
+        f"base's (see 'tuneproof lora check {adapter_dir}')"
+    ]
 
 
 def _tied_notes(adapter: Adapter, model: Any) -> list[str]:
@@ -292,12 +331,18 @@ def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None
     return ident
 
 
-def judge_identity(ident: Identity, allow_base_mismatch: bool) -> str | None:
+def judge_identity(ident: Identity, allow_base_mismatch: bool, adapter_dir: Path | None = None) -> list[str]:
     """Refuse a base that is not the recorded one (naming the tensors that differ and what the change
-    looks like), or, when allowed, return the loud warning to show; None when there is nothing to say
-    beyond "not recorded" (see `Identity.recorded`)."""
-    if not ident.recorded or ident.same:
-        return None
+    looks like), or return the warnings to show: the loud one when a mismatch is allowed, and, when
+    nothing was recorded beside `adapter_dir`, that the identity cannot be checked."""
+    if not ident.recorded:
+        where = adapter_dir if adapter_dir is not None else "ADAPTER"
+        return [
+            f"{where} has no base_fingerprint.json: the base's identity cannot be checked "
+            f"(record it at train time with 'tuneproof fingerprint BASE --out {where}/base_fingerprint.json')"
+        ]
+    if ident.same:
+        return []
     d = ident.difference
     assert d is not None
     names = (d.changed + d.retyped + d.reshaped + d.only_a + d.only_b)[:3]
@@ -313,7 +358,7 @@ def judge_identity(ident: Identity, allow_base_mismatch: bool) -> str | None:
             "merge onto the recorded base, or pass {allow_base_mismatch} to merge anyway",
             fields=("allow_base_mismatch",),
         )
-    return f"MERGING ONTO A DIFFERENT BASE (mismatch allowed): {what}"
+    return [f"MERGING ONTO A DIFFERENT BASE (mismatch allowed): {what}"]
 
 
 def merge_adapter(
@@ -324,11 +369,12 @@ def merge_adapter(
     allow_base_mismatch: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> MergeResult:
-    """Check everything, check the base's identity, then write the merged model to `out`."""
+    """Check everything, check the base's identity, then write the merged model to `out`. The result's
+    `warnings` are every one the command prints."""
     merge_plan = plan(base, adapter_dir, out, dtype)
     ident = identity(merge_plan.base, adapter_dir)
-    judge_identity(ident, allow_base_mismatch)
-    return run(merge_plan, ident, progress)
+    said = judge_identity(ident, allow_base_mismatch, adapter_dir)
+    return run(merge_plan, ident, progress, said)
 
 
 def _holds(checkpoint: Checkpoint, recorded: Fingerprint, names: list[str]) -> bool:
@@ -351,8 +397,10 @@ def run(
     merge_plan: MergePlan,
     ident: Identity,
     progress: Callable[[int], None] | None = None,
+    identity_warnings: list[str] | None = None,
 ) -> MergeResult:
-    """Write the merged model. `progress(n)` is called with each tensor's byte count."""
+    """Write the merged model. `progress(n)` is called with each tensor's byte count; the result's
+    warnings are the plan's notes and `identity_warnings` (what `judge_identity` returned)."""
     out = merge_plan.out
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
@@ -372,7 +420,11 @@ def run(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return MergeResult(out, merged, copied, len(merge_plan.adapter.modules), sum(written.values()), ident)
+    warnings = [*merge_plan.notes, *(identity_warnings or [])]
+    return MergeResult(
+        out, merged, copied, len(merge_plan.adapter.modules), sum(written.values()), ident,
+        merge_plan.dtype, warnings,
+    )  # fmt: skip
 
 
 def _write_shards(

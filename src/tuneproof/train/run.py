@@ -398,11 +398,7 @@ def train(
         for path in reversed(written):  # nothing half-written: the folder as it was
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         raise
-    if quiet:  # stdout is for the caller's JSON: no progress bar, no printed logs
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        trainer.remove_callback(ProgressCallback)
-        trainer.remove_callback(PrinterCallback)
+    quiet_logs(trainer, bar=not quiet)
     checkpoint = last_checkpoint(out) if resume else None
     start = str(checkpoint) if checkpoint is not None else None
     if resume and checkpoint is None and main:  # stopped before its first complete checkpoint
@@ -489,6 +485,21 @@ def build_trainer(
             f"TRL's SFTTrainer cannot prepare the chat rows: {str(e).splitlines()[0][:200]}",
             "check the rows' 'messages' against the model's chat template",
         ) from None
+
+
+def quiet_logs(trainer: Any, bar: bool) -> None:
+    """stdout carries the summary (or the caller's JSON): the Trainer's printed log dicts go (they are
+    in trainer_state.json and the report), and its progress bar stays on stderr when `bar`."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class BarOnly(ProgressCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            return None  # ProgressCallback writes every log dict to stdout (tqdm.write)
+
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    if bar:
+        trainer.add_callback(BarOnly())
 
 
 def _free(cuda: bool) -> None:
