@@ -114,3 +114,65 @@ def test_progress_off_a_terminal_is_a_line_on_stderr_for_long_work_only(capsys) 
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == ["progress: round 1 (6 s)", "progress: round 3 (17 s)"]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=["flops", "explain", "kernels", "buckets"])
+def test_json_output_is_strict(capsys, args: list[str]) -> None:
+    assert main([*args, "--json"]) == 0
+    strict_loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_written_files_keep_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    old = os.umask(umask)
+    try:
+        path = atomic_write_json(tmp_path / "out" / "r.json", {"x": 1})
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == mode
+
+
+def test_out_folder_checks(tmp_path: Path) -> None:
+    check_out_folder(tmp_path / "new" / "deeper")  # creatable: fine, and nothing is created yet
+    assert not (tmp_path / "new").exists()
+    check_out_folder(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # the write check leaves nothing behind
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(TuneproofError, match="is a file"):
+        check_out_folder(f)
+    with pytest.raises(TuneproofError, match="is not a folder"):
+        check_out_folder(f / "sub")
+    with pytest.raises(TuneproofError, match="cannot be written"):
+        check_out_folder(Path("/proc/tuneproof-out"))
+    assert f.read_text() == "x"
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_probe_runs(capsys) -> None:
+    import time
+
+    t0 = time.perf_counter()
+    assert main(["probe", "--out", "/proc/nope", "--widths", "64,128,256"]) == 2
+    assert time.perf_counter() - t0 < 5  # refused up front, not after minutes of timing
+    assert "cannot be written" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command,name",
+    [
+        (["probe", "--widths", "64,128,256"], "probe.json"),
+        (["probe", "--widths", "64,128,256"], "trace.json.gz"),
+        (["doctor"], "report.json"),
+    ],
+)
+def test_an_output_name_taken_by_a_folder_is_refused_up_front(
+    capsys, tmp_path: Path, command: list[str], name: str
+) -> None:
+    """Fresh eyes: with D/probe.json a folder, the probe ran for 33 s, then died with IsADirectoryError and
+    left its other files behind."""
+    (tmp_path / name).mkdir()
+    assert main([*command, "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / name} exists and is not a file (move it away or pass another output folder)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]

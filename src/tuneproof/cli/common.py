@@ -150,7 +150,7 @@ class _Lines:
 @contextmanager
 def progress_bar() -> Iterator[Callable[[str], None]]:
     """Progress on stderr, yielding `update(description)`: a transient spinner with elapsed time on a
-    terminal; off a terminal, a plain line after 5 s, then at most every 10 s (see `_Lines`). stdout stays the result's."""
+    terminal; off a terminal, a line after 5 s, then at most every 10 s (`_Lines`); stdout is the result."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
