@@ -119,6 +119,9 @@ def test_the_fastest_is_named_only_when_the_projection_can_tell() -> None:
     unmeasured = StepModel(measured.cost, [], (512, 8192), "probe", "2 kept repeat(s) at a width")
     assert fastest(apart, unmeasured) == "no sampler named fastest: 2 kept repeat(s) at a width"
     assert fastest(apart, CASE).endswith("(under this fit)")
+    packed = [proj("packing", 5.0, None), proj("ours", 10.0, None)]
+    assert "assumes a document-masked kernel" in fastest(packed, CASE)  # else SDPA pays the whole square
+    assert "document-masked" not in fastest(apart, CASE)
 
 
 def test_points_beside_a_probe_json_take_its_batch(tmp_path: Path, capsys) -> None:

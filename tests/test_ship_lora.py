@@ -288,3 +288,13 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, capsys, monkeypatch) ->
     monkeypatch.setattr(health, "check_adapter", interrupted)
     assert main(["lora", "check", str(tmp_path)]) == 130
     assert capsys.readouterr().err == "error: interrupted\n"
+
+
+def test_lora_check_with_a_base_folder_names_it(tmp_path: Path, capsys) -> None:
+    """`lora check --base DIR` said "no base named" beside the base it was given."""
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    assert main(["lora", "check", str(tmp_path / "adapter"), "--base", str(base)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # lines wrap at the terminal's width
+    identity = out[out.index("identity ") : out.index("verdict ")]
+    assert "no base named" not in identity and f"--base {base} gave the structure" in identity

@@ -72,8 +72,12 @@ def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
     else:
         lines.append("coverage  unknown (pass --base with the base config to see which families are adapted)")
     named = (
-        f"base_model_name_or_path {h.base_name!r} (a name, not a hash)" if h.base_name else "no base named"
+        f"adapter_config names base_model_name_or_path {h.base_name!r} (a name, not a hash)"
+        if h.base_name
+        else "adapter_config names none"
     )
+    if base is not None:
+        named += f"; --base {base} gave the structure and coverage above, its identity unchecked"
     if h.fingerprint_recorded:
         lines.append(f"identity  {named}; base_fingerprint.json recorded: merge checks the base against it")
     else:

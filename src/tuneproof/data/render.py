@@ -170,9 +170,20 @@ def fastest(projections: list[Any], model: Any) -> str:
     ):
         return "no sampler named fastest: the intervals overlap (inconclusive)"
     saved = hours(max(p.wall_s for p in projections) - best.wall_s)
-    return f"the fastest, {best.sampler}, saves {saved} on the slowest" + (
-        "" if model.replicates else " (under this fit)"
+    return (
+        f"the fastest, {best.sampler}, saves {saved} on the slowest"
+        + ("" if model.replicates else " (under this fit)")
+        + (PACKING_ASSUMES if best.sampler == "packing" else "")
     )
+
+
+# A packed row costs what its documents cost alone only when attention is masked per document
+# (flex_attention with a document mask, FlashAttention's varlen path); SDPA over the whole row pays
+# (sum of lengths)^2 or a dense mask, and lets documents see each other.
+PACKING_ASSUMES = (
+    "; packing's time assumes a document-masked kernel (flex_attention or FlashAttention varlen), "
+    "under SDPA a packed row costs the square of its whole width"
+)
 
 
 def hours(seconds: float) -> str:
