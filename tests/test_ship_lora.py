@@ -123,7 +123,7 @@ def test_a_pissa_adapter_cannot_be_judged_without_initial_and_is_judged_with_it(
     peft_model.save_pretrained(tmp_path / "trained")
     assert main(["lora", "check", str(tmp_path / "trained")]) == 3
     out = capsys.readouterr().out
-    assert "cannot judge without --initial" in out and "CANNOT JUDGE" in out
+    assert "judge it against the adapter saved at step 0" in out and "CANNOT JUDGE" in out
     assert main(["lora", "check", str(tmp_path / "trained"), "--initial", str(tmp_path / "initial")]) == 1
     out = capsys.readouterr().out
     assert "moved from the initial adapter in 2 of 4 adapted modules" in out
@@ -234,9 +234,8 @@ def test_the_base_identity_line_says_whether_a_fingerprint_is_recorded(tmp_path:
     base = fx.save(fx.model("llama"), tmp_path / "base")
     fx.adapter(fx.model("llama"), tmp_path / "adapter")
     main(["lora", "check", str(tmp_path / "adapter")])
-    assert (
-        "no base_fingerprint.json: record the base's with 'tuneproof fingerprint BASE"
-        in capsys.readouterr().out
+    assert "no base_fingerprint.json: record the base's with 'tuneproof fingerprint BASE" in " ".join(
+        capsys.readouterr().out.split()
     )
     main(["fingerprint", str(base), "--out", str(tmp_path / "adapter" / "base_fingerprint.json")])
     capsys.readouterr()
@@ -251,7 +250,7 @@ def test_nan_in_an_adapter_is_not_healthy(tmp_path: Path, capsys) -> None:
 
     fx.adapter(fx.model("llama"), tmp_path / "adapter", fill=poison)
     assert main(["lora", "check", str(tmp_path / "adapter")]) == 1
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # lines wrap at 80 columns
     assert "1 modules hold NaN or inf" in out and "NaN or inf in: base_model.model.model.layers.1" in out
     assert main(["lora", "check", str(tmp_path / "adapter"), "--json"]) == 1
     bad = [m for m in json.loads(capsys.readouterr().out)["modules"] if not m["finite"]]

@@ -28,6 +28,12 @@ quant_stage:
 """
 
 
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read what the reports say; tests/test_output.py holds them to 80 columns."""
+    monkeypatch.setenv("COLUMNS", "250")
+
+
 def _config(tmp_path: Path, family: str) -> Path:
     path = tmp_path / f"{family}.json"
     path.write_text(json.dumps({"model_type": family, **TINY[family]}))

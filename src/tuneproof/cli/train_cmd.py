@@ -23,7 +23,7 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
     """Fine-tune with a LoRA on transformers' Trainer: bucketed batches, the attention path that fits
     (flex_attention with safe kernel options on CUDA, sdpa on the CPU), live intended and performed
     MFU in the logs, adapter health and the base's fingerprint at the end. Without RECIPE: the tiny
-    model on a small dataset shipped with tuneproof, on the CPU in about a minute. Multi-GPU:
+    model on a small dataset shipped with tuneproof, on a CPU in under a minute. Multi-GPU:
     `torchrun --nproc-per-node N -m tuneproof train R.toml`, or `accelerate launch -m tuneproof ...`."""
     from tuneproof.train.recipe import read_recipe
     from tuneproof.train.run import train as run_training

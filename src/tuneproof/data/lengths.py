@@ -87,7 +87,7 @@ def synthetic_lengths() -> tuple[np.ndarray, np.ndarray]:
     if not SYNTHETIC.is_file():  # an installation problem, not the user's input
         raise TuneproofError(
             f"the shipped lengths file is missing from this installation: {SYNTHETIC}",
-            "reinstall tuneproof (pip install --force-reinstall tuneproof), or pass --lengths",
+            "reinstall tuneproof, or pass a lengths file of your own",
         )
     lengths, roots = read_lengths(SYNTHETIC)
     assert roots is not None

@@ -104,8 +104,8 @@ class Health:
         if not self.judged:
             return Verdict(
                 "CANNOT JUDGE",
-                "cannot judge without --initial (the adapter saved at step 0); the init starts lora_B "
-                "non-zero",
+                "the init starts lora_B non-zero: judge it against the adapter saved at step 0 "
+                "(the initial adapter)",
                 CANNOT_JUDGE,
             )
         what = []
