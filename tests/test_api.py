@@ -236,7 +236,7 @@ def test_library_messages_never_name_a_cli_flag() -> None:
             is_message = (
                 isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
             )
-            # another command named as advice ('tuneproof fingerprint BASE --out F') is not a flag of this call
+            # another command named as advice ('tuneproof fingerprint BASE --out F') is no flag of this call
             text = re.sub(r"'tuneproof [^']*'", "", node.value) if is_message else ""
             if is_message and flag.search(text):
                 offenders.append(f"{p.relative_to(SRC)}:{node.lineno}: {node.value[:60]}")
