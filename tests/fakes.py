@@ -27,7 +27,7 @@ class FakeClock:
         return step
 
 
-A, B = 6.87e-4, 8.85e-8  # ../shared/CASE.md section 2
+A, B = 6.87e-4, 8.85e-8  # docs/reference-run.md section 2
 
 
 def case_time(w: float, c: float = 0.0) -> float:

@@ -1,4 +1,4 @@
-"""../shared/CASE.md section 1 as test vectors, on the Gemma-4-26B-A4B-like config in examples/."""
+"""docs/reference-run.md section 1 as test vectors, on the Gemma-4-26B-A4B-like config in examples/."""
 
 from __future__ import annotations
 

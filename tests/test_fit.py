@@ -1,4 +1,4 @@
-"""The scaling fit on CASE-like points (../shared/CASE.md section 2), and the examples of the trust
+"""The scaling fit on CASE-like points (docs/reference-run.md section 2), and the examples of the trust
 issue that the old fit got wrong, each with the numbers the old code printed."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from tuneproof.data.ranks import StepCost, micro_batch_seconds, rank_utilisation
 from tuneproof.data.stats import plan_stats
 from tuneproof.errors import TuneproofError
 
-CASE_FIT = StepCost(6.87e-4, 8.85e-8)  # ../shared/CASE.md, seconds per sequence
+CASE_FIT = StepCost(6.87e-4, 8.85e-8)  # docs/reference-run.md, seconds per sequence
 
 
 def test_utilisation_by_hand() -> None:

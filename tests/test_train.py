@@ -29,7 +29,7 @@ def test_the_embedded_default_trains_and_leaves_a_mergeable_adapter(tmp_path: Pa
         assert (out / name).is_file(), name
     assert 'attention = "auto"' in (out / "recipe.toml").read_text()  # every default written out
     assert (out / "report" / "training.png").is_file() and (out / "report" / "report.json").is_file()
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "train.md").read_text()
     shown = readme[
         readme.index("trained   40 optimizer steps") : readme.index("(every default filled in)\n```") + 24
     ]

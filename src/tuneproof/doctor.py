@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tuneproof.arch.shape import ModelShape
     from tuneproof.flops.report import FlopReport
 
-# The story of ../shared/CASE.md told on a small model: a padded SDPA run, the same run bucketed
+# The story of docs/reference-run.md told on a small model: a padded SDPA run, the same run bucketed
 # (no padding), and bucketed under flex_attention. LoRA with activation checkpointing, batch 2.
 SCENARIOS: tuple[tuple[str, str, float], ...] = (
     ("sdpa, 30% padding", "sdpa", 0.3),

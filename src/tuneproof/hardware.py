@@ -6,8 +6,8 @@ Conventions:
   their FP16-accumulate rate.
 - `smem_per_block_optin` is `cudaDevAttrMaxSharedMemoryPerBlockOptin` in bytes: the limit Triton
   compares a kernel's shared memory against.
-- Every row carries its source. Public tables disagree (see ../shared/references/
-  flops-peaks-batching.md section 2); where they do, the row says so in `note`.
+- Every row carries its source. Public tables disagree (the vendors' datasheets against secondary
+  tables); where they do, the row says so in `note`.
 - An unknown GPU or dtype gives no peak, never a fallback: `lookup_gpu` raises, `Peak.for_dtype`
   returns None with the reason.
 """

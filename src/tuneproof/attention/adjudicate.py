@@ -1,6 +1,6 @@
 """Numerics against ground truth: each attention backend in low precision vs fp32 math.
 
-Backend-vs-backend differences cannot say which one is right (../shared/CASE.md section 5); each is
+Backend-vs-backend differences cannot say which one is right (docs/reference-run.md section 5); each is
 measured against the same model in fp32 with SDPA's math backend. The truth uses the very weights the
 low-precision runs use (rounded to the low dtype, then held in fp32), so the distances measure the
 computation, not the weight rounding.

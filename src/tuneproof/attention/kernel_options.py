@@ -7,7 +7,7 @@ kernel stages it):
 - backward, blocks (BLOCK_M1, BLOCK_N1): e * (BLOCK_N1*D + 2*BLOCK_M1*D + 2*BLOCK_M1*BLOCK_N1)
   (K tile; Q and dO tiles; P and dS tiles).
 It reproduces the three published data points exactly: fwd 64x32 bf16 head_dim 512 = 102,400 B
-(../shared/CASE.md), fwd 64x32 fp32 head_dim 256 = 106,496 B (pytorch#143832), bwd 64x64 bf16
+(docs/reference-run.md), fwd 64x32 fp32 head_dim 256 = 106,496 B (pytorch#143832), bwd 64x64 bf16
 head_dim 256 = 114,688 B (pytorch#198224). It is an estimate: `run_with_smem_fallback` also catches
 Triton's out-of-resource error and retries smaller.
 

@@ -4,7 +4,7 @@ padded or packed plan costs) and the CLI (which names each command accepts).
 
 Each record answers, for a batch geometry (`Rows`) and a layer's window:
 - `mask`: does transformers hand the kernel a dense mask tensor, and which condition decides
-  (transformers 5.x `masking_utils`, ../shared/references/attention-dispatch.md);
+  (transformers 5.x `masking_utils`, docs/sources.md);
 - `pairs`: how many (query, key) scores the kernel computes;
 - `fused_backward`: the kernel keeps no score matrix, so its backward recomputes QK^T;
 - `probe` / `adjudicate`: whether `tuneproof probe` / `adjudicate` can run it (no extra package).

@@ -1,6 +1,6 @@
 """Predicted SDPA dispatch rules, as data. Each rule cites the file and function it encodes.
 
-Verified against PyTorch 2.13.0 and transformers 5.24.0 (../shared/references/attention-dispatch.md);
+Verified against PyTorch 2.13.0 and transformers 5.24.0 (docs/sources.md);
 for other versions the explainer still predicts with these rules and says so.
 """
 

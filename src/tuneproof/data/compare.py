@@ -22,7 +22,7 @@ PLAN_SAMPLERS = ("ours", *COMPARE_CHOICES)  # what `tuneproof plan` projects (ou
 def _case_cost() -> Any:
     from tuneproof.data.ranks import StepCost
 
-    return StepCost(6.87e-4, 8.85e-8)  # ../shared/CASE.md's fit, seconds per sequence
+    return StepCost(6.87e-4, 8.85e-8)  # docs/reference-run.md's fit, seconds per sequence
 
 
 @dataclass(slots=True)

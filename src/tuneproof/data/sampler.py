@@ -1,4 +1,4 @@
-"""`BucketBatchSampler`: bucket-to-pair, shuffle-to-mix (../shared/CASE.md section 4).
+"""`BucketBatchSampler`: bucket-to-pair, shuffle-to-mix (docs/reference-run.md section 4).
 
 - bucket-to-pair: sequences are ordered by length (random order among equal keys) and neighbours
   form the micro-batches, so a micro-batch holds (nearly) one length and pads (nearly) nothing. The

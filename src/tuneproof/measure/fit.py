@@ -1,4 +1,4 @@
-"""Step-time scaling fit: t(w) = A*w + B*w^2 (../shared/CASE.md section 2), with honest intervals.
+"""Step-time scaling fit: t(w) = A*w + B*w^2 (docs/reference-run.md section 2), with honest intervals.
 
 A*w is the work linear in width (GEMMs, elementwise), B*w^2 the quadratic work (attention). The
 quadratic share at width w is B*w^2 / t(w).

@@ -1,4 +1,4 @@
-"""The README's shipping examples are what the commands print: build the demo models, run every
+"""docs/ship.md's examples are what the commands print: build the demo models, run every
 `$ tuneproof ...` line of the section as written, and compare with the lines under it."""
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ pytestmark = pytest.mark.slow  # documentation checks: left out of mutation runs
 
 
 def _section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## Shipping: `tuneproof lora check`")
-    return readme[start : readme.index("\n## ", start + 1)]
+    return (ROOT / "docs" / "ship.md").read_text()
 
 
 def _examples() -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""The README's gate examples are what the commands print: run them as written and compare."""
+"""docs/gate.md's examples are what the commands print: run them as written and compare."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # documentation checks: left out of mutation runs
 
 
 def _readme() -> str:
-    return (ROOT / "README.md").read_text()
+    return (ROOT / "docs" / "gate.md").read_text()
 
 
 def _block(after: str) -> str:
