@@ -50,7 +50,7 @@ OUT_FILE = [
 ]
 ARM_FILES = [
     ("@missing", "arm file not found"),
-    ("@folder", "is not a regular file"),
+    ("@folder", "is a folder, not a file"),
     ("@empty", "holds no responses"),
     ("@not-json", "not JSON"),
     ("@bad-gzip-arm", "cannot read"),
@@ -249,7 +249,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--attractors": [("@missing", "cannot read the attractor list"), ("@empty", "attractor list")],
         "--corpus": [
             ("@missing", "corpus file not found"),
-            ("@folder", "is not a regular file"),
+            ("@folder", "is a folder, not a file"),
             ("@empty", "the corpus holds no text"),
             ("@bad-utf8", "invalid UTF-8"),
         ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -43,9 +44,11 @@ def _make(folder: Path) -> None:
 
 
 def test_the_shipping_examples_print_what_the_readme_shows(tmp_path: Path, capsys, monkeypatch) -> None:
+    # the page's own folder and width: lines wrap where the page shows them wrapped
     monkeypatch.setenv("COLUMNS", "100")
     monkeypatch.chdir(ROOT)
-    demo = tmp_path / "ship-demo"
+    demo = Path(DEMO)
+    shutil.rmtree(demo, ignore_errors=True)
     _make(demo)
     examples = _examples()
     assert len(examples) == 6

@@ -289,7 +289,7 @@ def test_attractors_mine_writes_a_list_the_gate_reads(tmp_path: Path, capsys) ->
     [
         (["--outputs", "@missing"], "outputs arm file not found"),
         (["--reference", "@missing"], "the reference not found"),
-        (["--reference", "@folder"], "is not a regular file"),
+        (["--reference", "@folder"], "is a folder, not a file"),
         (["--reference", "@bad-utf8"], "invalid UTF-8"),
         (["--top", "0"], "--top must be >= 1"),
         (["--out", "@folder"], "exists and is not a file"),
@@ -502,7 +502,7 @@ def test_second_trial_findings(tmp_path: Path, capsys) -> None:
     code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--k", "8"], capsys)
     assert code == 3 and "warning: --k has no effect without --corpus" in err
     code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--corpus", str(tmp_path)], capsys)
-    assert code == 2 and "is not a regular file" in err
+    assert code == 2 and "is a folder, not a file" in err
     # arms that share nothing say what each holds
     other = write_arm(tmp_path / "o.jsonl", [{**r, "prompt_id": "x" + r["prompt_id"]} for r in base_rows])
     code, _, err = _run(["gate", "--base", str(b), "--tuned", str(other)], capsys)

@@ -256,11 +256,11 @@ def test_a_dataset_mixing_chat_and_text_rows_is_refused(tmp_path: Path, capsys) 
     ("text", "needle"),
     [
         ('[lora]\ntarget_parameters = ["mlp.nothing"]\n', "match no parameter in the model"),
-        ("", "cannot be written"),  # --output under /proc
+        ("[run]\nlogging_steps = 1\n", "cannot be written"),  # --output under /proc
     ],
 )
 def test_more_bad_runs_are_refused_before_training(text: str, needle: str, tmp_path: Path, capsys) -> None:
-    out = "/proc/tuneproof-run" if not text else str(tmp_path / "out")
+    out = "/proc/tuneproof-run" if needle == "cannot be written" else str(tmp_path / "out")
     assert main(["train", _recipe(tmp_path, text), "--output", out]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err, err
@@ -324,7 +324,7 @@ def test_a_recipe_changed_under_a_run_names_the_key(tmp_path: Path, capsys) -> N
     from tuneproof.train.recipe import from_dict
 
     (out / "recipe.toml").write_text(from_dict({"optim": {"lr": 1e-4}}, "x").to_toml())
-    assert main(["train", _recipe(tmp_path, ""), "--output", str(out), "--resume"]) == 2
+    assert main(["train", _recipe(tmp_path, "[optim]\nlr = 2e-4\n"), "--output", str(out), "--resume"]) == 2
     assert "differs from this recipe: optim.lr was 0.0001, now 0.0002" in capsys.readouterr().err
 
 

@@ -339,7 +339,8 @@ def judge_identity(ident: Identity, allow_base_mismatch: bool, adapter_dir: Path
         where = adapter_dir if adapter_dir is not None else "ADAPTER"
         return [
             f"{where} has no base_fingerprint.json: the base's identity cannot be checked "
-            f"(record it at train time with 'tuneproof fingerprint BASE --out {where}/base_fingerprint.json')"
+            f"(record it at train time: 'tuneproof fingerprint BASE --out FILE', "
+            f"FILE {where}/base_fingerprint.json)"
         ]
     if ident.same:
         return []

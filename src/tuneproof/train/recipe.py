@@ -120,6 +120,11 @@ def read_recipe(path: Path | None) -> Recipe:
         ) from None
     except tomllib.TOMLDecodeError as e:
         raise TuneproofError(f"recipe {path} is not TOML: {e}", "fix the recipe") from None
+    if not data:
+        raise TuneproofError(
+            f"recipe {path} is empty: every value would be the embedded demo's",
+            "set [model] name and [data] path, or run `tuneproof train` without a recipe for the demo",
+        )
     recipe = from_dict(data, str(path))
     return _relative_to(recipe, Path(path).resolve().parent)
 
@@ -158,11 +163,6 @@ ALIASES = {
 
 
 def from_dict(data: dict[str, Any], source: str) -> Recipe:
-    if not data:
-        raise TuneproofError(
-            f"{source} is empty: every value would be the embedded demo's",
-            "set [model] name and [data] path, or run `tuneproof train` without a recipe for the demo",
-        )
     unknown = sorted(set(data) - set(PARTS))
     if unknown:
         raise _unknown(source, unknown[0], list(PARTS), "section")
