@@ -60,7 +60,7 @@ def test_the_mining_example_prints_what_the_readme_shows(tmp_path: Path, capsys,
     argv = ["attractors", "mine", "--outputs", str(tmp_path / "base.jsonl"), "--reference",
             "examples/gate/corpus.txt", "--top", "8"]  # fmt: skip
     assert main(argv) == 0
-    shown = _block("### Mining a stock-phrase list").split("\n", 1)[1]  # the lines after the command
+    shown = _block("## Mining a stock-phrase list").split("\n", 1)[1]  # the lines after the command
     assert capsys.readouterr().out == shown
 
 
@@ -74,6 +74,6 @@ def test_the_python_example_gives_the_numbers_in_its_comment(tmp_path: Path) -> 
         attractors=(PhraseMatcher(["a testament to", "delve into"]), "inline list"),
     )
     d = report.metrics["diversity"]
-    shown = re.search(r"# (PASS [0-9. ]+)\n", _readme())
+    shown = re.search(r"# (PASS [0-9. ]+)\n", (ROOT / "docs" / "conventions.md").read_text())
     assert shown is not None
     assert f"{report.verdict} {d.delta:.4f} {d.floor:.4f} {d.ratio:.2f}" == shown.group(1).strip()
