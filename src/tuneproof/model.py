@@ -12,9 +12,10 @@ from typing import Any
 from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
 from tuneproof.attention.paths import path
+from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES, torch_dtype
 from tuneproof.errors import TuneproofError
 
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+BYTES = {s: BY_SHORT[s].bytes for s in MODEL_DTYPES}
 # Building needs the weights once in fp32 (initialisation) plus working room for a training step.
 HEADROOM = 3.0
 
@@ -127,8 +128,7 @@ def build_model(
                 f"transformers refuses attn {attn!r} for {text_config.model_type}: {str(e).splitlines()[0]}",
                 "pick another attention path",
             ) from None
-    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    return built.to(device=device, dtype=torch_dtype)
+    return built.to(device=device, dtype=torch_dtype(dtype))
 
 
 def peft_target_regex(targets: list[str]) -> str:

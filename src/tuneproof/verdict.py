@@ -9,7 +9,7 @@ against noise, the margin and the noise it was judged against.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 # exit codes every command shares: 0 the good outcome, 1 the bad one, 2 a usage error, 3 cannot judge
 OK, FINDING, USAGE, CANNOT_JUDGE = 0, 1, 2, 3
@@ -34,3 +34,19 @@ class Verdict:
             "margin": self.margin,
             "noise": self.noise,
         }
+
+
+class Result(Protocol):
+    """What every area's `run(plan, progress)` returns, and all a command needs from it:
+    `to_dict()` is exactly what `--json` prints, `render(console)` the text, `warnings` what goes to
+    stderr after success, and `verdict` (None where nothing is judged) the exit code."""
+
+    @property
+    def warnings(self) -> list[str]: ...
+
+    @property
+    def verdict(self) -> Verdict | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def render(self, console: Any) -> None: ...

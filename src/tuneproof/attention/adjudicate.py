@@ -22,9 +22,10 @@ from typing import Any
 from tuneproof import validate
 from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
+from tuneproof.dtypes import torch_dtype
 from tuneproof.errors import TuneproofError
 
-TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+LOW_PRECISION = ("bf16", "fp16")  # the dtypes judged against fp32 truth
 CRITERIA = {
     "logits": "mean |logit - fp32 truth| over every batch x width x vocab logit",
     "grads": "mean |gradient - fp32 truth| over every parameter element",
@@ -250,7 +251,7 @@ class AdjudicateSpec:
             )
         for b in self.backends:
             validate.choice("backends", b, path_names(adjudicate=True))
-        validate.choice("dtype", self.dtype, TORCH_DTYPES)
+        validate.choice("dtype", self.dtype, LOW_PRECISION)
         validate.choice("grads", self.grads, GRADS)
         validate.choice("criterion", self.criterion, CRITERIA)
         validate.integer("batch", self.batch, high=1024)
@@ -306,7 +307,7 @@ def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
             check_fits_on_cpu(
                 model, attn=b, batch=spec.batch, width=max(spec.widths), training=spec.grads != "off"
             )
-    low = getattr(torch, TORCH_DTYPES[spec.dtype])
+    low = torch_dtype(spec.dtype)
     reference = build_model(model, "sdpa", device=spec.device, dtype="fp32", seed=spec.seed)
     state = {k: v.to(low).to(torch.float32) for k, v in reference.state_dict().items()}
     reference.load_state_dict(state)

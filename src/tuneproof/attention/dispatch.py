@@ -20,9 +20,10 @@ from tuneproof import validate
 from tuneproof.arch.shape import AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
 from tuneproof.attention.paths import Rows, path
+from tuneproof.dtypes import torch_dtype
 from tuneproof.errors import TuneproofError
 
-DTYPES = ("bf16", "fp16", "fp32")
+DTYPES = ("bf16", "fp16", "fp32")  # the dtypes the dispatch rules know (tuneproof.dtypes names them)
 
 
 def parse_capability(text: str) -> tuple[int, int]:
@@ -291,7 +292,7 @@ def _live_sdpa(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict
     from torch.nn.attention import SDPBackend
 
     device = "cpu" if ctx.capability is None else "cuda"
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ctx.dtype]
+    dtype = torch_dtype(ctx.dtype)
     t = min(ctx.seq_len, LIVE_LEN)
     batch = min(ctx.batch, 2)  # the rules do not depend on the batch size either
     # transformers expands K/V with repeat_kv whenever a mask is passed (use_gqa_in_sdpa), so heads match

@@ -24,10 +24,11 @@ from typing import Any
 
 from tuneproof import validate
 from tuneproof.attention.pairs import FLEX_BLOCK
+from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES
 from tuneproof.errors import TuneproofError
 from tuneproof.hardware import SMEM_SM80, SMEM_SM86_89_120, SMEM_SM90_100
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPE_BYTES = {s: BY_SHORT[s].bytes for s in MODEL_DTYPES}
 
 
 def smem_limit(capability: tuple[int, int]) -> int:

@@ -101,6 +101,20 @@ def warn_unused(params: tuple[str, ...], needs: str, active: bool) -> None:
             warn(f"{flag} has no effect without {needs}")
 
 
+def finish(result: Any, json_out: bool) -> int:
+    """The last line of every command: the result's warnings (printed after success), its
+    `to_dict()` as JSON or its `render(console)` as text, and its verdict's exit code (0 without one).
+    `result` is a `tuneproof.verdict.Result`."""
+    for text in result.warnings:
+        warn(text)
+    if json_out:
+        print_json(result.to_dict())
+    else:
+        result.render(console())
+    verdict = result.verdict
+    return verdict.exit_code if verdict is not None else 0
+
+
 def print_json(data: Any) -> None:
     """Strict JSON on stdout: never NaN or Infinity (an unknown is null, with its reason beside it)."""
     from tuneproof.io import dumps

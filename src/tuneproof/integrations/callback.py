@@ -30,6 +30,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from tuneproof.dtypes import short_name
 from tuneproof.errors import TuneproofError
 
 PREFIX = "tuneproof/"
@@ -243,7 +244,10 @@ def _read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None)
         import torch
 
         capability = tuple(torch.cuda.get_device_capability(device))
-    dtype_name = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(str(dtype), "fp32")
+    named = short_name(
+        dtype
+    )  # the dispatch rules know bf16, fp16 and fp32: anything else is explained as fp32
+    dtype_name = named if named in ("bf16", "fp16") else "fp32"
     return _Run(
         resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger,
         capability=capability, dtype=dtype_name,  # type: ignore[arg-type]
@@ -300,7 +304,7 @@ def _peak(gpu: str | None, given: float | None, dtype: Any, device: Any) -> tupl
         return None, f"no peak for a {device.type} device (pass gpu= or peak_tflops=)"
     from tuneproof.hardware import resolve_peak
 
-    dtype_name = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype, str(dtype))
+    dtype_name = short_name(dtype) or str(dtype)  # an unknown one gets no peak, with its name
     try:
         peak = resolve_peak(name, dtype_name)
     except TuneproofError as e:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES
 from tuneproof.errors import TuneproofError
 from tuneproof.io import umask
 from tuneproof.ship.adapter import Adapter, Module, delta, read_adapter
@@ -48,8 +49,8 @@ from tuneproof.ship.tensors import (
     read_tensor,
 )
 
-DTYPES = {"bf16": "BF16", "fp16": "F16", "fp32": "F32"}
-CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+DTYPES = {s: BY_SHORT[s].safetensors for s in MODEL_DTYPES}  # what --dtype takes
+CONFIG_DTYPE = {d.safetensors: d.config for d in BY_SHORT.values()}
 # Inits whose adapter only makes sense on a base PEFT rewrites at load time (peft_model.py
 # `save_pretrained(path_initial_model_for_weight_conversion=...)` converts them into plain LoRA).
 BASE_MUTATING_INITS = ("pissa", "olora", "corda", "loftq", "lora_ga")

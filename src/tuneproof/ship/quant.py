@@ -28,6 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES
 from tuneproof.errors import TuneproofError
 from tuneproof.extras import require
 from tuneproof.ship.layout import FAMILIES, family_of, matrices, parameters
@@ -180,7 +181,7 @@ class FamilyCoverage:
         return self.numel - self.covered_numel - self.ignored_numel
 
 
-CONFIG_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+CONFIG_DTYPE_BYTES = {BY_SHORT[s].config: BY_SHORT[s].bytes for s in MODEL_DTYPES}
 
 
 def config_dtype(config: dict[str, Any]) -> str | None:
