@@ -136,3 +136,40 @@ def check_out_folder(out: Path, files: tuple[str, ...] = ()) -> Path:
     os.close(fd)
     os.unlink(tmp)
     return out
+
+
+def check_out_file(out: Path, inputs: tuple[Path | str, ...] = ()) -> Path:
+    """Refuse an output file path that cannot be written (a folder, an empty path, a path under a file,
+    an unwritable folder) or that is one of the command's `inputs` (writing it would destroy them), before
+    any work starts."""
+    if str(out) in ("", ".") or out.name in ("", ".", ".."):
+        raise TuneproofError(
+            f"{{out}} {str(out)!r} is empty or a folder, not a file path",
+            "pass a file path, e.g. result.json",
+            fields=("out",),
+        )
+    if out.exists() and not out.is_file():
+        raise TuneproofError(f"{out} exists and is not a file", "pass a file path for {out}", fields=("out",))
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise TuneproofError(
+                    f"{{out}} {out} cannot be created: {parent} is a file, not a folder", fields=("out",)
+                )
+            break
+    for source in inputs:
+        if _same_file(out, Path(source)):
+            raise TuneproofError(
+                f"{{out}} {out} is also an input of this command: writing it would destroy that input",
+                "pass another output path",
+                fields=("out",),
+            )
+    check_out_folder(out.parent)
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False

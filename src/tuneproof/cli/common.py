@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tuneproof.errors import TuneproofError
+from tuneproof.io import check_out_file as check_out_file
+from tuneproof.terminal import _Lines as _Lines
+from tuneproof.terminal import console as console
+from tuneproof.terminal import count_bar as count_bar
+from tuneproof.terminal import progress_bar as progress_bar
+from tuneproof.terminal import wrap_lines as wrap_lines
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
 
@@ -120,138 +125,6 @@ def print_json(data: Any) -> None:
     from tuneproof.io import dumps
 
     sys.stdout.write(dumps(data) + "\n")
-
-
-def console() -> Any:
-    """Rich console on stdout at the terminal's width (80 columns off a terminal, or $COLUMNS). A reader
-    that goes away (`| head`) raises BrokenPipeError, which `main` turns into exit 141; rich's own
-    handler would exit 1, a gate's FAIL code."""
-    from rich.console import Console
-
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            raise BrokenPipeError
-
-    return _Console(highlight=False)
-
-
-class _Lines:
-    """Progress off a terminal: a `progress: <what> (<elapsed>)` line on stderr once the work has run
-    `after_s` seconds, then at most one every `every_s` seconds, and only when the description
-    changed. Quick commands (and their one-line errors) print none; a log file or CI gets a heartbeat
-    from long work, never a flood."""
-
-    def __init__(self, after_s: float = 5.0, every_s: float = 10.0) -> None:
-        import time
-
-        self.clock = time.monotonic
-        self.start = self.clock()
-        self.after_s, self.every_s = after_s, every_s
-        self.last: float | None = None
-        self.printed = ""
-
-    def __call__(self, text: str) -> None:
-        now = self.clock()
-        if now - self.start < self.after_s or text == self.printed:
-            return
-        if self.last is not None and now - self.last < self.every_s:
-            return
-        self.last, self.printed = now, text
-        print(f"progress: {text} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
-
-
-@contextmanager
-def progress_bar() -> Iterator[Callable[[str], None]]:
-    """Progress on stderr, yielding `update(description)`: a transient spinner with elapsed time on a
-    terminal; off a terminal, a line after 5 s, then at most every 10 s (`_Lines`); stdout is the result."""
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        yield _Lines()
-        return
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
-    ) as bar:
-        task = bar.add_task("starting", total=None)
-        yield lambda msg: bar.update(task, description=msg)
-
-
-@contextmanager
-def count_bar(what: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar with a count and time left on stderr, yielding update(done, total); off a
-    terminal, a plain `progress: <what> <done>/<total>` line after 5 s, then at most every 10 s."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        lines = _Lines()
-        yield lambda done, total: lines(f"{what} {done}/{total}")
-        return
-    with Progress(
-        what, BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err, transient=True
-    ) as bar:
-        task = bar.add_task(what, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
-
-
-def wrap_lines(lines: list[str], width: int) -> list[str]:
-    """Plain report lines wrapped to `width` at spaces. A `label     text` line (a word, then two or
-    more spaces) continues under its text; other lines under their own indent. A word longer than the
-    width (a path) stays whole on its own line."""
-    import re
-    import textwrap
-
-    out: list[str] = []
-    for line in lines:
-        if len(line) <= width:
-            out.append(line)
-            continue
-        m = re.match(r"^(\s*\S+\s{2,})", line) or re.match(r"^(\s*)", line)
-        indent = " " * len(m.group(1)) if m else ""
-        wrapped = textwrap.wrap(
-            line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
-        )
-        out.extend(wrapped or [line])
-    return out
-
-
-def check_out_file(out: Path, inputs: tuple[Path | str, ...] = ()) -> Path:
-    """Refuse an output file path that cannot be written (a folder, an empty path, a path under a file,
-    an unwritable folder) or that is one of the command's `inputs` (writing it would destroy them), before
-    any work starts."""
-    from tuneproof.io import check_out_folder
-
-    if str(out) in ("", ".") or out.name in ("", ".", ".."):
-        raise TuneproofError(
-            f"--out {str(out)!r} is empty or a folder, not a file path",
-            "pass a file path, e.g. --out result.json",
-        )
-    if out.exists() and not out.is_file():
-        raise TuneproofError(f"{out} exists and is not a file", "pass a file path for --out")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise TuneproofError(f"--out {out} cannot be created: {parent} is a file, not a folder")
-            break
-    for source in inputs:
-        if _same_file(out, Path(source)):
-            raise TuneproofError(
-                f"--out {out} is also an input of this command: writing it would destroy that input",
-                "pass another output path",
-            )
-    check_out_folder(out.parent)
-    return out
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and a.samefile(b)
-    except OSError:
-        return False
 
 
 def int_list(text: str, flag: str) -> tuple[int, ...]:
