@@ -7,21 +7,30 @@ why each higher-priority backend was refused), and which kernel family that mean
 Two sources, always labelled: "live" asks the installed transformers and PyTorch on the device
 present (`_ignore_causal_mask_sdpa`, `torch._fused_sdp_choice`, `can_use_*(..., debug=True)`);
 "predicted" applies the rule table in `tuneproof.attention.rules` for a device that is not here
-(explaining an sm_120 run from a laptop). Live wins when both are available.
+(explaining an sm_120 run from a laptop). Live wins when both are available (`tuneproof.attention.live`).
+
+`tuneproof explain` is `prepare(context, model)` then `run(plan)`: an `Explanation`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneproof import validate
 from tuneproof.arch.shape import AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
-from tuneproof.attention.paths import Rows, path
-from tuneproof.dtypes import torch_dtype
+from tuneproof.attention.live import LIVE_LEN as LIVE_LEN
+from tuneproof.attention.live import device_present, version_notes
+from tuneproof.attention.live import live_mask as _live_mask
+from tuneproof.attention.live import live_sdpa as _live_sdpa
+from tuneproof.attention.paths import PATHS, Rows, path
 from tuneproof.errors import TuneproofError
+
+if TYPE_CHECKING:
+    from tuneproof.arch import ResolvedModel
 
 DTYPES = ("bf16", "fp16", "fp32")  # the dtypes the dispatch rules know (tuneproof.dtypes names them)
 
@@ -129,6 +138,19 @@ class Explanation:
     advice: list[str]
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    @property
+    def verdict(self) -> None:
+        return None  # an explanation judges nothing
+
+    def render(self, console: Any) -> None:
+        from tuneproof.attention.render import render_explanation
+
+        render_explanation(self, console)
+
     def to_dict(self) -> dict[str, Any]:
         c = self.context
         return {
@@ -210,150 +232,54 @@ def predict_sdpa_cuda(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[st
         refused["cudnn"] = f"not preferred on capability {capstr} ({R.SOURCES['cudnn_preference']})" + (
             f"; would also refuse: {checks['cudnn']}" if checks["cudnn"] else ""
         )
-    return backend, refused, _kernel(backend, d)
+    return backend, refused, R.sdpa_kernel(backend, d)
 
 
-def _kernel(backend: str, head_dim: int) -> str:
-    return {
-        "flash": "FlashAttention-2 (pytorch_flash::flash_fwd/bwd kernels)",
-        "efficient": R.efficient_kernel(head_dim),
-        "cudnn": "cuDNN SDPA (cudnn_generated_fort_native_sdpa*)",
-        "math": "math: aten matmul + softmax, the full score matrix materialised",
-        "cpu_flash": "flash attention for CPU (aten::_scaled_dot_product_flash_attention_for_cpu)",
-    }[backend]
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the rules predict for one attention geometry: is a mask materialised and why, the backend
+    chosen, why each higher-priority backend was refused, and the kernel that runs. Unpacks as
+    (mask_materialised, mask_reason, backend, refused, kernel)."""
+
+    mask_materialised: bool
+    mask_reason: str
+    backend: str
+    refused: dict[str, str]
+    kernel: str
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.mask_materialised, self.mask_reason, self.backend, self.refused, self.kernel))
 
 
-# Paths that do not go through SDPA's backend choice: (backend name, kernel) for a device (None = CPU).
-_OWN_KERNELS: dict[str, tuple[str, Any]] = {
-    "eager": ("eager", lambda cap: "aten matmul + softmax: the full score matrix, mask added after"),
-    "flex_attention": (
-        "flex",
-        lambda cap: (
-            "flex_attention ("
-            + ("Triton kernel compiled for this card" if cap else "inductor CPU lowering")
-            + "; triton_tem_fused_flex_attention*)"
-        ),
-    ),
-    "flash_attention_2": (
-        "flash_attention_2",
-        lambda cap: "flash-attn package varlen kernels (flash_attn_varlen_func)",
-    ),
-}
-
-
-def predict(ctx: Context, spec: AttentionSpec) -> tuple[bool, str, str, dict[str, str], str]:
-    """(mask materialised, why, backend, refusal reason per skipped backend, kernel), from the rules."""
+def predict(ctx: Context, spec: AttentionSpec) -> Prediction:
+    """The rules' answer for `spec` under `ctx`: a path with its own kernel (the path table's), SDPA's
+    flash for the CPU, or SDPA's CUDA chain."""
     mask, mask_reason = predict_mask(ctx, spec)
-    if ctx.attn in _OWN_KERNELS:
-        backend, kernel = _OWN_KERNELS[ctx.attn]
-        return mask, mask_reason, backend, {}, kernel(ctx.capability)
+    own = path(ctx.attn).kernel
+    if own is not None:
+        return Prediction(mask, mask_reason, own.backend, {}, own.on(ctx.capability))
     if ctx.capability is None:
-        kernel = _kernel("cpu_flash", spec.head_dim) + " (" + R.SOURCES["cpu"] + ")"
-        return mask, mask_reason, "cpu_flash", {}, kernel
+        kernel = R.sdpa_kernel("cpu_flash", spec.head_dim) + " (" + R.SOURCES["cpu"] + ")"
+        return Prediction(mask, mask_reason, "cpu_flash", {}, kernel)
     backend, refused, kernel = predict_sdpa_cuda(ctx, spec, mask)
-    return mask, mask_reason, backend, refused, kernel
-
-
-def _live_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str] | None:
-    """Ask transformers' own `_ignore_causal_mask_sdpa` (sdpa, unpacked only). The padding mask handed
-    to it is two tokens wide: the function reads only whether it is all ones, and a (batch, seq_len)
-    tensor could need gigabytes."""
-    if ctx.attn != "sdpa" or ctx.packed:
-        return None
-    try:
-        import torch
-        from transformers.masking_utils import _ignore_causal_mask_sdpa
-    except ImportError:
-        return None
-    padding = torch.ones(1, 2, dtype=torch.bool)
-    if ctx.padded:
-        padding[0, -1] = False
-    materialised = not bool(_ignore_causal_mask_sdpa(padding, ctx.seq_len, ctx.seq_len, 0, 0, spec.window))
-    predicted, reason = predict_mask(ctx, spec)
-    if materialised != predicted:
-        return materialised, (
-            "transformers._ignore_causal_mask_sdpa says mask "
-            f"{'materialised' if materialised else 'skipped'}, "
-            "unlike the rule table: the installed transformers differs from the verified one"
-        )
-    return materialised, reason + " (asked transformers._ignore_causal_mask_sdpa)"
-
-
-# The live SDPA check uses the real heads and head_dim but this many tokens: the dispatch rules do not
-# depend on the length, and the full width could need gigabytes of mask.
-LIVE_LEN = 256
-
-
-def _live_sdpa(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict[str, str], str] | None:
-    """Ask PyTorch which SDPA backend it picks for these shapes on the device present."""
-    import warnings
-
-    import torch
-    from torch.nn.attention import SDPBackend
-
-    device = "cpu" if ctx.capability is None else "cuda"
-    dtype = torch_dtype(ctx.dtype)
-    t = min(ctx.seq_len, LIVE_LEN)
-    batch = min(ctx.batch, 2)  # the rules do not depend on the batch size either
-    # transformers expands K/V with repeat_kv whenever a mask is passed (use_gqa_in_sdpa), so heads match
-    q = torch.zeros(
-        batch, spec.num_heads, t, spec.head_dim, device=device, dtype=dtype, requires_grad=ctx.training
-    )
-    k = torch.zeros_like(q)
-    v = torch.zeros(
-        batch, spec.num_heads, t, spec.v_head_dim, device=device, dtype=dtype, requires_grad=ctx.training
-    )
-    attn_mask = torch.ones(batch, 1, t, t, device=device, dtype=torch.bool) if mask else None
-    choice = SDPBackend(int(torch._fused_sdp_choice(q, k, v, attn_mask, 0.0, not mask)))
-    names = {
-        SDPBackend.FLASH_ATTENTION: "flash",
-        SDPBackend.EFFICIENT_ATTENTION: "efficient",
-        SDPBackend.CUDNN_ATTENTION: "cudnn",
-        SDPBackend.MATH: "math",
-    }
-    backend = names.get(choice, choice.name.lower())
-    if device == "cpu":
-        backend = "cpu_flash" if backend == "flash" else backend
-        refused = (
-            {} if backend == "cpu_flash" else {"flash": "torch._fused_sdp_choice did not pick flash for CPU"}
-        )
-        return backend, refused, _kernel(backend, spec.head_dim)
-    from torch.backends import cuda as tbc
-
-    params = tbc.SDPAParams(q, k, v, attn_mask, 0.0, not mask, False)
-    refused = {}
-    for name, fn in (
-        ("flash", tbc.can_use_flash_attention),
-        ("efficient", tbc.can_use_efficient_attention),
-        ("cudnn", tbc.can_use_cudnn_attention),
-    ):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            ok = fn(params, debug=True)
-        if not ok:
-            refused[name] = "; ".join(str(w.message).strip() for w in caught) or "refused (no reason given)"
-        if name == backend:
-            break
-    return backend, refused, _kernel(backend, spec.head_dim)
+    return Prediction(mask, mask_reason, backend, refused, kernel)
 
 
 def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     """Explain every attention geometry of `shape` under `ctx`. Live where the device is present."""
-    live_ok = live and _device_present(ctx)
+    live_ok = live and device_present(ctx)
     layers = []
-    for label, idxs in shape.attention_groups().items():
+    for idxs in shape.attention_groups().values():
         spec = shape.layers[idxs[0]].attention
-        mask, mask_reason, backend, refused, kernel = predict(ctx, spec)
-        source = "predicted"
+        p = predict(ctx, spec)
+        mask, mask_reason = p.mask_materialised, p.mask_reason
+        backend, refused, kernel, source = p.backend, p.refused, p.kernel, "predicted"
         if live_ok and ctx.attn == "sdpa":
             got_mask = _live_mask(ctx, spec)
             if got_mask is not None:
                 mask, mask_reason = got_mask
-            got = _live_sdpa(ctx, spec, mask)
-            if got is not None:
-                backend, refused, kernel = got
-                source = "live"
-        del label
+            backend, refused, kernel = _live_sdpa(ctx, spec, mask)
+            source = "live"
         layers.append(
             LayerExplanation(
                 spec.kind,
@@ -369,7 +295,7 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
                 source,
             )
         )
-    notes = _version_notes()
+    notes = version_notes()
     if ctx.attn in shape.attn_refused:
         notes.insert(
             0,
@@ -379,26 +305,27 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     return Explanation(ctx, layers, advise(shape, ctx, layers), notes)
 
 
-def _device_present(ctx: Context) -> bool:
-    import torch
+@dataclass(frozen=True, slots=True)
+class ExplainPlan:
+    """What `run` explains: a model's shape under a context, and the notes found on the way in."""
 
-    if ctx.capability is None:
-        return True
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == ctx.capability
+    shape: ModelShape
+    context: Context
+    notes: tuple[str, ...] = ()
 
 
-def _version_notes() -> list[str]:
-    import torch
-    import transformers
+def prepare(ctx: Context, model: ResolvedModel) -> ExplainPlan:
+    """The plan for `tuneproof explain`; a width over the model's positions is noted, not refused
+    (the explanation is of the dispatch, which does not depend on the positions)."""
+    problem = model.positions_problem(ctx.seq_len, "seq_len")
+    return ExplainPlan(model.shape, ctx, (problem,) if problem else ())
 
-    notes = []
-    tv, hv = torch.__version__.split("+")[0], transformers.__version__
-    if not tv.startswith(R.VERIFIED_TORCH) or not hv.startswith(R.VERIFIED_TRANSFORMERS):
-        notes.append(
-            f"rules verified on torch {R.VERIFIED_TORCH} / transformers {R.VERIFIED_TRANSFORMERS}; "
-            f"installed torch {tv} / transformers {hv}: predictions may drift"
-        )
-    return notes
+
+def run(plan: ExplainPlan, progress: Callable[[str], None] | None = None) -> Explanation:
+    """Explain the plan's model (quick: no progress to report)."""
+    result = explain(plan.shape, plan.context)
+    result.notes.extend(plan.notes)
+    return result
 
 
 # The advice lines whose whole cost is attention FLOPs (the ledger's per-attention-group excess):
@@ -407,10 +334,12 @@ FLEX_ADVICE = "use flex_attention"
 BUCKET_ADVICE = "bucket to avoid padding"
 
 
-def _cpu_training(ctx: Context) -> bool:
+def _flex_training_on_cpu(ctx: Context) -> bool:
+    """Training on the CPU, where flex_attention has no backward (the path table's `backward_on_cpu`)."""
     import torch
 
-    return ctx.training and ctx.capability is None and not torch.cuda.is_available()
+    cpu = ctx.capability is None and not torch.cuda.is_available()
+    return ctx.training and cpu and not PATHS["flex_attention"].backward_on_cpu
 
 
 def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> list[str]:
@@ -434,7 +363,7 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
                 picked.update(choice.options)
                 reasons.append(f"{p}: {choice.reason}")
             opts = f" with kernel_options {picked or '{} (defaults fit)'} ({'; '.join(reasons)})"
-        where = " on a CUDA device (it has no backward on the CPU)" if _cpu_training(ctx) else ""
+        where = " on a CUDA device (it has no backward on the CPU)" if _flex_training_on_cpu(ctx) else ""
         out.append(
             f"{FLEX_ADVICE}{opts}{where}: the sliding layers compute the full {ctx.seq_len}x{ctx.seq_len} "
             "square today; flex skips the blocks outside the window"

@@ -7,7 +7,11 @@ Each record answers, for a batch geometry (`Rows`) and a layer's window:
   (transformers 5.x `masking_utils`, docs/sources.md);
 - `pairs`: how many (query, key) scores the kernel computes;
 - `fused_backward`: the kernel keeps no score matrix, so its backward recomputes QK^T;
-- `probe` / `adjudicate`: whether `tuneproof probe` / `adjudicate` can run it (no extra package).
+- `backward_on_cpu`: whether PyTorch has a backward for it on the CPU (flex_attention has none: its
+  backward raises NotImplementedError there); probe, adjudicate and the dispatch advice read it;
+- `probe` / `adjudicate`: whether `tuneproof probe` / `adjudicate` can run it (no extra package);
+- `kernel`: what runs, for a path that does not go through SDPA's backend choice (None for sdpa:
+  the SDPA rules pick the backend, `tuneproof.attention.rules.SDPA_KERNELS` names its kernel).
 
 An unknown path name is an error (`path()`), never costed as another path.
 """
@@ -194,6 +198,20 @@ def _no_square(batch: int, width: int, heads: int, layers: int) -> tuple[int, st
 
 
 @dataclass(frozen=True, slots=True)
+class Kernel:
+    """What a path that bypasses SDPA's backend choice runs: the backend name the dispatch explainer
+    reports, and the kernel on a CUDA card and on the CPU."""
+
+    backend: str
+    cuda: str
+    cpu: str
+
+    def on(self, capability: tuple[int, int] | None) -> str:
+        """The kernel on the device of `capability` (None = the CPU)."""
+        return self.cpu if capability is None else self.cuda
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionPath:
     """One attention implementation (transformers' `attn_implementation` name).
 
@@ -203,41 +221,67 @@ class AttentionPath:
     name: str
     performed: Callable[[Rows, int | None], Performed]
     fused_backward: bool
+    backward_on_cpu: bool
     probe: bool
     adjudicate: bool
-    kernel: str  # what runs, in a few words
+    kernel: Kernel | None  # None: SDPA picks a backend (tuneproof.attention.rules)
     square_bytes: Callable[[int, int, int, int], tuple[int, str]] = _no_square
 
     def mask(self, rows: Rows, window: int | None) -> Mask:
         return self.performed(rows, window).mask
 
 
+_EAGER_KERNEL = "aten matmul + softmax: the full score matrix, mask added after"
+_FLASH_KERNEL = "flash-attn package varlen kernels (flash_attn_varlen_func)"
+_FLEX_KERNEL = "flex_attention ({}; triton_tem_fused_flex_attention*)"
+
 # Order: the paths as transformers lists them (eager first); every consumer keeps this order.
+# backward_on_cpu: flex_attention's backward raises NotImplementedError on the CPU (torch 2.13,
+# torch/_higher_order_ops/flex_attention.py); flash_attention_2 runs on CUDA only.
 PATHS: dict[str, AttentionPath] = {
     p.name: p
     for p in (
         AttentionPath(
             "eager",
             _eager_pairs,
-            False,
-            True,
-            True,
-            "aten matmul + softmax: the full score matrix",
-            _eager_square,
+            fused_backward=False,
+            backward_on_cpu=True,
+            probe=True,
+            adjudicate=True,
+            kernel=Kernel("eager", _EAGER_KERNEL, _EAGER_KERNEL),
+            square_bytes=_eager_square,
         ),
         AttentionPath(
-            "sdpa", _sdpa_pairs, True, True, True, "torch scaled_dot_product_attention", _sdpa_square
+            "sdpa",
+            _sdpa_pairs,
+            fused_backward=True,
+            backward_on_cpu=True,
+            probe=True,
+            adjudicate=True,
+            kernel=None,
+            square_bytes=_sdpa_square,
         ),
         AttentionPath(
             "flash_attention_2",
             _flash_pairs,
-            True,
-            False,
-            False,
-            "flash-attn package varlen kernels (CUDA only)",
+            fused_backward=True,
+            backward_on_cpu=False,
+            probe=False,
+            adjudicate=False,
+            kernel=Kernel("flash_attention_2", _FLASH_KERNEL, _FLASH_KERNEL),
         ),
         AttentionPath(
-            "flex_attention", _flex_pairs, True, True, True, "torch flex_attention with a BlockMask"
+            "flex_attention",
+            _flex_pairs,
+            fused_backward=True,
+            backward_on_cpu=False,
+            probe=True,
+            adjudicate=True,
+            kernel=Kernel(
+                "flex",
+                _FLEX_KERNEL.format("Triton kernel compiled for this card"),
+                _FLEX_KERNEL.format("inductor CPU lowering"),
+            ),
         ),
     )
 }

@@ -60,6 +60,20 @@ SOURCES = {
 }
 
 
+# The kernel each SDPA backend runs (the memory-efficient one by head_dim tier: `efficient_kernel`).
+SDPA_KERNELS = {
+    "flash": "FlashAttention-2 (pytorch_flash::flash_fwd/bwd kernels)",
+    "cudnn": "cuDNN SDPA (cudnn_generated_fort_native_sdpa*)",
+    "math": "math: aten matmul + softmax, the full score matrix materialised",
+    "cpu_flash": "flash attention for CPU (aten::_scaled_dot_product_flash_attention_for_cpu)",
+}
+
+
+def sdpa_kernel(backend: str, head_dim: int) -> str:
+    """The kernel SDPA's `backend` runs for `head_dim`."""
+    return efficient_kernel(head_dim) if backend == "efficient" else SDPA_KERNELS[backend]
+
+
 def efficient_kernel(head_dim: int) -> str:
     """Memory-efficient forward kernel tier for bf16/fp16 on sm80+ (mem_eff_attention/kernels/cutlassF.h)."""
     # the CUTLASS kernels are built for sm80 and run as such on every later architecture
