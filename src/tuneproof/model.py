@@ -85,14 +85,10 @@ def check_fits_on_cpu(
 
 
 def check_positions(model: ResolvedModel, widths: list[int] | tuple[int, ...], field: str = "widths") -> None:
-    """Refuse widths the model cannot place: more tokens than its max_position_embeddings."""
-    limit = model.max_positions
-    if limit is not None and max(widths) > limit:
-        raise TuneproofError(
-            f"{{{field}}} {max(widths)} exceeds the model's max_position_embeddings {limit}",
-            f"use widths up to {limit}",
-            fields=(field,),
-        )
+    """Refuse widths the model cannot place (`ResolvedModel.positions_problem`): a step must run them."""
+    problem = model.positions_problem(max(widths), f"{{{field}}}")
+    if problem is not None:
+        raise TuneproofError(problem, f"use widths up to {model.max_positions}", fields=(field,))
 
 
 def build_model(

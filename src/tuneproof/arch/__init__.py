@@ -89,6 +89,16 @@ class ResolvedModel:
         value = getattr(self.config, "max_position_embeddings", None)
         return int(value) if isinstance(value, int) and value > 0 else None
 
+    def positions_problem(self, tokens: int, what: str) -> str | None:
+        """The one rule for widths the model cannot place: `what` (e.g. "seq_len") of `tokens` tokens
+        exceeds max_position_embeddings, as a sentence; None when it fits or the config sets no limit.
+        A caller that runs the model refuses it (`tuneproof.model.check_positions`); one that only
+        counts or explains notes it (context extension is a real use)."""
+        limit = self.max_positions
+        if limit is None or tokens <= limit:
+            return None
+        return f"{what} {tokens} exceeds the model's max_position_embeddings {limit}"
+
 
 MAX_CONFIG_BYTES = 16 << 20  # a config.json is kilobytes; a bigger file is something else
 
