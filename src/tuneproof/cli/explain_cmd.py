@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tuneproof.attention.paths import PATHS
-from tuneproof.cli.common import command, config_option, console, json_option, print_json, resolve_model
+from tuneproof.cli.common import command, config_option, finish, json_option, resolve_model
 
 
 @command()
@@ -40,30 +40,12 @@ def explain(
     capability: str | None,
     gpu: str | None,
     json_out: bool,
-) -> None:
+) -> int:
     """Per attention layer type: is a mask materialised, which SDPA backend runs, what each refusal was."""
-    from tuneproof.attention.dispatch import Context, device_capability
-    from tuneproof.attention.dispatch import explain as run_explain
+    from tuneproof.attention.dispatch import Context, device_capability, prepare, run
 
     ctx = Context(
-        seq_len=seq_len,
-        batch=batch,
-        attn=attn,
-        padded=padded,
-        packed=packed,
-        dtype=dtype,
-        training=training,
-        capability=device_capability(capability, gpu),
-    )
-    model = resolve_model(config)
-    result = run_explain(model.shape, ctx)
-    if model.max_positions is not None and seq_len > model.max_positions:
-        result.notes.append(
-            f"seq_len {seq_len} exceeds this config's max_position_embeddings {model.max_positions}"
-        )
-    if json_out:
-        print_json(result.to_dict())
-        return
-    from tuneproof.attention.render import render_explanation
-
-    render_explanation(result, console())
+        seq_len=seq_len, batch=batch, attn=attn, padded=padded, packed=packed, dtype=dtype,
+        training=training, capability=device_capability(capability, gpu),
+    )  # fmt: skip
+    return finish(run(prepare(ctx, resolve_model(config))), json_out)

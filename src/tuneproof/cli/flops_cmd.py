@@ -8,9 +8,8 @@ from tuneproof.attention.paths import PATHS
 from tuneproof.cli.common import (
     command,
     config_option,
-    console,
+    finish,
     json_option,
-    print_json,
     resolve_model,
     str_list,
     warn_unused,
@@ -64,38 +63,17 @@ def flops(
     dtype: str,
     peak_tflops: float | None,
     json_out: bool,
-) -> None:
+) -> int:
     """Intended vs performed FLOPs per component and pass, each excess named, and MFU."""
-    from tuneproof.flops import RunSpec, flop_report
-    from tuneproof.flops.report import check_step_time
-    from tuneproof.hardware import check_dtype, resolve_peak
+    from tuneproof.flops import RunSpec
+    from tuneproof.flops.plan import FlopsSpec, prepare, run
 
-    check_dtype(dtype)
-    if step_time is not None:
-        check_step_time(step_time)  # before the model is read: that takes seconds
-    peak = resolve_peak(gpu, dtype, peak_tflops) if (gpu is not None or peak_tflops is not None) else None
-    run = RunSpec(
-        seq_len=seq_len,
-        batch=batch,
-        attn=attn,
-        padding_fraction=padding_fraction,
-        mode=mode,
-        lora_rank=lora_rank,
-        lora_targets=str_list(lora_targets),
-        grad_ckpt=grad_ckpt,
-    )
-    model = resolve_model(config)
-    report = flop_report(model.shape, run, step_time_s=step_time, peak=peak)
+    step = RunSpec(
+        seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
+        lora_rank=lora_rank, lora_targets=str_list(lora_targets), grad_ckpt=grad_ckpt,
+    )  # fmt: skip
+    spec = FlopsSpec(step, step_time, gpu, dtype, peak_tflops)  # checked before the model is read
+    result = run(prepare(spec, resolve_model(config)))
     warn_unused(("lora_rank", "lora_targets"), "--mode lora", mode == "lora")
     warn_unused(("gpu", "peak_tflops", "dtype"), "--step-time (MFU needs a step time)", step_time is not None)
-    if model.max_positions is not None and seq_len > model.max_positions:
-        report.notes.append(
-            f"seq_len {seq_len} exceeds this config's max_position_embeddings {model.max_positions}: "
-            "the ledger counts it as asked (context extension?)"
-        )
-    if json_out:
-        print_json(report.to_dict())
-    else:
-        from tuneproof.flops.render import render_report
-
-        render_report(report, console())
+    return finish(result, json_out)

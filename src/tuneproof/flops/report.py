@@ -62,6 +62,16 @@ class FlopReport:
     mfu: Mfu
     attention: dict[str, Mask]  # attention group label -> the mask decision of the run's path
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> None:
+        return None  # a ledger judges nothing: its notes say what to look at
+
+    def render(self, console: Any) -> None:
+        from tuneproof.flops.render import render_report
+
+        render_report(self, console)
 
     def to_dict(self) -> dict[str, Any]:
         def side(ledger: Ledger) -> dict[str, Any]:

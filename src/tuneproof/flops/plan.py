@@ -1,0 +1,68 @@
+"""`tuneproof flops` as the library runs it: a `FlopsSpec` (the step, its measured time, the peak),
+`prepare(spec, model)` (every check, once, before any counting) and `run(plan)`: a `FlopReport`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tuneproof.arch import ResolvedModel
+from tuneproof.arch.shape import ModelShape
+from tuneproof.errors import TuneproofError
+from tuneproof.flops.report import FlopReport, check_step_time, flop_report
+from tuneproof.flops.run import RunSpec
+from tuneproof.hardware import Peak
+
+
+@dataclass(frozen=True, slots=True)
+class FlopsSpec:
+    """One step to count (`run`) and, for MFU, its measured `step_time_s` and a peak: `peak_tflops`
+    given, or the table's for `gpu` in `dtype`. Checked on construction, before a model is read
+    (reading one imports transformers: seconds)."""
+
+    run: RunSpec
+    step_time_s: float | None = None
+    gpu: str | None = None
+    dtype: str = "bf16"
+    peak_tflops: float | None = None
+    peak: Peak | None = field(init=False, default=None)  # resolved from gpu / peak_tflops / dtype
+
+    def __post_init__(self) -> None:
+        from tuneproof.hardware import check_dtype, resolve_peak
+
+        check_dtype(self.dtype)
+        if self.step_time_s is not None:
+            check_step_time(self.step_time_s)
+        if self.gpu is not None or self.peak_tflops is not None:
+            object.__setattr__(self, "peak", resolve_peak(self.gpu, self.dtype, self.peak_tflops))
+        if self.step_time_s is not None and self.peak is None:
+            raise TuneproofError(
+                "{step_time} needs a peak for MFU",
+                "add {gpu} or {peak_tflops}",
+                fields=("step_time", "gpu", "peak_tflops"),
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class FlopsPlan:
+    """What `run` counts, with the notes found on the way in."""
+
+    shape: ModelShape
+    spec: FlopsSpec
+    notes: tuple[str, ...] = ()
+
+
+def prepare(spec: FlopsSpec, model: ResolvedModel) -> FlopsPlan:
+    """The plan for `spec` on `model`. A width over the model's positions is counted as asked (context
+    extension), with a note."""
+    problem = model.positions_problem(spec.run.seq_len, "seq_len")
+    notes = (f"{problem}: the ledger counts it as asked (context extension?)",) if problem else ()
+    return FlopsPlan(model.shape, spec, notes)
+
+
+def run(plan: FlopsPlan, progress: Callable[[str], None] | None = None) -> FlopReport:
+    """Both ledgers, the named excess and MFU (quick: no progress to report)."""
+    spec = plan.spec
+    report = flop_report(plan.shape, spec.run, step_time_s=spec.step_time_s, peak=spec.peak)
+    report.notes.extend(plan.notes)
+    return report
