@@ -14,7 +14,7 @@ from fakes import A, B, case_time
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
-from tuneproof.measure import CrossCheck, cross_check, judge
+from tuneproof.measure import CrossCheck, cross_check, judge_agreement
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.fit import read_points
 from tuneproof.measure.kernels import PROFILE_COLUMNS, kernel_table, load_trace
@@ -33,7 +33,7 @@ def test_probe_runs_fits_profiles_and_keeps_files(tmp_path: Path) -> None:
     assert all(len(t.times_s) >= 3 for t in result.timings.values())
     assert all(len(p) == 2 for p in result.kernel_ms.values())  # every width profiled
     assert result.kernels.source == "cpu_ops" and result.kernels.share("attention") > 0
-    assert result.verdict in ("agree", "disagree", "inconclusive")
+    assert result.verdict.outcome in ("agree", "disagree", "inconclusive")
     assert result.cross.line().startswith("quadratic share at width 256: ")
     assert result.peak.source.startswith("measured peak") and "measured instead" in result.peak.reason
     assert result.flops.mfu.intended is not None  # measured peak on CPU
@@ -198,7 +198,7 @@ def test_doctor_skips_the_probe_with_the_reason_for_a_large_model(capsys) -> Non
     ],
 )
 def test_verdict_edges(gap: float, interval: tuple[float, float] | None, outcome: str) -> None:
-    v = judge(gap, interval, tolerance=5.0)
+    v = judge_agreement(gap, interval, tolerance=5.0)
     assert v.outcome == outcome and v.gap == gap and v.interval == interval and v.tolerance == 5.0
     assert f"{gap:+.1f}" in v.reason
 
@@ -360,7 +360,7 @@ def test_analyse_concludes_what_the_measurements_say() -> None:
     )
     assert r.flops.mfu.step_time_s == timing.timings[16384].median_s and r.peak is peak
     assert r.kernels is table and r.model == TINY.name and r.spec is spec and r.files == {}
-    assert r.verdict == "agree" and r.profiled_width == 16384 and r.skipped == {}
+    assert r.verdict.outcome == "agree" and r.profiled_width == 16384 and r.skipped == {}
 
 
 def test_analyse_says_when_the_constant_is_undetermined() -> None:
@@ -741,7 +741,7 @@ def test_profiles_stop_re_taking_after_twice_the_rounds(monkeypatch, tmp_path: P
     ],
 )
 def test_verdict_at_the_tolerance_itself(interval: tuple[float, float], outcome: str) -> None:
-    assert judge(sum(interval) / 2, interval, tolerance=5.0).outcome == outcome
+    assert judge_agreement(sum(interval) / 2, interval, tolerance=5.0).outcome == outcome
 
 
 def _exact_profiles(widths, n: int):  # type: ignore[no-untyped-def]
@@ -924,7 +924,7 @@ def test_the_attribution_names_the_share_its_parts_add_up_to() -> None:
             "attention_share": 0.8,
         },
         None,
-        judge(4.4, None),
+        judge_agreement(4.4, None),
     )
     assert cc.explanation[0] == (
         "of the profiler's 58.3 % quadratic share (the fit without the sign constraint, whose class parts "

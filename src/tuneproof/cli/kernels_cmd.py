@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import command, console, json_option, print_json
+from tuneproof.cli.common import command, finish, json_option
 
 
 @command()
@@ -20,16 +20,8 @@ from tuneproof.cli.common import command, console, json_option, print_json
     "--top", "top_n", type=int, default=5, show_default=True, help="Top kernels listed per class (>= 1)."
 )
 @json_option
-def kernels(trace: Path, top_n: int, json_out: bool) -> None:
+def kernels(trace: Path, top_n: int, json_out: bool) -> int:
     """Sum device time by kernel class (attention, gemm, communication, memory, other) and read arch tags."""
-    from tuneproof import validate
-    from tuneproof.measure.kernels import kernel_table, load_trace
+    from tuneproof.measure import kernels as area
 
-    validate.integer("top_n", top_n, high=10_000)
-    table = kernel_table(load_trace(trace), top_n=top_n)
-    if json_out:
-        print_json(table.to_dict())
-        return
-    from tuneproof.measure.render import render_kernels
-
-    render_kernels(table, console())
+    return finish(area.run(area.prepare(area.KernelsSpec(trace, top_n))), json_out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.cli.common import command, console, json_option, print_json
+from tuneproof.cli.common import command, finish, json_option
 
 
 @command()
@@ -18,16 +18,8 @@ from tuneproof.cli.common import command, console, json_option, print_json
     help="Most seconds per GEMM size; each stops earlier once its IQR is within 10 % of the median.",
 )
 @json_option
-def peak(device: str, dtype: str, max_seconds: float, json_out: bool) -> None:
+def peak(device: str, dtype: str, max_seconds: float, json_out: bool) -> int:
     """Measure achievable dense GEMM TFLOP/s: the MFU denominator for devices the table does not know."""
-    from tuneproof.measure.peak import measure_peak
+    from tuneproof.measure import peak as area
 
-    result = measure_peak(device, dtype, max_seconds)
-    if json_out:
-        print_json(result.to_dict())
-    else:
-        console().print(
-            f"measured peak: {result.tflops:.4g} TFLOP/s dense {result.dtype} on {result.device} "
-            f"({result.size}^3 GEMM, median {result.median_s * 1e3:.3f} ms, IQR {result.iqr_s * 1e3:.3f} ms, "
-            f"{result.runs} runs)"
-        )
+    return finish(area.run(area.prepare(area.PeakSpec(device, dtype, max_seconds))), json_out)

@@ -10,10 +10,9 @@ from tuneproof.attention.paths import names
 from tuneproof.cli.common import (
     command,
     config_option,
-    console,
+    finish,
     int_list,
     json_option,
-    print_json,
     progress_bar,
     resolve_model,
 )
@@ -88,35 +87,16 @@ def probe(
     seed: int,
     out: Path | None,
     json_out: bool,
-) -> None:
+) -> int:
     """Time a step at several widths, fit t = A*w + B*w^2, profile every width, cross-check the two."""
-    from tuneproof.io import check_out_folder
-    from tuneproof.measure.probe import OUT_FILES, ProbeSpec, check_probe, run_probe
+    from tuneproof.measure import probe as area
 
-    spec = ProbeSpec(
-        attn=attn,
-        widths=int_list(widths, "--widths"),
-        batch=batch,
-        mode=mode,
-        grad_ckpt=grad_ckpt,
-        device=device,
-        dtype=dtype,
-        min_repeats=min_repeats,
-        max_repeats=max_repeats,
-        budget_s=budget_s,
-        target=target,
-        profiles=profiles,
-        seed=seed,
-    )
-    if out is not None:
-        check_out_folder(out, OUT_FILES)
-    model = resolve_model(config)
-    check_probe(model, spec)
+    spec = area.ProbeSpec(
+        attn=attn, widths=int_list(widths, "--widths"), batch=batch, mode=mode, grad_ckpt=grad_ckpt,
+        device=device, dtype=dtype, min_repeats=min_repeats, max_repeats=max_repeats, budget_s=budget_s,
+        target=target, profiles=profiles, seed=seed,
+    )  # fmt: skip
+    plan = area.prepare(resolve_model(config), spec, out)
     with progress_bar() as update:
-        result = run_probe(model, spec, out, progress=update)
-    if json_out:
-        print_json(result.to_dict())
-        return
-    from tuneproof.measure.render import render_probe
-
-    render_probe(result, console())
+        result = area.run(plan, update)
+    return finish(result, json_out)

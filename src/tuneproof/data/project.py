@@ -260,15 +260,8 @@ def probe_step_model(
     AdamW, scheduler, bookkeeping): (the fitted StepModel, seconds per optimizer step)."""
     import torch
 
-    from tuneproof.measure.probe import (
-        ProbeSpec,
-        check_probe,
-        probe_model,
-        span_widths,
-        time_widths,
-        timing_rows,
-        trainer_overhead,
-    )
+    from tuneproof.measure.probe import ProbeSpec, check_probe, span_widths, time_widths, timing_rows
+    from tuneproof.measure.steps import probe_model, trainer_overhead
 
     widths = span_widths([int(lengths.min()), int(lengths.max())])
     if widths is None:

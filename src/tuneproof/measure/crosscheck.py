@@ -17,7 +17,7 @@ against the attention share of the kernels, 67.8 % vs 65.2 %) is printed with it
         = [fit - profiler] + [quadratic work outside attention] - [attention's linear and constant parts]
 
 Uncertainty: one joint percentile bootstrap resamples the timed repeats and the profiles within each
-width. Verdict (equivalence logic, `judge`) on the gap's 95 % interval:
+width. Agreement (equivalence logic, `judge_agreement`) on the gap's 95 % interval:
 - agree: the whole interval lies within +-TOLERANCE points;
 - disagree: the whole interval lies outside it (the gap exceeds both measurements' combined noise by
   more than the tolerance);
@@ -34,6 +34,7 @@ import numpy as np
 
 from tuneproof.measure.fit import bootstrap, nonneg, shares, solve
 from tuneproof.measure.kernels import PROFILE_COLUMNS
+from tuneproof.verdict import OK, Verdict
 
 # How far two measurements of one share may differ and still be the same number: the CASE's two
 # measurements agreed to 2.6 points; 5 points leaves room for the profiler's own overhead without
@@ -44,9 +45,9 @@ MIN_REPEATS = 6  # a 95 % interval of a median needs 6 values (tuneproof.measure
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
-    """A cross-check verdict: the outcome, the gap (points, timer minus profiler) and its 95 %
-    interval, the tolerance it was judged against, and the reason in words."""
+class Agreement:
+    """Whether the two instruments agree: the outcome, the gap (points, timer minus profiler) and its
+    95 % interval, the tolerance it was judged against, and the reason in words."""
 
     outcome: str  # "agree" | "disagree" | "inconclusive"
     gap: float
@@ -54,29 +55,37 @@ class Verdict:
     tolerance: float
     reason: str
 
+    def as_verdict(self) -> Verdict:
+        """As the one verdict type (exit 0: a probe reports its cross-check, it does not fail on it):
+        `margin` is |gap| beyond the tolerance (negative inside it), `noise` the interval's half-width."""
+        half = (self.interval[1] - self.interval[0]) / 2 if self.interval else None
+        return Verdict(self.outcome, self.reason, OK, abs(self.gap) - self.tolerance, half)
 
-def judge(gap: float, interval: tuple[float, float] | None, tolerance: float = TOLERANCE_POINTS) -> Verdict:
+
+def judge_agreement(
+    gap: float, interval: tuple[float, float] | None, tolerance: float = TOLERANCE_POINTS
+) -> Agreement:
     """Equivalence logic on the gap's 95 % interval (points): inside +-tolerance agree, wholly outside
     disagree, otherwise (or without an interval) inconclusive."""
     if interval is None:
-        return Verdict(
+        return Agreement(
             "inconclusive", gap, None, tolerance, f"gap {gap:+.1f} points with no interval: cannot judge"
         )
     lo, hi = interval
     span = f"gap {gap:+.1f} points, 95 % interval [{lo:+.1f}, {hi:+.1f}] vs +-{tolerance:g}"
     if -tolerance <= lo and hi <= tolerance:
-        return Verdict(
+        return Agreement(
             "agree", gap, interval, tolerance, f"{span}: the whole interval is within the tolerance"
         )
     if hi < -tolerance or lo > tolerance:
-        return Verdict(
+        return Agreement(
             "disagree",
             gap,
             interval,
             tolerance,
             f"{span}: the whole interval is outside the tolerance, beyond both measurements' noise",
         )
-    return Verdict(
+    return Agreement(
         "inconclusive",
         gap,
         interval,
@@ -92,7 +101,7 @@ class CrossCheck:
     width: int
     values: dict[str, float]
     intervals: dict[str, tuple[float, float]] | None
-    verdict: Verdict
+    verdict: Agreement
     notes: list[str] = field(default_factory=list)
     attributable: bool = True  # the profiled time's unconstrained fit is inside the model
 
@@ -231,7 +240,7 @@ def cross_check(
     thin = [int(w[i]) for i, p in enumerate(per) if p.shape[0] < MIN_PROFILES]
     if few or thin:
         intervals = None
-        verdict = judge(gap, None, tolerance)
+        verdict = judge_agreement(gap, None, tolerance)
         if few:
             notes.append(f"widths {few} have fewer than {MIN_REPEATS} kept repeats: no interval")
         if thin:
@@ -239,5 +248,5 @@ def cross_check(
     else:
         lo, hi = bootstrap([*timed, *picks], statistic, seed)
         intervals = {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(OUTPUTS)}
-        verdict = judge(gap, (100 * float(lo[-1]), 100 * float(hi[-1])), tolerance)
+        verdict = judge_agreement(gap, (100 * float(lo[-1]), 100 * float(hi[-1])), tolerance)
     return CrossCheck(int(at), values, intervals, verdict, notes, attributable)

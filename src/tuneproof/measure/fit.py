@@ -22,86 +22,24 @@ How the numbers are made:
 
 from __future__ import annotations
 
-import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tuneproof import validate
 from tuneproof.errors import TuneproofError
-from tuneproof.io import input_file
 from tuneproof.measure import robust
+from tuneproof.measure.constant import ConstantTerm, judge_constant
+from tuneproof.measure.points import MAX_SECONDS, MAX_WIDTH, MIN_SECONDS, read_points
+from tuneproof.verdict import Verdict
 
 MIN_WIDTHS = 3
 MIN_SPAN = 4.0
 BOOTSTRAP = 2000
 CONFIDENCE = 0.95
 CONSTANT_MARGIN = 0.10  # of the smallest width's step time: a smaller constant cannot make a run launch-bound
-MAX_REPEATS_ADVICE = 1000
-MAX_WIDTH = 1 << 30  # tokens: beyond any context length, and w^2 stays far from float overflow
-MIN_SECONDS, MAX_SECONDS = 1e-9, 1e7  # a nanosecond to four months per step: outside is a unit mistake
-
-
-def read_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """Read a `width,seconds` CSV (one row per repeat; other columns are ignored). Errors name the line."""
-    p = input_file(path, "points file", "pass a CSV with a 'width,seconds' header")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TuneproofError(
-            f"cannot read {p}: {e}", "pass a text CSV with a 'width,seconds' header"
-        ) from None
-    try:
-        reader = csv.DictReader(text.splitlines())
-        header = [h.strip() for h in reader.fieldnames or []]
-    except csv.Error as e:
-        raise TuneproofError(f"{p}: not a CSV: {e}", "the first line must be 'width,seconds'") from None
-    missing = [c for c in ("width", "seconds") if c not in header]
-    if missing:
-        raise TuneproofError(
-            f"{p}: missing column {', '.join(missing)} (header: {','.join(header) or 'none'})",
-            "the first line must be 'width,seconds'",
-        )
-    widths, seconds = [], []
-    try:
-        for line, row in enumerate(reader, start=2):
-            clean = {k.strip(): v for k, v in row.items() if isinstance(k, str)}
-            w, t = _number(clean.get("width")), _number(clean.get("seconds"))
-            if w is None or t is None:
-                raise TuneproofError(
-                    f"{p}:{line}: not numbers: {clean.get('width')!r}, {clean.get('seconds')!r}",
-                    "each row is an integer width and a time in seconds",
-                )
-            if w <= 0 or not w.is_integer() or w > MAX_WIDTH:
-                raise TuneproofError(
-                    f"{p}:{line}: width must be a positive integer up to {MAX_WIDTH:,}, got {clean['width']}",
-                    "fix that row",
-                )
-            if not MIN_SECONDS <= t <= MAX_SECONDS:
-                raise TuneproofError(
-                    f"{p}:{line}: seconds must be in [{MIN_SECONDS:g}, {MAX_SECONDS:g}], "
-                    f"got {clean['seconds']}",
-                    "a step time is positive; drop or re-measure that row",
-                )
-            widths.append(w)
-            seconds.append(t)
-    except csv.Error as e:
-        raise TuneproofError(f"{p}: not a CSV: {e}", "one 'width,seconds' row per repeat") from None
-    if not widths:
-        raise TuneproofError(f"{p} holds no rows", "one 'width,seconds' row per timed repeat")
-    return np.asarray(widths), np.asarray(seconds)
-
-
-def _number(text: object) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        x = float(text)
-    except ValueError:
-        return None
-    return x if math.isfinite(x) else None
 
 
 # ---- the least-squares pieces, vectorised over bootstrap resamples (leading axes) ----------------
@@ -160,103 +98,6 @@ def shares(coef: np.ndarray, at: np.ndarray, constant: bool) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
-class ConstantTerm:
-    """The fit t = C + A*w + B*w^2 judged against `margin` seconds: present, absent or undetermined."""
-
-    verdict: str  # "present" | "absent" | "undetermined"
-    c: float
-    interval: tuple[float, float] | None
-    margin: float
-    repeats_to_decide: int | None
-    reason: str
-
-    @property
-    def significant(self) -> bool | None:
-        """True when present, False when absent, None when undetermined."""
-        return {"present": True, "absent": False}.get(self.verdict)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "verdict": self.verdict,
-            "C": self.c,
-            "interval": list(self.interval) if self.interval else None,
-            "margin": self.margin,
-            "repeats_to_decide": self.repeats_to_decide,
-            "reason": self.reason,
-        }
-
-
-def judge_constant(
-    c: float, interval: tuple[float, float] | None, margin: float, repeats: int
-) -> ConstantTerm:
-    """Present if the whole interval lies above +margin; absent if it lies inside [-margin, +margin];
-    otherwise undetermined, with about how many repeats per width would decide it if the noise stays."""
-    if interval is None:
-        return ConstantTerm(
-            "undetermined",
-            c,
-            None,
-            margin,
-            None,
-            f"C = {c:.3g} s (unconstrained fit) has no interval (it needs {robust.MIN_FOR_INTERVAL} "
-            "kept repeats per width, "
-            f"the fewest here is {repeats}): add repeats to test it",
-        )
-    lo, hi = interval
-    where = (
-        f"C = {c:.3g} s (unconstrained fit), 95 % interval [{lo:.3g}, {hi:.3g}] s vs a margin of "
-        f"{margin:.3g} s (10 % of the smallest step)"
-    )
-    if lo > margin:
-        return ConstantTerm(
-            "present",
-            c,
-            interval,
-            margin,
-            None,
-            f"{where}: per-step overhead that does not scale with width is present (launch- or host-bound)",
-        )
-    if -margin <= lo and hi <= margin:
-        return ConstantTerm(
-            "absent",
-            c,
-            interval,
-            margin,
-            None,
-            f"{where}: any constant is too small to matter, so the launch-/host-bound hypothesis is refuted",
-        )
-    if hi < -margin:
-        return ConstantTerm(
-            "undetermined",
-            c,
-            interval,
-            margin,
-            None,
-            f"{where}: C is negative beyond the noise, so t = C + A*w + B*w^2 does not describe "
-            "these timings",
-        )
-    half = (hi - lo) / 2
-    needed = []
-    if abs(c) < margin:  # to call it absent, the half-width must shrink to margin - |C|
-        needed.append(repeats * (half / (margin - abs(c))) ** 2)
-    if c > margin:  # to call it present, it must shrink to C - margin
-        needed.append(repeats * (half / (c - margin)) ** 2)
-    n = math.ceil(min(needed)) if needed else None
-    if n is not None and n > MAX_REPEATS_ADVICE:
-        advice = f"more than {MAX_REPEATS_ADVICE} repeats per width would be needed: quieten the machine"
-        n = None
-    elif n is not None:
-        advice = f"about {n} repeats per width would decide it if the noise stays as it is"
-    elif c < 0:
-        advice = "C is below -margin: more repeats could only show that the model does not fit"
-    else:
-        advice = "C sits on the margin: repeats alone will not decide it"
-    return ConstantTerm(
-        "undetermined", c, interval, margin, n, f"{where}: the interval is too wide to say; {advice}"
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class ScalingFit:
     a: float
     b: float
@@ -280,6 +121,20 @@ class ScalingFit:
 
     def fitted(self, w: float) -> float:
         return self.c + self.a * w + self.b * w * w
+
+    @property
+    def verdict(self) -> Verdict:
+        """The constant test's verdict: the one thing the fit judges."""
+        return self.constant.as_verdict()
+
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    def render(self, console: Any) -> None:
+        from tuneproof.measure.render import render_fit
+
+        render_fit(self, console)
 
     def to_dict(self) -> dict[str, object]:
         def key(w: float) -> str:
@@ -456,3 +311,38 @@ def fit_scaling(
         int(sum(kk.size + o.size for kk, o in zip(s.kept, s.outliers, strict=True))),
         BOOTSTRAP if ci else 0,
     )
+
+
+# ---- the front door: `tuneproof fit` -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FitSpec:
+    """The points CSV to fit, and extra widths (tokens) to report the quadratic share at (None: only
+    the measured ones; an empty tuple is refused)."""
+
+    points: Path
+    at: tuple[int, ...] | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.at is not None:
+            validate.integers("at", self.at)
+
+
+@dataclass(frozen=True, slots=True)
+class FitPlan:
+    widths: np.ndarray
+    seconds: np.ndarray
+    at: list[float]
+    seed: int
+
+
+def prepare(spec: FitSpec) -> FitPlan:
+    """Read and check the points (every row's units, before any fitting)."""
+    widths, seconds = read_points(spec.points)
+    return FitPlan(widths, seconds, [float(x) for x in spec.at or ()], spec.seed)
+
+
+def run(plan: FitPlan, progress: Any = None) -> ScalingFit:
+    return fit_scaling(plan.widths, plan.seconds, at=plan.at, seed=plan.seed)

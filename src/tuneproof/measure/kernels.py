@@ -130,6 +130,46 @@ class KernelTable:
             "device": self.device,
         }
 
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    @property
+    def verdict(self) -> None:
+        """Nothing is judged: an architecture mismatch is a finding in the table, not an exit code."""
+        return None
+
+    def render(self, console: Any) -> None:
+        from tuneproof.measure.render import render_kernels
+
+        render_kernels(self, console)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelsSpec:
+    """`tuneproof kernels`: the Chrome trace to read and how many top kernels to list per class."""
+
+    trace: Path
+    top_n: int = 5
+
+    def __post_init__(self) -> None:
+        validate.integer("top_n", self.top_n, high=10_000)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelsPlan:
+    trace: dict[str, Any]  # the loaded Chrome trace
+    top_n: int
+
+
+def prepare(spec: KernelsSpec) -> KernelsPlan:
+    """Read the trace (a missing, unreadable or event-less file is refused here)."""
+    return KernelsPlan(load_trace(spec.trace), spec.top_n)
+
+
+def run(plan: KernelsPlan, progress: Any = None) -> KernelTable:
+    return _table(plan.trace, plan.top_n)
+
 
 def load_trace(path: str | Path) -> dict[str, Any]:
     """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a dict with `traceEvents`."""
@@ -223,6 +263,10 @@ def _idle_ms(events: list[dict[str, Any]]) -> float:
 def kernel_table(trace: dict[str, Any], top_n: int = 5) -> KernelTable:
     """Sum time by class. Raises when the trace has no timed events."""
     validate.integer("top_n", top_n, high=10_000)
+    return _table(trace, top_n)
+
+
+def _table(trace: dict[str, Any], top_n: int) -> KernelTable:
     events = _timed_events(trace)
     device_rows = [e for e in events if str(e.get("cat", "")).lower() in DEVICE_CATS]
     if device_rows:

@@ -9,6 +9,7 @@ repeats until the interquartile range is within 10 % of the median (or `max_seco
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
@@ -49,27 +50,65 @@ class MeasuredPeak:
             "runs": self.runs,
         }
 
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    @property
+    def verdict(self) -> None:
+        return None
+
+    def render(self, console: Any) -> None:
+        from tuneproof.measure.render import render_peak
+
+        render_peak(self, console)
+
+
+@dataclass(frozen=True, slots=True)
+class PeakSpec:
+    """`tuneproof peak`: the device, the dtype (any of its names), the most seconds per GEMM size, and
+    the sizes (None: `SIZES[device]`)."""
+
+    device: str = "cpu"
+    dtype: str = "bf16"
+    max_seconds: float = 2.0
+    sizes: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        validate.choice("dtype", normalise_dtype(self.dtype), TORCH_DTYPES)
+        validate.choice("device", self.device, SIZES)
+        validate.real("max_seconds", self.max_seconds, low=0.0, low_open=True, high=3600.0)
+
+
+def prepare(spec: PeakSpec) -> PeakSpec:
+    """The device must exist: cuda needs torch to see a CUDA device."""
+    import torch
+
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        raise TuneproofError("{device} cuda but torch sees no CUDA device", "use cpu", fields=("device",))
+    return spec
+
 
 def measure_peak(
     device: str = "cpu", dtype: str = "bf16", max_seconds: float = 2.0, sizes: tuple[int, ...] | None = None
 ) -> MeasuredPeak:
     """Best median dense GEMM TFLOP/s over `sizes`, each timed for at most `max_seconds`."""
+    return run(prepare(PeakSpec(device, dtype, max_seconds, sizes)))
+
+
+def run(plan: PeakSpec, progress: Any = None) -> MeasuredPeak:
+    """Best median dense GEMM TFLOP/s over the plan's sizes, each timed for at most `max_seconds`."""
     import torch
     from torch.utils.benchmark import Timer
 
-    d = normalise_dtype(dtype)
-    validate.choice("dtype", d, TORCH_DTYPES)
-    validate.choice("device", device, SIZES)
-    validate.real("max_seconds", max_seconds, low=0.0, low_open=True, high=3600.0)
-    if device == "cuda" and not torch.cuda.is_available():
-        raise TuneproofError("{device} cuda but torch sees no CUDA device", "use cpu", fields=("device",))
+    d, device = normalise_dtype(plan.dtype), plan.device
     tdtype = getattr(torch, TORCH_DTYPES[d])
     best: MeasuredPeak | None = None
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
     try:
         gen = torch.Generator(device=device).manual_seed(0)
-        for n in sizes or SIZES[device]:
+        for n in plan.sizes or SIZES[device]:
             a = torch.randn(n, n, device=device, dtype=tdtype, generator=gen)
             b = torch.randn(n, n, device=device, dtype=tdtype, generator=gen)
             # Timer runs single-threaded unless told: measure with the threads the workload gets
@@ -78,7 +117,7 @@ def measure_peak(
                 globals={"torch": torch, "a": a, "b": b},
                 num_threads=torch.get_num_threads(),
             )
-            m = timer.adaptive_autorange(threshold=IQR_THRESHOLD, max_run_time=max_seconds)
+            m = timer.adaptive_autorange(threshold=IQR_THRESHOLD, max_run_time=plan.max_seconds)
             tflops = 2.0 * n**3 / m.median / 1e12
             if best is None or tflops > best.tflops:
                 best = MeasuredPeak(tflops, device, d, n, m.median, m.iqr, len(m.times))

@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,15 @@ from tuneproof import validate
 from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
 from tuneproof.errors import TuneproofError
-from tuneproof.measure.crosscheck import CrossCheck, cross_check
-from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS, ScalingFit, fit_scaling
+from tuneproof.flops.run import MODES
+from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS
 from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS, KernelTable, kernel_table, load_trace
-from tuneproof.measure.timing import Interleaved, Skip, Timing, time_interleaved
+from tuneproof.measure.probe_result import ProbeResult, analyse, timing_rows
+from tuneproof.measure.steps import probe_model, width_steps
+from tuneproof.measure.timing import Interleaved, time_interleaved
 
 DEVICES = ("cpu", "cuda")
 DTYPES = ("fp32", "bf16", "fp16")
-MODES = ("forward", "full", "lora")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,51 +118,6 @@ class ProbeSpec:
         return self.dtype or ("bf16" if self.device == "cuda" else "fp32")
 
 
-@dataclass(slots=True)
-class ProbeResult:
-    model: str
-    spec: ProbeSpec
-    timing: Interleaved[int]
-    fit: ScalingFit
-    kernel_ms: dict[int, list[dict[str, float]]]  # width -> per profile, ms per kernel class
-    kernels: KernelTable  # the largest width's first profile, for its top kernels
-    cross: CrossCheck
-    flops: Any  # FlopReport at the profiled width
-    peak: Any  # hardware.Peak used for MFU
-    files: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def timings(self) -> dict[int, Timing]:
-        return self.timing.timings
-
-    @property
-    def skipped(self) -> dict[int, str]:
-        return self.timing.skipped
-
-    @property
-    def profiled_width(self) -> int:
-        return self.cross.width
-
-    @property
-    def verdict(self) -> str:
-        return self.cross.verdict.outcome
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "spec": {k: getattr(self.spec, k) for k in self.spec.__dataclass_fields__},
-            "timing": self.timing.to_dict(),
-            "points": [{"width": w, **t.to_dict()} for w, t in sorted(self.timings.items())],
-            "skipped": [{"width": w, "reason": r} for w, r in sorted(self.skipped.items())],
-            "fit": self.fit.to_dict(),
-            "kernel_ms": {str(w): rows for w, rows in sorted(self.kernel_ms.items())},
-            "kernels": self.kernels.to_dict(),
-            "cross_check": self.cross.to_dict(),
-            "flops": self.flops.to_dict(),
-            "files": self.files,
-        }
-
-
 OUT_FILES = ("points.csv", "kernels.csv", "trace.json.gz", "probe.json")  # what `--out` receives
 
 
@@ -176,12 +132,6 @@ def span_widths(widths: Any) -> tuple[int, ...] | None:
     if hi / lo < MIN_SPAN:
         return None
     return (lo, round(math.sqrt(lo * hi)), hi)
-
-
-def _is_oom(e: BaseException) -> bool:
-    """MemoryError, CUDA's "out of memory", or the CPU allocator's "can't allocate memory"."""
-    text = str(e).lower()
-    return isinstance(e, MemoryError) or "out of memory" in text or "can't allocate memory" in text
 
 
 def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
@@ -203,21 +153,32 @@ def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
         )
 
 
-def run_probe(
-    model: ResolvedModel,
-    spec: ProbeSpec,
-    out: Path | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> ProbeResult:
+@dataclass(frozen=True, slots=True)
+class ProbePlan:
+    """A probe that passed every cheap check (`prepare`): the model, the spec, the output folder."""
+
+    model: ResolvedModel
+    spec: ProbeSpec
+    out: Path | None = None
+
+
+def prepare(model: ResolvedModel, spec: ProbeSpec, out: Path | None = None) -> ProbePlan:
+    """Everything refused before a model is built: the output folder (`OUT_FILES` writable), then
+    positions, the device and memory (`check_probe`)."""
+    from tuneproof.io import check_out_folder
+
+    if out is not None:
+        check_out_folder(out, OUT_FILES)
+    check_probe(model, spec)
+    return ProbePlan(model, spec, out)
+
+
+def run(plan: ProbePlan, progress: Callable[[str], None] | None = None) -> ProbeResult:
     """Time, fit, profile and cross-check. Widths that run out of memory are skipped and reported.
 
     The measuring half (a real model, `model_steps`, the timing harness, the profiler) feeds the
     analysing half (`analyse`), which is a plain function of the measurements."""
-    from tuneproof.io import check_out_folder
-
-    check_probe(model, spec)
-    if out is not None:
-        check_out_folder(out, OUT_FILES)
+    model, spec, out = plan.model, plan.spec, plan.out
     steps, timing = time_widths(model, spec, progress)
     with tempfile.TemporaryDirectory() as tmp:
         keep = Path(tmp) / "trace.json"
@@ -236,6 +197,16 @@ def run_probe(
         result.files["json"] = str(out / "probe.json")
         atomic_write_json(out / "probe.json", result.to_dict())
     return result
+
+
+def run_probe(
+    model: ResolvedModel,
+    spec: ProbeSpec,
+    out: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ProbeResult:
+    """`prepare` and `run` in one call."""
+    return run(prepare(model, spec, out), progress)
 
 
 def time_widths(
@@ -268,178 +239,6 @@ def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[],
     """One training (or forward) step per width on `model` built with random weights; a step that
     runs out of memory raises `Skip` so that its width is dropped with the reason."""
     return width_steps(probe_model(model, spec), spec, int(model.config.vocab_size))
-
-
-def trainer_overhead(
-    net: Any, spec: ProbeSpec, vocab: int, bare: Callable[[], None], steps: int = 14
-) -> tuple[float, float]:
-    """What a transformers Trainer step adds beyond its bare micro-batch (collator, gradient clipping,
-    AdamW, the scheduler, zero_grad, the Trainer's bookkeeping): the median whole Trainer step on
-    micro-batches of the narrowest width (after two warm-up steps), minus the median of `bare` (that
-    width's bare step) timed right after, so that a load on the machine hits both alike. Returns
-    (overhead seconds, floored at 0; the bare step's median)."""
-    import tempfile
-    import time
-
-    import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    from tuneproof.data.collate import PadToLongest, RowsDataset
-
-    width = min(spec.widths)
-    gen = torch.Generator().manual_seed(spec.seed)
-    rows = [{"input_ids": torch.randint(1, vocab, (width,), generator=gen).tolist()}
-            for _ in range(spec.batch * steps)]  # fmt: skip
-    times: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
-            _sync(spec.device)
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
-            _sync(spec.device)
-            times.append(time.perf_counter() - self.t0)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        args = TrainingArguments(
-            output_dir=tmp, per_device_train_batch_size=spec.batch, max_steps=steps, learning_rate=1e-12,
-            save_strategy="no", report_to=[], disable_tqdm=True, logging_strategy="no", seed=spec.seed,
-            use_cpu=spec.device == "cpu", remove_unused_columns=False, log_level="error",
-        )  # fmt: skip
-        data = RowsDataset(rows)
-        trainer = Trainer(
-            model=net, args=args, train_dataset=data, data_collator=PadToLongest(0), callbacks=[Clock()]
-        )
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        trainer.remove_callback(PrinterCallback)  # stdout may carry the caller's JSON
-        trainer.remove_callback(ProgressCallback)
-        trainer.train()
-    whole = float(np.median(times[2:]))
-    bare_times = []
-    for _ in range(steps):
-        _sync(spec.device)
-        t0 = time.perf_counter()
-        bare()
-        _sync(spec.device)
-        bare_times.append(time.perf_counter() - t0)
-    bare_s = float(np.median(bare_times[2:]))
-    return max(whole - bare_s, 0.0), bare_s
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-
-
-def probe_model(model: ResolvedModel, spec: ProbeSpec) -> Any:
-    """`model` with random weights as `spec` trains it: LoRA adapters, gradient checkpointing, and
-    train mode unless only the forward pass is timed."""
-    from tuneproof.model import apply_lora, build_model, lora_targets
-
-    net = build_model(model, spec.attn, device=spec.device, dtype=spec.torch_dtype, seed=spec.seed)
-    if spec.mode == "lora":
-        net = apply_lora(net, lora_targets(model.shape), spec.lora_rank)
-    if spec.grad_ckpt:  # transformers 5 renamed it (the old name warns FutureWarning)
-        enable = getattr(net, "activation_checkpointing_enable", None) or net.gradient_checkpointing_enable
-        enable()
-    net.train(spec.mode != "forward")
-    return net
-
-
-def width_steps(net: Any, spec: ProbeSpec, vocab: int) -> dict[int, Callable[[], None]]:
-    """One step of `net` per distinct width of `spec`, on random token ids (drawn from `spec.seed`, not
-    the global generator): forward only under no_grad, or forward, loss, backward and the gradients
-    freed. Out of memory becomes `Skip`; any other error propagates."""
-    import torch
-
-    gen = torch.Generator().manual_seed(spec.seed)
-
-    def make_step(width: int) -> Callable[[], None]:
-        ids = torch.randint(0, vocab, (spec.batch, width), generator=gen).to(spec.device)
-
-        def run() -> None:
-            if spec.mode == "forward":
-                with torch.no_grad():
-                    net(input_ids=ids)
-            else:
-                net(input_ids=ids, labels=ids).loss.backward()
-                net.zero_grad(set_to_none=True)
-
-        def step() -> None:
-            try:
-                run()
-            except (RuntimeError, MemoryError) as e:
-                if not _is_oom(e):
-                    raise
-                if spec.device == "cuda":
-                    torch.cuda.empty_cache()
-                raise Skip(f"out of memory: {str(e).splitlines()[0][:120]}") from None
-
-        return step
-
-    return {w: make_step(w) for w in sorted(set(spec.widths))}
-
-
-def analyse(
-    model: ResolvedModel,
-    spec: ProbeSpec,
-    timing: Interleaved[int],
-    kernel_ms: dict[int, list[dict[str, float]]],
-    set_aside: dict[int, list[float]],
-    first_table: KernelTable,
-    peak: Any,
-) -> ProbeResult:
-    """The fit, the cross-check at the largest width, their notes, and the FLOP ledger with MFU for the
-    measured step: everything the probe concludes from its measurements."""
-    from tuneproof.flops import RunSpec, flop_report
-    from tuneproof.model import lora_targets
-
-    widths = sorted(timing.timings)
-    ws, ts = timing_rows(timing)
-    fit = fit_scaling(ws, ts, seed=spec.seed)
-    profiled = max(widths)
-    cross = cross_check(
-        widths,
-        [timing.timings[w].kept for w in widths],
-        [np.array([[p[c] for c in PROFILE_COLUMNS] for p in kernel_ms[w]]) for w in widths],
-        at=profiled,
-        constant=fit.constant_in_model,
-        seed=spec.seed,
-    )
-    for w, totals in set_aside.items():
-        if totals:
-            cross.notes.append(
-                f"width {w}: {len(totals)} outlying profile(s) set aside and re-profiled (total "
-                + ", ".join(f"{t:.1f}" for t in totals)
-                + " ms)"
-            )
-    if fit.constant.verdict == "undetermined":
-        cross.notes.append(
-            "the constant test is undetermined, so both sides are fitted with a constant term: "
-            "wider intervals, no assumption that per-step overhead is absent"
-        )
-    run = RunSpec(
-        seq_len=profiled,
-        batch=spec.batch,
-        attn=spec.attn,
-        mode=spec.mode,
-        lora_rank=spec.lora_rank,
-        lora_targets=tuple(lora_targets(model.shape)),
-        grad_ckpt=spec.grad_ckpt,
-    )
-    report = flop_report(model.shape, run, step_time_s=timing.timings[profiled].median_s, peak=peak)
-    return ProbeResult(model.name, spec, timing, fit, kernel_ms, first_table, cross, report, peak)
-
-
-def timing_rows(timing: Interleaved[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(width, seconds) of every timed repeat, outliers included (the fit sets them aside itself)."""
-    widths = sorted(timing.timings)
-    ws = np.concatenate([[w] * len(timing.timings[w].times_s) for w in widths]).astype(float)
-    return ws, np.concatenate([timing.timings[w].times_s for w in widths])
 
 
 def _profile_widths(

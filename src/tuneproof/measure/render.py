@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
     from tuneproof.measure.fit import ScalingFit
     from tuneproof.measure.kernels import KernelTable
-    from tuneproof.measure.probe import ProbeResult
+    from tuneproof.measure.peak import MeasuredPeak
+    from tuneproof.measure.probe_result import ProbeResult
 
 
 def _pct(x: float) -> str:
@@ -153,3 +154,11 @@ def render_probe(result: ProbeResult, console: Console) -> None:
     render_mfu(rep, console)
     for k, v in result.files.items():
         console.print(f"{k}: {escape(v)}")
+
+
+def render_peak(result: MeasuredPeak, console: Console) -> None:
+    console.print(
+        f"measured peak: {result.tflops:.4g} TFLOP/s dense {result.dtype} on {result.device} "
+        f"({result.size}^3 GEMM, median {result.median_s * 1e3:.3f} ms, IQR {result.iqr_s * 1e3:.3f} ms, "
+        f"{result.runs} runs)"
+    )

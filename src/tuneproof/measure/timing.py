@@ -164,15 +164,7 @@ def time_interleaved(
         raise TuneproofError("nothing to time", "give at least one workload")
     active = dict(steps)
     skipped: dict[K, str] = {}
-    for key, fn in list(active.items()):
-        if progress:
-            progress(f"warm-up {key}")
-        try:
-            for _ in range(warmup):
-                fn()
-        except Skip as e:
-            skipped[key] = str(e)
-            del active[key]
+    _warm_up(active, skipped, warmup, progress)
     times: dict[K, list[float]] = {k: [] for k in active}
     keys = list(active)
     start = clock()
@@ -205,11 +197,35 @@ def time_interleaved(
             stopped = f"every width's median known to +-{100 * target:g} % after {rounds} rounds"
             break
     timings = {k: _timing(times[k], warmup) for k in keys}
-    result = Interleaved(timings, skipped, rounds, clock() - start, stopped, target)
+    return Interleaved(timings, skipped, rounds, clock() - start, stopped, target, _notes(timings, target))
+
+
+def _warm_up(
+    active: dict[K, Callable[[], Any]],
+    skipped: dict[K, str],
+    warmup: int,
+    progress: Callable[[str], None] | None,
+) -> None:
+    """Run every workload `warmup` times untimed; one that raises `Skip` moves from `active` to
+    `skipped` with its reason."""
+    for key, fn in list(active.items()):
+        if progress:
+            progress(f"warm-up {key}")
+        try:
+            for _ in range(warmup):
+                fn()
+        except Skip as e:
+            skipped[key] = str(e)
+            del active[key]
+
+
+def _notes(timings: dict[K, Timing], target: float) -> list[str]:
+    """What the timings say about themselves: outliers excluded, medians not known to `target`."""
+    notes = []
     for key, t in timings.items():
         if t.num_outliers:
             excluded = ", ".join(f"{x:.4g} s" for x in t.excluded)
-            result.notes.append(
+            notes.append(
                 f"{key}: {t.num_outliers} outlier repeat(s) excluded "
                 f"({excluded} vs median {t.median_s:.4g} s)"
             )
@@ -220,8 +236,8 @@ def time_interleaved(
                 if half is None
                 else f"is known to +-{100 * half:.1f} %"
             )
-            result.notes.append(f"{key}: the median {known}, not to the +-{100 * target:g} % asked for")
-    return result
+            notes.append(f"{key}: the median {known}, not to the +-{100 * target:g} % asked for")
+    return notes
 
 
 def _timing(times: list[float], warmup: int) -> Timing:

@@ -1,0 +1,132 @@
+"""What a probe concludes from its measurements (`analyse`: the fit, the cross-check, the FLOP ledger
+with MFU), as a `ProbeResult` that owns its JSON and its text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tuneproof.measure.crosscheck import CrossCheck, cross_check
+from tuneproof.measure.fit import ScalingFit, fit_scaling
+from tuneproof.measure.kernels import PROFILE_COLUMNS, KernelTable
+from tuneproof.measure.timing import Interleaved, Timing
+from tuneproof.verdict import Verdict
+
+if TYPE_CHECKING:
+    from tuneproof.arch import ResolvedModel
+    from tuneproof.measure.probe import ProbeSpec
+
+
+@dataclass(slots=True)
+class ProbeResult:
+    model: str
+    spec: ProbeSpec
+    timing: Interleaved[int]
+    fit: ScalingFit
+    kernel_ms: dict[int, list[dict[str, float]]]  # width -> per profile, ms per kernel class
+    kernels: KernelTable  # the largest width's first profile, for its top kernels
+    cross: CrossCheck
+    flops: Any  # FlopReport at the profiled width
+    peak: Any  # hardware.Peak used for MFU
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def timings(self) -> dict[int, Timing]:
+        return self.timing.timings
+
+    @property
+    def skipped(self) -> dict[int, str]:
+        return self.timing.skipped
+
+    @property
+    def profiled_width(self) -> int:
+        return self.cross.width
+
+    @property
+    def verdict(self) -> Verdict:
+        """The cross-check's agreement (agree, disagree or inconclusive), exit code 0."""
+        return self.cross.verdict.as_verdict()
+
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    def render(self, console: Any) -> None:
+        from tuneproof.measure.render import render_probe
+
+        render_probe(self, console)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "spec": {k: getattr(self.spec, k) for k in self.spec.__dataclass_fields__},
+            "timing": self.timing.to_dict(),
+            "points": [{"width": w, **t.to_dict()} for w, t in sorted(self.timings.items())],
+            "skipped": [{"width": w, "reason": r} for w, r in sorted(self.skipped.items())],
+            "fit": self.fit.to_dict(),
+            "kernel_ms": {str(w): rows for w, rows in sorted(self.kernel_ms.items())},
+            "kernels": self.kernels.to_dict(),
+            "cross_check": self.cross.to_dict(),
+            "flops": self.flops.to_dict(),
+            "files": self.files,
+        }
+
+
+def analyse(
+    model: ResolvedModel,
+    spec: ProbeSpec,
+    timing: Interleaved[int],
+    kernel_ms: dict[int, list[dict[str, float]]],
+    set_aside: dict[int, list[float]],
+    first_table: KernelTable,
+    peak: Any,
+) -> ProbeResult:
+    """The fit, the cross-check at the largest width, their notes, and the FLOP ledger with MFU for the
+    measured step: everything the probe concludes from its measurements."""
+    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.model import lora_targets
+
+    widths = sorted(timing.timings)
+    ws, ts = timing_rows(timing)
+    fit = fit_scaling(ws, ts, seed=spec.seed)
+    profiled = max(widths)
+    cross = cross_check(
+        widths,
+        [timing.timings[w].kept for w in widths],
+        [np.array([[p[c] for c in PROFILE_COLUMNS] for p in kernel_ms[w]]) for w in widths],
+        at=profiled,
+        constant=fit.constant_in_model,
+        seed=spec.seed,
+    )
+    for w, totals in set_aside.items():
+        if totals:
+            cross.notes.append(
+                f"width {w}: {len(totals)} outlying profile(s) set aside and re-profiled (total "
+                + ", ".join(f"{t:.1f}" for t in totals)
+                + " ms)"
+            )
+    if fit.constant.verdict == "undetermined":
+        cross.notes.append(
+            "the constant test is undetermined, so both sides are fitted with a constant term: "
+            "wider intervals, no assumption that per-step overhead is absent"
+        )
+    run = RunSpec(
+        seq_len=profiled,
+        batch=spec.batch,
+        attn=spec.attn,
+        mode=spec.mode,
+        lora_rank=spec.lora_rank,
+        lora_targets=tuple(lora_targets(model.shape)),
+        grad_ckpt=spec.grad_ckpt,
+    )
+    report = flop_report(model.shape, run, step_time_s=timing.timings[profiled].median_s, peak=peak)
+    return ProbeResult(model.name, spec, timing, fit, kernel_ms, first_table, cross, report, peak)
+
+
+def timing_rows(timing: Interleaved[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(width, seconds) of every timed repeat, outliers included (the fit sets them aside itself)."""
+    widths = sorted(timing.timings)
+    ws = np.concatenate([[w] * len(timing.timings[w].times_s) for w in widths]).astype(float)
+    return ws, np.concatenate([timing.timings[w].times_s for w in widths])
