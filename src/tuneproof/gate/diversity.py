@@ -19,13 +19,19 @@ Per prompt and run, over that prompt's samples:
 from __future__ import annotations
 
 import gzip
+import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tuneproof.gate.arms import Arm
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 MIN_MATCHED_TOKENS = 4
@@ -139,11 +145,23 @@ def diversity_scores(
     )
 
 
+@contextmanager
+def hub_offline() -> Iterator[None]:
+    """`HF_HUB_OFFLINE=1` while the block runs (the hub never downloads), then the variable as it was."""
+    before = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = before
+
+
 def load_embedder(path: str) -> Embedder:
     """A local embedding model: model2vec (a StaticModel folder: `model.safetensors` + `tokenizer.json`)
-    or any sentence-transformers folder. Never downloads (the hub is set offline)."""
-    import importlib.util
-    import os
+    or any sentence-transformers folder. Never downloads (the hub is offline while it loads)."""
     from pathlib import Path
 
     from tuneproof.errors import TuneproofError
@@ -151,7 +169,15 @@ def load_embedder(path: str) -> Embedder:
     folder = Path(path)
     if not folder.is_dir():
         raise TuneproofError(f"embedder folder not found: {folder}", "pass a local model folder")
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    with hub_offline():
+        return _load_embedder(folder)
+
+
+def _load_embedder(folder: Path) -> Embedder:
+    import importlib.util
+
+    from tuneproof.errors import TuneproofError
+
     static_layout = (folder / "tokenizer.json").is_file() and (folder / "model.safetensors").is_file()
     try:
         if static_layout and importlib.util.find_spec("model2vec") is not None:
