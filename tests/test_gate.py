@@ -35,14 +35,14 @@ def test_case_diversity_vector_passes_at_22x() -> None:
     sd, pairs = stats.noise_sd(base, tuned)
     assert sd == pytest.approx(0.004, rel=1e-9) and pairs == 2
     floor = stats.measured_floor(base, tuned, 2.0)
-    r = stats.judge("diversity", "up", base, tuned, floor)
+    r = stats.judge_metric("diversity", "up", base, tuned, floor)
     assert r.floor == pytest.approx(0.008)
     assert r.delta == pytest.approx(0.178)
     assert r.verdict == PASS and stats.ratio_text(r) == "22x"
     assert r.ci95 is not None and r.ci95[0] > 0
     # the same delta the wrong way is a FAIL, and inside the floor it is INCONCLUSIVE
-    assert stats.judge("diversity", "down", base, tuned, floor).verdict == FAIL
-    assert stats.judge("diversity", "up", base, tuned, Floor.given(0.2)).verdict == INCONCLUSIVE
+    assert stats.judge_metric("diversity", "down", base, tuned, floor).verdict == FAIL
+    assert stats.judge_metric("diversity", "up", base, tuned, Floor.given(0.2)).verdict == INCONCLUSIVE
 
 
 def test_case_attractor_vector_passes_at_5_7x() -> None:
@@ -50,7 +50,8 @@ def test_case_attractor_vector_passes_at_5_7x() -> None:
     level = np.random.default_rng(1).uniform(20, 40, 200)
     base = _pair_with_noise(level, 1.0)
     tuned = _pair_with_noise(level - 11.3, 1.0)
-    r = stats.judge("attractors", "down", base, tuned, stats.measured_floor(base, tuned, 2.0), unit="%")
+    floor = stats.measured_floor(base, tuned, 2.0)
+    r = stats.judge_metric("attractors", "down", base, tuned, floor, unit="%")
     assert r.floor == pytest.approx(2.0) and r.delta == pytest.approx(-11.3)
     assert r.verdict == PASS and stats.ratio_text(r) == "5.7x"
 

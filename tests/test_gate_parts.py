@@ -366,15 +366,15 @@ def test_verdicts_for_each_direction() -> None:
     base = np.stack([level, level + 0.01 * (-1) ** np.arange(50)])
     up = base + 0.5
     f = Floor.given(0.1)
-    assert stats.judge("m", "up", base, up, f).verdict == PASS
-    assert stats.judge("m", "down", base, up, f).verdict == FAIL
-    assert stats.judge("m", "up", base, base + 0.05, f).verdict == INCONCLUSIVE
-    assert stats.judge("m", "no-change", base, base + 0.01, f).verdict == PASS
-    assert stats.judge("m", "no-change", base, up, f).verdict == FAIL
-    none = stats.judge("m", "up", base, up, Floor(None, "none", "no floor"))
+    assert stats.judge_metric("m", "up", base, up, f).verdict == PASS
+    assert stats.judge_metric("m", "down", base, up, f).verdict == FAIL
+    assert stats.judge_metric("m", "up", base, base + 0.05, f).verdict == INCONCLUSIVE
+    assert stats.judge_metric("m", "no-change", base, base + 0.01, f).verdict == PASS
+    assert stats.judge_metric("m", "no-change", base, up, f).verdict == FAIL
+    none = stats.judge_metric("m", "up", base, up, Floor(None, "none", "no floor"))
     assert none.verdict is None and none.mde is not None
     # a significant test result is needed as well when one is given
-    assert stats.judge("m", "up", base, up, f, test=("McNemar", 0.2)).verdict == INCONCLUSIVE
+    assert stats.judge_metric("m", "up", base, up, f, test=("McNemar", 0.2)).verdict == INCONCLUSIVE
 
 
 def test_the_mde_is_at_least_the_floor_and_shrinks_with_prompts() -> None:
@@ -383,7 +383,7 @@ def test_the_mde_is_at_least_the_floor_and_shrinks_with_prompts() -> None:
     for n in (20, 80, 320):
         base = rng.normal(0, 1, (2, n))
         tuned = base + rng.normal(0, 1, (2, n))
-        r = stats.judge("m", "up", base, tuned, Floor.given(0.01))
+        r = stats.judge_metric("m", "up", base, tuned, Floor.given(0.01))
         mdes.append(r.mde)
     assert mdes[0] > mdes[1] > mdes[2] > 0.01
     assert mdes[0] / mdes[2] == pytest.approx(4, rel=0.35)  # ~ 1 / sqrt(n)
@@ -566,7 +566,7 @@ def test_missing_values_and_boundaries_of_the_verdict() -> None:
     nan = float("nan")
     base = np.array([[1.0, 2.0, nan, 4.0], [1.2, nan, nan, 4.2]])
     tuned = np.array([[2.0, 3.0, 9.0, 5.0], [2.2, 3.2, 9.0, nan]])
-    r = stats.judge("m", "up", base, tuned, Floor.given(0.5))
+    r = stats.judge_metric("m", "up", base, tuned, Floor.given(0.5))
     # prompt 3 has no base value in any run: left out; the others average the runs they have
     assert r.num_prompts == 3
     assert r.delta == pytest.approx(((2.1 - 1.1) + (3.1 - 2.0) + (5.0 - 4.1)) / 3)
@@ -577,8 +577,8 @@ def test_missing_values_and_boundaries_of_the_verdict() -> None:
         math.sqrt((np.var(d_b, ddof=1) / 2 + np.var(d_t, ddof=1) / 3) / 2)
     )
     # one prompt is too few to judge; two are enough
-    assert stats.judge("m", "up", base[:, :1], tuned[:, :1], Floor.given(0.1)).verdict is None
-    assert stats.judge("m", "up", base[:, :2], tuned[:, :2], Floor.given(0.1)).num_prompts == 2
+    assert stats.judge_metric("m", "up", base[:, :1], tuned[:, :1], Floor.given(0.1)).verdict is None
+    assert stats.judge_metric("m", "up", base[:, :2], tuned[:, :2], Floor.given(0.1)).num_prompts == 2
     # three runs and more prompts than runs
     many = np.random.default_rng(3).normal(size=(3, 9))
     assert stats.noise_sd(many, many)[1] == 6
@@ -676,3 +676,44 @@ def test_corpus_reading_in_blocks_marks_and_offsets(tmp_path: Path, monkeypatch)
     bad.write_bytes(lines[:100] + b"\xff" + lines[100:])
     with pytest.raises(TuneproofError, match=r"invalid UTF-8 at byte 100\b"):
         build_index([bad], k=4, use_cache=False)
+
+
+def test_the_hub_is_offline_only_while_the_embedder_loads(tmp_path: Path, monkeypatch) -> None:
+    import importlib.util
+    import os
+
+    from tuneproof.gate.diversity import load_embedder
+
+    seen: list[str | None] = []
+
+    def find_spec(name: str, *a: object) -> None:  # neither embedding package: the load fails inside
+        seen.append(os.environ.get("HF_HUB_OFFLINE"))
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    for before in (None, "0"):
+        if before is None:
+            monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        else:
+            monkeypatch.setenv("HF_HUB_OFFLINE", before)
+        with pytest.raises(TuneproofError, match="not installed"):
+            load_embedder(str(tmp_path))
+        assert os.environ.get("HF_HUB_OFFLINE") == before  # as it was, after a failed load too
+    assert seen and set(seen) == {"1"}
+
+
+def test_a_loaded_embedder_leaves_the_environment_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("model2vec")
+    import os
+
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from tuneproof.gate.diversity import load_embedder
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "red": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    StaticModel(np.eye(3, dtype=np.float32), tok).save_pretrained(str(tmp_path / "m2v"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    before = dict(os.environ)
+    embed = load_embedder(str(tmp_path / "m2v"))
+    assert dict(os.environ) == before and embed(["red", "red"]).shape[0] == 2

@@ -12,7 +12,7 @@ _EXPORTS = {
     "MetricResult": "tuneproof.gate.stats",
     "PhraseMatcher": "tuneproof.gate.attractors",
     "build_index": "tuneproof.gate.memorise",
-    "judge": "tuneproof.gate.stats",
+    "judge_metric": "tuneproof.gate.stats",
     "mine": "tuneproof.gate.attractors",
     "read_arm": "tuneproof.gate.arms",
     "read_probes": "tuneproof.gate.probes",

@@ -1,32 +1,33 @@
 """The gate: tuned vs base on every metric family, each judged against the instrument's measured noise.
 
-`check_inputs` refuses what cannot be judged before any work starts; `run_gate` computes the families
-and probes; the overall verdict is FAIL when any judged metric fails, INCONCLUSIVE when none fails but
-one is inconclusive or could not be judged, PASS when every judged metric passes.
+`check_inputs` (gate/checks.py) refuses what cannot be judged before any work starts; `measure` computes
+the families and probes (`run_gate` is the two in one call); the overall verdict (`overall`, a
+`tuneproof.verdict.Verdict`) is FAIL when any judged metric fails, INCONCLUSIVE when none fails but one is
+inconclusive or could not be judged, PASS when every judged metric passes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
 from tuneproof.gate import stats
-from tuneproof.gate.arms import Arm, Pairing, pair
+from tuneproof.gate.arms import Arm, Pairing
 from tuneproof.gate.attractors import PhraseMatcher, attractor_scores
+from tuneproof.gate.checks import check_inputs
 from tuneproof.gate.diversity import WANTED as DIVERSITY_WANTED
 from tuneproof.gate.diversity import Embedder, diversity_scores
 from tuneproof.gate.memorise import KGramIndex, build_index, query, span_text
-from tuneproof.gate.probes import EXPECT, Probe, mcnemar_exact, probe_outcome, probe_prompts, wilson
+from tuneproof.gate.probes import EXPECT, Probe, mcnemar_exact, probe_outcome, wilson
 from tuneproof.gate.spec import GateSpec
-from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult
+from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult, verdict_for
 from tuneproof.gate.tokens import Tokens
+from tuneproof.verdict import Verdict
 
-EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
 SPAN_TEXTS = 20  # tuned responses whose corpus span is quoted (all are listed)
 
 
@@ -61,15 +62,22 @@ class ProbeResult:
 
 @dataclass
 class GateReport:
+    """Every metric and probe, the overall verdict (`judgement`) and what was judged. `verdict` and
+    `exit_code` read the judgement as the JSON report writes them."""
+
     metrics: dict[str, MetricResult]
     probes: list[ProbeResult]
-    verdict: str
+    judgement: Verdict
     inputs: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
     @property
+    def verdict(self) -> str:
+        return self.judgement.outcome
+
+    @property
     def exit_code(self) -> int:
-        return EXIT[self.verdict]
+        return self.judgement.exit_code
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,70 +88,6 @@ class GateReport:
             "inputs": self.inputs,
             "notes": self.notes,
         }
-
-
-def floor_names(spec: GateSpec, attractors: bool, probes: Sequence[Probe]) -> list[str]:
-    """The metrics that need a floor to be judged: the gated headline of each family, and each probe."""
-    names = ["diversity"] if spec.diversity.gate else []
-    if attractors and spec.attractors.gate:
-        names.append("attractors")
-    return names + [f"probe:{p.name}" for p in probes]
-
-
-def check_inputs(
-    base: Arm,
-    tuned: Arm,
-    spec: GateSpec,
-    given: Mapping[str, float],
-    attractors: bool,
-    probes: Sequence[Probe],
-    embedder: bool = False,
-) -> Pairing:
-    """Refuse arms the gate cannot judge: no shared prompts, or one run in an arm with no floor given."""
-    if spec.diversity.metric == "embedding" and not embedder:
-        raise TuneproofError(
-            "the spec's diversity metric is 'embedding' but no {embedder} was given",
-            "pass a local embedding model, or pick another diversity metric",
-            fields=("embedder",),
-        )
-    pairing = pair(base, tuned)
-    for arm in (base, tuned):
-        if all(not r.text.strip() for r in arm.responses()):
-            raise TuneproofError(
-                f"every response in the {arm.name} arm is empty: there is nothing to judge",
-                "check how the arm was generated (a stop token at the first step, a decoding error)",
-            )
-    runs = {base.name: len(base.run_names), tuned.name: len(tuned.run_names)}
-    need = [n for n in floor_names(spec, attractors, probes) if n not in given]
-    if min(runs.values()) < 2 and need:
-        got = ", ".join(f"{k}: {v}" for k, v in runs.items())
-        raise TuneproofError(
-            f"need >= 2 runs per arm to measure the instrument's noise; got {got}",
-            "generate each arm with 2 or more runs, or give a floor for every judged metric: "
-            + " ".join(f"{{floors}} {n}=VALUE" for n in need)
-            + " (then the floor is given, not measured)",
-            fields=("floors",),
-        )
-    for probe in probes:
-        probe_prompts(probe, pairing.prompt_ids)  # refuses a probe none of whose prompts is shared
-    known = set(floor_names(GateSpec(), True, probes)) | {
-        f"{fam}.{part}" for fam, parts in _part_names().items() for part in parts
-    }
-    for name in given:
-        if name not in known:
-            raise TuneproofError(
-                f"{{floors}} {name}=... names no metric",
-                "use diversity, attractors, probe:NAME, or a part such as diversity.gzip",
-                fields=("floors",),
-            )
-    return pairing
-
-
-def _part_names() -> dict[str, tuple[str, ...]]:
-    from tuneproof.gate.diversity import PARTS
-    from tuneproof.gate.spec import ATTRACTOR_PARTS
-
-    return {"diversity": PARTS, "attractors": ATTRACTOR_PARTS}
 
 
 def _floor(name: str, b: np.ndarray, t: np.ndarray, k: float, given: Mapping[str, float], unit: str) -> Floor:
@@ -167,13 +111,13 @@ def _family(
     for part, (b, t) in parts.items():
         key = name if part == headline else f"{name}.{part}"
         unit = units.get(part, "")
-        results[part] = stats.judge(part, wanted[part], b, t, _floor(key, b, t, k, given, unit), unit=unit)
-    head = results[headline]
-    family = MetricResult(**{**{f: getattr(head, f) for f in head.__dataclass_fields__}, "name": name})
+        floor = _floor(key, b, t, k, given, unit)
+        results[part] = stats.judge_metric(part, wanted[part], b, t, floor, unit=unit)
+    family = replace(results[headline], name=name)
     family.extra = {"metric": headline, "gated": gate}
     family.parts = [r for p, r in results.items() if p != headline]
     if not gate:
-        family.reason = "reported, not gated (spec): " + family.reason
+        family.prefix_reason("reported, not gated (spec): ")
     return family
 
 
@@ -197,10 +141,33 @@ def run_gate(
     given_floors: Mapping[str, float] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> GateReport:
+    """The gate in one call: `check_inputs`, then `measure`."""
     spec = spec or GateSpec()
     given = dict(given_floors or {})
-    say = progress or (lambda _m: None)
     pairing = check_inputs(base, tuned, spec, given, attractors is not None, probes, embed is not None)
+    return measure(
+        base, tuned, pairing, spec, attractors=attractors, corpus=corpus, tokens=tokens, probes=probes,
+        embed=embed, given_floors=given, progress=progress,
+    )  # fmt: skip
+
+
+def measure(
+    base: Arm,
+    tuned: Arm,
+    pairing: Pairing,
+    spec: GateSpec,
+    *,
+    attractors: tuple[PhraseMatcher, str] | None = None,
+    corpus: Sequence[str | Path] = (),
+    tokens: Tokens | None = None,
+    probes: Sequence[Probe] = (),
+    embed: Embedder | None = None,
+    given_floors: Mapping[str, float] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> GateReport:
+    """Every family and probe on arms `check_inputs` has passed (its `pairing`), and the overall verdict."""
+    given = dict(given_floors or {})
+    say = progress or (lambda _m: None)
     ids = pairing.prompt_ids
     notes = [n for n in [pairing.note()] if n]
     k = spec.floor_k
@@ -313,14 +280,19 @@ def judge_probe(
     b, t = out.rates
     p_value = mcnemar_exact(*out.discordant)
     floor = _floor(f"probe:{probe.name}", b, t, k, given, "%")
-    result = stats.judge(probe.name, EXPECT[probe.expect], b, t, floor, unit="%", test=("McNemar", p_value))
+    result = stats.judge_metric(
+        probe.name, EXPECT[probe.expect], b, t, floor, unit="%", test=("McNemar", p_value)
+    )
     (kb, nb), (kt, nt) = out.counts
     for k_, n_, what in ((0, 0, "no"), (nb, nt, "every")):
         if kb == k_ and kt == n_:
-            result.verdict = INCONCLUSIVE
-            result.reason = (
+            judged = result.judgement
+            result.judgement = verdict_for(
+                INCONCLUSIVE,
                 f"the detector fires on {what} response in both arms, so it cannot tell them apart "
-                "(check its regex or phrases against a few responses)"
+                "(check its regex or phrases against a few responses)",
+                judged.margin if judged else None,
+                judged.noise if judged else None,
             )
     return ProbeResult(probe, result, out.counts, p_value, out.missing)
 
@@ -351,24 +323,22 @@ def memorisation(
     best = spans[0] if spans else None
     threshold = spec.threshold
     kt, nt = counts[1]
-    verdict: str | None = PASS if shares[1] <= threshold else FAIL
-    if verdict == PASS:
-        reason = (
-            f"{kt} of {nt} tuned responses hold a {index.k}-token corpus span (threshold {threshold:g} %)"
-        )
-    else:
+    reason = f"{kt} of {nt} tuned responses hold a {index.k}-token corpus span (threshold {threshold:g} %)"
+    if shares[1] > threshold:
         assert best is not None
-        reason = (
-            f"{kt} of {nt} tuned responses hold a {index.k}-token corpus span (threshold {threshold:g} %); "
-            f"longest: {best['tokens']} tokens in prompt {best['prompt_id']!r}"
-        )
+        reason += f"; longest: {best['tokens']} tokens in prompt {best['prompt_id']!r}"
+    # margin: the tuned share's distance above the threshold (points; > 0 fails); a threshold is no noise
+    judged: Verdict | None = verdict_for(
+        PASS if shares[1] <= threshold else FAIL, reason, margin=shares[1] - threshold
+    )
+    note = ""
     if not spec.memorisation_gate:
-        verdict, reason = None, "reported, not gated (spec): " + reason
+        judged, note = None, "reported, not gated (spec): " + reason
     low, high = wilson(kt, nt)
     return MetricResult(
         "memorisation", "down", "%", shares[0], shares[1], shares[1] - shares[0], threshold, "threshold",
         f"threshold: at most {threshold:g} % of tuned responses may hold a corpus span of {index.k} tokens",
-        None, (100 * low, 100 * high), None, len(ids), verdict, reason,
+        None, (100 * low, 100 * high), None, len(ids), judged, note,
         extra={
             "gated": spec.memorisation_gate,
             "k": index.k,
@@ -383,15 +353,20 @@ def memorisation(
     )  # fmt: skip
 
 
-def overall(metrics: Mapping[str, MetricResult], probes: Sequence[ProbeResult]) -> str:
-    judged = [m for m in metrics.values() if m.extra.get("gated", True) and not m.extra.get("skipped")]
-    judged += [p.result for p in probes]
-    verdicts = [m.verdict for m in judged]
-    if FAIL in verdicts:
-        return FAIL
-    if INCONCLUSIVE in verdicts or None in verdicts or not verdicts:
-        return INCONCLUSIVE
-    return PASS
+def overall(metrics: Mapping[str, MetricResult], probes: Sequence[ProbeResult]) -> Verdict:
+    """FAIL when a gated metric or a probe fails; INCONCLUSIVE when none fails but one is undecided or
+    not judged, or nothing is gated; PASS when every one passes. The reason names the metrics."""
+    judged = {n: m for n, m in metrics.items() if m.extra.get("gated", True) and not m.extra.get("skipped")}
+    judged.update({f"probe {p.probe.name}": p.result for p in probes})
+    failed = [n for n, m in judged.items() if m.verdict == FAIL]
+    if failed:
+        return verdict_for(FAIL, "failed: " + ", ".join(failed))
+    undecided = [n for n, m in judged.items() if m.verdict != PASS]  # inconclusive, or not judged
+    if undecided:
+        return verdict_for(INCONCLUSIVE, "none failed; not decided: " + ", ".join(undecided))
+    if not judged:
+        return verdict_for(INCONCLUSIVE, "nothing is gated: the spec reports every metric without judging it")
+    return verdict_for(PASS, "every gated metric passed: " + ", ".join(judged))
 
 
 def _inputs(base: Arm, tuned: Arm, pairing: Pairing, spec: GateSpec) -> dict[str, Any]:

@@ -12,20 +12,25 @@ prompt has no value in a run. A prompt's score in an arm is its mean over runs.
 - mde: the smallest delta the gate could call: the larger of the floor and the paired test's minimum
   detectable effect at alpha 0.05 and power 0.8, (z_0.975 + z_0.8) * sd(tuned_p - base_p) / sqrt(n).
 
-Verdicts: PASS (beyond the floor, the wanted way, interval excludes 0), FAIL (beyond the floor, the
-wrong way, interval excludes 0), INCONCLUSIVE (inside the floor, or the interval spans 0). For a
-"no-change" expectation, PASS means the whole interval lies inside +-floor.
+Verdicts (`tuneproof.verdict.Verdict`, outcome words and exit codes in `EXIT`): PASS (beyond the floor,
+the wanted way, interval excludes 0), FAIL (beyond the floor, the wrong way, interval excludes 0),
+INCONCLUSIVE (inside the floor, or the interval spans 0). For a "no-change" expectation, PASS means the
+whole interval lies inside +-floor. A verdict's `noise` is the floor and its `margin` is |delta| - floor
+(negative: inside the floor); a metric with no floor, or fewer than 2 prompts, has no verdict.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from tuneproof.verdict import CANNOT_JUDGE, FINDING, OK, Verdict
+
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+EXIT = {PASS: OK, FAIL: FINDING, INCONCLUSIVE: CANNOT_JUDGE}  # each outcome's exit code
 WANTED = ("up", "down", "no-change")
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
@@ -46,9 +51,19 @@ class Floor:
         return Floor(value, "given", f"given ({value:g}), not measured")
 
 
+def verdict_for(
+    outcome: str, reason: str, margin: float | None = None, noise: float | None = None
+) -> Verdict:
+    """A gate verdict: the outcome word, its reason, and the exit code the outcome carries (`EXIT`)."""
+    return Verdict(outcome, reason, EXIT[outcome], margin, noise)
+
+
 @dataclass(slots=True)
 class MetricResult:
-    """One metric of one family: both arms, the delta and the verdict with the numbers it rests on."""
+    """One metric of one family: both arms, the delta and the verdict with the numbers it rests on.
+
+    `judgement` is the verdict (None: reported, not judged, and `note` says why); `verdict` and
+    `reason` read it as the JSON report writes them (the outcome word, or None, and one sentence)."""
 
     name: str
     wanted: str
@@ -63,10 +78,25 @@ class MetricResult:
     ci95: tuple[float, float] | None
     mde: float | None
     num_prompts: int
-    verdict: str | None  # None: reported, not judged
-    reason: str
+    judgement: Verdict | None  # None: reported, not judged
+    note: str = ""  # why there is no verdict
     parts: list[MetricResult] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str | None:
+        return self.judgement.outcome if self.judgement is not None else None
+
+    @property
+    def reason(self) -> str:
+        return self.judgement.reason if self.judgement is not None else self.note
+
+    def prefix_reason(self, text: str) -> None:
+        """Put `text` before the reason (a family reported without gating says so first)."""
+        if self.judgement is not None:
+            self.judgement = replace(self.judgement, reason=text + self.judgement.reason)
+        else:
+            self.note = text + self.note
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -134,7 +164,7 @@ def paired_ci95(d: np.ndarray, seed: int = BOOTSTRAP_SEED) -> tuple[float, float
     return float(low), float(high)
 
 
-def judge(
+def judge_metric(
     name: str,
     wanted: str,
     base_RP: np.ndarray,
@@ -155,10 +185,10 @@ def judge(
     n = int(ok.sum())
     result = MetricResult(
         name, wanted, unit, None, None, None, floor.value, floor.source, floor.detail,
-        None, None, None, n, None, "",
+        None, None, None, n, None,
     )  # fmt: skip
     if n < 2:
-        result.reason = f"not judged: {n} prompt(s) have a value in both arms (need >= 2)"
+        result.note = f"not judged: {n} prompt(s) have a value in both arms (need >= 2)"
         return result
     d = tuned_p[ok] - base_p[ok]
     result.base, result.tuned = float(base_p[ok].mean()), float(tuned_p[ok].mean())
@@ -168,11 +198,12 @@ def judge(
     stat_mde = Z_ALPHA_POWER * sd_d / math.sqrt(n)
     if floor.value is None:
         result.mde = stat_mde
-        result.reason = floor.detail
+        result.note = floor.detail
         return result
     result.mde = max(floor.value, stat_mde)
     result.ratio = abs(delta) / floor.value if floor.value > 0 else None
-    result.verdict, result.reason = _verdict(wanted, delta, floor.value, ci, test)
+    outcome, reason = _verdict(wanted, delta, floor.value, ci, test)
+    result.judgement = verdict_for(outcome, reason, margin=abs(delta) - floor.value, noise=floor.value)
     return result
 
 

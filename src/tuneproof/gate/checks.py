@@ -1,0 +1,102 @@
+"""The gate's cheap checks, made before any long work: floors given as `METRIC=VALUE`, and arms, spec,
+probes and floors that together can be judged (shared prompts, >= 2 runs per arm or a floor for every
+judged metric, a floor only for a metric that exists)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from tuneproof.errors import TuneproofError
+from tuneproof.gate.arms import Arm, Pairing, pair
+from tuneproof.gate.probes import Probe, probe_prompts
+from tuneproof.gate.spec import GateSpec
+
+
+def parse_floors(values: Sequence[str]) -> dict[str, float]:
+    """`METRIC=VALUE` pairs (the `floors` field); each value a finite number >= 0, each metric once."""
+    out: dict[str, float] = {}
+    for item in values:
+        name, sep, text = item.rpartition("=")  # a probe's name may hold "="; a number never does
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not sep or not name.strip() or not math.isfinite(value) or value < 0:
+            raise TuneproofError(
+                f"{{floors}} {item!r} is not METRIC=VALUE with a number >= 0",
+                "e.g. {floors} diversity=0.008",
+                fields=("floors",),
+            )
+        if name.strip() in out:
+            raise TuneproofError(
+                f"{{floors}} {name.strip()} is given twice",
+                "give each metric's floor once",
+                fields=("floors",),
+            )
+        out[name.strip()] = value
+    return out
+
+
+def floor_names(spec: GateSpec, attractors: bool, probes: Sequence[Probe]) -> list[str]:
+    """The metrics that need a floor to be judged: the gated headline of each family, and each probe."""
+    names = ["diversity"] if spec.diversity.gate else []
+    if attractors and spec.attractors.gate:
+        names.append("attractors")
+    return names + [f"probe:{p.name}" for p in probes]
+
+
+def check_inputs(
+    base: Arm,
+    tuned: Arm,
+    spec: GateSpec,
+    given: Mapping[str, float],
+    attractors: bool,
+    probes: Sequence[Probe],
+    embedder: bool = False,
+) -> Pairing:
+    """Refuse arms the gate cannot judge: no shared prompts, or one run in an arm with no floor given."""
+    if spec.diversity.metric == "embedding" and not embedder:
+        raise TuneproofError(
+            "the spec's diversity metric is 'embedding' but no {embedder} was given",
+            "pass a local embedding model, or pick another diversity metric",
+            fields=("embedder",),
+        )
+    pairing = pair(base, tuned)
+    for arm in (base, tuned):
+        if all(not r.text.strip() for r in arm.responses()):
+            raise TuneproofError(
+                f"every response in the {arm.name} arm is empty: there is nothing to judge",
+                "check how the arm was generated (a stop token at the first step, a decoding error)",
+            )
+    runs = {base.name: len(base.run_names), tuned.name: len(tuned.run_names)}
+    need = [n for n in floor_names(spec, attractors, probes) if n not in given]
+    if min(runs.values()) < 2 and need:
+        got = ", ".join(f"{k}: {v}" for k, v in runs.items())
+        raise TuneproofError(
+            f"need >= 2 runs per arm to measure the instrument's noise; got {got}",
+            "generate each arm with 2 or more runs, or give a floor for every judged metric: "
+            + " ".join(f"{{floors}} {n}=VALUE" for n in need)
+            + " (then the floor is given, not measured)",
+            fields=("floors",),
+        )
+    for probe in probes:
+        probe_prompts(probe, pairing.prompt_ids)  # refuses a probe none of whose prompts is shared
+    known = set(floor_names(GateSpec(), True, probes)) | {
+        f"{fam}.{part}" for fam, parts in _part_names().items() for part in parts
+    }
+    for name in given:
+        if name not in known:
+            raise TuneproofError(
+                f"{{floors}} {name}=... names no metric",
+                "use diversity, attractors, probe:NAME, or a part such as diversity.gzip",
+                fields=("floors",),
+            )
+    return pairing
+
+
+def _part_names() -> dict[str, tuple[str, ...]]:
+    from tuneproof.gate.diversity import PARTS
+    from tuneproof.gate.spec import ATTRACTOR_PARTS
+
+    return {"diversity": PARTS, "attractors": ATTRACTOR_PARTS}
