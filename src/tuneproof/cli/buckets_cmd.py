@@ -9,17 +9,15 @@ import click
 from tuneproof.attention.paths import PATHS
 from tuneproof.cli.common import (
     command,
-    console,
+    finish,
     int_list,
     json_option,
     lengths_option,
-    print_json,
     resolve_model,
     step_fit,
     str_list,
-    warn,
 )
-from tuneproof.data.compare import COMPARE_CHOICES
+from tuneproof.data.compare import CASE_FIT_TEXT, COMPARE_CHOICES
 
 
 @command()
@@ -59,7 +57,7 @@ from tuneproof.data.compare import COMPARE_CHOICES
 )
 @click.option(
     "--fit",
-    default="6.87e-4,8.85e-8",
+    default=CASE_FIT_TEXT,
     show_default=True,
     help="Step cost for --ranks: A,B (or A,B,C) of t = C + A*w + B*w^2 seconds per sequence "
     "(default: the CASE's fit).",
@@ -77,51 +75,14 @@ def buckets(
     ranks: int,
     fit: str,
     json_out: bool,
-) -> None:
+) -> int:
     """Bucketing vs random, HF length grouping and packing: padding, zero-pad share, roots per window,
     length mix, planning time; with --config, the attention FLOPs each plan performs; with --ranks,
     how much of the ranks' time each plan spends waiting for the slowest."""
-    from tuneproof.data import read_lengths, synthetic_lengths
-    from tuneproof.data.compare import check_compare_args, compare
+    from tuneproof.data import compare as area
 
-    sweep_widths = int_list(sweep, "--sweep")
-    baselines = str_list(choices)
-    check_compare_args(micro_batch, grad_accum, baselines, sweep_widths, attn, seed, ranks)
-    cost = step_fit(fit, "--fit")
-    model = resolve_model(config) if config is not None else None
-    lengths, roots = read_lengths(lengths_file) if lengths_file is not None else synthetic_lengths()
-    shape = model.shape if model is not None else None
-    results, rows = compare(
-        lengths, roots, micro_batch, grad_accum, baselines, sweep_widths, shape, attn, seed, ranks, cost
-    )
-    if model is not None and model.max_positions is not None and int(lengths.max()) > model.max_positions:
-        warn(
-            f"the longest length {int(lengths.max())} exceeds the config's max_position_embeddings "
-            f"{model.max_positions}"
-        )
-    if json_out:
-        print_json(
-            {
-                "num_lengths": int(lengths.size),
-                "micro_batch": micro_batch,
-                "grad_accum": grad_accum,
-                "ranks": ranks,
-                "step_cost": {"A": cost.a, "B": cost.b, "C": cost.c} if ranks > 1 else None,
-                "samplers": {r.name: r.to_dict() for r in results},
-                "sweep": rows,
-                "attn": attn if shape is not None else None,
-            }
-        )
-        return
-    from tuneproof.data.render import render_buckets
-
-    render_buckets(
-        results,
-        rows,
-        int(lengths.size),
-        micro_batch,
-        grad_accum,
-        attn if shape is not None else None,
-        console(),
-        ranks,
-    )
+    spec = area.BucketsSpec(
+        lengths_file, micro_batch, grad_accum, int_list(sweep, "--sweep"), str_list(choices),
+        resolve_model(config) if config is not None else None, attn, seed, ranks, step_fit(fit, "--fit"),
+    )  # fmt: skip
+    return finish(area.run(area.prepare(spec)), json_out)

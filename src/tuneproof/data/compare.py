@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneproof import validate
@@ -18,11 +19,16 @@ if TYPE_CHECKING:  # the planners load in the functions: the CLI reads COMPARE_C
 COMPARE_CHOICES = ("random", "hf-length-grouped", "packing")
 PLAN_SAMPLERS = ("ours", *COMPARE_CHOICES)  # what `tuneproof plan` projects (ours: BucketBatchSampler)
 
+# docs/reference-run.md's fit of the CASE's step time: (A, B) of t = A*w + B*w^2 seconds per sequence;
+# the default step cost of `buckets --ranks`, and the example `plan --fit` names
+CASE_FIT = (6.87e-4, 8.85e-8)
+CASE_FIT_TEXT = ",".join(f"{x:.2e}".replace("e-0", "e-") for x in CASE_FIT)  # as a --fit value: "6.87e-4,..."
+
 
 def _case_cost() -> Any:
     from tuneproof.data.ranks import StepCost
 
-    return StepCost(6.87e-4, 8.85e-8)  # docs/reference-run.md's fit, seconds per sequence
+    return StepCost(*CASE_FIT)
 
 
 @dataclass(slots=True)
@@ -111,15 +117,23 @@ def compare(
     plan is the global one dealt to the ranks (ours rank-synchronous, and its interleaved variant
     beside it), its windows are whole optimizer steps (grad_accum x ranks micro-batches), and `cost`
     (a `StepCost`, default the CASE's fit) gives each plan's utilisation across ranks."""
+    from tuneproof.data.ranks import check_fills_one_step
+
+    check_compare_args(micro_batch, grad_accum, choices, sweep, attn, seed, ranks)
+    check_fills_one_step(int(lengths.size), micro_batch, grad_accum, ranks)  # else padding of repeats
+    return _compare(lengths, roots, micro_batch, grad_accum, choices, sweep, shape, attn, seed, ranks, cost)
+
+
+def _compare(
+    lengths: np.ndarray, roots: np.ndarray | None, micro_batch: int, grad_accum: int,
+    choices: tuple[str, ...], sweep: tuple[int, ...], shape: Any, attn: str, seed: int, ranks: int, cost: Any,
+) -> tuple[list[SamplerResult], list[dict[str, Any]]]:  # fmt: skip
+    """`compare` on arguments already checked."""
     from tuneproof.data.packing import PackedBatchSampler, best_fit_decreasing
     from tuneproof.data.ranks import rank_utilisation
     from tuneproof.data.sampler import BucketBatchSampler
     from tuneproof.data.stats import hf_length_grouped_plan, plan_stats, random_plan
 
-    check_compare_args(micro_batch, grad_accum, choices, sweep, attn, seed, ranks)
-    from tuneproof.data.ranks import check_fills_one_step
-
-    check_fills_one_step(int(lengths.size), micro_batch, grad_accum, ranks)  # else padding of repeats
     capacity = micro_batch * int(lengths.max())
 
     def bucketed(rank_plan: str) -> Sequence[np.ndarray]:
@@ -176,3 +190,101 @@ def _shuffled(rows: Sequence[np.ndarray], seed: int) -> Sequence[np.ndarray]:
 
     perm = np.random.default_rng([seed, 2]).permutation(len(rows))
     return [rows[i] for i in perm]
+
+
+# ---- the front door: `tuneproof buckets` ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BucketsSpec:
+    """What `tuneproof buckets` compares: the lengths file (None: the shipped synthetic set), the
+    batching, the baselines and sweep widths, and optionally a model (a `ResolvedModel`) whose
+    attention FLOPs each plan performs under `attn`; `cost` (a `StepCost`) for utilisation across ranks."""
+
+    lengths_file: Path | None = None
+    micro_batch: int = 2
+    grad_accum: int = 16
+    sweep: tuple[int, ...] = ()
+    choices: tuple[str, ...] = COMPARE_CHOICES
+    model: Any = None
+    attn: str = "sdpa"
+    seed: int = 0
+    ranks: int = 1
+    cost: Any = None
+
+    def __post_init__(self) -> None:
+        check_compare_args(
+            self.micro_batch, self.grad_accum, self.choices, self.sweep, self.attn, self.seed, self.ranks
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BucketsPlan:
+    spec: BucketsSpec
+    lengths: np.ndarray
+    roots: np.ndarray | None
+    warnings: list[str]
+
+
+def prepare(spec: BucketsSpec) -> BucketsPlan:
+    """Read the lengths; refuse lengths that do not fill one optimizer step; note a longest length past
+    the model's max_position_embeddings."""
+    from tuneproof.data.lengths import read_lengths, synthetic_lengths
+    from tuneproof.data.ranks import check_fills_one_step
+
+    lengths, roots = read_lengths(spec.lengths_file) if spec.lengths_file is not None else synthetic_lengths()
+    check_fills_one_step(int(lengths.size), spec.micro_batch, spec.grad_accum, spec.ranks)
+    warnings = []
+    limit = spec.model.max_positions if spec.model is not None else None
+    if limit is not None and int(lengths.max()) > limit:
+        warnings.append(
+            f"the longest length {int(lengths.max())} exceeds the config's max_position_embeddings {limit}"
+        )
+    return BucketsPlan(spec, lengths, roots, warnings)
+
+
+def run(plan: BucketsPlan, progress: Any = None) -> BucketsResult:
+    s = plan.spec
+    shape = s.model.shape if s.model is not None else None
+    results, rows = _compare(plan.lengths, plan.roots, s.micro_batch, s.grad_accum, s.choices, s.sweep,
+                             shape, s.attn, s.seed, s.ranks, s.cost)  # fmt: skip
+    cost = s.cost if s.cost is not None else _case_cost()
+    attn = s.attn if shape is not None else None
+    return BucketsResult(results, rows, int(plan.lengths.size), s.micro_batch, s.grad_accum, s.ranks, cost,
+                         attn, plan.warnings)  # fmt: skip
+
+
+@dataclass(slots=True)
+class BucketsResult:
+    samplers: list[SamplerResult]
+    sweep: list[dict[str, Any]]
+    num_lengths: int
+    micro_batch: int
+    grad_accum: int
+    ranks: int
+    cost: Any  # StepCost of the utilisation across ranks
+    attn: str | None  # the path the attention FLOPs are counted under; None without a model
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.cost
+        return {
+            "num_lengths": self.num_lengths,
+            "micro_batch": self.micro_batch,
+            "grad_accum": self.grad_accum,
+            "ranks": self.ranks,
+            "step_cost": {"A": c.a, "B": c.b, "C": c.c} if self.ranks > 1 else None,
+            "samplers": {r.name: r.to_dict() for r in self.samplers},
+            "sweep": self.sweep,
+            "attn": self.attn,
+        }
+
+    def render(self, console: Any) -> None:
+        from tuneproof.data.render import render_buckets
+
+        render_buckets(self.samplers, self.sweep, self.num_lengths, self.micro_batch, self.grad_accum,
+                       self.attn, console, self.ranks)  # fmt: skip
