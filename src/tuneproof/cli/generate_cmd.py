@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from tuneproof.cli.common import check_out_file, command, count_bar, print_json, warn_unused
+from tuneproof.cli.common import command, count_bar, finish, warn_unused
 
 _FILE = click.Path(path_type=Path)
 
@@ -39,57 +40,15 @@ _FILE = click.Path(path_type=Path)
 @click.option("--seed", type=int, default=0, show_default=True, help="Run r samples with seed + r.")
 @click.option("--out", type=_FILE, required=True, help="Arm JSONL to write (and ARM.meta.json beside it).")
 @click.option("--json", "json_out", is_flag=True, help="Print the sidecar (meta) as JSON.")
-def generate(
-    model: str,
-    adapter: str | None,
-    prompts: Path,
-    runs: int,
-    samples: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    batch_size: int,
-    seed: int,
-    out: Path,
-    json_out: bool,
-) -> None:
+def generate(out: Path, json_out: bool, **flags: Any) -> int:
     """Generate an arm for `tuneproof gate`: every prompt answered SAMPLES times in each of RUNS independent
     runs, with seeds recorded per row, and a sidecar ARM.meta.json (model and adapter paths, weight
     fingerprints, generation settings, package versions). Both files are written atomically."""
-    import sys
+    from tuneproof.gate.generate import GenerateSpec, prepare, run
 
-    from tuneproof.gate.generate import GenerateSpec, check_paths, generate, meta_path, read_prompts
-
-    spec = GenerateSpec(
-        model=model,
-        prompts=str(prompts),
-        runs=runs,
-        samples=samples,
-        adapter=adapter,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        batch_size=batch_size,
-        seed=seed,
-    )
-    check_paths(spec)
-    warn_unused(("top_p",), "a temperature > 0 (greedy decoding ignores it)", temperature > 0)
-    prompt_list = read_prompts(prompts)
-    check_out_file(out, (prompts,))
-    check_out_file(meta_path(out), (prompts,))
+    spec = GenerateSpec(**{**flags, "prompts": str(flags["prompts"])})
+    warn_unused(("top_p",), "a temperature > 0 (greedy decoding ignores it)", spec.temperature > 0)
+    plan = prepare(spec, out)
     with count_bar("generating") as update:
-        rows, meta = generate(spec, prompt_list, update)
-    import gzip
-    import json
-
-    from tuneproof.io import atomic_write_bytes, atomic_write_json
-
-    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
-    atomic_write_bytes(out, gzip.compress(data, mtime=0) if out.suffix == ".gz" else data)
-    atomic_write_json(meta_path(out), meta)
-    if json_out:
-        print_json(meta)
-    else:
-        seeds = meta["generation"]["seeds"]
-        shape = f"{len(prompt_list)} prompts x {samples} samples x {runs} runs, seeds {seeds[0]}..{seeds[-1]}"
-        print(f"wrote {len(rows)} responses ({shape}) to {out}, and {meta_path(out)}", file=sys.stdout)
+        result = run(plan, update)
+    return finish(result, json_out)

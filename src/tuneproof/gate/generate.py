@@ -7,6 +7,10 @@ size is recorded because sampling draws depend on it.
 
 `tiny` is the embedded Gemma-4-style model with random weights (seed 0) and a byte-level tokenizer built
 in memory: its text is noise, which is what a test of the plumbing needs.
+
+As the command runs it: `prepare(spec, out)` checks the model and adapter folders, reads the prompts and
+checks both output paths; `run(plan, progress)` generates, writes the arm and its sidecar atomically and
+returns a `GenerateResult` (its `to_dict()` is the sidecar).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import platform
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +330,58 @@ def _versions() -> dict[str, str | None]:
         except PackageNotFoundError:
             out[pkg] = None
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratePlan:
+    spec: GenerateSpec
+    prompts: list[Prompt]
+    out: Path
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateResult:
+    """An arm written to `out` (and its sidecar `meta` beside it); nothing is judged."""
+
+    meta: dict[str, Any]
+    out: Path
+    num_responses: int
+    warnings: list[str] = field(default_factory=list)
+    verdict: None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.meta
+
+    def render(self, console: Any) -> None:
+        from tuneproof.gate.render import render_generated
+
+        render_generated(self, console)
+
+
+def prepare(spec: GenerateSpec, out: str | Path) -> GeneratePlan:
+    """The model and adapter folders, the prompts, and the arm and sidecar paths, before any load."""
+    from tuneproof.io import check_out_file
+
+    check_paths(spec)
+    prompts = read_prompts(spec.prompts)
+    out = Path(out)
+    check_out_file(out, (spec.prompts,))
+    check_out_file(meta_path(out), (spec.prompts,))
+    return GeneratePlan(spec, prompts, out)
+
+
+def run(plan: GeneratePlan, progress: Callable[[int, int], None] | None = None) -> GenerateResult:
+    """Generate (`progress` hears prompts done of all), then write the arm (gzip for .gz) and sidecar."""
+    import gzip
+    import json
+
+    from tuneproof.io import atomic_write_bytes, atomic_write_json
+
+    rows, meta = generate(plan.spec, plan.prompts, progress)
+    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
+    atomic_write_bytes(plan.out, gzip.compress(data, mtime=0) if plan.out.suffix == ".gz" else data)
+    atomic_write_json(meta_path(plan.out), meta)
+    return GenerateResult(meta, plan.out, len(rows))
 
 
 def meta_path(arm: Path) -> Path:

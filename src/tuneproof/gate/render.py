@@ -17,6 +17,8 @@ from tuneproof.gate.stats import FAIL, PASS, MetricResult, ratio_text
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tuneproof.gate.generate import GenerateResult
+    from tuneproof.gate.mining import MiningResult
     from tuneproof.gate.run import GateReport, ProbeResult
 
 _STYLE = {PASS: "green", FAIL: "bold red"}
@@ -192,3 +194,30 @@ def render_gate(report: GateReport, console: Console) -> None:
     console.print(
         f"verdict: [{_STYLE.get(report.verdict, 'yellow')}]{report.verdict}[/] (exit {report.exit_code})"
     )
+
+
+def _plain(console: Console, line: str) -> None:
+    """A line as it is: no markup, emoji codes or highlighting, never wrapped."""
+    console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
+
+
+def render_generated(result: GenerateResult, console: Console) -> None:
+    gen = result.meta["generation"]
+    seeds = gen["seeds"]
+    shape = (
+        f"{result.meta['num_prompts']} prompts x {gen['samples']} samples x {gen['runs']} runs, "
+        f"seeds {seeds[0]}..{seeds[-1]}"
+    )
+    from tuneproof.gate.generate import meta_path
+
+    written = f"to {result.out}, and {meta_path(result.out)}"
+    _plain(console, f"wrote {result.num_responses} responses ({shape}) {written}")
+
+
+def render_mined(result: MiningResult, console: Console) -> None:
+    """One line per phrase: its z score, its count in the outputs vs the reference, under how many prompts."""
+    if not result.phrases:
+        _plain(console, "no phrase is over-represented under >= 2 prompts")
+    for m in result.phrases:
+        counts = f"{m.count:6d} vs {m.reference_count:<6d} ({m.num_prompts} prompts)"
+        _plain(console, f"{m.z:7.2f}  {counts}  {m.phrase}")
