@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,52 +33,10 @@ from tuneproof import validate
 from tuneproof.data.compare import PLAN_SAMPLERS
 from tuneproof.data.plan import Plan
 from tuneproof.data.ranks import StepCost, check_fills_one_step, use_of
+from tuneproof.data.step_model import StepModel
 from tuneproof.errors import TuneproofError
 
 SAMPLERS = PLAN_SAMPLERS
-RESAMPLES = 400
-
-
-@dataclass(frozen=True, slots=True)
-class StepModel:
-    """A step-cost fit with its bootstrap replicates (empty when the fit was given as numbers), and the
-    widths it was measured at (None: unknown)."""
-
-    cost: StepCost
-    replicates: list[StepCost] = field(default_factory=list)
-    measured: tuple[int, int] | None = None  # (narrowest, widest) measured width
-    source: str = "given"
-    no_interval: str = (
-        "a fit given as numbers carries no uncertainty (time points or probe the model for one)"
-    )
-
-    @classmethod
-    def from_points(
-        cls, widths: np.ndarray, seconds: np.ndarray, batch: int, seed: int = 0, source: str = "points"
-    ) -> StepModel:
-        """Fit t = [C +] A*w + B*w^2 per micro-batch of `batch` rows to timed repeats (the constant
-        kept unless the fit's constant test shows it absent), with bootstrap replicates."""
-        from tuneproof.measure.fit import Samples, fit_scaling, nonneg
-
-        fit = fit_scaling(widths, seconds, seed=seed)
-        samples = Samples.of(widths, seconds)
-        with_c = fit.constant_in_model
-        cost = StepCost(fit.a, fit.b, fit.c if with_c else 0.0, batch)
-        replicates = []
-        if samples.resamplable:
-            rng = np.random.default_rng([seed, 7])
-            for _ in range(RESAMPLES):
-                med = np.array([np.median(rng.choice(k, k.size)) for k in samples.kept])
-                coef = nonneg(samples.widths, med, with_c)
-                c, a, b = [float(v) for v in coef] if with_c else [0.0, *(float(v) for v in coef)]
-                if a > 0 or b > 0:
-                    replicates.append(StepCost(a, b, c, batch))
-        span = (int(samples.widths.min()), int(samples.widths.max()))
-        few = min(k.size for k in samples.kept)
-        why = (
-            f"{few} kept repeat(s) at a width: an interval needs more (time longer)" if not replicates else ""
-        )
-        return cls(cost, replicates, span, source, why)
 
 
 @dataclass(slots=True)
@@ -137,6 +96,22 @@ def project(
 ) -> list[Projection]:
     """The run's wall time per sampler, from every micro-batch its plan holds."""
     check_plan_args(micro_batch, grad_accum, ranks, epochs, samplers, seed, step_overhead_s, gpu_hour_cost)
+    check_run(lengths, micro_batch, grad_accum, ranks, epochs)
+    return _projections(lengths, micro_batch, grad_accum, model, ranks, epochs, samplers, seed,
+                        step_overhead_s, gpu_hour_cost)  # fmt: skip
+
+
+def _projections(
+    lengths: np.ndarray, micro_batch: int, grad_accum: int, model: StepModel, ranks: int, epochs: float,
+    samplers: tuple[str, ...], seed: int, step_overhead_s: float, gpu_hour_cost: float | None,
+) -> list[Projection]:  # fmt: skip
+    """`project` on arguments already checked."""
+    return [_project_one(name, lengths, micro_batch, grad_accum, model, ranks, epochs, seed, step_overhead_s,
+                         gpu_hour_cost) for name in samplers]  # fmt: skip
+
+
+def check_run(lengths: np.ndarray, micro_batch: int, grad_accum: int, ranks: int, epochs: float) -> None:
+    """The lengths fill one optimizer step on every rank, and the epochs hold at least one step."""
     check_fills_one_step(int(lengths.size), micro_batch, grad_accum, ranks)
     micro_batches = math.ceil(int(lengths.size) / micro_batch)
     per_epoch = math.ceil(micro_batches / (ranks * grad_accum))
@@ -146,11 +121,6 @@ def project(
             f"pass at least {1 / per_epoch:.3g}",
             fields=("epochs",),
         )
-    out = []
-    for name in samplers:
-        out.append(_project_one(name, lengths, micro_batch, grad_accum, model, ranks, epochs, seed,
-                                step_overhead_s, gpu_hour_cost))  # fmt: skip
-    return out
 
 
 def _project_one(
@@ -245,50 +215,132 @@ def _planner(
     return packing
 
 
-def probe_step_model(
-    model: Any,
-    attn: str,
-    mode: str,
-    micro_batch: int,
-    budget_s: float,
-    seed: int,
-    lengths: np.ndarray,
-    progress: Callable[[str], None] | None = None,
-) -> tuple[StepModel, float]:
-    """Time `model` (a ResolvedModel, random weights) at three widths up to the longest length, with
-    micro-batches of `micro_batch`, and what a Trainer step adds beyond them (collator, clipping,
-    AdamW, scheduler, bookkeeping): (the fitted StepModel, seconds per optimizer step)."""
-    import torch
+# ---- the front door: `tuneproof plan` ------------------------------------------------------------
 
-    from tuneproof.measure.probe import ProbeSpec, check_probe, span_widths, time_widths, timing_rows
-    from tuneproof.measure.steps import probe_model, trainer_overhead
 
-    widths = span_widths([int(lengths.min()), int(lengths.max())])
-    if widths is None:
-        raise TuneproofError(
-            f"the longest length ({int(lengths.max())}) is too short for a 4x span of probe widths",
-            "give the step cost as a fit or as timed points",
-        )
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    spec = ProbeSpec(attn=attn, widths=widths, batch=micro_batch, mode=mode, device=device, budget_s=budget_s,
-                     seed=seed)  # fmt: skip
-    try:
-        check_probe(model, spec)
-    except TuneproofError as e:
-        raise TuneproofError(
-            f"the probe cannot time this run's longest lengths here: {e.what}",
-            "time them on the machine that fits them and give the points, or give a fit",
-        ) from None
-    net = probe_model(model, spec)
-    steps, timing = time_widths(model, spec, progress, net)
-    ws, ts = timing_rows(timing)
-    ran = ", ".join(map(str, sorted(timing.timings)))
-    source = f"probe of {model.name} ({mode}, {attn}, {device}) at widths {ran}"
-    fitted = StepModel.from_points(ws, ts, micro_batch, seed, source)
-    overhead = 0.0
-    if mode != "forward":
-        if progress:
-            progress("a Trainer step's own overhead")
-        narrowest = min(timing.timings)
-        overhead, _ = trainer_overhead(net, spec, int(model.config.vocab_size), steps[narrowest])
-    return fitted, overhead
+@dataclass(frozen=True, slots=True)
+class ProjectionSpec:
+    """What `tuneproof plan` projects. The step cost comes one way: `cost` (a fit given as numbers),
+    `points` (a width,seconds CSV) or `probe` (a ResolvedModel timed now with `attn`, `mode` and
+    `probe_budget_s`). `step_overhead_s` None: measured by the probe, else 0."""
+
+    lengths_file: Path | None = None
+    micro_batch: int = 2
+    grad_accum: int = 1
+    ranks: int = 1
+    epochs: float = 1.0
+    cost: StepCost | None = None
+    points: Path | None = None
+    probe: Any = None
+    attn: str = "sdpa"
+    mode: str = "lora"
+    probe_budget_s: float = 30.0
+    samplers: tuple[str, ...] = SAMPLERS
+    step_overhead_s: float | None = None
+    gpu_hour_cost: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_plan_args(self.micro_batch, self.grad_accum, self.ranks, self.epochs, self.samplers, self.seed,
+                        self.step_overhead_s or 0.0, self.gpu_hour_cost)  # fmt: skip
+        given = (("--fit", self.cost), ("--points", self.points), ("--probe", self.probe))
+        sources = [name for name, value in given if value is not None]
+        if len(sources) != 1:
+            raise TuneproofError(
+                "give the step cost one way" + (f", not {' and '.join(sources)}" if sources else ""),
+                "pass --fit A,B, --points CSV, or --probe (with --config)",
+            )
+        if self.probe is not None:
+            validate.real("probe_budget_s", self.probe_budget_s, low=0.0, low_open=True, high=86_400.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionPlan:
+    spec: ProjectionSpec
+    lengths: np.ndarray
+    points: tuple[np.ndarray, np.ndarray, int, str] | None  # widths, seconds, their batch, said how
+    probe: Any  # the checked ProbeSpec, or None
+
+
+def prepare(spec: ProjectionSpec) -> ProjectionPlan:
+    """Read the points (before the lengths: a bad file fails fast) and the lengths, check that they fill
+    the run, and check the probe's spec against the model and this machine."""
+    from tuneproof.data.lengths import read_lengths, synthetic_lengths
+    from tuneproof.data.step_model import points_batch, probe_spec
+
+    points = None
+    if spec.points is not None:
+        from tuneproof.measure.points import read_points
+
+        widths, seconds = read_points(spec.points)
+        points = (widths, seconds, *points_batch(spec.points, spec.micro_batch))
+    lengths, _ = read_lengths(spec.lengths_file) if spec.lengths_file is not None else synthetic_lengths()
+    check_run(lengths, spec.micro_batch, spec.grad_accum, spec.ranks, spec.epochs)
+    probe = None
+    if spec.probe is not None:
+        probe = probe_spec(spec.probe, spec.attn, spec.mode, spec.micro_batch, spec.probe_budget_s, spec.seed,
+                           lengths)  # fmt: skip
+    return ProjectionPlan(spec, lengths, points, probe)
+
+
+def run(plan: ProjectionPlan, progress: Callable[[str], None] | None = None) -> ProjectionResult:
+    """The step-cost model (given, fitted to the points, or probed now), then every sampler's projection."""
+    s = plan.spec
+    overhead = s.step_overhead_s
+    if s.cost is not None:
+        model = StepModel(s.cost)
+    elif plan.points is not None:
+        widths, seconds, batch, said = plan.points
+        model = StepModel.from_points(widths, seconds, batch, s.seed, f"points from {s.points}, {said}")
+    else:
+        from tuneproof.data.step_model import probe_step_model
+
+        model, measured = probe_step_model(s.probe, plan.probe, progress)
+        overhead = measured if overhead is None else overhead
+    source = (
+        "given"
+        if s.step_overhead_s is not None
+        else ("measured by the probe" if s.probe is not None else "none")
+    )
+    overhead = overhead or 0.0
+    projections = _projections(plan.lengths, s.micro_batch, s.grad_accum, model, s.ranks, s.epochs,
+                               s.samplers, s.seed, overhead, s.gpu_hour_cost)  # fmt: skip
+    return ProjectionResult(projections, model, int(plan.lengths.size), s.micro_batch, s.grad_accum, s.ranks,
+                            s.epochs, overhead, source)  # fmt: skip
+
+
+@dataclass(slots=True)
+class ProjectionResult:
+    projections: list[Projection]
+    model: StepModel
+    num_lengths: int
+    micro_batch: int
+    grad_accum: int
+    ranks: int
+    epochs: float
+    step_overhead_s: float
+    step_overhead_source: str  # "given" | "measured by the probe" | "none"
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.model
+        return {
+            "num_lengths": self.num_lengths, "micro_batch": self.micro_batch, "grad_accum": self.grad_accum,
+            "ranks": self.ranks, "epochs": self.epochs, "step_overhead_s": self.step_overhead_s,
+            "step_overhead_source": self.step_overhead_source,
+            "step_cost": {
+                "A": m.cost.a, "B": m.cost.b, "C": m.cost.c, "batch": m.cost.batch, "source": m.source,
+                "measured_widths": list(m.measured) if m.measured else None, "replicates": len(m.replicates),
+                "no_interval": m.no_interval if not m.replicates else None,
+            },
+            "samplers": {p.sampler: p.to_dict() for p in self.projections},
+        }  # fmt: skip
+
+    def render(self, console: Any) -> None:
+        from tuneproof.data.render import render_projection
+
+        render_projection(self, console)

@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tuneproof.data.compare import SamplerResult
+    from tuneproof.data.project import ProjectionResult
 
 
 def render_buckets(
@@ -92,18 +93,19 @@ def render_buckets(
         console.print(st)
 
 
-def render_projection(projections: list[Any], model: Any, data: dict[str, Any], console: Console) -> None:
+def render_projection(result: ProjectionResult, console: Console) -> None:
     """`tuneproof plan`: one row per sampler, the interval, and what the projection extrapolates."""
     from tuneproof.tables import Table
 
+    projections, model = result.projections, result.model
     cost = model.cost
     terms = (
         f"C = {cost.c:.3g} s + " if cost.c else ""
     ) + f"A = {cost.a:.3g} s/token, B = {cost.b:.3g} s/token^2"
     per = "per sequence" if cost.batch == 1 else f"per micro-batch of {cost.batch}"
     t = Table(
-        title=f"{data['num_lengths']:,} lengths, micro-batch {data['micro_batch']}, grad-accum "
-        f"{data['grad_accum']}, {data['ranks']} rank(s), {data['epochs']:g} epoch(s)"
+        title=f"{result.num_lengths:,} lengths, micro-batch {result.micro_batch}, grad-accum "
+        f"{result.grad_accum}, {result.ranks} rank(s), {result.epochs:g} epoch(s)"
     )
     cols = ["sampler", "wall", "95 % interval", "steps", "rank use", "tokens"]
     if projections and projections[0].cost_usd is not None:
@@ -125,13 +127,13 @@ def render_projection(projections: list[Any], model: Any, data: dict[str, Any], 
         t.add_row(*row)
     console.print(t)
     console.print(f"step cost: {terms} {per} ({model.source})")
-    overhead = data.get("step_overhead_s") or 0.0
-    if overhead or data.get("step_overhead_source") != "none":
+    overhead = result.step_overhead_s
+    if overhead or result.step_overhead_source != "none":
         first = projections[0] if projections else None
         share = 100 * overhead * first.steps / first.wall_s if first and first.wall_s else 0.0
         name = first.sampler if first else ""
         console.print(
-            f"per optimizer step: + {1000 * overhead:.1f} ms ({data.get('step_overhead_source')}), "
+            f"per optimizer step: + {1000 * overhead:.1f} ms ({result.step_overhead_source}), "
             f"{share:.0f} % of {name}'s time"
         )
     if not model.replicates:
