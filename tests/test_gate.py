@@ -553,3 +553,39 @@ def test_a_closed_pipe_is_not_a_verdict(tmp_path: Path) -> None:
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
     assert out.stdout.strip() in ("141", "3"), out  # 3 when the output fit the pipe before it closed
     assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr
+
+
+def test_every_verdict_is_the_one_verdict_type_with_its_margin_and_noise(tmp_path: Path) -> None:
+    from tuneproof.verdict import CANNOT_JUDGE, FINDING, OK, Verdict
+
+    # the CASE's diversity vector: noise is the 0.008 floor, margin the 0.170 beyond it
+    level = np.random.default_rng(0).uniform(0.4, 0.6, 200)
+    base, tuned = _pair_with_noise(level, 0.004), _pair_with_noise(level + 0.178, 0.004)
+    r = stats.judge_metric("diversity", "up", base, tuned, stats.measured_floor(base, tuned, 2.0))
+    assert isinstance(r.judgement, Verdict) and r.judgement.outcome == r.verdict == PASS
+    assert r.judgement.noise == pytest.approx(0.008) and r.judgement.margin == pytest.approx(0.170)
+    assert r.judgement.exit_code == OK and r.judgement.reason == r.reason
+    inside = stats.judge_metric("diversity", "up", base, base + 0.005, Floor.given(0.01))
+    assert inside.judgement is not None and inside.judgement.exit_code == CANNOT_JUDGE
+    assert inside.judgement.margin == pytest.approx(-0.005) and inside.judgement.noise == 0.01
+    unjudged = stats.judge_metric("m", "up", base, tuned, Floor(None, "none", "no floor here"))
+    assert unjudged.judgement is None and unjudged.verdict is None and unjudged.reason == "no floor here"
+    # the overall verdict names what it rests on; memorisation's margin is the share above the threshold
+    (probe,) = read_probes(_write(tmp_path / "p.toml", PROBES))
+    better = arm(Style(repeat=0.02, attractor=0.05, refusal=0.02), 2, "tuned")
+    worse = run_gate(better, arm(Style(), 1, "base"), probes=[probe])
+    assert worse.judgement == Verdict(FAIL, "failed: diversity, probe refusal", FINDING)
+    passed = run_gate(arm(Style(), 1, "base"), better, probes=[probe])
+    assert passed.judgement.outcome == PASS and passed.judgement.exit_code == OK
+    assert passed.judgement.reason == "every gated metric passed: diversity, probe refusal"
+    same = run_gate(arm(Style(), 1, "base"), arm(Style(), 3, "tuned"))
+    assert same.judgement == Verdict(INCONCLUSIVE, "none failed; not decided: diversity", CANNOT_JUDGE)
+    words = [f"prose{i}" for i in range(500)]
+    corpus = _write(tmp_path / "c.txt", " ".join(words))
+    data = rows(Style(), 2, prompts=10, runs=2, samples=2)  # 40 tuned responses, 2 of them copied
+    for r in data[:2]:
+        r["text"] = " ".join(words[:40])
+    mem = run_gate(arm(Style(), 1, "base", prompts=10, samples=2), _arm_of(data, "tuned"), corpus=[corpus])
+    judged = mem.metrics["memorisation"].judgement
+    assert judged is not None and judged.outcome == FAIL and judged.margin == pytest.approx(5.0)
+    assert judged.noise is None and judged.exit_code == FINDING
