@@ -59,7 +59,9 @@ def _commands(group: click.Group, prefix: str = "") -> list[str]:
 def test_every_command_has_a_library_versus_json_test() -> None:
     """Each command's name appears in a tests/test_json_*.py as the first word(s) of a `main([...])`
     call with --json, next to the library call whose to_dict() it must equal."""
-    text = "\n".join(p.read_text() for p in sorted(SRC.parent.parent.joinpath("tests").glob("test_json_*.py")))
+    text = "\n".join(
+        p.read_text() for p in sorted(SRC.parent.parent.joinpath("tests").glob("test_json_*.py"))
+    )
     missing = []
     for name in _commands(app):
         first = ", ".join(f'"{w}"' for w in name.split())
