@@ -252,7 +252,7 @@ def _resolve_with_peft(adapter: Adapter, base_config: dict[str, Any]) -> None:
     import warnings
 
     from peft import LoraConfig, get_peft_model
-    from peft.tuners.lora import LoraLayer, ParamWrapper
+    from peft.tuners.lora import LoraLayer
 
     from tuneproof.ship.layout import meta_model
 
@@ -283,43 +283,7 @@ def _resolve_with_peft(adapter: Adapter, base_config: dict[str, Any]) -> None:
                 f"the adapter has no weights for {name}, which its config targets in this base",
                 "pass the base the adapter was trained on",
             )
-        if adapter_name in layer.lora_A:
-            want_a, want_b = layer.lora_A[adapter_name].weight.shape, layer.lora_B[adapter_name].weight.shape
-        else:
-            want_a, want_b = (
-                layer.lora_embedding_A[adapter_name].shape,
-                layer.lora_embedding_B[adapter_name].shape,
-            )
-        for t, want in ((mine.a, tuple(want_a)), (mine.b, tuple(want_b))):  # type: ignore[arg-type]
-            if tuple(t.shape) != want:
-                raise TuneproofError(
-                    f"the adapter does not fit this base: {t.name} is {list(t.shape)}, the base "
-                    f"needs {list(want)}",
-                    "pass the base the adapter was trained on",
-                )
-        scaling = float(layer.scaling[adapter_name])
-        stripped = _strip(name)
-        if isinstance(layer, ParamWrapper) and layer.num_experts > 1:
-            resolved.append(
-                Module(
-                    name, "experts", mine.a, mine.b, int(layer.r[adapter_name]), scaling,
-                    f"{stripped}.{layer.parameter_name}", num_experts=int(layer.num_experts),
-                    experts_out_first=bool(layer._did_swap_in_out_features),
-                )
-            )  # fmt: skip
-        else:
-            target = (
-                f"{stripped}.{layer.parameter_name}"
-                if isinstance(layer, ParamWrapper)
-                else f"{stripped}.weight"
-            )
-            resolved.append(
-                Module(
-                    name, mine.kind if mine.kind == "embedding" else "linear", mine.a, mine.b,
-                    int(layer.r[adapter_name]), scaling, target,
-                    fan_in_fan_out=bool(getattr(layer, "fan_in_fan_out", False)),
-                )
-            )  # fmt: skip
+        resolved.append(_resolved(name, layer, adapter_name, mine))
     if by_path:
         extra = sorted(by_path)
         raise TuneproofError(
@@ -328,6 +292,41 @@ def _resolve_with_peft(adapter: Adapter, base_config: dict[str, Any]) -> None:
         )
     adapter.modules = resolved
     adapter.resolved_with_base = True
+
+
+def _resolved(name: str, layer: Any, adapter_name: str, mine: Module) -> Module:
+    """The module PEFT's wrapper `layer` (at `name`) makes of the adapter's tensors `mine`: its target
+    parameter, scaling, expert count and layout; shapes that do not fit the wrapper are refused."""
+    from peft.tuners.lora import ParamWrapper
+
+    if adapter_name in layer.lora_A:
+        want_a, want_b = layer.lora_A[adapter_name].weight.shape, layer.lora_B[adapter_name].weight.shape
+    else:
+        want_a, want_b = (
+            layer.lora_embedding_A[adapter_name].shape,
+            layer.lora_embedding_B[adapter_name].shape,
+        )
+    for t, want in ((mine.a, tuple(want_a)), (mine.b, tuple(want_b))):
+        if tuple(t.shape) != want:
+            raise TuneproofError(
+                f"the adapter does not fit this base: {t.name} is {list(t.shape)}, the base "
+                f"needs {list(want)}",
+                "pass the base the adapter was trained on",
+            )
+    scaling = float(layer.scaling[adapter_name])
+    stripped = _strip(name)
+    if isinstance(layer, ParamWrapper) and layer.num_experts > 1:
+        return Module(
+            name, "experts", mine.a, mine.b, int(layer.r[adapter_name]), scaling,
+            f"{stripped}.{layer.parameter_name}", num_experts=int(layer.num_experts),
+            experts_out_first=bool(layer._did_swap_in_out_features),
+        )  # fmt: skip
+    target = f"{stripped}.{layer.parameter_name}" if isinstance(layer, ParamWrapper) else f"{stripped}.weight"
+    return Module(
+        name, mine.kind if mine.kind == "embedding" else "linear", mine.a, mine.b,
+        int(layer.r[adapter_name]), scaling, target,
+        fan_in_fan_out=bool(getattr(layer, "fan_in_fan_out", False)),
+    )  # fmt: skip
 
 
 def delta(module: Module, a: Any, b: Any) -> Any:
