@@ -12,7 +12,7 @@ import torch
 import ship_fakes as fx
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
-from tuneproof.ship.identity import characterise, compare, fingerprint, read_fingerprint
+from tuneproof.ship.identity import characterise, diff_fingerprints, fingerprint, read_fingerprint
 from tuneproof.ship.tensors import ShardWriter, open_checkpoint, read_header
 
 
@@ -127,7 +127,7 @@ def test_rank_1_edits_along_different_directions_are_not_an_ablation(tmp_path: P
     _abliterate(edited, per_layer_direction=True)
     fx.save(edited, tmp_path / "edited")
     a, b = open_checkpoint(base), open_checkpoint(tmp_path / "edited")
-    result = characterise(a, b, compare(fingerprint(a), fingerprint(b)).changed)
+    result = characterise(a, b, diff_fingerprints(fingerprint(a), fingerprint(b)).changed)
     assert not result.ablation and "rank <= 2" in result.verdict
     assert all(c.rank == 1 for c in result.changes)
 
@@ -141,7 +141,7 @@ def test_a_fine_tune_is_a_broad_change_not_an_ablation(tmp_path: Path) -> None:
                 p.add_(torch.randn_like(p) * 0.01)
     fx.save(tuned, tmp_path / "tuned")
     a, b = open_checkpoint(base), open_checkpoint(tmp_path / "tuned")
-    result = characterise(a, b, compare(fingerprint(a), fingerprint(b)).changed)
+    result = characterise(a, b, diff_fingerprints(fingerprint(a), fingerprint(b)).changed)
     assert not result.ablation and "4 by a broader change" in result.verdict
 
 
@@ -187,7 +187,7 @@ def test_a_rank_above_what_was_estimated_is_shown_as_a_lower_bound(tmp_path: Pat
         w.add_(torch.randn(w.shape[0], 16) @ torch.randn(16, w.shape[1]) * 0.01)  # a rank-16 change
     fx.save(edited, tmp_path / "edited")
     a, b = open_checkpoint(base), open_checkpoint(tmp_path / "edited")
-    (change,) = characterise(a, b, compare(fingerprint(a), fingerprint(b)).changed).changes
+    (change,) = characterise(a, b, diff_fingerprints(fingerprint(a), fingerprint(b)).changed).changes
     assert change.rank == 8 and change.rank_at_least
     main(["fingerprint", "--compare", str(base), str(tmp_path / "edited")])
     assert ">=8" in capsys.readouterr().out
@@ -234,7 +234,7 @@ def test_an_fp32_base_against_its_bf16_merge_is_compared_in_fp32(tmp_path: Path,
 def test_a_pure_cast_is_named_a_cast(tmp_path: Path, capsys) -> None:
     base = fx.save(fx.model("llama"), tmp_path / "base")
     fx.save(fx.model("llama").to(torch.bfloat16), tmp_path / "cast")
-    d = compare(fingerprint(open_checkpoint(base)), fingerprint(open_checkpoint(tmp_path / "cast")))
+    d = diff_fingerprints(fingerprint(open_checkpoint(base)), fingerprint(open_checkpoint(tmp_path / "cast")))
     assert d.changed == [] and d.reshaped == [] and d.retyped == d.comparable
     c = characterise(open_checkpoint(base), open_checkpoint(tmp_path / "cast"), d.comparable)
     assert c.verdict.startswith(f"every one of the {len(d.retyped)} differing tensors is a cast")

@@ -14,7 +14,7 @@ from tiny_models import TINY
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
 from tuneproof.ship import quant
-from tuneproof.ship.recipe import read_recipe
+from tuneproof.ship.recipe import read_quant_recipe
 
 RECIPES = Path(__file__).parent / "data" / "quant_recipes"
 CASE_CONFIG = Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json"
@@ -44,14 +44,14 @@ def _config(tmp_path: Path, family: str) -> Path:
     "name", sorted(p.name for p in RECIPES.iterdir() if p.suffix in (".py", ".yaml", ".json"))
 )
 def test_real_recipes_from_llm_compressor_and_modelopt_parse(name: str) -> None:
-    recipe = read_recipe(RECIPES / name)
+    recipe = read_quant_recipe(RECIPES / name)
     assert recipe.groups and all(g.targets for g in recipe.groups)
     assert "lm_head" in recipe.ignore
 
 
 def _experts(tmp_path: Path, family: str, engine: str) -> tuple[int, quant.RecipeAudit]:
     (tmp_path / "r.yaml").write_text(NVFP4)
-    recipe = read_recipe(tmp_path / "r.yaml")
+    recipe = read_quant_recipe(tmp_path / "r.yaml")
     config = json.loads(_config(tmp_path, family).read_text())
     audit = quant.audit_recipe(recipe, config, quant.engine(engine))
     return audit.family("experts").covered_matrices, audit
@@ -103,7 +103,7 @@ def test_the_router_ignore_and_the_head_are_honoured(tmp_path: Path) -> None:
 
 def test_a_regex_on_fused_experts_matches_the_module_but_covers_nothing(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(NVFP4.replace("targets: Linear", "targets: ['re:.*experts$']"))
-    recipe = read_recipe(tmp_path / "r.yaml")
+    recipe = read_quant_recipe(tmp_path / "r.yaml")
     config = json.loads(_config(tmp_path, "qwen3_moe").read_text())
     audit = quant.audit_recipe(recipe, config, quant.engine("modelopt"))
     assert audit.family("experts").matched_no_weight == 12
@@ -312,7 +312,7 @@ def test_a_checkpoint_with_nothing_declared_says_so(tmp_path: Path, capsys) -> N
 def test_bad_recipes_are_refused(text: str, suffix: str, needle: str, tmp_path: Path) -> None:
     (tmp_path / f"r{suffix}").write_text(text)
     with pytest.raises(TuneproofError, match=needle):
-        read_recipe(tmp_path / f"r{suffix}")
+        read_quant_recipe(tmp_path / f"r{suffix}")
 
 
 def test_a_modelopt_config_as_recipe_uses_fnmatch_exclusions_and_linear_modules(tmp_path: Path) -> None:
@@ -325,7 +325,7 @@ def test_a_modelopt_config_as_recipe_uses_fnmatch_exclusions_and_linear_modules(
             }
         )
     )
-    parsed = read_recipe(recipe)
+    parsed = read_quant_recipe(recipe)
     assert parsed.kind == "modelopt" and quant.engine(None, parsed).name == "modelopt"
     config = json.loads(_config(tmp_path, "qwen3_moe").read_text())
     audit = quant.audit_recipe(parsed, config, quant.engine(None, parsed))
@@ -349,7 +349,7 @@ def test_a_compressed_tensors_quantization_config_is_a_recipe(tmp_path: Path) ->
             }
         )
     )
-    parsed = read_recipe(recipe)
+    parsed = read_quant_recipe(recipe)
     assert parsed.kind == "compressed-tensors" and parsed.groups[0].scheme == "w4-float"
     config = json.loads(_config(tmp_path, "qwen3_moe").read_text())
     audit = quant.audit_recipe(parsed, config, quant.engine("llm-compressor==0.14"))

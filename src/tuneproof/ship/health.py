@@ -78,6 +78,20 @@ class Health:
     warnings: list[str] = field(default_factory=list)
     base_name: str | None = None  # adapter_config's base_model_name_or_path: a name, not a hash
     fingerprint_recorded: bool = False  # base_fingerprint.json next to the adapter
+    adapter_dir: Path | None = None  # the folder checked, as given (None: an adapter in memory)
+    base: Path | None = None  # the base it was checked against, as given
+    labels: dict[str, str] = field(default_factory=dict)  # how the text names `base`: the command's flag
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly what `tuneproof lora check --json` prints."""
+        from tuneproof.ship.render import health_json
+
+        return health_json(self)
+
+    def render(self, console: Any) -> None:
+        from tuneproof.ship.render import health_lines, print_lines
+
+        print_lines(console, health_lines(self))
 
     @property
     def untrained(self) -> list[ModuleHealth]:
@@ -191,6 +205,37 @@ def module_health(
     )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class CheckSpec:
+    """What `tuneproof lora check` judges: the adapter folder, and optionally its base (a model folder
+    or config.json) and the adapter saved at step 0."""
+
+    adapter_dir: Path
+    base: Path | None = None
+    initial: Path | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # the text's names for the fields (--base)
+
+
+def prepare(spec: CheckSpec) -> CheckSpec:
+    """The check before any file is read: PEFT is installed when a base is given (it wraps the base on
+    the meta device). The adapter's own files are checked as `run` reads their headers; the spec is
+    the plan."""
+    if spec.base is not None:
+        _require_peft()
+    return spec
+
+
+def run(plan: CheckSpec, progress: Callable[[int], None] | None = None) -> Health:
+    """The adapter's health (`check_adapter`); `progress(1)` after each adapted module."""
+    health = check_adapter(plan.adapter_dir, plan.base, plan.initial, progress)
+    health.labels = dict(plan.labels)
+    return health
+
+
+def _require_peft() -> None:
+    require("train", "checking an adapter against a base (PEFT wraps it on the meta device)", ("peft",))
+
+
 def check_adapter(
     adapter_dir: Path,
     base: Path | None = None,
@@ -203,7 +248,7 @@ def check_adapter(
     from tuneproof.ship.tensors import open_checkpoint
 
     if base is not None:
-        require("train", "checking an adapter against a base (PEFT wraps it on the meta device)", ("peft",))
+        _require_peft()
     base_config = read_config(base) if base is not None else None
     base_weights: Checkpoint | None = None
     if base is not None and Path(base).is_dir() and any(Path(base).glob("*.safetensors")):
@@ -237,6 +282,8 @@ def check_adapter(
         resolved_with_base=adapter.resolved_with_base,
         base_name=adapter.config.get("base_model_name_or_path"),
         fingerprint_recorded=(Path(adapter_dir) / FINGERPRINT_NAME).is_file(),
+        adapter_dir=Path(adapter_dir),
+        base=Path(base) if base is not None else None,
     )
     if adapter.dora:
         health.warnings.append(

@@ -121,7 +121,8 @@ class Difference:
         return sorted(self.changed + self.retyped)
 
 
-def compare(a: Fingerprint, b: Fingerprint) -> Difference:
+def diff_fingerprints(a: Fingerprint, b: Fingerprint) -> Difference:
+    """Which tensors of `b` differ from `a`: changed bytes, another dtype, another shape, or only in one."""
     changed, reshaped, retyped = [], [], []
     for name in sorted(a.tensors.keys() & b.tensors.keys()):
         (da, sa, ha), (db, sb, hb) = a.tensors[name], b.tensors[name]

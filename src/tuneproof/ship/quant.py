@@ -32,7 +32,7 @@ from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES
 from tuneproof.errors import TuneproofError
 from tuneproof.extras import require
 from tuneproof.ship.layout import FAMILIES, family_of, matrices, parameters
-from tuneproof.ship.recipe import Recipe
+from tuneproof.ship.recipe import QuantRecipe
 from tuneproof.ship.tensors import FLOAT_DTYPES, Checkpoint
 
 LINEARIZE_SINCE = (0, 12, 0)  # llm-compressor a71ae2344bc6 "Transformers v5 (#2647)", first tagged in 0.12.0
@@ -69,7 +69,7 @@ def other_view(e: Engine) -> Engine:
     return FUSED_VIEW if e.linearizes else LINEAR_VIEW
 
 
-def engine(spec: str | None, recipe: Recipe | None = None) -> Engine:
+def engine(spec: str | None, recipe: QuantRecipe | None = None) -> Engine:
     """The engine whose view of the model the audit takes: `modelopt`, `llm-compressor`,
     `llm-compressor==0.11.0`, or None (the installed llm-compressor, else the fused view)."""
     if (recipe is not None and recipe.kind == "modelopt" and spec is None) or spec == "modelopt":
@@ -213,7 +213,7 @@ class RecipeAudit:
         return self.families.get(name) or FamilyCoverage(name)
 
 
-def audit_recipe(recipe: Recipe, config: dict[str, Any], eng: Engine) -> RecipeAudit:
+def audit_recipe(recipe: QuantRecipe, config: dict[str, Any], eng: Engine) -> RecipeAudit:
     require("quant", "auditing a recipe (compressed-tensors' matching rules)", ("compressed_tensors",))
     from compressed_tensors.utils.match import is_match
 

@@ -33,7 +33,7 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
-class Recipe:
+class QuantRecipe:
     source: Path
     kind: str  # "llm-compressor" | "compressed-tensors" | "modelopt"
     groups: tuple[Group, ...]
@@ -46,7 +46,7 @@ class Recipe:
         return ", ".join(sorted({g.scheme for g in self.groups}))
 
 
-def read_recipe(path: Path) -> Recipe:
+def read_quant_recipe(path: Path) -> QuantRecipe:
     path = Path(path)
     try:
         text = path.read_text()
@@ -95,7 +95,7 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     raise TuneproofError(f"{where} is {value!r}, not a string or a list of strings", "fix the recipe")
 
 
-def _from_mapping(path: Path, data: Any, kind: str) -> Recipe:
+def _from_mapping(path: Path, data: Any, kind: str) -> QuantRecipe:
     modifiers: list[dict[str, Any]] = []
 
     def walk(node: Any) -> None:
@@ -113,7 +113,7 @@ def _from_mapping(path: Path, data: Any, kind: str) -> Recipe:
     return _from_modifiers(path, modifiers, kind)
 
 
-def _from_modifiers(path: Path, modifiers: list[dict[str, Any]], kind: str) -> Recipe:
+def _from_modifiers(path: Path, modifiers: list[dict[str, Any]], kind: str) -> QuantRecipe:
     for mod in modifiers:
         _check_modifier(path, mod)
     if not modifiers:
@@ -134,7 +134,7 @@ def _from_modifiers(path: Path, modifiers: list[dict[str, Any]], kind: str) -> R
                 groups += [Group(_strings(t, f"{path}: scheme {s}"), str(s)) for s, t in scheme.items()]
             else:
                 groups.append(Group(targets, str(scheme) if scheme else "?"))
-    return _check_patterns(Recipe(path, kind, tuple(groups), tuple(ignore)))
+    return _check_patterns(QuantRecipe(path, kind, tuple(groups), tuple(ignore)))
 
 
 def _check_modifier(path: Path, mod: dict[str, Any]) -> None:
@@ -158,7 +158,7 @@ def _presets() -> set[str]:
     return {str(k).upper() for k in PRESET_SCHEMES}
 
 
-def _check_patterns(recipe: Recipe) -> Recipe:
+def _check_patterns(recipe: QuantRecipe) -> QuantRecipe:
     for pattern in [t for g in recipe.groups for t in g.targets] + list(recipe.ignore):
         if recipe.kind != "modelopt" and pattern.startswith("re:"):
             try:
@@ -170,7 +170,7 @@ def _check_patterns(recipe: Recipe) -> Recipe:
     return recipe
 
 
-def _from_config_groups(path: Path, data: dict[str, Any], ignore: Any, kind: str) -> Recipe:
+def _from_config_groups(path: Path, data: dict[str, Any], ignore: Any, kind: str) -> QuantRecipe:
     groups = []
     cg = data.get("config_groups")
     if not isinstance(cg, dict) or not cg:
@@ -194,10 +194,10 @@ def _from_config_groups(path: Path, data: dict[str, Any], ignore: Any, kind: str
             else str(name)
         )
         groups.append(Group(_strings(group.get("targets"), f"{path}: {name}.targets"), desc))
-    return _check_patterns(Recipe(path, kind, tuple(groups), _strings(ignore, f"{path}: ignore")))
+    return _check_patterns(QuantRecipe(path, kind, tuple(groups), _strings(ignore, f"{path}: ignore")))
 
 
-def _from_modelopt(path: Path, data: dict[str, Any]) -> Recipe:
+def _from_modelopt(path: Path, data: dict[str, Any]) -> QuantRecipe:
     q = data["quantization"]
     algo = q.get("quant_algo")
     if not isinstance(algo, str):
@@ -205,7 +205,7 @@ def _from_modelopt(path: Path, data: dict[str, Any]) -> Recipe:
             f"{path}: quantization.quant_algo is {algo!r}", "pass a ModelOpt hf_quant_config.json"
         )
     # ModelOpt's quantizers attach to nn.Linear modules (without a per-architecture plugin)
-    return Recipe(
+    return QuantRecipe(
         path,
         "modelopt",
         (Group(("Linear",), algo),),
@@ -213,7 +213,7 @@ def _from_modelopt(path: Path, data: dict[str, Any]) -> Recipe:
     )
 
 
-def _from_python(path: Path, text: str) -> Recipe:
+def _from_python(path: Path, text: str) -> QuantRecipe:
     try:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as e:

@@ -1,18 +1,32 @@
-"""Text and JSON for the shipping commands (`lora check`, `fingerprint`, `merge`, `quant-audit`): every
-number with its basis, every verdict with its reason."""
+"""Text and JSON of the shipping results (`lora check`, `fingerprint`, `merge`, `quant-audit`): every
+number with its basis, every verdict with its reason. Each result's `render(console)` and `to_dict()`
+(exactly what `--json` prints) are the functions here."""
 
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tuneproof.ship.health import Health
-from tuneproof.ship.identity import CAST, Characterisation, Difference, Fingerprint
-from tuneproof.ship.quant import CheckpointAudit, RecipeAudit
-from tuneproof.ship.recipe import Recipe
+from tuneproof.ship.identity import CAST
+
+if TYPE_CHECKING:
+    from tuneproof.ship.comparison import Comparison
+    from tuneproof.ship.health import Health
+    from tuneproof.ship.merge_write import MergeResult
+    from tuneproof.ship.quant_audit import CheckpointReport, RecipeReport
+    from tuneproof.ship.record import Recorded
 
 LIST_LIMIT = 10
+RECORD_ADVICE = "'tuneproof fingerprint BASE --out FILE'"  # another command, named as advice
+
+
+def print_lines(console: Any, lines: list[str]) -> None:
+    """Report lines on the console, wrapped at its width (`tuneproof.terminal.wrap_lines`), never
+    read as markup."""
+    from tuneproof.terminal import wrap_lines
+
+    for line in wrap_lines(lines, console.width):
+        console.print(line, soft_wrap=True, markup=False)
 
 
 def _gib(n: float) -> str:
@@ -28,14 +42,16 @@ def _clip(names: list[str], limit: int = LIST_LIMIT) -> list[str]:
 # --- lora check -----------------------------------------------------------------------------------------
 
 
-def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
+def health_lines(h: Health) -> list[str]:
+    """`base` is named as `h.labels` says (the command's flag), bare for a library caller."""
+    flag = h.labels.get("base", "base")
     lines = [
-        f"adapter   {adapter_dir}",
+        f"adapter   {h.adapter_dir}",
         "structure "
         + (
-            f"resolved by PEFT against {base}"
+            f"resolved by PEFT against {h.base}"
             if h.resolved_with_base
-            else "read from adapter_config.json alone (pass --base for the exact parameters)"
+            else f"read from adapter_config.json alone (pass {flag} for the exact parameters)"
         ),
         f"init      init_lora_weights={h.init!r}; judged on "
         + ", ".join(sorted({m.judged_on for m in h.modules})).replace("none", "nothing (cannot judge)"),
@@ -57,12 +73,15 @@ def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
         spread = f"(min {min(rel):.3g}, max {max(rel):.3g})"
         line += f"; median ||delta W|| / ||W|| {statistics.median(rel):.3g} {spread}"
     else:
-        line += "; ||delta W|| / ||W|| unknown (pass --base as a model folder holding the weights)"
-    lines.append(line)
+        line += f"; ||delta W|| / ||W|| unknown (pass {flag} as a model folder holding the weights)"
+    return [*lines, line, *_health_tail(h, flag)]
+
+
+def _health_tail(h: Health, flag: str) -> list[str]:
     kinds: dict[str, int] = {}
     for m in h.modules:
         kinds[m.kind] = kinds.get(m.kind, 0) + 1
-    lines.append("modules   " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    lines = ["modules   " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))]
     if h.coverage is not None:
         lines.append("coverage  family        adapted of matrices   share of parameters")
         for c in h.coverage:
@@ -70,21 +89,21 @@ def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
                 f"          {c.family:<12} {c.adapted:>8,} of {c.matrices:<10,} {100 * c.share:5.1f} %"
             )
     else:
-        lines.append("coverage  unknown (pass --base with the base config to see which families are adapted)")
+        lines.append(
+            f"coverage  unknown (pass {flag} with the base config to see which families are adapted)"
+        )
     named = (
         f"adapter_config names base_model_name_or_path {h.base_name!r} (a name, not a hash)"
         if h.base_name
         else "adapter_config names none"
     )
-    if base is not None:
-        named += f"; --base {base} gave the structure and coverage above, its identity unchecked"
+    if h.base is not None:
+        named += f"; {flag} {h.base} gave the structure and coverage above, its identity unchecked"
     if h.fingerprint_recorded:
         lines.append(f"identity  {named}; base_fingerprint.json recorded: merge checks the base against it")
     else:
-        lines.append(
-            f"identity  {named}; no base_fingerprint.json: record the base's with "
-            f"'tuneproof fingerprint BASE --out {adapter_dir}/base_fingerprint.json'"
-        )
+        advice = RECORD_ADVICE.replace("FILE", f"{h.adapter_dir}/base_fingerprint.json")
+        lines.append(f"identity  {named}; no base_fingerprint.json: record the base's with {advice}")
     for note, source in h.serving:
         lines.append(f"serving   {note} [{source}]")
     for w in h.warnings:
@@ -93,10 +112,10 @@ def health_text(h: Health, adapter_dir: Path, base: Path | None) -> list[str]:
     return lines
 
 
-def health_json(h: Health, adapter_dir: Path, base: Path | None) -> dict[str, Any]:
+def health_json(h: Health) -> dict[str, Any]:
     return {
-        "adapter": str(adapter_dir),
-        "base": str(base) if base else None,
+        "adapter": str(h.adapter_dir) if h.adapter_dir is not None else None,
+        "base": str(h.base) if h.base else None,
         "resolved_with_base": h.resolved_with_base,
         "init_lora_weights": h.init,
         "judged": h.judged,
@@ -139,19 +158,27 @@ def health_json(h: Health, adapter_dir: Path, base: Path | None) -> dict[str, An
 # --- fingerprint ----------------------------------------------------------------------------------------
 
 
-def fingerprint_text(fp: Fingerprint) -> list[str]:
+def recorded_lines(r: Recorded) -> list[str]:
+    fp = r.fingerprint
     return [
         f"model     {fp.source}",
         f"tensors   {len(fp.tensors):,} ({_gib(fp.total_bytes)}), each sha256 over its raw bytes "
         "with dtype and shape",
         f"digest    sha256:{fp.digest}",
-    ]
+    ] + ([f"written   {r.out}"] if r.out else [])
 
 
-def compare_text(a: str, b: str, d: Difference, c: Characterisation | None, why_not: str | None) -> list[str]:
-    lines = [f"A         {a}", f"B         {b}"]
+def recorded_json(r: Recorded) -> dict[str, Any]:
+    data = r.fingerprint.to_json()
+    data["out"] = str(r.out) if r.out else None
+    return data
+
+
+def comparison_lines(r: Comparison) -> list[str]:
+    d, c, why_not = r.difference, r.characterisation, r.why_not
+    lines = [f"A         {r.a}", f"B         {r.b}"]
     if d.identical:
-        return [*lines, "verdict   IDENTICAL: every tensor has the same dtype, shape and bytes"]
+        return [*lines, f"verdict   {r.verdict}"]
     lines.append(
         f"differ    {d.num_differing} tensors: {len(d.changed)} changed, {len(d.retyped)} in another "
         f"dtype, {len(d.reshaped)} reshaped, {len(d.only_a)} only in A, {len(d.only_b)} only in B"
@@ -177,16 +204,15 @@ def compare_text(a: str, b: str, d: Difference, c: Characterisation | None, why_
         if len(shown) > LIST_LIMIT * 2:
             lines.append(f"          ... and {len(shown) - LIST_LIMIT * 2} more (--json lists all)")
         lines.append(f"what      {c.verdict}")
-    lines.append("verdict   DIFFERENT")
+    lines.append(f"verdict   {r.verdict.outcome}")
     return lines
 
 
-def compare_json(
-    a: str, b: str, d: Difference, c: Characterisation | None, why_not: str | None
-) -> dict[str, Any]:
+def comparison_json(r: Comparison) -> dict[str, Any]:
+    d, c = r.difference, r.characterisation
     return {
-        "a": a,
-        "b": b,
+        "a": r.a,
+        "b": r.b,
         "identical": d.identical,
         "changed": d.changed,
         "retyped": d.retyped,
@@ -212,14 +238,32 @@ def compare_json(
                 for m in c.changes
             ],
         },
-        "why_not_characterised": why_not,
+        "why_not_characterised": r.why_not,
     }
+
+
+# --- merge ----------------------------------------------------------------------------------------------
+
+
+def merge_lines(r: MergeResult) -> list[str]:
+    data = r.to_dict()
+    return [
+        f"merged    {r.modules} adapted modules into {r.merged_tensors} tensors (fp32, cast once); "
+        f"{r.copied_tensors} tensors copied",
+        f"base      identity {data['base_identity']}",
+        f"written   {r.out} ({_size(r.bytes_written)} of weights, dtype {data['dtype']})",
+    ]
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 # --- quant-audit ----------------------------------------------------------------------------------------
 
 
-def recipe_text(recipe: Recipe, audits: list[RecipeAudit], config: str) -> list[str]:
+def recipe_lines(r: RecipeReport) -> list[str]:
+    recipe, audits, config = r.recipe, r.audits, r.config
     lines = [
         f"recipe    {recipe.source} ({recipe.kind}): scheme {recipe.scheme}; targets "
         + ", ".join(repr(t) for g in recipe.groups for t in g.targets)
@@ -257,7 +301,8 @@ def recipe_text(recipe: Recipe, audits: list[RecipeAudit], config: str) -> list[
     return lines
 
 
-def recipe_json(recipe: Recipe, audits: list[RecipeAudit], config: str) -> dict[str, Any]:
+def recipe_json(r: RecipeReport) -> dict[str, Any]:
+    recipe, audits, config = r.recipe, r.audits, r.config
     return {
         "recipe": str(recipe.source),
         "kind": recipe.kind,
@@ -295,7 +340,8 @@ def recipe_json(recipe: Recipe, audits: list[RecipeAudit], config: str) -> dict[
     }
 
 
-def checkpoint_text(folder: Path, a: CheckpointAudit) -> list[str]:
+def checkpoint_lines(r: CheckpointReport) -> list[str]:
+    folder, a = r.folder, r.audit
     lines = [
         f"checkpoint {folder} (headers only)",
         f"declared  {a.method}; scheme {a.scheme or 'unknown'}",
@@ -320,7 +366,8 @@ def checkpoint_text(folder: Path, a: CheckpointAudit) -> list[str]:
     return lines
 
 
-def checkpoint_json(folder: Path, a: CheckpointAudit) -> dict[str, Any]:
+def checkpoint_json(r: CheckpointReport) -> dict[str, Any]:
+    folder, a = r.folder, r.audit
     return {
         "checkpoint": str(folder),
         "declared": a.method,

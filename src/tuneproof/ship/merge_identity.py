@@ -1,0 +1,102 @@
+"""Is the base the one the adapter was trained on? The base's fingerprint against the one recorded next
+to the adapter (`base_fingerprint.json`), and what any difference looks like when the recorded base's
+folder is still there, unchanged, to compare with."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuneproof.errors import TuneproofError
+from tuneproof.ship.identity import (
+    FINGERPRINT_NAME,
+    Characterisation,
+    Difference,
+    Fingerprint,
+    characterise,
+    diff_fingerprints,
+    fingerprint,
+    read_fingerprint,
+)
+from tuneproof.ship.tensors import Checkpoint, iter_chunks, open_checkpoint
+
+
+@dataclass(slots=True)
+class Identity:
+    """What is known about the base being the one the adapter was trained on."""
+
+    recorded: bool
+    same: bool | None  # None: nothing recorded, cannot tell
+    difference: Difference | None = None
+    characterisation: Characterisation | None = None
+    recorded_source: str = ""
+
+
+def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None] | None = None) -> Identity:
+    """Compare the base with the fingerprint recorded next to the adapter, and characterise any
+    difference when the recorded base's folder is still there."""
+    recorded_path = Path(adapter_dir) / FINGERPRINT_NAME
+    if not recorded_path.is_file():
+        return Identity(recorded=False, same=None)
+    recorded = read_fingerprint(recorded_path)
+    current = fingerprint(base, progress)
+    diff = diff_fingerprints(recorded, current)
+    ident = Identity(True, diff.identical, diff, recorded_source=recorded.source)
+    if not diff.identical and diff.changed:
+        source = Path(recorded.source)
+        if source.is_dir() and source.resolve() != base.folder.resolve():
+            try:
+                trained_on = open_checkpoint(source)
+            except TuneproofError:
+                return ident
+            names = diff.comparable
+            if set(names) <= set(trained_on.tensors) and _holds(trained_on, recorded, names):
+                ident.characterisation = characterise(trained_on, base, names)
+    return ident
+
+
+def judge_identity(ident: Identity, allow_base_mismatch: bool, adapter_dir: Path | None = None) -> list[str]:
+    """Refuse a base that is not the recorded one (naming the tensors that differ and what the change
+    looks like), or return the warnings to show: the loud one when a mismatch is allowed, and, when
+    nothing was recorded beside `adapter_dir`, that the identity cannot be checked."""
+    if not ident.recorded:
+        where = adapter_dir if adapter_dir is not None else "ADAPTER"
+        return [
+            f"{where} has no base_fingerprint.json: the base's identity cannot be checked "
+            f"(record it at train time: 'tuneproof fingerprint BASE --out FILE', "
+            f"FILE {where}/base_fingerprint.json)"
+        ]
+    if ident.same:
+        return []
+    d = ident.difference
+    assert d is not None
+    names = (d.changed + d.retyped + d.reshaped + d.only_a + d.only_b)[:3]
+    what = f"{d.num_differing} tensors differ ({', '.join(names)}{', ...' if d.num_differing > 3 else ''})"
+    if ident.characterisation is not None:
+        what += f"; {ident.characterisation.verdict}"
+    else:
+        source = ident.recorded_source or "unknown folder"
+        what += f"; the recorded base ({source}) is not here unchanged to characterise the difference"
+    if not allow_base_mismatch:
+        raise TuneproofError(
+            f"the base is not the one the adapter was trained on: {what}",
+            "merge onto the recorded base, or pass {allow_base_mismatch} to merge anyway",
+            fields=("allow_base_mismatch",),
+        )
+    return [f"MERGING ONTO A DIFFERENT BASE (mismatch allowed): {what}"]
+
+
+def _holds(checkpoint: Checkpoint, recorded: Fingerprint, names: list[str]) -> bool:
+    """Whether `checkpoint` still holds the recorded bytes of `names` (a folder can change after the
+    fingerprint was taken: then it cannot stand for the trained-on base)."""
+    shard_of = checkpoint.shard_of()
+    for name in names:
+        h = hashlib.sha256()
+        with shard_of[name].path.open("rb") as f:
+            for piece in iter_chunks(checkpoint.tensors[name], f):
+                h.update(piece)
+        if h.hexdigest() != recorded.tensors[name][2]:
+            return False
+    return True

@@ -1,0 +1,160 @@
+"""`tuneproof quant-audit`: what a quantisation recipe will cover before quantising, or what a quantised
+checkpoint really stores (the audits themselves are `quant.audit_recipe` and `quant.audit_checkpoint`).
+
+A recipe is audited under the engine assumed (`quant.engine`) and, unless it is ModelOpt's, under the
+other view of fused experts too: when the two views cover a different number of expert tensors, both
+are reported (the engines disagree on this model). Only the assumed engine's findings decide the
+verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+from tuneproof.ship import quant
+from tuneproof.ship.progress import Progress
+from tuneproof.ship.recipe import QuantRecipe, read_quant_recipe
+from tuneproof.ship.tensors import Checkpoint
+from tuneproof.verdict import FINDING, Verdict
+
+RECIPE_CLEAN = "every large parameter is covered or ignored"
+CHECKPOINT_CLEAN = "the large weights are stored quantised or ignored on purpose"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSpec:
+    """A recipe with the model's config (and the engine to assume), or a quantised checkpoint alone."""
+
+    recipe: Path | None = None  # llm-compressor .yaml/.py, quantization_config JSON, hf_quant_config.json
+    config: Path | None = None  # the model's config.json (or its folder), for a recipe
+    checkpoint: Path | None = None  # a quantised checkpoint folder
+    engine: str | None = None  # quant.engine's spec; None: the installed llm-compressor, else the fused view
+
+
+@dataclass(frozen=True, slots=True)
+class RecipePlan:
+    recipe: QuantRecipe
+    model_config: dict[str, Any]
+    config: str  # the config's path, as given
+    engine: quant.Engine
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointPlan:
+    folder: Path
+    checkpoint: Checkpoint
+    model_config: dict[str, Any] | None  # only its quantization_config is read
+    modelopt: dict[str, Any] | None  # hf_quant_config.json, when there is one
+
+
+def _verdict(findings: list[str], clean: str) -> Verdict:
+    if findings:
+        return Verdict("FINDING", "; ".join(findings), FINDING)
+    return Verdict("CLEAN", clean)
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeReport:
+    recipe: QuantRecipe
+    audits: list[quant.RecipeAudit]  # the assumed engine's first; the other view's when they disagree
+    config: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def engines_disagree(self) -> bool:
+        return len(self.audits) > 1
+
+    @property
+    def verdict(self) -> Verdict:
+        """CLEAN (exit 0), or FINDING (1: a large family neither covered nor ignored, as the assumed
+        engine sees the model)."""
+        return _verdict(self.audits[0].findings, RECIPE_CLEAN)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly what `tuneproof quant-audit --recipe R --config C --json` prints."""
+        from tuneproof.ship.render import recipe_json
+
+        return recipe_json(self)
+
+    def render(self, console: Any) -> None:
+        from tuneproof.ship.render import print_lines, recipe_lines
+
+        print_lines(console, recipe_lines(self))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    folder: Path
+    audit: quant.CheckpointAudit
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Verdict:
+        """CLEAN (exit 0), or FINDING (1: large weights stored unquantised and not ignored, names no
+        engine maps, or nothing that says how it was quantised)."""
+        return _verdict(self.audit.findings, CHECKPOINT_CLEAN)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Exactly what `tuneproof quant-audit --checkpoint DIR --json` prints."""
+        from tuneproof.ship.render import checkpoint_json
+
+        return checkpoint_json(self)
+
+    def render(self, console: Any) -> None:
+        from tuneproof.ship.render import checkpoint_lines, print_lines
+
+        print_lines(console, checkpoint_lines(self))
+
+
+def prepare(spec: AuditSpec) -> RecipePlan | CheckpointPlan:
+    """The files read and checked (headers only for a checkpoint), a bad engine named before any."""
+    if spec.checkpoint is not None:
+        return _prepare_checkpoint(spec)
+    from tuneproof.ship.layout import read_config
+
+    quant.engine(spec.engine)  # a bad engine is named before any file is read
+    recipe = read_quant_recipe(spec.recipe) if spec.recipe is not None else None
+    model_config = read_config(spec.config, "config") if spec.config is not None else None
+    if recipe is None or model_config is None or spec.config is None:
+        raise TuneproofError(
+            "nothing to audit",
+            "pass {recipe} FILE {config} CONFIG, or {checkpoint} DIR",
+            fields=("recipe", "config", "checkpoint"),
+        )
+    return RecipePlan(recipe, model_config, str(spec.config), quant.engine(spec.engine, recipe))
+
+
+def _prepare_checkpoint(spec: AuditSpec) -> CheckpointPlan:
+    from tuneproof.arch import load_config_dict
+    from tuneproof.ship.tensors import open_checkpoint
+
+    folder = spec.checkpoint
+    assert folder is not None
+    if spec.recipe is not None or spec.config is not None:
+        raise TuneproofError(
+            "{checkpoint} audits a quantised model alone",
+            "drop {recipe}/{config}, or drop {checkpoint}",
+            fields=("recipe", "config", "checkpoint"),
+        )
+    checkpoint = open_checkpoint(folder, "checkpoint")
+    # only its quantization_config is read: a checkpoint's sizes are in its headers
+    model_config = load_config_dict(folder) if (folder / "config.json").is_file() else None
+    return CheckpointPlan(folder, checkpoint, model_config, quant.read_modelopt(folder))
+
+
+def run(
+    plan: RecipePlan | CheckpointPlan, progress: Progress | None = None
+) -> RecipeReport | CheckpointReport:
+    """The audit the plan asks for (quick: no progress is reported)."""
+    if isinstance(plan, CheckpointPlan):
+        audit = quant.audit_checkpoint(plan.checkpoint, plan.model_config, plan.modelopt)
+        return CheckpointReport(plan.folder, audit)
+    audits = [quant.audit_recipe(plan.recipe, plan.model_config, plan.engine)]
+    if plan.recipe.kind != "modelopt":
+        other = quant.audit_recipe(plan.recipe, plan.model_config, quant.other_view(plan.engine))
+        if other.family("experts").covered_matrices != audits[0].family("experts").covered_matrices:
+            audits.append(other)
+    return RecipeReport(plan.recipe, audits, plan.config)
