@@ -62,7 +62,7 @@ def test_plan_json_is_the_projection_result(monkeypatch, capsys) -> None:
 
     out, printed = _command(monkeypatch, capsys, area, ["plan", "--fit", CASE_FIT_TEXT, "--ranks", "2"])
     assert out == _as_json(printed)
-    spec = area.ProjectionSpec(ranks=2, cost=StepCost(*CASE_FIT))
+    spec = area.ProjectionSpec(ranks=2, fit=StepCost(*CASE_FIT))
     assert out == _as_json(area.run(area.prepare(spec)))
 
 

@@ -34,6 +34,7 @@ from tuneproof.data.compare import PLAN_SAMPLERS
 from tuneproof.data.plan import Plan
 from tuneproof.data.ranks import StepCost, check_fills_one_step, use_of
 from tuneproof.data.step_model import StepModel
+from tuneproof.data.step_model import probe_step_model as probe_step_model  # bench/plan_vs_run.py's import
 from tuneproof.errors import TuneproofError
 
 SAMPLERS = PLAN_SAMPLERS
@@ -220,7 +221,7 @@ def _planner(
 
 @dataclass(frozen=True, slots=True)
 class ProjectionSpec:
-    """What `tuneproof plan` projects. The step cost comes one way: `cost` (a fit given as numbers),
+    """What `tuneproof plan` projects. The step cost comes one way: `fit` (a StepCost given as numbers),
     `points` (a width,seconds CSV) or `probe` (a ResolvedModel timed now with `attn`, `mode` and
     `probe_budget_s`). `step_overhead_s` None: measured by the probe, else 0."""
 
@@ -229,7 +230,7 @@ class ProjectionSpec:
     grad_accum: int = 1
     ranks: int = 1
     epochs: float = 1.0
-    cost: StepCost | None = None
+    fit: StepCost | None = None
     points: Path | None = None
     probe: Any = None
     attn: str = "sdpa"
@@ -243,12 +244,13 @@ class ProjectionSpec:
     def __post_init__(self) -> None:
         check_plan_args(self.micro_batch, self.grad_accum, self.ranks, self.epochs, self.samplers, self.seed,
                         self.step_overhead_s or 0.0, self.gpu_hour_cost)  # fmt: skip
-        given = (("--fit", self.cost), ("--points", self.points), ("--probe", self.probe))
-        sources = [name for name, value in given if value is not None]
+        given = (("fit", self.fit), ("points", self.points), ("probe", self.probe))
+        sources = ["{" + name + "}" for name, value in given if value is not None]
         if len(sources) != 1:
             raise TuneproofError(
                 "give the step cost one way" + (f", not {' and '.join(sources)}" if sources else ""),
-                "pass --fit A,B, --points CSV, or --probe (with --config)",
+                "pass {fit} A,B, {points} CSV, or {probe} (with {config})",
+                fields=("fit", "points", "probe", "config"),
             )
         if self.probe is not None:
             validate.real("probe_budget_s", self.probe_budget_s, low=0.0, low_open=True, high=86_400.0)
@@ -287,15 +289,15 @@ def run(plan: ProjectionPlan, progress: Callable[[str], None] | None = None) -> 
     """The step-cost model (given, fitted to the points, or probed now), then every sampler's projection."""
     s = plan.spec
     overhead = s.step_overhead_s
-    if s.cost is not None:
-        model = StepModel(s.cost)
+    if s.fit is not None:
+        model = StepModel(s.fit)
     elif plan.points is not None:
         widths, seconds, batch, said = plan.points
         model = StepModel.from_points(widths, seconds, batch, s.seed, f"points from {s.points}, {said}")
     else:
-        from tuneproof.data.step_model import probe_step_model
+        from tuneproof.data.step_model import time_step_model
 
-        model, measured = probe_step_model(s.probe, plan.probe, progress)
+        model, measured = time_step_model(s.probe, plan.probe, progress)
         overhead = measured if overhead is None else overhead
     source = (
         "given"

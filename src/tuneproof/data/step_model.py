@@ -104,6 +104,15 @@ def probe_spec(model: Any, attn: str, mode: str, micro_batch: int, budget_s: flo
 
 
 def probe_step_model(
+    model: Any, attn: str, mode: str, micro_batch: int, budget_s: float, seed: int, lengths: np.ndarray,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[StepModel, float]:  # fmt: skip
+    """`probe_spec` and `time_step_model` in one call."""
+    spec = probe_spec(model, attn, mode, micro_batch, budget_s, seed, lengths)
+    return time_step_model(model, spec, progress)
+
+
+def time_step_model(
     model: Any, spec: Any, progress: Callable[[str], None] | None = None
 ) -> tuple[StepModel, float]:
     """Time `model` (random weights) as `spec` (from `probe_spec`) says, and what a Trainer step adds
