@@ -13,7 +13,8 @@ import pytest
 from transformers import TrainerCallback
 
 from tuneproof.data.collate import RowsDataset
-from tuneproof.integrations.callback import MicroBatchLedger, TuneproofCallback
+from tuneproof.flops.microbatch import MicroBatchLedger
+from tuneproof.integrations.callback import TuneproofCallback
 
 pytestmark = pytest.mark.slow  # a real Trainer: left out of mutation runs
 TOL = 0.005
@@ -244,7 +245,7 @@ def test_lora_on_fused_experts_is_said_to_be_outside_the_ledger(tmp_path: Path) 
 
     from tiny_models import config_dict
     from tuneproof.arch import resolve
-    from tuneproof.integrations.callback import _lora
+    from tuneproof.integrations.read_run import _lora
     from tuneproof.model import build_model
 
     model = build_model(resolve(config_dict("qwen3_moe")), "eager")
@@ -268,7 +269,7 @@ def test_widths_given_up_front_are_priced_at_train_begin(tmp_path: Path) -> None
 
 
 def test_the_padding_warning_starts_just_above_ten_percent() -> None:
-    from tuneproof.integrations.callback import StepFlops, first_step_warnings
+    from tuneproof.integrations.advice import StepFlops, first_step_warnings
 
     run: Any = None  # no micro-batches given: only the padding rule runs
 
@@ -302,7 +303,7 @@ def test_the_typical_micro_batch_is_a_real_one_at_the_median_width(tmp_path: Pat
 
 def _tiny_run() -> Any:
     from tuneproof.arch import resolve
-    from tuneproof.integrations.callback import _Run
+    from tuneproof.integrations.read_run import _Run
 
     shape = resolve("tiny").shape  # sliding window 128, global layers every third
     ledger = MicroBatchLedger(shape, "sdpa", "lora", 16, ("all-linear",), False)
@@ -310,7 +311,7 @@ def _tiny_run() -> Any:
 
 
 def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() -> None:
-    from tuneproof.integrations.callback import _attention_excess_share
+    from tuneproof.integrations.advice import _attention_excess_share
 
     run = _tiny_run()
     assert _attention_excess_share(run, 2, 100, (100, 100)) == 0  # inside the window, unpadded: causal
@@ -322,7 +323,7 @@ def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() ->
 def test_flop_advice_is_given_only_when_its_excess_is_material(monkeypatch) -> None:
     import torch
 
-    import tuneproof.integrations.callback as cb
+    import tuneproof.integrations.advice as cb
 
     run = _tiny_run()
     step = cb.StepFlops(1, 1.0, 1.0, 1.0, 287, 288, 1)

@@ -7,8 +7,8 @@ One call, before `trainer.train()`:
 
 The sampler is built from the Trainer's own arguments (per-device batch size, gradient
 accumulation, seed, world size and rank, drop_last) and is rank-aware itself, so the
-`BatchSamplerShard` that `accelerator.prepare` adds is made a passthrough, as transformers does for
-its own `BatchRebalanceSampler`. The Trainer calls `set_epoch` on it every epoch.
+`BatchSamplerShard` that `accelerator.prepare` wraps around it is made a passthrough (`_unsharded`),
+as transformers does for its own `BatchRebalanceSampler`. The Trainer calls `set_epoch` on it every epoch.
 
 Collator: the Trainer's own is kept when it pads per batch (DataCollatorWithPadding, TRL's
 collators: they also carry completion masks, which a replacement would silently drop); only
@@ -113,14 +113,25 @@ def use_bucketing(
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory,
         )
-        prepared = self.accelerator.prepare(loader)
-        shard = getattr(prepared, "batch_sampler", None)
-        if shard is not None and getattr(shard, "batch_sampler", None) is sampler:
-            shard.num_processes, shard.process_index = 1, 0  # already rank-aware: no re-sharding
-        return prepared
+        return _unsharded(self.accelerator.prepare(loader), sampler)
 
     trainer.get_train_dataloader = types.MethodType(get_train_dataloader, trainer)
     return sampler
+
+
+def _unsharded(prepared: Any, sampler: BucketBatchSampler) -> Any:
+    """The loader `accelerator.prepare` returned, its `BatchSamplerShard` made a passthrough: the
+    sampler is rank-aware already, and re-sharding it would drop all but every world_size-th batch.
+    This is transformers' own handling of its rank-aware `BatchRebalanceSampler` (`Trainer.
+    _get_dataloader`, transformers 5.24), and it touches only the wrapper `prepare` built around this
+    sampler for this loader: nothing else holds it, so nothing else sees the change. One process
+    (no wrapper, or one already of 1) is left as it is."""
+    from accelerate.data_loader import BatchSamplerShard  # type: ignore[import-untyped]
+
+    shard = getattr(prepared, "batch_sampler", None)
+    if isinstance(shard, BatchSamplerShard) and shard.batch_sampler is sampler and shard.num_processes != 1:
+        shard.num_processes, shard.process_index = 1, 0
+    return prepared
 
 
 def _default_collator() -> Any:

@@ -1,0 +1,77 @@
+"""What `TuneproofCallback` warns about, as one-line texts: the first step's padding and slow attention
+paths (the explainer's advice, kept where its FLOP excess is material), and compiled flex near
+dynamo's recompile limit. The callback raises them as `tuneproof: ...` warnings, once each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+from tuneproof.flops.microbatch import StepFlops, rows_of
+
+PADDING_WARN = 0.10  # padding share of the first step worth a warning
+SLOW_PATH_WARN = 0.02  # attention excess share of the widest first micro-batch worth a warning
+RECOMPILE_WARN = 0.8  # share of dynamo's recompile limit worth a warning (past it flex runs eager)
+
+
+def first_step_warnings(
+    run: Any, step: StepFlops, pending: list[tuple[int, int, Any]], bucketed: bool = False
+) -> list[str]:
+    """One-line warnings from the first step's real batches: the explainer's slow-path advice for its
+    widest micro-batch (masks materialised on sliding layers, head_dim past a backend's limit, padded
+    batches on global layers), and padding above 10 %. `run` is the callback's reading of the run
+    (`read_run`); `pending` the step's micro-batches `(batch, width, row lengths or None)`. `bucketed`:
+    the batches come from the bucketing sampler already, so advice to bucket is left out."""
+    out = []
+    padding = 1 - step.tokens / step.slots if step.slots else 0.0
+    if padding > PADDING_WARN:
+        out.append(
+            f"{100 * padding:.0f} % of the first step's token slots are padding: bucket by length "
+            "(tuneproof.integrations.hf.use_bucketing) or pack"
+        )
+    if not pending:
+        return out
+    from tuneproof.attention.dispatch import BUCKET_ADVICE, FLEX_ADVICE, Context, explain
+
+    batch, width, lengths = max(pending, key=lambda p: p[1])
+    rows = rows_of(batch, width, lengths)
+    padded = any(n < width for n in rows)
+    try:
+        ctx = Context(
+            seq_len=width, batch=batch, attn=run.attn, padded=padded, dtype=run.dtype, training=True,
+            capability=run.capability,
+        )  # fmt: skip
+        advice = explain(run.shape, ctx, live=False).advice
+    except TuneproofError as e:  # an attention path or device the explainer does not model
+        return [*out, f"the attention dispatch cannot be explained here: {e.message}"]
+    share = _attention_excess_share(run, batch, width, rows)
+    if share < SLOW_PATH_WARN:  # the FLOP-only advice would save less than this: not worth a warning
+        advice = [a for a in advice if not a.startswith((FLEX_ADVICE, BUCKET_ADVICE))]
+    if bucketed:
+        advice = [a for a in advice if not a.startswith(BUCKET_ADVICE)]
+    return out + [
+        f"slow attention path at width {width} ({100 * share:.1f} % of the micro-batch's FLOPs are "
+        f"attention excess): {line}"
+        for line in advice
+    ]
+
+
+def _attention_excess_share(run: Any, batch: int, width: int, rows: tuple[int, ...]) -> float:
+    """The ledger's per-attention-group excess (dense squares on sliding layers, is_causal lost to
+    padding) as a share of the micro-batch's performed FLOPs."""
+    report = run.ledger.report(batch, width, rows)
+    groups = {label for label in run.shape.attention_groups()}
+    excess = sum(e.flops for e in report.excess if any(f", {g})" in e.name for g in groups))
+    return excess / report.performed.total if report.performed.total else 0.0
+
+
+def recompile_warning(attn: str, recompiles: int, limit: int | None) -> str | None:
+    """The warning for compiled flex at `recompiles` frames past its first step, near dynamo's
+    `limit` (past it compiled flex falls back to eager); None when not near, or not flex."""
+    if attn != "flex_attention" or not limit or recompiles < RECOMPILE_WARN * limit:
+        return None
+    return (
+        f"{recompiles} recompiles, near dynamo's limit of {limit}: past it compiled flex falls back to "
+        "eager and materialises every score (bucket the widths, or raise "
+        "torch._dynamo.config.recompile_limit)"
+    )

@@ -1,0 +1,123 @@
+"""The run as `TuneproofCallback` reads it from the model itself, at train begin: the shape from
+`model.config`, the LoRA rank and targets from the PEFT wrappers, activation checkpointing, the
+attention implementation in use, the dtype and device, and the peak the MFUs are taken against."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuneproof.dtypes import short_name
+from tuneproof.errors import TuneproofError
+from tuneproof.flops.microbatch import MicroBatchLedger
+
+
+@dataclass(slots=True)
+class _Run:
+    shape: Any
+    attn: str
+    mode: str
+    lora_rank: int
+    lora_targets: tuple[str, ...]
+    grad_ckpt: bool
+    peak_tflops: float | None
+    peak_source: str
+    ledger: MicroBatchLedger
+    hooks: list[Any] = field(default_factory=list)
+    frames_at_first_step: int | None = None  # dynamo frames compiled by the end of the first step
+    warned_recompiles: bool = False
+    capability: tuple[int, int] | None = None  # CUDA compute capability; None on the CPU
+    # per padded width: micro-batches seen, and the first one's (batch, row lengths), for the report
+    widths_seen: dict[int, list[Any]] = field(default_factory=dict)
+    dtype: str = "bf16"
+
+
+def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) -> _Run:
+    """The run of `model` (a PEFT model or a plain one) under the Trainer's `args`."""
+    from tuneproof.arch import resolve
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    resolved = resolve(base.config)
+    rank, targets = _lora(model)
+    trains = any(p.requires_grad for p in model.parameters())
+    mode = "lora" if targets else ("full" if trains else "forward")
+    attn = getattr(base.config, "_attn_implementation", None) or "eager"
+    grad_ckpt = bool(_checkpointing(base) or getattr(args, "gradient_checkpointing", False))
+    first = next(base.parameters())
+    tflops, source = _peak(gpu, peak_tflops, first.dtype, first.device)
+    ledger = MicroBatchLedger(resolved.shape, attn, mode, rank or 16, targets, grad_ckpt)
+    capability = None
+    if first.device.type == "cuda":
+        import torch
+
+        capability = tuple(torch.cuda.get_device_capability(first.device))
+    # the dispatch rules know bf16, fp16 and fp32: anything else is explained as fp32
+    named = short_name(first.dtype)
+    dtype_name = named if named in ("bf16", "fp16") else "fp32"
+    return _Run(
+        resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger,
+        capability=capability, dtype=dtype_name,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _checkpointing(base: Any) -> bool:
+    """transformers 5 names it is_activation_checkpointing (is_gradient_checkpointing warns)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(base), name):
+            return bool(getattr(base, name))
+    return False
+
+
+def _lora(model: Any) -> tuple[int | None, tuple[str, ...]]:
+    """The adapter's rank and its targets as paths inside a layer (`self_attn.q_proj`)."""
+    try:
+        from peft.tuners.lora import LoraLayer
+    except ImportError:
+        return None, ()
+    from peft.tuners.lora import ParamWrapper
+
+    ranks: set[int] = set()
+    targets: set[str] = set()
+    experts = False
+    for name, module in model.named_modules():
+        experts = experts or (isinstance(module, ParamWrapper) and bool(module.r))
+        if isinstance(module, LoraLayer) and module.r and not isinstance(module, ParamWrapper):
+            ranks.update(module.r.values())
+            parts = name.split(".")
+            if "layers" in parts:
+                i = parts.index("layers")
+                targets.add(".".join(p for p in parts[i + 2 :] if p != "base_layer"))
+    if experts:
+        warnings.warn(
+            "tuneproof: LoRA on fused expert parameters (target_parameters) is not in the FLOP ledger: "
+            "the logged FLOPs leave out its GEMMs, so they undercount by that share",
+            stacklevel=3,
+        )
+    if len(ranks) > 1:
+        warnings.warn(
+            f"tuneproof: adapters of several ranks {sorted(ranks)}: FLOPs use the largest", stacklevel=3
+        )
+    return (max(ranks) if ranks else None), tuple(sorted(t for t in targets if t))
+
+
+def _peak(gpu: str | None, given: float | None, dtype: Any, device: Any) -> tuple[float | None, str]:
+    """(dense peak TFLOP/s, its source) for the device and dtype; None with the reason where the GPU
+    table has none (no MFU is ever taken against a guessed peak)."""
+    import torch
+
+    if given is not None:
+        return float(given), f"given: {given:g} TFLOP/s"
+    name = gpu or (torch.cuda.get_device_name(device) if device.type == "cuda" else None)
+    if name is None:
+        return None, f"no peak for a {device.type} device (pass gpu= or peak_tflops=)"
+    from tuneproof.hardware import resolve_peak
+
+    dtype_name = short_name(dtype) or str(dtype)  # an unknown one gets no peak, with its name
+    try:
+        peak = resolve_peak(name, dtype_name)
+    except TuneproofError as e:
+        return None, e.message
+    if peak.tflops is None:
+        return None, peak.reason or "the table has no peak for this device and dtype"
+    return float(peak.tflops), peak.source or "GPU table"
