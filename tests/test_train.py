@@ -212,8 +212,10 @@ def test_chat_rows_go_through_sft_trainer_with_the_loss_on_the_assistant_only(
     from trl import SFTTrainer
 
     from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.train.base import attach_lora as apply_lora
+    from tuneproof.train.base import load_base as load_model
     from tuneproof.train.recipe import from_dict
-    from tuneproof.train.run import apply_lora, build_trainer, load_model
+    from tuneproof.train.trainer import build_trainer
 
     recipe = from_dict({"data": {"assistant_only_loss": assistant_only}}, "test")
     model, tokenizer, _ = load_model(recipe, "sdpa")
@@ -230,8 +232,8 @@ def test_chat_rows_go_through_sft_trainer_with_the_loss_on_the_assistant_only(
 def test_a_chat_template_without_generation_markers_is_refused_for_assistant_only_loss() -> None:
     from tuneproof.errors import TuneproofError
     from tuneproof.gate.generate import tiny_tokenizer
+    from tuneproof.train.data import check_chat_template
     from tuneproof.train.recipe import from_dict
-    from tuneproof.train.run import check_chat_template
 
     tokenizer = tiny_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -294,7 +296,7 @@ def test_a_finished_run_is_not_trained_past_its_end(tmp_path: Path, capsys) -> N
 def test_resume_passes_over_a_checkpoint_cut_short_and_a_copied_run_resumes(tmp_path: Path, capsys) -> None:
     import shutil
 
-    from tuneproof.train.run import last_checkpoint
+    from tuneproof.train.folder import last_checkpoint
 
     recipe = _recipe(
         tmp_path, "[optim]\nmax_steps = 4\ngrad_accum = 1\n[run]\nsave_steps = 2\nprobe_budget_s = 0\n"

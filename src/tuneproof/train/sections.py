@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tuneproof.errors import TuneproofError
@@ -88,3 +89,42 @@ def _probe(
         return run_probe(resolved, spec).to_dict(), ""
     except TuneproofError as e:
         return None, f"the probe cannot run here: {e.message}"
+
+
+def write_run_report(
+    folder: Path,
+    recipe: Any,
+    attention: str,
+    cuda: bool,
+    callback: Any,
+    health: str | None,
+    progress: Callable[[str], None] | None,
+    *,
+    config: Any,
+    lengths: list[int],
+    log_history: list[dict[str, Any]],
+) -> Path:
+    """report.md / report.json / PNGs in `folder`: loss and the two MFUs per logging step, every
+    step's FLOPs (the callback's history), and the run's own FLOP waterfall, scaling fit, kernel
+    classes and samplers (`report_sections`). Returns report.md's path."""
+    from dataclasses import asdict
+
+    from tuneproof.report import train_plots, write_report
+
+    device = "cuda" if cuda else "cpu"
+    sections, notes = report_sections(config, recipe, attention, device, lengths, callback, progress)
+    data = {
+        "recipe": recipe.to_toml(),
+        "log_history": log_history,
+        "steps": [asdict(s) for s in callback.history],
+        "adapter_health": health,
+        "sections": sections,
+        "notes": notes,
+    }
+    summary = [
+        f"Adapter health: {health or 'unknown'}.",
+        *(f"Not measured: {note}." for note in notes),
+        "Every logged value, every step's FLOPs and every plot's data are in report.json.",
+    ]
+    write_report(folder, "tuneproof train", data, train_plots(log_history, sections), summary)
+    return folder / "report.md"
