@@ -11,17 +11,22 @@ the backend has a backward here), or of the loss; `samples` random batches per w
 backend has the smallest mean error over the batches. Two backends are tied when their paired
 difference (same batches) is inside its own spread: the difference's 95 % t-interval over the batches
 contains 0. One batch gives no spread, so no verdict.
+
+`tuneproof adjudicate` is `prepare(spec, model)` (every check before a model is built) then
+`run(plan, progress)`: an `Adjudication`. `adjudicate(model, spec)` does both.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuneproof import validate
 from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
+from tuneproof.attention.paths import path
 from tuneproof.dtypes import torch_dtype
 from tuneproof.errors import TuneproofError
 
@@ -217,6 +222,19 @@ class Adjudication:
     def verdicts(self) -> dict[int, WidthVerdict]:
         return {w: self.judge(w) for w in self.widths}
 
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    @property
+    def verdict(self) -> None:
+        return None  # one verdict per width (`verdicts`), none for the run: the command exits 0
+
+    def render(self, console: Any) -> None:
+        from tuneproof.attention.render import render_adjudication
+
+        render_adjudication(self, console)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "dtype": self.dtype,
@@ -264,11 +282,18 @@ class AdjudicateSpec:
                 "turn gradients on or judge logits",
                 fields=("criterion", "grads"),
             )
-        if "flex_attention" in self.backends and self.device == "cpu" and self.grads == "on":
-            raise TuneproofError(
-                "backward requested for flex_attention on CPU: PyTorch has no flex backward on CPU",
-                "use grads auto (forward only for flex) or a CUDA device",
-            )
+        for b in self.forward_only():
+            if self.grads == "on":
+                raise TuneproofError(
+                    f"backward requested for {b} on CPU: PyTorch has no {b} backward on CPU",
+                    f"use grads auto (forward only for {b}) or a CUDA device",
+                )
+
+    def forward_only(self) -> tuple[str, ...]:
+        """The backends without a backward on this device (the path table's `backward_on_cpu`)."""
+        if self.device != "cpu":
+            return ()
+        return tuple(b for b in self.backends if not path(b).backward_on_cpu)
 
 
 def _run(model: Any, ids: Any, backward: bool) -> tuple[float, Any, dict[str, Any] | None]:
@@ -287,13 +312,20 @@ def _run(model: Any, ids: Any, backward: bool) -> tuple[float, Any, dict[str, An
     return float(out.loss), out.logits.float(), None
 
 
-def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
-    """Run each backend at each width on `samples` random batches in `dtype` and measure its distance to
-    fp32 math truth on the same batches."""
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+@dataclass(frozen=True, slots=True)
+class AdjudicatePlan:
+    """A checked spec on a model: every width placeable, every backend buildable here."""
 
-    from tuneproof.model import build_model, check_fits_on_cpu, check_positions
+    model: ResolvedModel
+    spec: AdjudicateSpec
+
+
+def prepare(spec: AdjudicateSpec, model: ResolvedModel) -> AdjudicatePlan:
+    """Every check before a model is built: widths within the model's positions, flex importable,
+    the device present, and (on the CPU) memory for each backend's widest step."""
+    import torch
+
+    from tuneproof.model import check_fits_on_cpu, check_positions
 
     check_positions(model, spec.widths)
     if "flex_attention" in spec.backends:
@@ -307,6 +339,20 @@ def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
             check_fits_on_cpu(
                 model, attn=b, batch=spec.batch, width=max(spec.widths), training=spec.grads != "off"
             )
+    return AdjudicatePlan(model, spec)
+
+
+def run(plan: AdjudicatePlan, progress: Callable[[str], None] | None = None) -> Adjudication:
+    """Run each backend at each width on `samples` random batches in `dtype` and measure its distance to
+    fp32 math truth on the same batches."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from tuneproof.model import build_model
+
+    model, spec = plan.model, plan.spec
+    if progress:
+        progress("building models and compiling (flex compiles once per width on CPU)")
     low = torch_dtype(spec.dtype)
     reference = build_model(model, "sdpa", device=spec.device, dtype="fp32", seed=spec.seed)
     state = {k: v.to(low).to(torch.float32) for k, v in reference.state_dict().items()}
@@ -319,6 +365,7 @@ def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
         m.load_state_dict(state)
         models[b] = m.to(low)
     want_grads = spec.grads != "off"
+    forward_only = spec.forward_only()
     vocab = int(model.config.vocab_size)
     for width in spec.widths:
         for sample in range(spec.samples):
@@ -326,20 +373,25 @@ def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
             with sdpa_kernel(SDPBackend.MATH):
                 t_loss, t_logits, t_grads = _run(reference, ids, backward=want_grads)
             for b in spec.backends:
-                no_bwd = b == "flex_attention" and spec.device == "cpu"
+                no_bwd = b in forward_only
                 loss, logits, g = _run(models[b], ids, backward=want_grads and not no_bwd)
-                note = (
-                    "forward only: flex_attention has no backward on CPU" if (no_bwd and want_grads) else None
-                )
+                note = f"forward only: {b} has no backward on CPU" if (no_bwd and want_grads) else None
                 gd = Diff.of_many(g, t_grads) if g is not None and t_grads is not None else None
                 results.append(
                     BackendResult(b, width, sample, abs(loss - t_loss), Diff.of(logits, t_logits), gd, note)
                 )
+    return Adjudication(spec.dtype, spec.device, spec.criterion, spec.samples, results, _notes(spec, results))
+
+
+def _notes(spec: AdjudicateSpec, results: list[BackendResult]) -> list[str]:
     notes = [f"criterion: {CRITERIA[spec.criterion]}, over {spec.samples} random batch(es) per width"]
-    if any(r.grads_note for r in results):
-        notes.append(
-            "flex_attention is adjudicated on the forward only here: PyTorch has no flex backward on CPU"
-        )
+    for b in dict.fromkeys(r.backend for r in results if r.grads_note):
+        notes.append(f"{b} is adjudicated on the forward only here: PyTorch has no {b} backward on CPU")
         if spec.criterion == "grads":
-            notes.append("flex_attention has no gradients here, so it takes no part in the grads verdict")
-    return Adjudication(spec.dtype, spec.device, spec.criterion, spec.samples, results, notes)
+            notes.append(f"{b} has no gradients here, so it takes no part in the grads verdict")
+    return notes
+
+
+def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
+    """`run(prepare(spec, model))`: each backend's distance to fp32 math truth."""
+    return run(prepare(spec, model))

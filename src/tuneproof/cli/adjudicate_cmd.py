@@ -9,10 +9,9 @@ from tuneproof.attention.paths import names
 from tuneproof.cli.common import (
     command,
     config_option,
-    console,
+    finish,
     int_list,
     json_option,
-    print_json,
     progress_bar,
     resolve_model,
     str_list,
@@ -64,28 +63,15 @@ def adjudicate(
     samples: int,
     seed: int,
     json_out: bool,
-) -> None:
+) -> int:
     """Distance of each backend to fp32 truth (loss, logits, gradients); the closest per width, or a tie."""
-    from tuneproof.attention.adjudicate import AdjudicateSpec
-    from tuneproof.attention.adjudicate import adjudicate as run
+    from tuneproof.attention.adjudicate import AdjudicateSpec, prepare, run
 
     spec = AdjudicateSpec(
-        widths=int_list(widths, "--widths"),
-        backends=str_list(backends),
-        dtype=dtype,
-        grads=grads,
-        criterion=criterion,
-        batch=batch,
-        samples=samples,
-        seed=seed,
-    )
-    model = resolve_model(config)
+        widths=int_list(widths, "--widths"), backends=str_list(backends), dtype=dtype, grads=grads,
+        criterion=criterion, batch=batch, samples=samples, seed=seed,
+    )  # fmt: skip
+    plan = prepare(spec, resolve_model(config))
     with progress_bar() as update:
-        update("building models and compiling (flex compiles once per width on CPU)")
-        result = run(model, spec)
-    if json_out:
-        print_json(result.to_dict())
-        return
-    from tuneproof.attention.render import render_adjudication
-
-    render_adjudication(result, console())
+        result = run(plan, update)
+    return finish(result, json_out)
