@@ -4,6 +4,10 @@ Sections so far: the FLOP ledger (intended vs performed) at several widths, the 
 chain (live here, predicted for the CASE's sm_120 card), batching choices on the shipped long-tail
 length set, and the measurement probe (scaling fit, kernel table, cross-check) on the CPU. Later
 capabilities (gates, shipping) add their sections here.
+
+`tuneproof doctor` is a `DoctorSpec` (probe budget, where to write), `prepare(spec, model)` (the
+folders checked before any work) and `run(plan, progress)`: a `DoctorReport`, written to report.json
+(`--out`) and a report folder with plots drawn from the section results (`--report`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneproof.io import atomic_write_json, check_out_folder
+from tuneproof import validate
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
     from tuneproof.arch.shape import ModelShape
     from tuneproof.flops.report import FlopReport
+    from tuneproof.report import Plot
 
 # The story of docs/reference-run.md told on a small model: a padded SDPA run, the same run bucketed
 # (no padding), and bucketed under flex_attention. LoRA with activation checkpointing, batch 2.
@@ -49,6 +54,11 @@ class FlopsSection:
     def to_dict(self) -> dict[str, Any]:
         return {"widths": self.widths, "rows": self.rows, "detail": self.detail.to_dict()}
 
+    def plots(self) -> list[Plot]:
+        from tuneproof.report import flop_waterfall
+
+        return [flop_waterfall(self.detail)]
+
     def render(self, console: Console) -> None:
         from tuneproof.flops.render import fmt_flops, render_report
         from tuneproof.tables import Table
@@ -74,9 +84,21 @@ class FlopsSection:
 
 @dataclass(slots=True)
 class DoctorReport:
+    """Every section's result. `written` lists what `run` wrote (report.json, a report folder), which
+    the text names first; `to_dict()` is the report itself (what `--json` prints and report.json holds)."""
+
     model: str
     sections: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    @property
+    def verdict(self) -> None:
+        return None  # a diagnosis: each section says what it found
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,7 +107,15 @@ class DoctorReport:
             "sections": {k: v.to_dict() for k, v in self.sections.items()},
         }
 
+    def plots(self) -> list[Plot]:
+        """The plots of the sections that ran: the FLOP waterfall, the probe's scaling fit and kernel
+        classes, the samplers (in that order)."""
+        order = ("flops", "probe", "batching")
+        return [p for name in order if name in self.sections for p in self.sections[name].plots()]
+
     def render(self, console: Console) -> None:
+        for line in self.written:
+            console.print(line)
         console.rule(f"tuneproof doctor: {self.model}")
         for note in self.notes:
             console.print(f"note: {note}")
@@ -149,6 +179,11 @@ class ProbeSection:
     def to_dict(self) -> dict[str, Any]:
         return {**self.result.to_dict(), "note": self.note}
 
+    def plots(self) -> list[Plot]:
+        from tuneproof.report import probe_plots
+
+        return probe_plots(self.result.to_dict())
+
     def render(self, console: Console) -> None:
         from tuneproof.measure.render import render_probe
 
@@ -164,6 +199,9 @@ class SkippedSection:
 
     def to_dict(self) -> dict[str, Any]:
         return {"skipped": self.reason}
+
+    def plots(self) -> list[Plot]:
+        return []  # nothing ran: the report says why, never an empty picture
 
     def render(self, console: Console) -> None:
         console.print(f"skipped: {self.reason}")
@@ -228,6 +266,11 @@ class BucketsSection:
             "num_lengths": self.num_lengths,
             "distinct_widths": self.widths,
         }
+
+    def plots(self) -> list[Plot]:
+        from tuneproof.report import sampler_plot
+
+        return [sampler_plot({r.name: r.to_dict() for r in self.results}, None, "the doctor's length set")]
 
     def render(self, console: Console) -> None:
         from tuneproof.data.render import render_buckets
@@ -308,6 +351,8 @@ def run_doctor(
     if progress:
         progress("FLOP ledger")
     report.sections["flops"] = flops_section(model.shape)
+    if problem := model.positions_problem(doctor_widths(model.shape)[-1], "the widest FLOP width"):
+        report.notes.append(f"{problem}: the ledger counts it as asked")
     if progress:
         progress("attention dispatch")
     report.sections["attention dispatch"] = explain_section(model.shape)
@@ -321,9 +366,49 @@ def run_doctor(
     return report
 
 
-OUT_FILES = ("report.json",)  # what `--out` receives
+@dataclass(frozen=True, slots=True)
+class DoctorSpec:
+    """A doctor run: seconds of probe timing, and where the report goes: `out` (a folder that receives
+    report.json) and `report_dir` (report.md, report.json and the plots); None writes nothing."""
+
+    probe_budget_s: float = 30.0
+    out: Path | None = None
+    report_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        validate.real("probe_budget_s", self.probe_budget_s, low=0.0, low_open=True, high=86_400.0)
 
 
-def write_report(report: DoctorReport, out: Path) -> Path:
-    check_out_folder(out, OUT_FILES)
-    return atomic_write_json(out / OUT_FILES[0], report.to_dict())
+@dataclass(frozen=True, slots=True)
+class DoctorPlan:
+    model: ResolvedModel
+    spec: DoctorSpec
+
+
+def prepare(spec: DoctorSpec, model: ResolvedModel) -> DoctorPlan:
+    """Refuse folders that cannot be written before an hour of work is lost to them."""
+    from tuneproof.report import check_json_folder, check_report_folder
+
+    if spec.out is not None:
+        check_json_folder(spec.out)
+    if spec.report_dir is not None:
+        check_report_folder(spec.report_dir)
+    return DoctorPlan(model, spec)
+
+
+def run(plan: DoctorPlan, progress: Callable[[str], None] | None = None) -> DoctorReport:
+    """`run_doctor`, then the report written where the spec says."""
+    from tuneproof.report import write_json, write_report
+
+    spec = plan.spec
+    report = run_doctor(plan.model, spec.probe_budget_s, progress)
+    if spec.out is not None:
+        report.written.append(f"report written to {write_json(spec.out, report.to_dict())}")
+    if spec.report_dir is not None:
+        summary = [
+            f"Model: {plan.model.name}.",
+            "Every number below is in report.json; every plot's series too.",
+        ]
+        write_report(spec.report_dir, "tuneproof doctor", report.to_dict(), report.plots(), summary)
+        report.written.append(f"report (markdown, JSON, plots) written to {spec.report_dir}")
+    return report

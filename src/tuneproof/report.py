@@ -2,8 +2,10 @@
 
 Every plot's data is in `report.json` under `plots.<name>.series`, and the same series are embedded
 in the PNG's text metadata (`tuneproof-series`), so a reader (and the tests) can check that a picture
-shows exactly the numbers the JSON holds. Plots are built from the dicts the commands already print
-with `--json` (doctor, train), never from a second computation.
+shows exactly the numbers the JSON holds. Plots are built from the results the commands print with
+`--json` (the doctor's section results; a training run's section dicts), never from a second
+computation. This module is the one writer of report.json: `write_report` (a report folder: the data
+and its plots) and `write_json` (report.json alone: the data, as `--json` prints it).
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneproof.io import strict
 
+if TYPE_CHECKING:
+    from tuneproof.flops.report import FlopReport
+
 SERIES_KEY = "tuneproof-series"
+REPORT_JSON = "report.json"
 
 
 @dataclass(slots=True)
@@ -34,44 +40,47 @@ class Plot:
                 "series": self.series, "note": self.note, "file": f"{self.name}.png"}  # fmt: skip
 
 
-# --- plots from the doctor's report ----------------------------------------------------------------------
-
-
-def doctor_plots(data: dict[str, Any]) -> list[Plot]:
-    """From `DoctorReport.to_dict()`: the waterfall, the scaling fit and kernel classes when the probe
-    ran, and the samplers."""
-    return section_plots(data["sections"], "the doctor's length set")
+# --- plots from section results ------------------------------------------------------------------------
 
 
 def section_plots(sections: dict[str, Any], length_set: str) -> list[Plot]:
     """The waterfall (a "flops" section with its ledger "detail"), the scaling fit and kernel classes
-    (a "probe" section that ran), the samplers (a "batching" section) on `length_set`."""
+    (a "probe" section that ran), the samplers (a "batching" section) on `length_set`, from the
+    sections' dicts (a training run's)."""
     plots = []
     if "flops" in sections:
-        plots.append(_waterfall(sections["flops"]["detail"]))
-    probe = sections.get("probe", {})
-    if "fit" in probe:
-        plots.append(_scaling(probe))
-        plots.append(_kernels(probe))
+        detail = sections["flops"]["detail"]
+        excess = [(e["name"], e["flops"]) for e in detail["excess"]]
+        totals = (detail["intended"]["total"], detail["performed"]["total"])
+        plots.append(_waterfall(totals, excess, detail["run"]["attn"], detail["run"]["seq_len"]))
+    plots += probe_plots(sections.get("probe", {}))
     if "batching" in sections:
-        plots.append(_samplers(sections["batching"], length_set))
+        batching = sections["batching"]
+        plots.append(sampler_plot(batching["samplers"], batching.get("used"), length_set))
     return plots
 
 
-def _waterfall(detail: dict[str, Any]) -> Plot:
-    names = ["intended"] + [e["name"] for e in detail["excess"]] + ["performed"]
-    values = (
-        [detail["intended"]["total"]]
-        + [e["flops"] for e in detail["excess"]]
-        + [detail["performed"]["total"]]
-    )
-    run = detail["run"]
+def flop_waterfall(report: FlopReport) -> Plot:
+    """Intended, each named excess, performed: the ledger of one micro-batch."""
+    excess = [(e.name, e.flops) for e in report.excess]
+    totals = (report.intended.total, report.performed.total)
+    return _waterfall(totals, excess, report.run.attn, report.run.seq_len)
+
+
+def probe_plots(probe: dict[str, Any]) -> list[Plot]:
+    """The scaling fit and the kernel classes of a probe's result (`ProbeResult.to_dict()`), or none
+    when it has no fit."""
+    return [_scaling(probe), _kernels(probe)] if "fit" in probe else []
+
+
+def _waterfall(totals: tuple[float, float], excess: list[tuple[str, float]], attn: str, seq_len: int) -> Plot:
+    names = ["intended"] + [name for name, _ in excess] + ["performed"]
+    values = [totals[0]] + [flops for _, flops in excess] + [totals[1]]
     intended, performed = values[0], values[-1]
     ratio = f"{performed / intended:.2f}x intended" if intended > 0 else "intended is 0"
     return Plot(
         "flop_waterfall",
-        f"FLOPs of one micro-batch: intended, each named excess, performed ({run['attn']}, "
-        f"width {run['seq_len']})",
+        f"FLOPs of one micro-batch: intended, each named excess, performed ({attn}, width {seq_len})",
         "waterfall", "", "FLOP", {"flops": {"x": names, "y": values}},
         note=f"performed {performed:.3g} FLOP = {ratio}; each bar between intended and performed is one "
         "excess, stacked on the ones before it",
@@ -153,10 +162,11 @@ def _kernels(probe: dict[str, Any]) -> Plot:
     )  # fmt: skip
 
 
-def _samplers(buckets: dict[str, Any], length_set: str) -> Plot:
-    names = sorted(buckets["samplers"])
-    used = buckets.get("used")
-    rows = [buckets["samplers"][n] for n in names]
+def sampler_plot(samplers: dict[str, dict[str, Any]], used: str | None, length_set: str) -> Plot:
+    """Padding (and roots per window where the lengths carry roots) per sampler, from each sampler
+    result's `to_dict()`; `used` names the sampler a run used."""
+    names = sorted(samplers)
+    rows = [samplers[n] for n in names]
     series: dict[str, dict[str, list[Any]]] = {
         "padding fraction": {"x": names, "y": [r["padding_fraction"] for r in rows]}
     }
@@ -209,22 +219,39 @@ def train_plots(log_history: list[dict[str, Any]], sections: dict[str, Any] | No
 def check_report_folder(folder: Path) -> Path:
     from tuneproof.io import check_out_folder
 
-    return check_out_folder(Path(folder), ("report.md", "report.json"))
+    return check_out_folder(Path(folder), ("report.md", REPORT_JSON))
+
+
+def check_json_folder(folder: Path) -> Path:
+    """Refuse a folder `write_json` could not write report.json into, before any work."""
+    from tuneproof.io import check_out_folder
+
+    return check_out_folder(Path(folder), (REPORT_JSON,))
+
+
+def write_json(folder: Path, data: dict[str, Any]) -> Path:
+    """report.json alone in `folder`: `data` as `--json` prints it (no plots, no markdown)."""
+    check_json_folder(folder)
+    return _write_json(Path(folder), data)
+
+
+def _write_json(folder: Path, payload: dict[str, Any]) -> Path:
+    from tuneproof.io import atomic_write_json
+
+    return atomic_write_json(folder / REPORT_JSON, payload)
 
 
 def write_report(
     folder: Path, title: str, data: dict[str, Any], plots: list[Plot], summary: list[str]
 ) -> Path:
     """report.json (`data` and every plot's series), report.md (the summary and the plots), the PNGs."""
-    from tuneproof.io import atomic_write_json, atomic_write_text
+    from tuneproof.io import atomic_write_text
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for plot in plots:
         _draw(plot, folder / f"{plot.name}.png")
-    atomic_write_json(
-        folder / "report.json", {"title": title, "data": data, "plots": {p.name: p.to_dict() for p in plots}}
-    )
+    _write_json(folder, {"title": title, "data": data, "plots": {p.name: p.to_dict() for p in plots}})
     md = [f"# {title}", "", *summary, ""]
     for plot in plots:
         md += [f"## {plot.title}", "", f"![{plot.name}]({plot.name}.png)", ""]

@@ -9,9 +9,8 @@ import click
 from tuneproof.cli.common import (
     command,
     config_option,
-    console,
+    finish,
     json_option,
-    print_json,
     probe_budget_option,
     progress_bar,
     resolve_model,
@@ -37,36 +36,11 @@ from tuneproof.cli.common import (
 @json_option
 def doctor(
     config: str, out: Path | None, probe_budget_s: float, report_dir: Path | None, json_out: bool
-) -> None:
+) -> int:
     """Diagnose a setup end to end: FLOP ledger, attention dispatch, batching, measured probe."""
-    from tuneproof import validate
-    from tuneproof.doctor import OUT_FILES, run_doctor, write_report
-    from tuneproof.io import check_out_folder
+    from tuneproof.doctor import DoctorSpec, prepare, run
 
-    validate.real("probe_budget_s", probe_budget_s, low=0.0, low_open=True, high=86_400.0)
-    if out is not None:
-        check_out_folder(out, OUT_FILES)
-    if report_dir is not None:
-        from tuneproof.report import check_report_folder
-
-        check_report_folder(report_dir)
-    model = resolve_model(config)
+    plan = prepare(DoctorSpec(probe_budget_s, out, report_dir), resolve_model(config))
     with progress_bar() as update:
-        report = run_doctor(model, probe_budget_s, progress=update)
-    if out is not None:
-        path = write_report(report, out)
-        if not json_out:
-            console().print(f"report written to {path}")
-    if report_dir is not None:
-        from tuneproof.report import doctor_plots
-        from tuneproof.report import write_report as write_plots
-
-        data = report.to_dict()
-        summary = [f"Model: {model.name}.", "Every number below is in report.json; every plot's series too."]
-        write_plots(report_dir, "tuneproof doctor", data, doctor_plots(data), summary)
-        if not json_out:
-            console().print(f"report (markdown, JSON, plots) written to {report_dir}")
-    if json_out:
-        print_json(report.to_dict())
-    else:
-        report.render(console())
+        result = run(plan, update)
+    return finish(result, json_out)
