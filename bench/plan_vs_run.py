@@ -23,11 +23,12 @@ import numpy as np
 
 
 def corpus_rows() -> tuple[list[dict[str, list[int]]], Any]:
+    from tuneproof.train.base import base_tokenizer
+    from tuneproof.train.data import read_records, tokenise
     from tuneproof.train.recipe import Recipe
-    from tuneproof.train.run import load_model, read_records, tokenise
 
     recipe = Recipe()
-    _, tokenizer, _ = load_model(recipe, "sdpa")
+    tokenizer, _ = base_tokenizer(recipe)
     return tokenise(read_records(recipe), recipe, tokenizer), tokenizer
 
 
@@ -40,12 +41,12 @@ def real_run(
 
     from tuneproof.data.collate import PadToLongest, RowsDataset
     from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.train.base import attach_lora, load_base
     from tuneproof.train.recipe import Recipe
-    from tuneproof.train.run import apply_lora, load_model
 
     recipe = Recipe()
-    model, _, _ = load_model(recipe, "sdpa")
-    model = apply_lora(model, recipe)
+    model, _, _ = load_base(recipe, "sdpa")
+    model = attach_lora(model, recipe)
     args = TrainingArguments(
         output_dir=folder, per_device_train_batch_size=2, gradient_accumulation_steps=1, num_train_epochs=1,
         learning_rate=2e-4, save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,

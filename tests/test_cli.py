@@ -134,7 +134,8 @@ def test_doctor_prints_and_writes_report(capsys, tmp_path: Path) -> None:
     code, out, _ = run(capsys, "doctor", "--out", str(tmp_path / "rep"), "--probe-budget", "5")
     assert code == 0 and "FLOPs per step" in out and "excess" in out
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
-    sections = report["sections"]
+    assert report["title"] == "tuneproof doctor" and report["plots"] == {}  # the one report.json format
+    sections = report["data"]["sections"]
     assert list(sections) == ["flops", "attention dispatch", "batching", "probe", "projection"]
     projection = sections["projection"]["samplers"]  # the probe's fit over the shipped lengths
     assert projection["random"]["wall_s"] > projection["ours"]["wall_s"] > 0

@@ -945,3 +945,13 @@ def test_the_probe_model_raises_no_deprecation_warning_of_its_own() -> None:
         warnings.simplefilter("error", DeprecationWarning)
         net = probe_model(resolve("tiny"), ProbeSpec(widths=(32, 64, 128), mode="lora", grad_ckpt=True))
     assert net.training
+
+
+def test_a_lora_probe_adapts_the_targets_it_is_given() -> None:
+    from tuneproof.arch import resolve
+    from tuneproof.measure.probe import ProbeSpec, probe_model
+
+    spec = ProbeSpec(widths=(32, 64, 128), mode="lora", lora_targets=("self_attn.q_proj",))
+    net = probe_model(resolve("tiny"), spec)
+    adapted = {n.rsplit(".lora_A", 1)[0] for n, _ in net.named_parameters() if ".lora_A" in n}
+    assert adapted and all(n.endswith("self_attn.q_proj") for n in adapted)

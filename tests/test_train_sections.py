@@ -58,3 +58,14 @@ def test_the_measured_points_carry_their_median_interval_or_their_range() -> Non
     measured = plot.series[label]
     assert (measured["low"], measured["high"]) == ([0.18, 0.55], [0.25, 0.7])
     assert "width 400" in kernels.title and "at the widest probed width" in kernels.note
+
+
+def test_the_report_probe_times_the_runs_own_lora_targets() -> None:
+    """The report's probe timed LoRA on every linear whatever the recipe adapted."""
+    from tuneproof.arch import resolve
+    from tuneproof.train.sections import run_targets
+
+    tiny = resolve("tiny")
+    assert run_targets(tiny, "all-linear") is None
+    assert run_targets(tiny, ["q_proj", "v_proj"]) == ("self_attn.q_proj", "self_attn.v_proj")
+    assert run_targets(tiny, ["self_attn.o_proj"]) == ("self_attn.o_proj",)

@@ -396,6 +396,9 @@ def prepare(spec: DoctorSpec, model: ResolvedModel) -> DoctorPlan:
     return DoctorPlan(model, spec)
 
 
+TITLE = "tuneproof doctor"  # report.json's title, with --out or --report alike
+
+
 def run(plan: DoctorPlan, progress: Callable[[str], None] | None = None) -> DoctorReport:
     """`run_doctor`, then the report written where the spec says."""
     from tuneproof.report import write_json, write_report
@@ -403,12 +406,12 @@ def run(plan: DoctorPlan, progress: Callable[[str], None] | None = None) -> Doct
     spec = plan.spec
     report = run_doctor(plan.model, spec.probe_budget_s, progress)
     if spec.out is not None:
-        report.written.append(f"report written to {write_json(spec.out, report.to_dict())}")
+        report.written.append(f"report written to {write_json(spec.out, TITLE, report.to_dict())}")
     if spec.report_dir is not None:
         summary = [
             f"Model: {plan.model.name}.",
             "Every number below is in report.json; every plot's series too.",
         ]
-        write_report(spec.report_dir, "tuneproof doctor", report.to_dict(), report.plots(), summary)
+        write_report(spec.report_dir, TITLE, report.to_dict(), report.plots(), summary)
         report.written.append(f"report (markdown, JSON, plots) written to {spec.report_dir}")
     return report

@@ -4,8 +4,9 @@ Every plot's data is in `report.json` under `plots.<name>.series`, and the same 
 in the PNG's text metadata (`tuneproof-series`), so a reader (and the tests) can check that a picture
 shows exactly the numbers the JSON holds. Plots are built from the results the commands print with
 `--json` (the doctor's section results; a training run's section dicts), never from a second
-computation. This module is the one writer of report.json: `write_report` (a report folder: the data
-and its plots) and `write_json` (report.json alone: the data, as `--json` prints it).
+computation. This module is the one writer of report.json, in one format, `{"title", "data",
+"plots"}` (`data` is what `--json` prints): `write_report` (a report folder: the data, its plots and
+report.md) and `write_json` (report.json alone, with no plots).
 """
 
 from __future__ import annotations
@@ -229,10 +230,10 @@ def check_json_folder(folder: Path) -> Path:
     return check_out_folder(Path(folder), (REPORT_JSON,))
 
 
-def write_json(folder: Path, data: dict[str, Any]) -> Path:
-    """report.json alone in `folder`: `data` as `--json` prints it (no plots, no markdown)."""
+def write_json(folder: Path, title: str, data: dict[str, Any]) -> Path:
+    """report.json alone in `folder`, in the one format: `data` as `--json` prints it, no plots."""
     check_json_folder(folder)
-    return _write_json(Path(folder), data)
+    return _write_json(Path(folder), {"title": title, "data": data, "plots": {}})
 
 
 def _write_json(folder: Path, payload: dict[str, Any]) -> Path:

@@ -141,6 +141,7 @@ def step_fit(text: str, flag: str) -> Any:
     """`A,B` or `A,B,C` (seconds: t = C + A*w + B*w^2 per sequence) as a `StepCost`, or one line."""
     import math
 
+    from tuneproof.data.compare import CASE_FIT_TEXT
     from tuneproof.data.ranks import StepCost
 
     parts = [x.strip() for x in text.split(",")]
@@ -151,7 +152,7 @@ def step_fit(text: str, flag: str) -> Any:
     if len(values) not in (2, 3) or not all(math.isfinite(v) for v in values):
         raise TuneproofError(
             f"{flag} {text!r} is not A,B (or A,B,C): finite numbers of t = C + A*w + B*w^2 per sequence",
-            f"e.g. {flag} 6.87e-4,8.85e-8",
+            f"e.g. {flag} {CASE_FIT_TEXT}",
         )
     a, b, *c = values
     try:

@@ -234,12 +234,8 @@ def prepare(spec: BucketsSpec) -> BucketsPlan:
 
     lengths, roots = read_lengths(spec.lengths_file) if spec.lengths_file is not None else synthetic_lengths()
     check_fills_one_step(int(lengths.size), spec.micro_batch, spec.grad_accum, spec.ranks)
-    warnings = []
-    limit = spec.model.max_positions if spec.model is not None else None
-    if limit is not None and int(lengths.max()) > limit:
-        warnings.append(
-            f"the longest length {int(lengths.max())} exceeds the config's max_position_embeddings {limit}"
-        )
+    problem = spec.model.positions_problem(int(lengths.max()), "the longest length") if spec.model else None
+    warnings = [problem] if problem else []  # bucketing only counts widths: noted, not refused
     return BucketsPlan(spec, lengths, roots, warnings)
 
 

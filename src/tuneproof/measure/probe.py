@@ -24,6 +24,7 @@ import numpy as np
 from tuneproof import validate
 from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
+from tuneproof.attention.paths import path
 from tuneproof.errors import TuneproofError
 from tuneproof.flops.run import MODES
 from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS
@@ -52,6 +53,7 @@ class ProbeSpec:
     device: str = "cpu"
     dtype: str | None = None  # None: fp32 on CPU, bf16 on CUDA
     lora_rank: int = 16
+    lora_targets: tuple[str, ...] | None = None  # module paths inside a layer; None: every linear
     min_repeats: int = 6
     max_repeats: int = 30
     budget_s: float = 60.0
@@ -103,9 +105,9 @@ class ProbeSpec:
         )
         validate.integer("profiles", self.profiles, high=100, hint="profiled steps per width")
         validate.integer("seed", self.seed, low=0, high=2**63 - 1, hint="a non-negative integer")
-        if self.attn == "flex_attention" and self.device == "cpu" and self.mode != "forward":
+        if not path(self.attn).backward_on_cpu and self.device == "cpu" and self.mode != "forward":
             raise TuneproofError(
-                "flex_attention has no backward on CPU (PyTorch raises NotImplementedError)",
+                f"{self.attn} has no backward on CPU (PyTorch raises NotImplementedError)",
                 "use mode forward, another attention path, or a CUDA device",
             )
         if self.grad_ckpt and self.mode == "forward":

@@ -118,7 +118,7 @@ def analyse(
         attn=spec.attn,
         mode=spec.mode,
         lora_rank=spec.lora_rank,
-        lora_targets=tuple(lora_targets(model.shape)),
+        lora_targets=spec.lora_targets or tuple(lora_targets(model.shape)),
         grad_ckpt=spec.grad_ckpt,
     )
     report = flop_report(model.shape, run, step_time_s=timing.timings[profiled].median_s, peak=peak)

@@ -30,7 +30,8 @@ def probe_model(model: ResolvedModel, spec: ProbeSpec) -> Any:
 
     net = build_model(model, spec.attn, device=spec.device, dtype=spec.torch_dtype, seed=spec.seed)
     if spec.mode == "lora":
-        net = apply_lora(net, lora_targets(model.shape), spec.lora_rank)
+        targets = list(spec.lora_targets) if spec.lora_targets else lora_targets(model.shape)
+        net = apply_lora(net, targets, spec.lora_rank)
     if spec.grad_ckpt:  # transformers 5 renamed it (the old name warns FutureWarning)
         enable = getattr(net, "activation_checkpointing_enable", None) or net.gradient_checkpointing_enable
         enable()

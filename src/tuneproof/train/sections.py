@@ -82,13 +82,24 @@ def _probe(
         spec = ProbeSpec(
             attn=attention, widths=widths, batch=recipe.optim.micro_batch, mode="lora",
             grad_ckpt=recipe.optim.grad_ckpt, device=device, lora_rank=recipe.lora.r, budget_s=budget,
-            seed=recipe.optim.seed,
+            seed=recipe.optim.seed, lora_targets=run_targets(resolved, recipe.lora.targets),
         )  # fmt: skip
         if progress:
             progress(f"probing the step time at widths {', '.join(map(str, widths))} ({budget:g} s)")
         return run_probe(resolved, spec).to_dict(), ""
     except TuneproofError as e:
         return None, f"the probe cannot run here: {e.message}"
+
+
+def run_targets(resolved: Any, targets: str | list[str]) -> tuple[str, ...] | None:
+    """The run's LoRA targets as the probe takes them (module paths inside a layer), matched the way
+    PEFT matches a list of names (the whole path, or its last components); None for all-linear."""
+    from tuneproof.model import lora_targets
+
+    if isinstance(targets, str):
+        return None  # "all-linear": every linear but the head, the probe's own default
+    names = lora_targets(resolved.shape)
+    return tuple(n for n in names if any(n == t or n.endswith("." + t) for t in targets)) or None
 
 
 def write_run_report(
