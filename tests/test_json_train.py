@@ -99,19 +99,24 @@ def test_a_resumed_run_says_its_loss_is_this_sessions_and_unknowns_are_named() -
 
 
 def test_progress_bars_are_turned_off_for_the_run_only() -> None:
+    """Both switches are process-wide: the run leaves them as it found them, on or off (another test
+    module, tests/ship_fakes.py, turns transformers' off at import)."""
     import datasets
     from transformers.utils import logging as hf_logging
 
     from tuneproof.train.trainer import progress_bars_off
 
-    assert hf_logging.is_progress_bar_enabled() and not datasets.are_progress_bars_disabled()
-    with progress_bars_off(True):
-        assert not hf_logging.is_progress_bar_enabled() and datasets.are_progress_bars_disabled()
-    assert hf_logging.is_progress_bar_enabled() and not datasets.are_progress_bars_disabled()
-    hf_logging.disable_progress_bar()
+    before = (hf_logging.is_progress_bar_enabled(), datasets.are_progress_bars_disabled())
     try:
+        hf_logging.enable_progress_bar()
+        datasets.enable_progress_bars()
+        with progress_bars_off(True):
+            assert not hf_logging.is_progress_bar_enabled() and datasets.are_progress_bars_disabled()
+        assert hf_logging.is_progress_bar_enabled() and not datasets.are_progress_bars_disabled()
+        hf_logging.disable_progress_bar()
         with progress_bars_off(True):
             pass
         assert not hf_logging.is_progress_bar_enabled()  # off before: left off
     finally:
-        hf_logging.enable_progress_bar()
+        (hf_logging.enable_progress_bar if before[0] else hf_logging.disable_progress_bar)()
+        (datasets.disable_progress_bars if before[1] else datasets.enable_progress_bars)()
