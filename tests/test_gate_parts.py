@@ -717,3 +717,18 @@ def test_a_loaded_embedder_leaves_the_environment_as_it_was(tmp_path: Path, monk
     before = dict(os.environ)
     embed = load_embedder(str(tmp_path / "m2v"))
     assert dict(os.environ) == before and embed(["red", "red"]).shape[0] == 2
+
+
+def test_an_adapter_made_for_another_base_is_one_line(tmp_path: Path, capsys) -> None:
+    """`generate --adapter` with an adapter of another model gave PEFT's warnings and a traceback."""
+    import ship_fakes as fx
+    from tuneproof.cli.app import main
+
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    (tmp_path / "p.jsonl").write_text('{"prompt_id": "p0", "prompt": "Hello"}\n')
+    args = ["generate", "--model", "tiny", "--adapter", str(tmp_path / "adapter"),
+            "--prompts", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "o.jsonl")]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit this model (size mismatch for" in err
+    assert not (tmp_path / "o.jsonl").exists()

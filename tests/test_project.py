@@ -151,3 +151,31 @@ def test_plan_probe_json_is_one_json_object(tmp_path: Path, capsys) -> None:
     d = json.loads(capsys.readouterr().out)  # nothing else on stdout: the Trainer's own prints are off
     assert d["step_overhead_source"] == "measured by the probe" and d["step_overhead_s"] >= 0
     assert d["step_cost"]["source"].startswith("probe of embedded tiny")
+
+
+def test_the_probe_stops_at_the_models_positions_and_the_plan_extrapolates_past_them() -> None:
+    """`plan --probe` with its defaults (tiny, 4,096 positions; the shipped lengths reach 16,384) was
+    always refused: it now times up to 4,096 and names the extrapolation."""
+    from tuneproof.arch import resolve
+    from tuneproof.data import synthetic_lengths
+    from tuneproof.data.step_model import probe_spec
+
+    lengths, _ = synthetic_lengths()
+    tiny = resolve("tiny")
+    spec = probe_spec(tiny, "sdpa", "forward", 2, 5.0, 0, lengths)
+    assert max(spec.widths) == tiny.max_positions == 4096 < int(lengths.max())
+
+
+def test_a_trainer_step_probe_names_the_train_extra_before_any_work(monkeypatch) -> None:
+    import importlib.util
+
+    from tuneproof.arch import resolve
+    from tuneproof.data import synthetic_lengths
+    from tuneproof.data.step_model import probe_spec
+    from tuneproof.errors import TuneproofError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))
+    lengths, _ = synthetic_lengths()
+    with pytest.raises(TuneproofError, match=r"needs accelerate.*pip install 'tuneproof\[train\]'"):
+        probe_spec(resolve("tiny"), "sdpa", "full", 2, 5.0, 0, lengths)

@@ -14,6 +14,7 @@ import numpy as np
 
 from tuneproof.data.ranks import StepCost
 from tuneproof.errors import TuneproofError
+from tuneproof.extras import require
 
 RESAMPLES = 400
 
@@ -84,10 +85,15 @@ def probe_spec(model: Any, attn: str, mode: str, micro_batch: int, budget_s: flo
 
     from tuneproof.measure.probe import ProbeSpec, check_probe, span_widths
 
-    widths = span_widths([int(lengths.min()), int(lengths.max())])
+    if mode != "forward":  # the step's own overhead is timed in a real Trainer step (accelerate, PEFT)
+        require("train", f"timing a {mode} Trainer step (plan --probe)")
+    # widths past the model's positions cannot run: the probe stops there and the plan names how far
+    # its longest lengths are extrapolated beyond the widest measured
+    longest = min(int(lengths.max()), model.max_positions or int(lengths.max()))
+    widths = span_widths([int(lengths.min()), longest])
     if widths is None:
         raise TuneproofError(
-            f"the longest length ({int(lengths.max())}) is too short for a 4x span of probe widths",
+            f"the longest length the probe can time ({longest}) is too short for a 4x span of probe widths",
             "give the step cost as a fit or as timed points",
         )
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -97,7 +103,7 @@ def probe_spec(model: Any, attn: str, mode: str, micro_batch: int, budget_s: flo
         check_probe(model, spec)
     except TuneproofError as e:
         raise TuneproofError(
-            f"the probe cannot time this run's longest lengths here: {e.what}",
+            f"the probe cannot time this run's longest lengths here: {e.message}",
             "time them on the machine that fits them and give the points, or give a fit",
         ) from None
     return spec

@@ -225,9 +225,7 @@ def load_model(model: str, adapter: str | None) -> tuple[Any, Any, dict[str, str
         }
     if adapter is not None:
         folder = Path(adapter)
-        from peft import PeftModel
-
-        lm = PeftModel.from_pretrained(lm, str(folder)).to(device)
+        lm = _with_adapter(lm, folder).to(device)
         fp["adapter_sha256"] = _fingerprint_files(folder, "adapter_model.*")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -388,3 +386,24 @@ def meta_path(arm: Path) -> Path:
     """ARM.jsonl -> ARM.meta.json (next to it)."""
     name = arm.name.removesuffix(".gz").removesuffix(".jsonl")
     return arm.with_name(name + ".meta.json")
+
+
+def _with_adapter(lm: Any, folder: Path) -> Any:
+    """PEFT's PeftModel.from_pretrained, with an adapter made for another base (its factors' shapes
+    do not fit) refused in one line instead of PEFT's warnings and torch's size-mismatch traceback."""
+    import re
+    import warnings
+
+    from peft import PeftModel
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return PeftModel.from_pretrained(lm, str(folder))
+    except (RuntimeError, ValueError, KeyError) as e:
+        first = re.search(r"size mismatch for [^:]+: [^\n]*", str(e))
+        why = first.group(0) if first else str(e).splitlines()[0][:200]
+        raise TuneproofError(
+            f"the adapter {folder} does not fit this model ({why})",
+            "pass the base the adapter was trained on",
+        ) from None

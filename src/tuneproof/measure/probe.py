@@ -143,7 +143,7 @@ def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
 
     check_positions(model, spec.widths)
     if spec.mode == "lora":
-        require("train", "a LoRA probe ({mode} lora)", ("peft",))
+        require("train", "a LoRA probe (mode lora)", ("peft",))
     if spec.device == "cuda":
         import torch
 
