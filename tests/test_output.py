@@ -179,3 +179,16 @@ def test_an_output_name_taken_by_a_folder_is_refused_up_front(
         f"error: {tmp_path / name} exists and is not a file (move it away or pass another output folder)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_quant_audit_rows_keep_their_columns_at_80(capsys, monkeypatch) -> None:
+    """Its family rows were wider than 80 columns and wrapped into a staircase of 'unknown' sizes."""
+    monkeypatch.setenv("COLUMNS", "80")
+    recipe = str(DATA / "quant_recipes" / "recipe_awq_nvfp4.yaml")
+    main(["quant-audit", "--recipe", recipe, "--config", CASE])
+    rows = [
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.strip().startswith(("experts", "router"))
+    ]
+    assert rows and all(line.rstrip().endswith(("unknown", "GiB")) for line in rows)

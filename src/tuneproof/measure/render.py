@@ -22,6 +22,14 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+KERNEL_NAME_CHARS = 60  # a kernel's name in the table; --json holds every name whole
+
+
+def _short(name: str) -> str:
+    """A long kernel name cut with a visible '...' (a cut that looks like the real name misleads)."""
+    return name if len(name) <= KERNEL_NAME_CHARS else name[: KERNEL_NAME_CHARS - 3] + "..."
+
+
 def render_kernels(table: KernelTable, console: Console) -> None:
     from tuneproof.tables import Table
 
@@ -32,7 +40,7 @@ def render_kernels(table: KernelTable, console: Console) -> None:
     for col in ("class", "ms", "share", "top kernels (ms, calls)"):
         t.add_column(col, justify="right" if col in ("ms", "share") else "left")
     for cls in CLASSES:
-        tops = "; ".join(f"{escape(n[:60])} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
+        tops = "; ".join(f"{escape(_short(n))} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
         t.add_row(cls, f"{table.ms.get(cls, 0.0):.1f}", _pct(table.share(cls)), tops or "-")
     console.print(t)
     busy = table.total_ms

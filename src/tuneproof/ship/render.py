@@ -275,15 +275,15 @@ def recipe_lines(r: RecipeReport) -> list[str]:
         tag = "assumed" if i == 0 else "other  "
         lines.append(f"engine    {tag} {a.engine.name}: {a.engine.reason}")
         size = f"size ({a.dtype})" if a.bytes_per_param else "size"
-        lines.append(f"          family        covered of tensors   ignored   share of parameters   {size}")
+        header = f"{'family':<12} {'covered of tensors':<21}{'ignored':>7}   {'share':>7}  {size:>14}"
+        lines.append(f"          {header}")  # every row fits 80 columns
         for f in a.families.values():
             if f.family == "other":
                 continue
             nbytes = _gib(f.numel * a.bytes_per_param) if a.bytes_per_param else "unknown"
             lines.append(
-                f"          {f.family:<12} {f.covered_matrices:>8,} of {f.matrices:<9,} "
-                f"{f.ignored_matrices:>7,}"
-                f"   {100 * f.numel / a.total_numel:5.1f} %{nbytes:>22}"
+                f"          {f.family:<12} {f.covered_matrices:>8,} of {f.matrices:<9,}{f.ignored_matrices:>7,}"
+                f"   {100 * f.numel / a.total_numel:5.1f} %  {nbytes:>14}"
             )
         if not a.bytes_per_param:
             lines.append("          (bytes unknown: the config names no dtype)")
