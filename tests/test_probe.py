@@ -956,3 +956,27 @@ def test_a_lora_probe_adapts_the_targets_it_is_given() -> None:
     net = probe_model(resolve("tiny"), spec)
     adapted = {n.rsplit(".lora_A", 1)[0] for n, _ in net.named_parameters() if ".lora_A" in n}
     assert adapted and all(n.endswith("self_attn.q_proj") for n in adapted)
+
+
+def test_a_share_outside_its_own_interval_is_unstable_not_agreement(monkeypatch) -> None:
+    """Under load a probe printed quad_share_fit 0.9045 beside its interval [0.162, 0.876]: the shown
+    (sign-constrained) share and the bootstrap's part ways, so the cross-check cannot judge."""
+    import tuneproof.measure.crosscheck as cc_module
+    from tuneproof.measure.crosscheck import OUTPUTS
+
+    rng = np.random.default_rng(0)
+    widths = [2048.0, 8192.0, 16384.0]
+    timed = [case_time(w) * (1 + 0.005 * rng.standard_normal(8)) for w in widths]
+    fit_at = OUTPUTS.index("quad_share_fit")
+
+    def narrow(samples, statistic, seed):  # type: ignore[no-untyped-def]
+        lo = np.full(len(OUTPUTS), -1.0)
+        hi = np.full(len(OUTPUTS), 1.0)
+        lo[-1], hi[-1] = -0.001, 0.001  # the gap's interval alone would say "agree"
+        lo[fit_at], hi[fit_at] = 0.10, 0.20  # the fit's share (0.678) lies far outside
+        return lo, hi
+
+    monkeypatch.setattr(cc_module, "bootstrap", narrow)
+    cc = cross_check(widths, timed, _profiles(widths, 0.0, 0.005, rng), at=16384)
+    assert cc.verdict.outcome == "inconclusive" and "unstable" in cc.verdict.reason
+    assert any("quad_share_fit" in n and "outside its interval" in n for n in cc.notes)

@@ -249,4 +249,20 @@ def cross_check(
         lo, hi = bootstrap([*timed, *picks], statistic, seed)
         intervals = {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(OUTPUTS)}
         verdict = judge_agreement(gap, (100 * float(lo[-1]), 100 * float(hi[-1])), tolerance)
+        outside = [k for k in ("quad_share_fit", "quad_share_kernels")
+                   if not intervals[k][0] <= values[k] <= intervals[k][1]]  # fmt: skip
+        if outside:  # the sign-constrained share and the bootstrap's unconstrained ones part ways
+            shown = ", ".join(
+                f"{k} {100 * values[k]:.1f} % outside its interval "
+                f"[{100 * intervals[k][0]:.1f}, {100 * intervals[k][1]:.1f}] %"
+                for k in outside
+            )
+            notes.append(f"{shown}: the fit is unstable at these widths")
+            verdict = Agreement(
+                "inconclusive",
+                gap,
+                verdict.interval,
+                tolerance,
+                f"{shown}: the fit is unstable, cannot judge",
+            )
     return CrossCheck(int(at), values, intervals, verdict, notes, attributable)

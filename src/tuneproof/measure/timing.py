@@ -229,6 +229,11 @@ def _notes(timings: dict[K, Timing], target: float) -> list[str]:
                 f"{key}: {t.num_outliers} outlier repeat(s) excluded "
                 f"({excluded} vs median {t.median_s:.4g} s)"
             )
+        if robust.two_regimes(t.times_s):
+            notes.append(
+                f"{key}: the repeats fall into two regimes (more than a fifth far above the median: "
+                "another process held a core for part of the run); none set aside, the interval spans both"
+            )
         half = t.relative_halfwidth
         if half is None or half > target:
             known = (
