@@ -65,7 +65,7 @@ class GenerateSpec:
         if self.temperature == 0 and self.samples > 1:
             raise TuneproofError(
                 f"{{temperature}} 0 (greedy) gives one response per prompt; got {{samples}} {self.samples}",
-                "sample with a temperature > 0, or pass samples 1",
+                "sample with a temperature > 0, or pass {samples} 1",
                 fields=("temperature", "samples"),
             )
         if not self.model.strip():

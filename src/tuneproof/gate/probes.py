@@ -30,7 +30,7 @@ from tuneproof.gate.attractors import PhraseMatcher
 from tuneproof.gate.inputs import read_toml
 
 EXPECT = {"increase": "up", "decrease": "down", "no-change": "no-change"}
-PROBE_HINT = "see the probes section of the README for the file format"
+PROBE_HINT = "docs/gate.md gives the probes file format"
 
 
 @dataclass(frozen=True)

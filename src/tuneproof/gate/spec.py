@@ -31,7 +31,7 @@ from tuneproof.gate.memorise import DEFAULT_K
 from tuneproof.gate.stats import DEFAULT_FLOOR_K
 
 ATTRACTOR_PARTS = ("share", "per_1k_words")
-SPEC_HINT = "see the gate section of the README for the spec format"
+SPEC_HINT = "docs/gate.md gives the spec format"
 
 
 @dataclass(frozen=True, slots=True)

@@ -282,8 +282,8 @@ def recipe_lines(r: RecipeReport) -> list[str]:
                 continue
             nbytes = _gib(f.numel * a.bytes_per_param) if a.bytes_per_param else "unknown"
             lines.append(
-                f"          {f.family:<12} {f.covered_matrices:>8,} of {f.matrices:<9,}{f.ignored_matrices:>7,}"
-                f"   {100 * f.numel / a.total_numel:5.1f} %  {nbytes:>14}"
+                f"          {f.family:<12} {f.covered_matrices:>8,} of {f.matrices:<9,}"
+                f"{f.ignored_matrices:>7,}   {100 * f.numel / a.total_numel:5.1f} %  {nbytes:>14}"
             )
         if not a.bytes_per_param:
             lines.append("          (bytes unknown: the config names no dtype)")

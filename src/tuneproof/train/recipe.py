@@ -179,7 +179,7 @@ def from_dict(data: dict[str, Any], source: str) -> Recipe:
                 where = next((p for p, c in PARTS.items() if alias in {f.name for f in fields(c)}), name)
                 if alias is not None:
                     raise TuneproofError(
-                        f"{source}: unknown key {name}.{key!r}", f"this recipe calls it {where}.{alias}"
+                        f"{source}: unknown key '{name}.{key}'", f"this recipe calls it {where}.{alias}"
                     )
                 raise _unknown(source, f"{name}.{key}", valid, "key")
         parts[name] = cls(**section)
