@@ -11,8 +11,8 @@
   uncontended 0.32 s repeat set aside among 6.4 s ones when both tails were flagged). Outliers are
   rare by definition: when more than a fifth of the repeats (and more than one) would be flagged,
   the timings are two regimes (a neighbour holding a core for part of the run), not a few bursts,
-  and none is set aside: the median and its interval then show the whole spread (a fresh-eyes trial saw 11 of 29 repeats
-  at 0.24 s set aside and a +-4 % interval around the 0.11 s ones).
+  and none is set aside: the median and its interval then show the whole spread (a fresh-eyes
+  trial saw 11 of 29 repeats at 0.24 s set aside and a +-4 % interval around the 0.11 s ones).
 - The median's 95 % interval is distribution-free: the order statistics that bracket the median with
   binomial coverage (scipy.stats.quantile_test). It needs 6 values (with 5, [min, max] covers only
   93.75 %); with fewer the interval is unknown, not guessed.
