@@ -5,9 +5,10 @@ the fingerprint into its adapter folder itself."""
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
+
+from tuneproof.integrations.say import say
 
 
 def adapter_health(model: Any) -> Any:
@@ -40,10 +41,9 @@ def write_base_fingerprint(folder: Path | None, source: str, out: Path) -> Path 
     from tuneproof.ship.identity import FINGERPRINT_NAME, fingerprint
 
     if folder is None or not any(folder.glob("*.safetensors")):
-        warnings.warn(
+        say(
             f"tuneproof: the base ({source or 'built from a config'}) is not a local safetensors folder: "
-            "no base_fingerprint.json (record one with tuneproof fingerprint)",
-            stacklevel=3,
+            "no base_fingerprint.json (record one with tuneproof fingerprint)"
         )
         return None
     return atomic_write_json(out / FINGERPRINT_NAME, fingerprint(folder).to_json())

@@ -29,7 +29,6 @@ import inspect
 import math
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from tuneproof.flops.microbatch import StepFlops, median_width, price_step, rows
 from tuneproof.integrations.advice import first_step_warnings, recompile_warning
 from tuneproof.integrations.artefacts import adapter_health, base_folder, write_base_fingerprint
 from tuneproof.integrations.read_run import _Run, read_run
+from tuneproof.integrations.say import say
 
 PREFIX = "tuneproof/"
 
@@ -91,7 +91,7 @@ class TuneproofCallback(TrainerCallback):
         self._sync = torch.cuda.synchronize if device.type == "cuda" else None
         _log_first(self)
         if self._run.peak_tflops is None:
-            warnings.warn(f"tuneproof: no MFU: {self._run.peak_source}", stacklevel=2)
+            say(f"tuneproof: no MFU: {self._run.peak_source}")
 
     def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         """Adapter health into the log and, with `record_base`, the base's fingerprint beside the
@@ -156,7 +156,7 @@ class TuneproofCallback(TrainerCallback):
         if self._run.frames_at_first_step is None:
             self._run.frames_at_first_step = _frames_compiled()
             for line in first_step_warnings(self._run, step, pending, bool(self.widths)):
-                warnings.warn(f"tuneproof: {line}", stacklevel=2)
+                say(f"tuneproof: {line}")
         self.history.append(step)
 
     # --- logging ---------------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ class TuneproofCallback(TrainerCallback):
         near = recompile_warning(self._run.attn, recompiles, _recompile_limit())
         if near is not None and not self._run.warned_recompiles:
             self._run.warned_recompiles = True
-            warnings.warn(f"tuneproof: {near}", stacklevel=2)
+            say(f"tuneproof: {near}")
         if self._run.peak_tflops:
             metrics[f"{PREFIX}mfu_intended"] = intended / self._run.peak_tflops
             metrics[f"{PREFIX}mfu_performed"] = performed / self._run.peak_tflops

@@ -4,13 +4,13 @@ attention implementation in use, the dtype and device, and the peak the MFUs are
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuneproof.dtypes import short_name
 from tuneproof.errors import TuneproofError
 from tuneproof.flops.microbatch import MicroBatchLedger
+from tuneproof.integrations.say import say
 
 
 @dataclass(slots=True)
@@ -89,15 +89,12 @@ def _lora(model: Any) -> tuple[int | None, tuple[str, ...]]:
                 i = parts.index("layers")
                 targets.add(".".join(p for p in parts[i + 2 :] if p != "base_layer"))
     if experts:
-        warnings.warn(
+        say(
             "tuneproof: LoRA on fused expert parameters (target_parameters) is not in the FLOP ledger: "
-            "the logged FLOPs leave out its GEMMs, so they undercount by that share",
-            stacklevel=3,
+            "the logged FLOPs leave out its GEMMs, so they undercount by that share"
         )
     if len(ranks) > 1:
-        warnings.warn(
-            f"tuneproof: adapters of several ranks {sorted(ranks)}: FLOPs use the largest", stacklevel=3
-        )
+        say(f"tuneproof: adapters of several ranks {sorted(ranks)}: FLOPs use the largest")
     return (max(ranks) if ranks else None), tuple(sorted(t for t in targets if t))
 
 
