@@ -1,7 +1,7 @@
 """`tuneproof doctor`: runs every diagnosis on one model and assembles one report.
 
 Sections so far: the FLOP ledger (intended vs performed) at several widths, the attention dispatch
-chain (live here, predicted for the CASE's sm_120 card), batching choices on the shipped long-tail
+chain (live here, predicted for the reference run's sm_120 card), batching choices on the shipped long-tail
 length set, and the measurement probe (scaling fit, kernel table, cross-check) on the CPU. Later
 capabilities (gates, shipping) add their sections here.
 
@@ -223,7 +223,7 @@ def probe_section(
 @dataclass(slots=True)
 class ExplainSection:
     """The dispatch chain for the doctor's padded SDPA training run: live on this device, and
-    predicted for the CASE's card (sm_120), where the chain ends in the slow path."""
+    predicted for the reference run's card (sm_120), where the chain ends in the slow path."""
 
     live: Any  # Explanation
     case_card: Any  # Explanation

@@ -16,6 +16,7 @@ from tuneproof.cli.common import (
     resolve_model,
     step_fit,
     str_list,
+    warn_unused,
 )
 from tuneproof.data.compare import CASE_FIT_TEXT, COMPARE_CHOICES
 
@@ -60,7 +61,7 @@ from tuneproof.data.compare import CASE_FIT_TEXT, COMPARE_CHOICES
     default=CASE_FIT_TEXT,
     show_default=True,
     help="Step cost for --ranks: A,B (or A,B,C) of t = C + A*w + B*w^2 seconds per sequence "
-    "(default: the CASE's fit).",
+    "(default: the reference run's fit).",
 )
 @json_option
 def buckets(
@@ -81,6 +82,8 @@ def buckets(
     how much of the ranks' time each plan spends waiting for the slowest."""
     from tuneproof.data import compare as area
 
+    warn_unused(("attn",), "--config", config is not None)
+    warn_unused(("fit",), "--ranks above 1", ranks > 1)
     spec = area.BucketsSpec(
         lengths_file, micro_batch, grad_accum, int_list(sweep, "--sweep"), str_list(choices),
         resolve_model(config) if config is not None else None, attn, seed, ranks, step_fit(fit, "--fit"),

@@ -34,7 +34,7 @@ from tuneproof.data.compare import PLAN_SAMPLERS as SAMPLERS
 @click.option(
     "--fit",
     default=None,
-    help="Step cost A,B (or A,B,C) of t = C + A*w + B*w^2 seconds per SEQUENCE (e.g. the CASE's "
+    help="Step cost A,B (or A,B,C) of t = C + A*w + B*w^2 seconds per SEQUENCE (e.g. the reference run's "
     f"{CASE_FIT_TEXT}); no interval.",
 )
 @click.option(

@@ -1,4 +1,4 @@
-"""`tuneproof train`: the whole fine-tune on transformers' Trainer + PEFT, every CASE fix on."""
+"""`tuneproof train`: the whole fine-tune on Trainer + PEFT, every fix from the reference run on."""
 
 from __future__ import annotations
 

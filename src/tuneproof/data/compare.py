@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the planners load in the functions: the CLI reads COMPARE_C
 COMPARE_CHOICES = ("random", "hf-length-grouped", "packing")
 PLAN_SAMPLERS = ("ours", *COMPARE_CHOICES)  # what `tuneproof plan` projects (ours: BucketBatchSampler)
 
-# docs/reference-run.md's fit of the CASE's step time: (A, B) of t = A*w + B*w^2 seconds per sequence;
+# docs/reference-run.md's fit of its step time: (A, B) of t = A*w + B*w^2 seconds per sequence;
 # the default step cost of `buckets --ranks`, and the example `plan --fit` names
 CASE_FIT = (6.87e-4, 8.85e-8)
 CASE_FIT_TEXT = ",".join(f"{x:.2e}".replace("e-0", "e-") for x in CASE_FIT)  # as a --fit value: "6.87e-4,..."
@@ -116,7 +116,7 @@ def compare(
     """Tightest bucketing vs the chosen baselines, and the bucket-width sweep. With `ranks` > 1 every
     plan is the global one dealt to the ranks (ours rank-synchronous, and its interleaved variant
     beside it), its windows are whole optimizer steps (grad_accum x ranks micro-batches), and `cost`
-    (a `StepCost`, default the CASE's fit) gives each plan's utilisation across ranks."""
+    (a `StepCost`, default the reference run's fit) gives each plan's utilisation across ranks."""
     from tuneproof.data.ranks import check_fills_one_step
 
     check_compare_args(micro_batch, grad_accum, choices, sweep, attn, seed, ranks)

@@ -1,6 +1,6 @@
 """`tuneproof plan`: the whole run's wall time, projected from its real batch plan before launch.
 
-Trainers' ETAs extrapolate the first steps linearly, which is wrong whenever widths vary (the CASE's
+Trainers' ETAs extrapolate the first steps linearly, which is wrong whenever widths vary (the reference run's
 run finished in 7:21:52 against a 13.85 h projection). Here every micro-batch of every epoch is
 planned by the sampler the run will use, timed by a step-cost fit (`StepCost`: per sequence from
 `--fit`, per micro-batch from measured points or a probe), dealt to the ranks, and every

@@ -1,6 +1,6 @@
 """What the gate judges: metric families, the headline metric of each, wanted directions, k and thresholds.
 
-The defaults are the CASE's: diversity (distinct-n, up), attractor share (down), memorisation at most
+The defaults are the reference run's: diversity (distinct-n, up), attractor share (down), memorisation at most
 0 % of tuned responses holding a 32-token corpus span, floors at 2 x the run-to-run SD. A spec file
 (TOML) overrides any of them:
 

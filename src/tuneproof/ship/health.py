@@ -134,7 +134,7 @@ class Health:
         return Verdict("HEALTHY", "every adapted module (and every expert) moved from its start")
 
     def summary(self) -> str:
-        """The CASE line: `lora_B non-zero in 205 of 205 adapted modules, median norm 1.708`."""
+        """The reference run's line: `lora_B non-zero in 205 of 205 adapted modules, median norm 1.708`."""
         norms = [m.start_zero_norm for m in self.modules if m.finite]
         median = statistics.median(norms) if norms else math.nan
         bad = len(self.not_finite)

@@ -44,7 +44,7 @@ def family_of(name: str, ndim: int) -> str:
 def matrices(name: str, shape: tuple[int, ...]) -> int:
     """How many weight matrices a tensor holds: a 3-D expert tensor holds one per expert, and a fused
     `gate_up_proj` two per expert (gate and up), so that fused and per-expert checkpoints count the
-    same: the CASE's 30 layers x 128 experts x 3 projections = 11,520 either way."""
+    same: the reference run's 30 layers x 128 experts x 3 projections = 11,520 either way."""
     if len(shape) < 2 or name.endswith("bias"):
         return 0
     if len(shape) == 2:

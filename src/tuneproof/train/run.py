@@ -1,4 +1,4 @@
-"""`tuneproof train`: a thin runner on transformers' `Trainer` + PEFT with every CASE fix on.
+"""`tuneproof train`: a thin runner on transformers' `Trainer` + PEFT with every reference-run fix on.
 
     plan = prepare(TrainSpec(recipe, output_dir))   # every cheap check, nothing written
     result = run(plan)                               # the weights, the training, the outputs
