@@ -86,7 +86,7 @@ def probe_spec(model: Any, attn: str, mode: str, micro_batch: int, budget_s: flo
     from tuneproof.measure.probe import ProbeSpec, check_probe, span_widths
 
     if mode != "forward":  # the step's own overhead is timed in a real Trainer step (accelerate, PEFT)
-        require("train", f"timing a {mode} Trainer step (plan --probe)")
+        require("train", f"timing a {mode} Trainer step (the plan's probe)")
     # widths past the model's positions cannot run: the probe stops there and the plan names how far
     # its longest lengths are extrapolated beyond the widest measured
     longest = min(int(lengths.max()), model.max_positions or int(lengths.max()))

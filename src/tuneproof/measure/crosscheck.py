@@ -250,21 +250,30 @@ def cross_check(
         lo, hi = bootstrap([*timed, *picks], statistic, seed)
         intervals = {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(OUTPUTS)}
         verdict = judge_agreement(gap, (100 * float(lo[-1]), 100 * float(hi[-1])), tolerance)
-        slack = 1e-3  # a tenth of a point: what the table shows; below it, float rounding
-        outside = [k for k in ("quad_share_fit", "quad_share_kernels")
-                   if not intervals[k][0] - slack <= values[k] <= intervals[k][1] + slack]  # fmt: skip
-        if outside:  # the sign-constrained share and the bootstrap's unconstrained ones part ways
-            shown = ", ".join(
-                f"{k} {100 * values[k]:.1f} % outside its interval "
-                f"[{100 * intervals[k][0]:.1f}, {100 * intervals[k][1]:.1f}] %"
-                for k in outside
-            )
-            notes.append(f"{shown}: the fit is unstable at these widths")
-            verdict = Agreement(
-                "inconclusive",
-                gap,
-                verdict.interval,
-                tolerance,
-                f"{shown}: the fit is unstable, cannot judge",
-            )
+        verdict = _unstable(values, intervals, verdict, notes)
     return CrossCheck(int(at), values, intervals, verdict, notes, attributable)
+
+
+def _unstable(
+    values: dict[str, float], intervals: dict[str, tuple[float, float]], verdict: Agreement, notes: list[str]
+) -> Agreement:
+    """`verdict`, or inconclusive when a share shown lies outside its own bootstrap interval (the
+    sign-constrained share and the bootstrap's unconstrained ones part ways: an unstable fit)."""
+    slack = 1e-3  # a tenth of a point: what the table shows; below it, float rounding
+    outside = [k for k in ("quad_share_fit", "quad_share_kernels")
+               if not intervals[k][0] - slack <= values[k] <= intervals[k][1] + slack]  # fmt: skip
+    if not outside:
+        return verdict
+    shown = ", ".join(
+        f"{k} {100 * values[k]:.1f} % outside its interval "
+        f"[{100 * intervals[k][0]:.1f}, {100 * intervals[k][1]:.1f}] %"
+        for k in outside
+    )
+    notes.append(f"{shown}: the fit is unstable at these widths")
+    return Agreement(
+        "inconclusive",
+        verdict.gap,
+        verdict.interval,
+        verdict.tolerance,
+        f"{shown}: the fit is unstable, cannot judge",
+    )
