@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneproof import validate
+from tuneproof.verdict import NoWarnings
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -83,7 +84,7 @@ class FlopsSection:
 
 
 @dataclass(slots=True)
-class DoctorReport:
+class DoctorReport(NoWarnings):
     """Every section's result. `written` lists what `run` wrote (report.json, a report folder), which
     the text names first; `to_dict()` is the report itself (what `--json` prints and report.json holds)."""
 
@@ -91,10 +92,6 @@ class DoctorReport:
     sections: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
-
-    @property
-    def warnings(self) -> list[str]:
-        return []
 
     @property
     def verdict(self) -> None:

@@ -50,3 +50,23 @@ class Result(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
     def render(self, console: Any) -> None: ...
+
+
+class NoWarnings:
+    """For a Result that warns of nothing (its notes are part of its text): `warnings` is empty."""
+
+    __slots__ = ()
+
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+
+class Unjudged(NoWarnings):
+    """For a Result that judges nothing: no verdict, so the command exits 0."""
+
+    __slots__ = ()
+
+    @property
+    def verdict(self) -> None:
+        return None

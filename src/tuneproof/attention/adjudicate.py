@@ -29,6 +29,7 @@ from tuneproof.attention.paths import names as path_names
 from tuneproof.attention.paths import path
 from tuneproof.dtypes import torch_dtype
 from tuneproof.errors import TuneproofError
+from tuneproof.verdict import NoWarnings
 
 LOW_PRECISION = ("bf16", "fp16")  # the dtypes judged against fp32 truth
 CRITERIA = {
@@ -197,7 +198,7 @@ def judge_width(width: int, errors: dict[str, list[float]]) -> WidthVerdict:
 
 
 @dataclass(slots=True)
-class Adjudication:
+class Adjudication(NoWarnings):
     dtype: str
     device: str
     criterion: str
@@ -221,10 +222,6 @@ class Adjudication:
 
     def verdicts(self) -> dict[int, WidthVerdict]:
         return {w: self.judge(w) for w in self.widths}
-
-    @property
-    def warnings(self) -> list[str]:
-        return []
 
     @property
     def verdict(self) -> None:

@@ -28,6 +28,7 @@ from tuneproof.attention.live import live_mask as _live_mask
 from tuneproof.attention.live import live_sdpa as _live_sdpa
 from tuneproof.attention.paths import PATHS, Rows, path
 from tuneproof.errors import TuneproofError
+from tuneproof.verdict import NoWarnings
 
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
@@ -132,15 +133,11 @@ class LayerExplanation:
 
 
 @dataclass(slots=True)
-class Explanation:
+class Explanation(NoWarnings):
     context: Context
     layers: list[LayerExplanation]
     advice: list[str]
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def warnings(self) -> list[str]:
-        return []
 
     @property
     def verdict(self) -> None:

@@ -33,7 +33,7 @@ from tuneproof.errors import TuneproofError
 from tuneproof.measure import robust
 from tuneproof.measure.constant import ConstantTerm, judge_constant
 from tuneproof.measure.points import MAX_SECONDS, MAX_WIDTH, MIN_SECONDS, read_points
-from tuneproof.verdict import Verdict
+from tuneproof.verdict import NoWarnings, Verdict
 
 MIN_WIDTHS = 3
 MIN_SPAN = 4.0
@@ -98,7 +98,7 @@ def shares(coef: np.ndarray, at: np.ndarray, constant: bool) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
-class ScalingFit:
+class ScalingFit(NoWarnings):
     a: float
     b: float
     c: float  # 0 unless the constant is present and the model carries it
@@ -126,10 +126,6 @@ class ScalingFit:
     def verdict(self) -> Verdict:
         """The constant test's verdict: the one thing the fit judges."""
         return self.constant.as_verdict()
-
-    @property
-    def warnings(self) -> list[str]:
-        return []
 
     def render(self, console: Any) -> None:
         from tuneproof.measure.render import render_fit

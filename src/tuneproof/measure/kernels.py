@@ -20,6 +20,7 @@ from typing import Any
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
 from tuneproof.io import input_file
+from tuneproof.verdict import Unjudged
 
 CLASSES = ("attention", "gemm", "communication", "memory", "other")
 # what a profile's time splits into: the busy classes and the idle gaps between them
@@ -98,7 +99,7 @@ class ArchMismatch:
 
 
 @dataclass(slots=True)
-class KernelTable:
+class KernelTable(Unjudged):
     """Busy time per class (shares are of busy time), and the idle time between the first start and the
     last end that no kernel (or CPU operator) covers: on a device, launch- or host-bound gaps; on the
     CPU, Python and dispatch overhead between operators."""
@@ -129,15 +130,6 @@ class KernelTable:
             "arch_mismatch": [m.to_dict() for m in self.arch_mismatch],
             "device": self.device,
         }
-
-    @property
-    def warnings(self) -> list[str]:
-        return []
-
-    @property
-    def verdict(self) -> None:
-        """Nothing is judged: an architecture mismatch is a finding in the table, not an exit code."""
-        return None
 
     def render(self, console: Any) -> None:
         from tuneproof.measure.render import render_kernels

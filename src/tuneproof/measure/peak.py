@@ -14,6 +14,7 @@ from typing import Any
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
 from tuneproof.hardware import Peak, normalise_dtype
+from tuneproof.verdict import Unjudged
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
 SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
@@ -21,7 +22,7 @@ IQR_THRESHOLD = 0.1  # adaptive_autorange's stopping rule: IQR / median below th
 
 
 @dataclass(frozen=True, slots=True)
-class MeasuredPeak:
+class MeasuredPeak(Unjudged):
     tflops: float
     device: str
     dtype: str
@@ -49,14 +50,6 @@ class MeasuredPeak:
             "iqr_s": self.iqr_s,
             "runs": self.runs,
         }
-
-    @property
-    def warnings(self) -> list[str]:
-        return []
-
-    @property
-    def verdict(self) -> None:
-        return None
 
     def render(self, console: Any) -> None:
         from tuneproof.measure.render import render_peak

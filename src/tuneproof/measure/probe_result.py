@@ -12,7 +12,7 @@ from tuneproof.measure.crosscheck import CrossCheck, cross_check
 from tuneproof.measure.fit import ScalingFit, fit_scaling
 from tuneproof.measure.kernels import PROFILE_COLUMNS, KernelTable
 from tuneproof.measure.timing import Interleaved, Timing
-from tuneproof.verdict import Verdict
+from tuneproof.verdict import NoWarnings, Verdict
 
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
-class ProbeResult:
+class ProbeResult(NoWarnings):
     model: str
     spec: ProbeSpec
     timing: Interleaved[int]
@@ -48,10 +48,6 @@ class ProbeResult:
     def verdict(self) -> Verdict:
         """The cross-check's agreement (agree, disagree or inconclusive), exit code 0."""
         return self.cross.verdict.as_verdict()
-
-    @property
-    def warnings(self) -> list[str]:
-        return []
 
     def render(self, console: Any) -> None:
         from tuneproof.measure.render import render_probe
