@@ -32,5 +32,6 @@ def require(extra: str, what: str, modules: tuple[str, ...] | None = None) -> No
     gone = missing(extra, modules)
     if gone:
         raise TuneproofError(
-            f"{what} needs {', '.join(gone)}, which is not installed", f"pip install 'tuneproof[{extra}]'"
+            f"{what} needs {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} not installed",
+            f"pip install 'tuneproof[{extra}]'",
         )
