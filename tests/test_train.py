@@ -169,6 +169,7 @@ def test_two_processes_under_torchrun_train_disjoint_batches_and_save_once(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rows-{r}.json").read_text()) for r in (0, 1)]
     assert [r["main"] for r in ranks] == [True, False]
+    assert all(r["left"] for r in ranks)  # each rank left the process group, none exits inside it
     rows = [{tuple(x) for x in r["rows"]} for r in ranks]
     assert len(ranks[0]["rows"]) == len(ranks[1]["rows"]) == 6  # 3 steps x micro-batch 2 on each rank
     assert not rows[0] & rows[1]  # disjoint

@@ -106,6 +106,7 @@ def run(
     """Load the weights, train, and write the adapter, its health, the base's fingerprint and the
     report (the main process). `progress` gets a line per phase after training (the report's probe);
     `callbacks` are extra `TrainerCallback`s for the Trainer (library use)."""
+    owned = not _in_process_group()  # the Trainer starts it under torchrun; a caller's stays the caller's
     with progress_bars_off(plan.quiet):
         trainer, callback, folder = _set_up(plan)
         for extra in callbacks or []:
@@ -116,6 +117,7 @@ def run(
         kept = dict(steps=int(output.global_step), loss=float(output.training_loss), attention=plan.attention,
                     resumed=plan.resume, main=plan.main)  # fmt: skip
         if not plan.main:
+            _leave_process_group(owned)
             return TrainResult(plan.out, adapter_dir, health=None, fingerprint=None, **kept)  # type: ignore[arg-type]
         result = _save(plan, trainer, callback, folder, adapter_dir, kept)
         facts = _report_facts(trainer)
@@ -125,7 +127,28 @@ def run(
 
         report = write_run_report(plan.out / "report", plan.recipe, plan.attention, plan.cuda, callback,
                                   result.health, progress, **facts)  # fmt: skip
+    _leave_process_group(owned)
     return dataclasses.replace(result, report_file=report)
+
+
+def _in_process_group() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _leave_process_group(owned: bool) -> None:
+    """Under torchrun every rank waits here for the others (rank 0 writes the report after training),
+    then the process group the run started (`owned`) is torn down: a rank that exits with gloo's
+    threads still live aborts ("terminate called without an active exception", SIGABRT: seen once in
+    CI as rank 1 left while rank 0 was still writing). A group the caller made is left to the caller.
+    Only on success: a failing rank exits and torchrun stops the rest."""
+    import torch.distributed as dist
+
+    if _in_process_group():
+        dist.barrier()
+        if owned:
+            dist.destroy_process_group()
 
 
 def train(
