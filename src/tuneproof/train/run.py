@@ -67,6 +67,7 @@ class TrainPlan:
     tokenizer: Any
     folder: Path | None  # the base's folder on disk; None: the tiny model, saved to OUT/base by run
     args: Any  # the Trainer's arguments (TrainingArguments or SFTConfig)
+    owns_group: bool = False  # the arguments started the process group (torchrun): run tears it down
 
 
 def prepare(spec: TrainSpec) -> TrainPlan:
@@ -84,7 +85,9 @@ def prepare(spec: TrainSpec) -> TrainPlan:
         attention = "flex_attention" if cuda else "sdpa"
     records = read_records(recipe)  # a missing or wrong dataset is refused before the model loads
     chat = is_chat(records)
+    owns_group = not _in_process_group()  # building the arguments starts it under torchrun
     args = training_args(recipe, out, chat, cuda, spec.quiet)
+    owns_group = owns_group and _in_process_group()
     main = args.process_index == 0  # Trainer.is_world_process_zero, before the Trainer exists
     if main:  # under torchrun / accelerate, rank 0 alone writes (and so checks) the run folder
         check_output(out, recipe, spec.resume)
@@ -94,7 +97,7 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     data = records if chat else tokenise(records, recipe, tokenizer)
     check_lora_targets(recipe, folder)
     return TrainPlan(
-        recipe, out, spec.resume, spec.quiet, main, cuda, attention, data, tokenizer, folder, args
+        recipe, out, spec.resume, spec.quiet, main, cuda, attention, data, tokenizer, folder, args, owns_group
     )
 
 
@@ -106,7 +109,7 @@ def run(
     """Load the weights, train, and write the adapter, its health, the base's fingerprint and the
     report (the main process). `progress` gets a line per phase after training (the report's probe);
     `callbacks` are extra `TrainerCallback`s for the Trainer (library use)."""
-    owned = not _in_process_group()  # the Trainer starts it under torchrun; a caller's stays the caller's
+    owned = plan.owns_group  # a group the caller made stays the caller's
     with progress_bars_off(plan.quiet):
         trainer, callback, folder = _set_up(plan)
         for extra in callbacks or []:
