@@ -42,12 +42,13 @@ def test_every_data_file_of_the_package_is_declared_as_package_data() -> None:
 def test_the_extras_table_matches_pyproject() -> None:
     """tuneproof/extras.py names the import modules of each extra that pyproject.toml installs."""
     declared = _pyproject()["project"]["optional-dependencies"]
-    dist_to_module = {"compressed-tensors": "compressed_tensors", "pyyaml": "yaml"}
+    dist_to_module = {"compressed-tensors": "compressed_tensors", "pyyaml": "yaml",
+                      "sentence-transformers": "sentence_transformers"}  # fmt: skip
     for extra, modules in EXTRAS.items():
         names = [r.split(">")[0].split("=")[0].split("[")[0].strip().lower() for r in declared[extra]]
         assert sorted(dist_to_module.get(n, n.replace("-", "_")) for n in names) == sorted(modules)
     assert declared["all"] == ["tuneproof[train,quant,embed]"]
-    assert set(EXTRAS) == {"train", "quant", "embed"}
+    assert set(EXTRAS) == {"train", "quant", "embed", "sentence"}
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:

@@ -13,9 +13,10 @@ from tuneproof.errors import TuneproofError
 
 # extra -> the import names it brings (each is the distribution's top-level module)
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "train": ("peft", "trl", "accelerate"),  # tuneproof train, LoRA probes, adapters against a base
+    "train": ("peft", "trl", "accelerate", "datasets"),  # tuneproof train, LoRA probes, adapters vs a base
     "quant": ("compressed_tensors", "yaml"),  # quant-audit: compressed-tensors' matcher, YAML recipes
     "embed": ("model2vec",),  # the gate's diversity metric on a local static embedder
+    "sentence": ("sentence_transformers",),  # the same metric on a local sentence-transformers folder
 }
 
 

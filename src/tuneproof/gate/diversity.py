@@ -188,7 +188,7 @@ def _load_embedder(folder: Path) -> Embedder:
         if importlib.util.find_spec("sentence_transformers") is None:
             raise TuneproofError(
                 f"cannot load the embedder {folder}: model2vec and sentence-transformers are not installed",
-                "pip install 'tuneproof[embed]' (model2vec) or sentence-transformers",
+                "pip install 'tuneproof[embed]' (model2vec) or 'tuneproof[sentence]' (sentence-transformers)",
             )
         from sentence_transformers import SentenceTransformer
 
