@@ -21,6 +21,8 @@ FILE_VALUES = (
     "@only-model-type",
     "@nan-field",
     "@string-size",
+    "@kv-heads",
+    "@layers-1e9",
     "@bad-gzip",
     "@no-events",
     "@nan-duration",
@@ -36,6 +38,8 @@ CONFIG = [
     ("@only-model-type", "holds none of"),
     ("@nan-field", "rms_norm_eps is nan"),
     ("@string-size", "hidden_size is 'abc'"),
+    ("@kv-heads", "num_key_value_heads 64 is above num_attention_heads 32"),
+    ("@layers-1e9", "num_hidden_layers 1,000,000,000 is above 4,096"),
     ("@empty", "not valid JSON"),
     ("/proc/self/mem", "config /proc/self/mem cannot be read"),  # these three found by a fresh-eyes trial
     ("/dev/null", "config /dev/null is not a regular file"),
@@ -412,6 +416,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (d / "only-model-type").write_text(json.dumps({"model_type": "llama"}))
     (d / "nan-field").write_text('{"model_type": "llama", "hidden_size": 64, "rms_norm_eps": NaN}')
     (d / "string-size").write_text(json.dumps({"model_type": "llama", "hidden_size": "abc"}))
+    kv_heads = {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 64}
+    (d / "kv-heads").write_text(json.dumps(kv_heads))
+    (d / "layers-1e9").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 10**9}))
     (d / "bad-gzip").write_bytes(gzip.compress(b"x" * 100)[:20])
     (d / "no-events").write_text(json.dumps({"events": []}))
     (d / "lr-alias.toml").write_text("[optim]\nlearning_rate = 1e-4\n")

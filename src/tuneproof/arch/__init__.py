@@ -1,8 +1,9 @@
 """Model shapes from Hugging Face configs.
 
 One front door, `resolve(config)`, takes what a user can point at: "tiny" (the embedded model), a
-config.json path or its folder, a dict, a transformers `PretrainedConfig`, or an already resolved
-model. The config is read through transformers' own config class for its model_type, so defaults
+config.json path or its folder, a hub id such as `meta-llama/Llama-3.2-1B` (read from the local Hugging
+Face cache, `tuneproof.arch.locate`), a dict, a transformers `PretrainedConfig`, or an already
+resolved model. The config is read through transformers' own config class for its model_type, so defaults
 (layer_types patterns, Gemma 4's per-layer head_dim, KV-sharing modes) are exactly what the modeling
 code will use; a nested `text_config` (multimodal wrappers) is used when present. Every size field is
 checked on the way in, and fields taken from transformers' defaults are named in `notes`.
@@ -11,14 +12,15 @@ checked on the way in, and fields taken from transformers' defaults are named in
 from __future__ import annotations
 
 import json
-import math
-import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuneproof.arch.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
+from tuneproof.arch.locate import locate_config
 from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.values import check_values as _check_values
+from tuneproof.arch.values import config_fields
 from tuneproof.errors import TuneproofError
 
 __all__ = [
@@ -43,25 +45,6 @@ __all__ = [
 
 TINY = "tiny"
 _FIX = "pass a Hugging Face config.json"
-# Fields that must be positive integers when a config sets them (besides a family's size fields).
-_POSITIVE_INTS = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "vocab_size",
-    "head_dim",
-    "global_head_dim",
-    "moe_intermediate_size",
-    "shared_expert_intermediate_size",
-    "num_experts",
-    "num_local_experts",
-    "num_experts_per_tok",
-    "top_k_experts",
-    "max_position_embeddings",
-    "sliding_window",
-)
 
 
 def tiny_config_path() -> Path:
@@ -104,12 +87,11 @@ MAX_CONFIG_BYTES = 16 << 20  # a config.json is kilobytes; a bigger file is some
 
 
 def load_config_dict(path: str | Path) -> dict[str, Any]:
-    """Read a config.json (or a folder holding one) into a dict, with one-line errors."""
+    """Read a config.json, a folder holding one, or a hub id's config.json from the local Hugging Face
+    cache (`tuneproof.arch.locate`: never downloaded) into a dict, with one-line errors."""
     if not str(path).strip():
         raise TuneproofError("the config path is empty", _FIX)
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
+    p = locate_config(path)
     if not p.exists():
         raise TuneproofError(f"config not found: {p}", _FIX)
     if not p.is_file():
@@ -122,6 +104,8 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
         raise TuneproofError(f"config {p} cannot be read: {e.strerror or e}", _FIX) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TuneproofError(f"config {p} is not valid JSON: {e}", _FIX) from None
+    except ValueError:  # Python's limit on integer literals (sys.get_int_max_str_digits, 4300 digits)
+        raise TuneproofError(f"config {p} holds an integer too long to be a size", _FIX) from None
     except RecursionError:
         raise TuneproofError(f"config {p} is nested too deeply", _FIX) from None
     if not isinstance(data, dict):
@@ -129,28 +113,10 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _check_values(data: dict[str, Any], where: str) -> None:
-    """Numbers where numbers belong: NaN, infinity, strings, bools and non-positive sizes are refused."""
-    for key, value in data.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise TuneproofError(
-                f"{where}: {key} is {value}", "fix that field: a config holds finite numbers"
-            )
-    for key in _POSITIVE_INTS:
-        value = data.get(key)
-        if value is None and key in ("sliding_window", "head_dim", "global_head_dim"):
-            continue
-        if key == "sliding_window" and value == 0 and not isinstance(value, bool):
-            continue  # what transformers writes for "no window" (Qwen2-MoE's save_pretrained); read as none
-        if key in data and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0):
-            raise TuneproofError(
-                f"{where}: {key} is {value!r}", "fix that field: it must be a positive integer"
-            )
-
-
 def check_config_values(data: dict[str, Any], where: str) -> None:
-    """The value checks every config gets (finite numbers, positive sizes), on a config of any family,
-    its text_config included."""
+    """The value checks every config gets (`tuneproof.arch.values`: finite numbers, positive sizes,
+    heads and experts that fit together, sizes a machine can hold), on a config of any family, its
+    text_config included."""
     _check_values(data, where)
     text = _text_part(data)
     if text is not data:
@@ -207,8 +173,8 @@ def resolve_text_config(config: str | Path | dict[str, Any] | Any) -> Any:
 
 
 def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
-    """The one way in: "tiny", a config.json path (or folder), a dict, a PretrainedConfig, or a
-    ResolvedModel (returned as is)."""
+    """The one way in: "tiny", a config.json path (or folder), a hub id in the local Hugging Face
+    cache (`owner/name[@revision]`), a dict, a PretrainedConfig, or a ResolvedModel (returned as is)."""
     if isinstance(config, ResolvedModel):
         return config
     notes: tuple[str, ...] = ()
@@ -220,6 +186,8 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
         name = "config object" if not isinstance(config, dict) else "config dict"
     if isinstance(config, dict):
         config, notes = _from_dict(config, name)
+    else:  # a config object is checked as a dict is, on the attributes its config class set
+        _check_values(config_fields(_text_of(config)), name)
     text = _text_of(config)
     model_type = getattr(text, "model_type", None)
     if model_type not in FAMILIES:

@@ -41,7 +41,10 @@ from tuneproof.data.compare import CASE_FIT_TEXT, COMPARE_CHOICES
     help="Baselines: " + ", ".join(COMPARE_CHOICES) + " (empty for none).",
 )
 @click.option(
-    "--config", default=None, help="config.json (or 'tiny') to add the attention FLOPs each plan performs."
+    "--config",
+    default=None,
+    help="config.json, its folder, a hub id in the local Hugging Face cache (owner/name) or 'tiny': "
+    "adds the attention FLOPs each plan performs.",
 )
 @click.option(
     "--attn", default="sdpa", show_default=True, help="Attention path for --config: " + ", ".join(PATHS) + "."

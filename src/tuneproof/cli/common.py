@@ -57,7 +57,9 @@ config_option = click.option(
     "--config",
     default="tiny",
     show_default=True,
-    help="config.json path (or its folder); 'tiny' = the embedded Gemma-4-style model.",
+    help="config.json path (or its folder), or a hub id such as meta-llama/Llama-3.2-1B[@revision] "
+    "read from the local Hugging Face cache (HF_HUB_CACHE or HF_HOME; never downloaded); "
+    "'tiny' = the embedded Gemma-4-style model.",
 )
 lengths_option = click.option(
     "--lengths",

@@ -47,7 +47,12 @@ from tuneproof.data.compare import PLAN_SAMPLERS as SAMPLERS
 @click.option(
     "--probe", is_flag=True, help="Time the model of --config now at three widths up to the longest."
 )
-@click.option("--config", default="tiny", show_default=True, help="Model for --probe: config.json or 'tiny'.")
+@click.option(
+    "--config",
+    default="tiny",
+    show_default=True,
+    help="Model for --probe: config.json, a hub id in the local Hugging Face cache (owner/name) or 'tiny'.",
+)
 @click.option(
     "--attn",
     default="sdpa",

@@ -134,7 +134,11 @@ def merge(
     "JSON, or ModelOpt hf_quant_config.json.",
 )
 @click.option(
-    "--config", type=_PATH, default=None, help="The model's config.json (or its folder), for --recipe."
+    "--config",
+    type=_PATH,
+    default=None,
+    help="The model's config.json (or its folder, or a hub id in the local Hugging Face cache), "
+    "for --recipe.",
 )
 @click.option(
     "--checkpoint",

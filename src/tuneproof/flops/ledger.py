@@ -189,7 +189,9 @@ class _Walker:
 
 
 def check_targets(shape: ModelShape, run: RunSpec) -> None:
-    """PEFT raises when a target matches no module; so do we (in every mode: a typo is a typo)."""
+    """PEFT raises when a target matches no module; so do we (in every mode: a typo is a typo). Under
+    LoRA a rank above min(in_features, out_features) of every adapted module is refused too: no
+    adapter would be low-rank (PEFT accepts it and trains more weights than the module has)."""
     names = [lin.name for lin in shape.linears() if lin.adaptable]
     for t in run.lora_targets:
         if t != "all-linear" and not any(_matches(n, (t,)) for n in names):
@@ -198,6 +200,23 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
                 f"{t!r} matches no nn.Linear module of this {shape.model_type} model",
                 "targets: all-linear or module names such as q_proj, v_proj, gate_proj",
             )
+    if run.mode != "lora":
+        return
+    widest = max(
+        (
+            min(lin.in_features, lin.out_features)
+            for lin in shape.linears()
+            if lin.adaptable and _matches(lin.name, run.lora_targets)
+        ),
+        default=None,
+    )
+    if widest is not None and run.lora_rank > widest:
+        raise field_error(
+            "lora_rank",
+            f"{run.lora_rank} is above {widest}, the largest min(in_features, out_features) of the "
+            "modules it adapts: no adapter would be low-rank",
+            f"pass a rank of at most {widest}",
+        )
 
 
 def walk(shape: ModelShape, run: RunSpec, state: WalkState) -> Ledger:

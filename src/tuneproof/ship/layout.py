@@ -54,14 +54,16 @@ def matrices(name: str, shape: tuple[int, ...]) -> int:
 
 
 def read_config(path: Path, what: str = "base") -> dict[str, Any]:
-    """config.json of a model folder (or a config file itself), as a dict, checked as every command
-    checks configs: supported families fully (sizes present, values sane), others for finite, positive
-    sizes; transformers' own config class has the last word in `meta_model`."""
+    """config.json of a model folder (or a config file itself, or a hub id's from the local Hugging Face
+    cache), as a dict, checked as every command checks configs: supported families fully (sizes
+    present, values sane), others for finite, positive sizes; transformers' own config class has the
+    last word in `meta_model`."""
     from tuneproof.arch import SUPPORTED_MODEL_TYPES, check_config_values, load_config_dict, resolve
+    from tuneproof.arch.locate import hub_id
 
     if not str(path).strip():
         raise TuneproofError(f"the {what} path is empty", "pass a model folder or its config.json")
-    if not Path(path).exists():
+    if not Path(path).exists() and hub_id(path) is None:  # a hub id is read from the local cache
         raise TuneproofError(f"{what} {path} does not exist", "pass a model folder or its config.json")
     data = load_config_dict(path)
     if not isinstance(data.get("model_type"), str):
