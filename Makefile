@@ -26,6 +26,7 @@ test: install
 
 bench: install
 	$(PY) bench/flops_vs_counter.py
+	$(PY) bench/flops_startup.py
 	$(PY) bench/probe_agreement.py
 	$(PY) bench/flex_vs_sdpa.py
 	$(PY) bench/bucketing.py

@@ -28,6 +28,15 @@ def input_file(path: str | Path, what: str, hint: str) -> Path:
     return p
 
 
+def cache_dir() -> Path:
+    """Where tuneproof keeps what it can rebuild (resolved models, corpus indexes): $TUNEPROOF_CACHE,
+    else $XDG_CACHE_HOME/tuneproof, else ~/.cache/tuneproof."""
+    if os.environ.get("TUNEPROOF_CACHE"):
+        return Path(os.environ["TUNEPROOF_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tuneproof"
+
+
 def umask() -> int:
     """The process umask, read without changing it where Linux allows (/proc/self/status)."""
     try:

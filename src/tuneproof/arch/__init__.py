@@ -11,11 +11,13 @@ checked on the way in, and fields taken from transformers' defaults are named in
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneproof.arch import cache
 from tuneproof.arch.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
 from tuneproof.arch.locate import locate_config
 from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
@@ -54,23 +56,33 @@ def tiny_config_path() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedModel:
-    """A model the tools can account for and build: its name, transformers text config and shape.
+    """A model the tools can account for and build: its name, shape and transformers text config.
 
-    `notes` name every size field that came from transformers' defaults rather than the config."""
+    `notes` name every size field that came from transformers' defaults rather than the config.
+    `max_positions` is the config's max_position_embeddings (None: no limit set). `source` is the
+    config dict the model was read from (None for a config object); `config` reads it through
+    transformers on first use when the model came from the on-disk cache (`tuneproof.arch.cache`),
+    so counting a cached model imports neither transformers nor torch."""
 
     name: str
-    config: Any  # transformers PretrainedConfig of the text model
     shape: ModelShape
     notes: tuple[str, ...] = ()
+    max_positions: int | None = None
+    source: dict[str, Any] | None = field(default=None, repr=False)
+    _config: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def family(self) -> Family:
         return FAMILIES[self.shape.model_type]
 
     @property
-    def max_positions(self) -> int | None:
-        value = getattr(self.config, "max_position_embeddings", None)
-        return int(value) if isinstance(value, int) and value > 0 else None
+    def config(self) -> Any:
+        """The transformers PretrainedConfig of the text model (read from `source` on first use)."""
+        if self._config is None:
+            assert self.source is not None, "a ResolvedModel holds a config or the dict to read it from"
+            config, _ = _from_dict(self.source, self.name)
+            object.__setattr__(self, "_config", _text_of(config))
+        return self._config
 
     def positions_problem(self, tokens: int, what: str) -> str | None:
         """The one rule for widths the model cannot place: `what` (e.g. "seq_len") of `tokens` tokens
@@ -184,7 +196,11 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
         name, config = str(config), load_config_dict(config)
     else:
         name = "config object" if not isinstance(config, dict) else "config dict"
+    source, key = None, None
     if isinstance(config, dict):
+        source, key = copy.deepcopy(config), cache.key_for(config)
+        if key is not None and (hit := cache.load(key)) is not None:
+            return ResolvedModel(name, hit.shape, hit.notes, hit.max_positions, source)
         config, notes = _from_dict(config, name)
     else:  # a config object is checked as a dict is, on the attributes its config class set
         _check_values(config_fields(_text_of(config)), name)
@@ -197,7 +213,16 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
         shape = family.reader(text, family)
     except (AttributeError, TypeError, KeyError, ValueError, IndexError, ZeroDivisionError) as e:
         raise TuneproofError(f"config for {model_type} is missing or has a bad field: {e}", _FIX) from None
-    return ResolvedModel(name, text, shape, notes)
+    model = ResolvedModel(name, shape, notes, _max_positions(text), source)
+    object.__setattr__(model, "_config", text)
+    if key is not None:
+        cache.store(key, cache.Entry(shape, notes, model.max_positions))
+    return model
+
+
+def _max_positions(text: Any) -> int | None:
+    value = getattr(text, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
 
 
 def _unsupported(model_type: object) -> TuneproofError:

@@ -34,21 +34,13 @@ import numpy as np
 from tuneproof.errors import TuneproofError
 from tuneproof.gate.inputs import jsonl_objects
 from tuneproof.gate.tokens import Tokens
-from tuneproof.io import input_file
+from tuneproof.io import cache_dir, input_file
 
 DEFAULT_K = 32
 _P = 0x9E3779B97F4A7C15  # odd multiplier of the polynomial hash (the golden-ratio constant)
 _MASK = (1 << 64) - 1
 _PIECE_BYTES = 4 << 20  # a .txt file is read in blocks of lines of about this size
 CORPUS_HINT = "pass .txt files or .jsonl files with a 'text' field (optionally .gz)"
-
-
-def cache_dir() -> Path:
-    """$TUNEPROOF_CACHE, else $XDG_CACHE_HOME/tuneproof, else ~/.cache/tuneproof."""
-    if os.environ.get("TUNEPROOF_CACHE"):
-        return Path(os.environ["TUNEPROOF_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tuneproof"
 
 
 def window_hashes(values: np.ndarray, k: int) -> np.ndarray:
