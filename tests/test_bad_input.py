@@ -84,6 +84,10 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("", "--lora-targets is empty"),
             ("nope_proj", "--lora-targets 'nope_proj' matches no"),
         ],
+        "--lora-target-parameters": [
+            ("experts.nope", "--lora-target-parameters 'experts.nope' matches no fused expert parameter"),
+            ("all-linear", "--lora-target-parameters must be parameter names, got ('all-linear',)"),
+        ],
         "--step-time": [
             ("nan", "--step-time must be a finite number"),
             ("-2", "--step-time must be >= 1e-06"),

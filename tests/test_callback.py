@@ -38,7 +38,17 @@ class CountEachStep(TrainerCallback):
         self.counts.append(int(self._mode.get_total_flops()))
 
 
-def _trainer(tmp_path: Path, accum: int, bucketed: bool, callbacks: list[Any], logging_steps: int = 1):  # type: ignore[no-untyped-def]
+def _trainer(  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+    accum: int,
+    bucketed: bool,
+    callbacks: list[Any],
+    logging_steps: int = 1,
+    model: Any = None,
+    grad_ckpt: bool = False,
+):
+    """A Trainer of 3 steps on random rows; `model` defaults to a tiny llama with LoRA on three
+    linears."""
     from peft import LoraConfig, get_peft_model
     from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast, Trainer, TrainingArguments
 
@@ -47,10 +57,11 @@ def _trainer(tmp_path: Path, accum: int, bucketed: bool, callbacks: list[Any], l
     from tuneproof.integrations.hf import use_bucketing
     from tuneproof.model import build_model
 
-    model = build_model(resolve(config_dict("llama", pad_token_id=0)), "eager")
-    model = get_peft_model(
-        model, LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
-    )
+    if model is None:
+        model = build_model(resolve(config_dict("llama", pad_token_id=0)), "eager")
+        model = get_peft_model(
+            model, LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
+        )
     rng = np.random.default_rng(0)
     rows = [{"input_ids": rng.integers(1, 200, n).tolist()} for n in rng.integers(5, 48, 48)]
     args = TrainingArguments(
@@ -66,6 +77,7 @@ def _trainer(tmp_path: Path, accum: int, bucketed: bool, callbacks: list[Any], l
         seed=1,
         disable_tqdm=True,
         remove_unused_columns=False,
+        gradient_checkpointing=grad_ckpt,
     )
     from tokenizers import Tokenizer, models
 
@@ -136,9 +148,11 @@ def test_the_cached_row_ledger_equals_the_ledger_on_whole_batches(attn: str) -> 
     from tuneproof.arch import resolve
     from tuneproof.flops import RunSpec, flop_report
 
-    for config in ("tiny", "examples/gemma4-26b-a4b-like/config.json"):
+    gemma4 = "examples/gemma4-26b-a4b-like/config.json"
+    experts = ("experts.gate_up_proj", "experts.down_proj")  # merged once per micro-batch, not per row
+    for config, params in (("tiny", ()), (gemma4, ()), (gemma4, experts)):
         shape = resolve(config).shape
-        ledger = MicroBatchLedger(shape, attn, "lora", 8, ("self_attn.q_proj",), True)
+        ledger = MicroBatchLedger(shape, attn, "lora", 8, ("self_attn.q_proj",), True, params)
         rng = random.Random(0)
         for _ in range(15):
             batch, width = rng.randint(1, 4), rng.randint(2, 300)
@@ -243,21 +257,27 @@ def test_compiled_flex_near_the_recompile_limit_is_warned_once(tmp_path: Path, m
     assert len(near) == 1
 
 
-def test_lora_on_fused_experts_is_said_to_be_outside_the_ledger(tmp_path: Path) -> None:
+def test_lora_on_fused_experts_is_read_into_the_ledger(tmp_path: Path) -> None:
+    """PEFT's target_parameters, nested ParamWrappers on one experts module, are read as paths inside
+    a layer; each step's performed FLOPs (the merges W + A@B included) equal FlopCounterMode's."""
     from peft import LoraConfig, get_peft_model
 
-    from tiny_models import config_dict
-    from tuneproof.arch import resolve
+    from tiny_models import build_model, config_dict
     from tuneproof.integrations.read_run import _lora
-    from tuneproof.model import build_model
 
-    model = build_model(resolve(config_dict("qwen3_moe")), "eager")
+    params = ["mlp.experts.gate_up_proj", "down_proj"]
+    model = build_model(config_dict("qwen3_moe", pad_token_id=0))  # experts eager: the counter sees them
     model = get_peft_model(
-        model, LoraConfig(r=2, target_modules=["q_proj"], target_parameters=["mlp.experts.down_proj"])
+        model, LoraConfig(r=2, target_modules=["q_proj"], target_parameters=params, lora_dropout=0.0)
     )
-    with pytest.warns(UserWarning, match="not in the FLOP ledger"):
-        rank, targets = _lora(model)
-    assert rank == 2 and targets == ("self_attn.q_proj",)
+    assert _lora(model) == (2, ("self_attn.q_proj",), ("mlp.experts.down_proj", "mlp.experts.gate_up_proj"))
+    ours, counter = TuneproofCallback(), CountEachStep()
+    trainer = _trainer(tmp_path, 2, False, [counter, ours], model=model, grad_ckpt=True)
+    trainer.train()
+    assert ours._run is not None and ours._run.lora_target_parameters == _lora(model)[2]
+    assert len(ours.history) == len(counter.counts) == 3
+    for step, counted in zip(ours.history, counter.counts, strict=True):
+        assert abs(step.performed / counted - 1) < TOL, (step, counted)
 
 
 def test_widths_given_up_front_are_priced_at_train_begin(tmp_path: Path) -> None:

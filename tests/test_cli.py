@@ -104,6 +104,15 @@ def test_unknown_dtype_peak_is_unknown_not_guessed(capsys) -> None:
         (["--seq-len", "8", "--dtype", "int3"], "--dtype 'int3' is not known"),
         (["--seq-len", "8", "--attn", "xformers"], "--attn 'xformers' is not a known attention path"),
         (["--seq-len", "8", "--mode", "lora", "--lora-targets", "nonexistent_proj"], "matches no nn.Linear"),
+        (
+            ["--seq-len", "8", "--mode", "lora", "--lora-target-parameters", "experts.up_proj"],
+            "--lora-target-parameters 'experts.up_proj' matches no fused expert parameter of this "
+            "gemma4_text model (its fused expert parameters: experts.down_proj, experts.gate_up_proj)",
+        ),
+        (
+            ["--seq-len", "8", "--mode", "lora", "--lora-targets", "none"],
+            "--lora-targets is empty (give module names, all-linear, or --lora-target-parameters)",
+        ),
         (["--seq-len", "abc"], "not a valid integer"),
     ],
 )
@@ -193,6 +202,27 @@ def test_an_mfu_over_100_percent_is_flagged(capsys) -> None:
     assert any(n.startswith("performed MFU ") and "is over 100 %" in n for n in out["notes"])
 
 
+def test_lora_target_parameters_repeat_or_take_a_comma_list(capsys) -> None:
+    """`--lora-targets none` with the experts adapted in place: the merges are their own rows."""
+    base = ["flops", "--seq-len", "64", "--mode", "lora", "--lora-targets", "none", "--json"]
+    both = "experts.gate_up_proj,experts.down_proj"
+    code, out, _ = run(capsys, *base, "--lora-target-parameters", both)
+    listed = json.loads(out)
+    code2, out2, _ = run(
+        capsys,
+        *base,
+        "--lora-target-parameters",
+        "experts.gate_up_proj",
+        "--lora-target-parameters",
+        "down_proj",
+    )
+    assert code == code2 == 0 and json.loads(out2) == listed
+    assert listed["performed"]["by_component"]["lora.experts"] > 0
+    assert "lora.experts" not in listed["intended"]["by_component"]
+    assert "lora" not in listed["performed"]["by_component"]  # no nn.Linear adapted
+    assert any(e["name"].startswith("LoRA on fused experts") for e in listed["excess"])
+
+
 @pytest.mark.parametrize(
     "args,warning",
     [
@@ -202,6 +232,10 @@ def test_an_mfu_over_100_percent_is_flagged(capsys) -> None:
             "warning: --peak-tflops has no effect without --step-time (MFU needs a step time)\n",
         ),
         (["--lora-rank", "4"], "warning: --lora-rank has no effect without --mode lora\n"),
+        (
+            ["--lora-target-parameters", "experts.down_proj"],
+            "warning: --lora-target-parameters has no effect without --mode lora\n",
+        ),
         (["--gpu", "H200", "--step-time", "1"], ""),
     ],
 )

@@ -38,7 +38,10 @@ PAD_HINT = "(pass the share of token slots that are padding, e.g. 0.3)"
             "lora_targets must be module names, got ('',)"
             " (a tuple of nn.Linear names, e.g. ('q_proj', 'v_proj'))",
         ),
-        ({"lora_targets": ()}, "lora_targets is empty (give module names or all-linear)"),
+        (
+            {"lora_targets": ()},
+            "lora_targets is empty (give module names, all-linear, or lora_target_parameters)",
+        ),
         ({"mode": "forward", "grad_ckpt": True}, "grad_ckpt needs a backward pass (use mode full or lora)"),
         (
             {"padding_fraction": 0.3, "lengths": (4,)},

@@ -167,15 +167,17 @@ def counted_flops(
     grad_ckpt: bool = False,
     lengths: list[int] | None = None,
     targets: list[str] | None = None,
+    target_parameters: tuple[str, ...] = (),
 ) -> int:
-    """FlopCounterMode's total for one step: forward, or forward + loss + backward."""
+    """FlopCounterMode's total for one step: forward, or forward + loss + backward. Under lora,
+    adapters on the nn.Linear `targets` and the fused expert `target_parameters`."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     if mode == "lora":
         from tuneproof.model import apply_lora
 
-        model = apply_lora(model, targets or [], lora_rank)
+        model = apply_lora(model, targets or [], lora_rank, target_parameters)
     if grad_ckpt:
         model.gradient_checkpointing_enable()
         model.train()

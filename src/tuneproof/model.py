@@ -141,13 +141,19 @@ def lora_targets(shape: ModelShape) -> list[str]:
     return sorted({lin.name for lin in shape.linears() if lin.adaptable})
 
 
-def apply_lora(model: Any, targets: list[str], rank: int) -> Any:
+def apply_lora(model: Any, targets: list[str], rank: int, target_parameters: tuple[str, ...] = ()) -> Any:
+    """PEFT LoRA of `rank` on exactly the nn.Linear modules `targets` (module paths) and the fused
+    expert parameters `target_parameters` (PEFT's own matching: a path or its '.'-suffix)."""
     import warnings
 
     from peft import LoraConfig, get_peft_model
 
+    config = LoraConfig(
+        r=rank,
+        target_modules=peft_target_regex(targets) if targets else [],
+        target_parameters=list(target_parameters) or None,
+        lora_dropout=0.0,
+    )
     with warnings.catch_warnings():  # PEFT 0.21 reads transformers 5's deprecated is_gradient_checkpointing
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
-        return get_peft_model(
-            model, LoraConfig(r=rank, target_modules=peft_target_regex(targets), lora_dropout=0.0)
-        )
+        return get_peft_model(model, config)

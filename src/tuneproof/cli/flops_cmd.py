@@ -36,7 +36,14 @@ from tuneproof.cli.common import (
     "--lora-targets",
     default="all-linear",
     show_default=True,
-    help="Comma list of nn.Linear names (PEFT target_modules), or all-linear (every nn.Linear but lm_head).",
+    help="Comma list of nn.Linear names (PEFT target_modules), all-linear (every nn.Linear but lm_head), "
+    "or none (adapters on --lora-target-parameters only).",
+)
+@click.option(
+    "--lora-target-parameters",
+    multiple=True,
+    help="Fused expert parameter names (PEFT target_parameters, e.g. mlp.experts.gate_up_proj), "
+    "repeatable or a comma list; rank --lora-rank per expert.",
 )
 @click.option("--grad-ckpt", is_flag=True, help="Activation checkpointing on every decoder layer.")
 @click.option("--step-time", type=float, default=None, help="Measured seconds per micro-batch step, for MFU.")
@@ -57,6 +64,7 @@ def flops(
     mode: str,
     lora_rank: int,
     lora_targets: str,
+    lora_target_parameters: tuple[str, ...],
     grad_ckpt: bool,
     step_time: float | None,
     gpu: str | None,
@@ -70,10 +78,11 @@ def flops(
 
     step = RunSpec(
         seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
-        lora_rank=lora_rank, lora_targets=str_list(lora_targets), grad_ckpt=grad_ckpt,
+        lora_rank=lora_rank, lora_targets=() if lora_targets == "none" else str_list(lora_targets),
+        lora_target_parameters=str_list(",".join(lora_target_parameters)), grad_ckpt=grad_ckpt,
     )  # fmt: skip
     spec = FlopsSpec(step, step_time, gpu, dtype, peak_tflops)  # checked before the model is read
     result = run(prepare(spec, resolve_model(config)))
-    warn_unused(("lora_rank", "lora_targets"), "--mode lora", mode == "lora")
+    warn_unused(("lora_rank", "lora_targets", "lora_target_parameters"), "--mode lora", mode == "lora")
     warn_unused(("gpu", "peak_tflops", "dtype"), "--step-time (MFU needs a step time)", step_time is not None)
     return finish(result, json_out)

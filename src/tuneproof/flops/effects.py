@@ -1,10 +1,11 @@
 """The effects that separate the performed ledger from the intended one, as an ordered table.
 
 The intended state counts real tokens, the architecture's attention pairs and nothing the kernels
-add. Folding the table over it switches on one effect at a time; the FLOPs each step adds are that
-effect's excess line, so the lines always sum to performed - intended. Order matters only for how
-a joint cost is split (recompute is counted on real tokens before padding is added, for example):
-the order below bills each FLOP to the first effect that needs it.
+add, nor work that costs the same whatever the tokens (PEFT's expert merges). Folding the table
+over it switches on one effect at a time; the FLOPs each step adds are that effect's excess line,
+so the lines always sum to performed - intended. Order matters only for how a joint cost is split
+(recompute is counted on real tokens before padding is added, for example): the order below bills
+each FLOP to the first effect that needs it.
 
 A new effect is one `Effect` row (its name, its reason, how it changes the walk) plus its test.
 """
@@ -14,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from tuneproof.arch.shape import ModelShape
+from tuneproof.arch.shape import Linear, ModelShape
 from tuneproof.attention.paths import PATHS, Performed
-from tuneproof.flops.ledger import WalkState
+from tuneproof.flops.ledger import WalkState, adapted_in_place
 from tuneproof.flops.run import RunSpec
 
 
@@ -54,6 +55,21 @@ def _pad_why(ctx: Context, layers: tuple[int, ...]) -> str:
     )
 
 
+def _delta_why(ctx: Context, layers: tuple[int, ...]) -> str:
+    run = ctx.run
+    count = sum(
+        1
+        for layer in ctx.shape.layers
+        for s in layer.steps
+        if isinstance(s, Linear) and adapted_in_place(s, run)
+    )
+    return (
+        f"PEFT's target_parameters forms W + A@B (r={run.lora_rank} per expert) for {count} fused expert "
+        "parameters on every forward and recompute: 2 products of 2*E*in*out*r FLOPs each (torch's "
+        "parametrization check, then its use) and 2 in the backward (dA, dB), whatever the tokens"
+    )
+
+
 EFFECTS: tuple[Effect, ...] = (
     Effect(
         "activation checkpointing recompute",
@@ -83,5 +99,11 @@ EFFECTS: tuple[Effect, ...] = (
         "fused attention backward recomputes QK^T",
         lambda s, c: replace(s, fused=PATHS[c.run.attn].fused_backward),
         lambda c, _: f"{c.run.attn} kernels keep no score matrix, so the backward recomputes it",
+    ),
+    # after recompute: the deltas a recompute forms again are billed here, where they belong
+    Effect(
+        "LoRA on fused experts: W + A@B formed every forward",
+        lambda s, c: replace(s, expert_deltas=True),
+        _delta_why,
     ),
 )

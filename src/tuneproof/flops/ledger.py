@@ -11,6 +11,17 @@ Convention (both ledgers):
 - Fused attention kernels (sdpa, flash, flex) recompute QK^T inside their backward; the performed
   ledger counts it as its own row, the intended ledger does not.
 - MoE experts: each token runs top_k experts (exact whatever the routing).
+- LoRA on fused experts (PEFT `target_parameters`, `RunSpec.lora_target_parameters`): PEFT's
+  ParamWrapper does not add an adapter path beside the experts; it re-parametrises the 3-D weight
+  W[E, in, out] as W + s*A@B with A[E, in, r], B[E, r, out] (rank r per expert) on every forward, and
+  the experts' GEMMs run on that merged weight. So the merged weight needs a gradient: the expert
+  GEMMs run their weight-gradient GEMMs as in full fine-tuning (counted in both ledgers, in the
+  "experts" rows: it is token work, and dA, dB are read from it). Forming A@B (2*E*in*out*r per
+  product) is token-independent work and counted in the performed ledger only, as the "lora.experts"
+  rows (effect "LoRA on fused experts"): per forward and per recompute 2 products (torch's
+  register_parametrization evaluates the parametrization once to check its shape, then the cached
+  forward evaluates it again), and in the backward 2 more (dA and dB). That is PEFT 0.21's path for
+  one active adapter on a bf16/fp16/fp32 weight (`_LoraFactorsProxy`, one baddbmm).
 
 Ledgers:
 - intended: real tokens only, causal and window pairs exact, no recompute. This is the MFU
@@ -29,6 +40,8 @@ from tuneproof.errors import field_error
 from tuneproof.flops.run import RunSpec
 
 PASSES = ("forward", "recompute", "backward")
+# components whose rows cost the same whatever the tokens: a micro-batch pays them once, not per row
+TOKEN_FREE_COMPONENTS = ("lora.experts",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +92,20 @@ def _matches(name: str, targets: tuple[str, ...]) -> bool:
     return any(t == "all-linear" or name == t or name.endswith("." + t) for t in targets)
 
 
+def _matches_parameter(name: str, targets: tuple[str, ...]) -> bool:
+    """PEFT target_parameters semantics on a parameter path: exact name or '.'-suffix."""
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def adapted_in_place(lin: Linear, run: RunSpec) -> bool:
+    """A fused expert parameter that PEFT's target_parameters adapts in place (W + A@B)."""
+    return (
+        run.mode == "lora"
+        and lin.num_experts > 1
+        and _matches_parameter(lin.name, run.lora_target_parameters)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WalkState:
     """What one walk of the layer programs counts. The intended ledger is one state, the performed
@@ -90,7 +117,8 @@ class WalkState:
     - `recompute`: activation checkpointing re-runs each decoder layer's forward in the backward;
     - `input_grads`: the input embeddings' output needs a gradient (transformers' checkpointing calls
       enable_input_require_grads(), even when the embeddings are frozen);
-    - `fused`: fused attention kernels recompute QK^T in their backward.
+    - `fused`: fused attention kernels recompute QK^T in their backward;
+    - `expert_deltas`: LoRA on fused experts forms each adapted expert weight W + A@B (see above).
     """
 
     tokens: int
@@ -98,6 +126,7 @@ class WalkState:
     recompute: bool = False
     input_grads: bool = False
     fused: bool = False
+    expert_deltas: bool = False
 
 
 class _Walker:
@@ -106,6 +135,7 @@ class _Walker:
     def __init__(self, shape: ModelShape, run: RunSpec, state: WalkState) -> None:
         self.shape, self.run = shape, run
         self.tokens, self.pairs, self.fused = state.tokens, state.pairs, state.fused
+        self.expert_deltas = state.expert_deltas
         self.recompute = state.recompute and run.grad_ckpt
         self.training = run.mode != "forward"
         full = run.mode == "full"
@@ -128,23 +158,29 @@ class _Walker:
         n = self.tokens * lin.tokens_per_token
         gemm = 2.0 * n * lin.in_features * lin.out_features
         src_rg = self.rg[self.node(layer, lin.src)]
-        trainable = self.run.mode == "full"
+        in_place = adapted_in_place(lin, self.run)
+        trainable = self.run.mode == "full" or in_place  # a merged weight W + A@B gets its gradient
         adapted = self.adapted(lin)
         r = self.run.lora_rank
         a_gemm = 2.0 * n * lin.in_features * r
         b_gemm = 2.0 * n * r * lin.out_features
+        # one A@B product over all E experts, whatever the tokens (performed only)
+        delta = 2.0 * lin.num_experts * lin.in_features * r * lin.out_features
+        delta = delta if in_place and self.expert_deltas else 0.0
         saves = src_rg or trainable  # the base GEMM saves an input for backward
         for p in passes:
             skip = last and p == "recompute"
             self.ledger.add(layer, lin.component, p, 0.0 if skip and saves and not adapted else gemm)
             if adapted:
                 self.ledger.add(layer, "lora", p, a_gemm + (0.0 if skip else b_gemm))
+            self.ledger.add(layer, "lora.experts", p, 2 * delta)  # the parametrization check, then its use
         out_rg = src_rg or trainable or adapted
         self.rg[self.node(layer, lin.dst)] = out_rg
         if self.training and out_rg:
             self.ledger.add(layer, lin.component, "backward", gemm * (int(src_rg) + int(trainable)))
             if adapted:  # wgrad A and B, dgrad B always; dgrad A only when the input needs it
                 self.ledger.add(layer, "lora", "backward", a_gemm * (1 + int(src_rg)) + 2 * b_gemm)
+            self.ledger.add(layer, "lora.experts", "backward", 2 * delta)  # dA and dB
 
     def attention(self, layer: LayerShape, att: Attention, passes: tuple[str, ...]) -> None:
         spec, pairs = layer.attention, self.pairs[layer.index]
@@ -219,7 +255,23 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
         )
 
 
+def check_target_parameters(shape: ModelShape, run: RunSpec) -> None:
+    """PEFT raises when target_parameters match no parameter; we also refuse one that matches no
+    fused 3-D expert parameter (PEFT would wrap a 2-D weight too, a path the ledger does not count)."""
+    names = sorted({lin.name for lin in shape.linears() if lin.num_experts > 1})
+    for t in run.lora_target_parameters:
+        if not any(_matches_parameter(n, (t,)) for n in names):
+            raise field_error(
+                "lora_target_parameters",
+                f"{t!r} matches no fused expert parameter of this {shape.model_type} model",
+                f"its fused expert parameters: {', '.join(names)}"
+                if names
+                else "it has none (adapt nn.Linear modules with lora_targets)",
+            )
+
+
 def walk(shape: ModelShape, run: RunSpec, state: WalkState) -> Ledger:
     """FLOP rows of `run` on `shape` as `state` counts them."""
     check_targets(shape, run)
+    check_target_parameters(shape, run)
     return _Walker(shape, run, state).walk()

@@ -86,21 +86,36 @@ class MicroBatchLedger:
     micro-batch (tested) at a small fraction of its cost. Intended is a sum over rows (each row's own
     length, `RowFit`); performed is B x one row's for the paths that compute every row alike (eager,
     sdpa: each row at the padded width, the causal skip lost when any row is padded), else the ledger
-    on the whole micro-batch, memoised."""
+    on the whole micro-batch, memoised. Work that costs the same whatever the tokens (PEFT's expert
+    merges) is priced once per micro-batch, outside the per-row fits."""
 
     def __init__(
-        self, shape: Any, attn: str, mode: str, lora_rank: int, targets: tuple[str, ...], ckpt: bool
+        self,
+        shape: Any,
+        attn: str,
+        mode: str,
+        lora_rank: int,
+        targets: tuple[str, ...],
+        ckpt: bool,
+        target_parameters: tuple[str, ...] = (),
     ):
         self.shape = shape
         self.options: dict[str, Any] = dict(
-            attn=attn, mode=mode, lora_rank=lora_rank, lora_targets=targets or ("all-linear",), grad_ckpt=ckpt
-        )
+            attn=attn, mode=mode, lora_rank=lora_rank, grad_ckpt=ckpt,
+            lora_targets=targets or (() if target_parameters else ("all-linear",)),
+            lora_target_parameters=target_parameters,
+        )  # fmt: skip
         windows = sorted({layer.attention.window for layer in shape.layers if layer.attention.window})
-        self.intended = RowFit(lambda n: self._totals(n)[0], windows)
+        self.per_micro_batch = self._token_free()
+        intended_free, performed_free = self.per_micro_batch
+        self.intended = RowFit(lambda n: self._totals(n)[0] - intended_free, windows)
         self.performed: dict[bool, RowFit] = {}
         if attn in ROW_UNIFORM_PATHS:
             self.performed = {
-                padded: RowFit(lambda n, p=padded: self._totals(n, 1, (n - 1,) if p else None)[1], windows)
+                padded: RowFit(
+                    lambda n, p=padded: self._totals(n, 1, (n - 1,) if p else None)[1] - performed_free,
+                    windows,
+                )
                 for padded in (False, True)
             }
         self._batch: dict[tuple[int, tuple[int, ...]], float] = {}
@@ -113,6 +128,19 @@ class MicroBatchLedger:
 
         return step_totals(self.shape, RunSpec(seq_len=width, batch=batch, lengths=lengths, **self.options))
 
+    def _token_free(self) -> tuple[float, float]:
+        """(intended, performed) FLOPs a micro-batch costs whatever its tokens (the ledger's
+        TOKEN_FREE_COMPONENTS rows: PEFT's expert merges), counted once per micro-batch, not per row."""
+        from tuneproof.flops import RunSpec, flop_report
+        from tuneproof.flops.ledger import TOKEN_FREE_COMPONENTS
+
+        report = flop_report(self.shape, RunSpec(seq_len=1, **self.options))
+        intended, performed = (
+            sum(ledger.where(component_prefix=c) for c in TOKEN_FREE_COMPONENTS)
+            for ledger in (report.intended, report.performed)
+        )
+        return intended, performed
+
     def prewarm(self, widths: list[int]) -> None:
         """Price these widths now (padded and not) where performed FLOPs are memoised per width."""
         for fit in self.performed.values():
@@ -121,10 +149,11 @@ class MicroBatchLedger:
                     fit(width)
 
     def micro_batch(self, batch: int, width: int, rows: tuple[int, ...]) -> tuple[float, float]:
-        intended = sum(self.intended(length) for length in rows)
+        intended_free, performed_free = self.per_micro_batch
+        intended = sum(self.intended(length) for length in rows) + intended_free
         padded = any(length < width for length in rows)
         if self.performed:
-            return intended, batch * self.performed[padded](width)
+            return intended, batch * self.performed[padded](width) + performed_free
         key = (width, rows)
         if key not in self._batch:
             self._batch[key] = self._totals(width, batch, rows)[1]

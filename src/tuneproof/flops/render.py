@@ -25,6 +25,7 @@ COMPONENT_ORDER = (
     "experts",
     "per_layer_input",
     "lora",
+    "lora.experts",
     "lm_head",
 )
 
@@ -41,6 +42,11 @@ def render_report(report: FlopReport, console: Console) -> None:
         f"[bold]FLOP ledger[/bold] {report.shape.model_type}: {report.shape.num_layers} layers, "
         f"T={run.seq_len} x B={run.batch}, attn={run.attn}, mode={run.mode}"
         + (f" r={run.lora_rank}" if run.mode == "lora" else "")
+        + (
+            f" target_parameters={','.join(run.lora_target_parameters)}"
+            if run.mode == "lora" and run.lora_target_parameters
+            else ""
+        )
         + (", grad-ckpt" if run.grad_ckpt else "")
         + f", {run.real_tokens} real of {run.padded_tokens} token slots"
     )

@@ -20,7 +20,9 @@ class RunSpec:
     packed batch, else from `padding_fraction` (share of the B*T token slots that are padding, spread
     evenly over the rows). `mode`: forward (no backward), full (every weight trains), lora (frozen base,
     adapters of `lora_rank` on `lora_targets`, PEFT target_modules semantics, "all-linear" = every
-    nn.Linear but the LM head).
+    nn.Linear but the LM head; `lora_target_parameters`: fused 3-D expert parameters adapted in place
+    by PEFT's target_parameters, each a parameter path or its '.'-suffix such as
+    "mlp.experts.gate_up_proj", rank `lora_rank` per expert; `lora_targets` may then be empty).
     """
 
     seq_len: int
@@ -30,6 +32,7 @@ class RunSpec:
     mode: str = "full"
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = ("all-linear",)
+    lora_target_parameters: tuple[str, ...] = ()
     grad_ckpt: bool = False
     lengths: tuple[int, ...] | None = None
     documents: tuple[tuple[int, ...], ...] | None = None
@@ -48,14 +51,16 @@ class RunSpec:
         path(self.attn)
         validate.choice("mode", self.mode, MODES)
         validate.integer("lora_rank", self.lora_rank, high=1 << 20, hint="pass the adapter rank r")
-        if isinstance(self.lora_targets, str) or not all(isinstance(t, str) and t for t in self.lora_targets):
-            raise field_error(
-                "lora_targets",
-                f"must be module names, got {self.lora_targets!r}",
-                "a tuple of nn.Linear names, e.g. ('q_proj', 'v_proj')",
+        _names("lora_targets", self.lora_targets, "module", "('q_proj', 'v_proj')")
+        _names(
+            "lora_target_parameters", self.lora_target_parameters, "parameter", "('mlp.experts.down_proj',)"
+        )
+        if not self.lora_targets and not self.lora_target_parameters:
+            raise TuneproofError(
+                "{lora_targets} is empty",
+                "give module names, all-linear, or {lora_target_parameters}",
+                fields=("lora_targets", "lora_target_parameters"),
             )
-        if not self.lora_targets:
-            raise field_error("lora_targets", "is empty", "give module names or all-linear")
         if self.grad_ckpt and self.mode == "forward":
             raise TuneproofError(
                 "{grad_ckpt} needs a backward pass", "use mode full or lora", fields=("grad_ckpt",)
@@ -101,3 +106,12 @@ class RunSpec:
     @property
     def padded_tokens(self) -> int:
         return self.batch * self.seq_len
+
+
+def _names(field: str, value: object, kind: str, example: str) -> None:
+    """A tuple of non-empty names; a bare string is refused (it would be read letter by letter), and
+    so is all-linear among parameters (PEFT's all-linear names modules)."""
+    names = list(value) if isinstance(value, tuple | list) else [None]
+    if not all(isinstance(t, str) and t for t in names) or (kind == "parameter" and "all-linear" in names):
+        noun = "nn.Linear names" if kind == "module" else "fused expert parameter names"
+        raise field_error(field, f"must be {kind} names, got {value!r}", f"a tuple of {noun}, e.g. {example}")

@@ -1,6 +1,7 @@
 """The run as `TuneproofCallback` reads it from the model itself, at train begin: the shape from
-`model.config`, the LoRA rank and targets from the PEFT wrappers, activation checkpointing, the
-attention implementation in use, the dtype and device, and the peak the MFUs are taken against."""
+`model.config`, the LoRA rank, targets and target parameters (fused experts) from the PEFT wrappers,
+activation checkpointing, the attention implementation in use, the dtype and device, and the peak
+the MFUs are taken against."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class _Run:
     # per padded width: micro-batches seen, and the first one's (batch, row lengths), for the report
     widths_seen: dict[int, list[Any]] = field(default_factory=dict)
     dtype: str = "bf16"
+    lora_target_parameters: tuple[str, ...] = ()  # fused expert parameters PEFT adapts in place
 
 
 def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) -> _Run:
@@ -39,14 +41,14 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     resolved = resolve(base.config)
-    rank, targets = _lora(model)
+    rank, targets, parameters = _lora(model)
     trains = any(p.requires_grad for p in model.parameters())
-    mode = "lora" if targets else ("full" if trains else "forward")
+    mode = "lora" if targets or parameters else ("full" if trains else "forward")
     attn = getattr(base.config, "_attn_implementation", None) or "eager"
     grad_ckpt = bool(_checkpointing(base) or getattr(args, "gradient_checkpointing", False))
     first = next(base.parameters())
     tflops, source = _peak(gpu, peak_tflops, first.dtype, first.device)
-    ledger = MicroBatchLedger(resolved.shape, attn, mode, rank or 16, targets, grad_ckpt)
+    ledger = MicroBatchLedger(resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, parameters)
     capability = None
     if first.device.type == "cuda":
         import torch
@@ -57,7 +59,7 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
     dtype_name = named if named in ("bf16", "fp16") else "fp32"
     return _Run(
         resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger,
-        capability=capability, dtype=dtype_name,  # type: ignore[arg-type]
+        capability=capability, dtype=dtype_name, lora_target_parameters=parameters,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -69,33 +71,41 @@ def _checkpointing(base: Any) -> bool:
     return False
 
 
-def _lora(model: Any) -> tuple[int | None, tuple[str, ...]]:
-    """The adapter's rank and its targets as paths inside a layer (`self_attn.q_proj`)."""
+def _lora(model: Any) -> tuple[int | None, tuple[str, ...], tuple[str, ...]]:
+    """The adapters' rank, their nn.Linear targets and their target parameters (the fused expert
+    parameters PEFT's ParamWrapper adapts in place), as paths inside a layer (`self_attn.q_proj`,
+    `mlp.experts.gate_up_proj`)."""
     try:
-        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora import LoraLayer, ParamWrapper
     except ImportError:
-        return None, ()
-    from peft.tuners.lora import ParamWrapper
+        return None, (), ()
 
     ranks: set[int] = set()
     targets: set[str] = set()
-    experts = False
+    parameters: set[str] = set()
+    flat: set[str] = set()  # 2-D parameters wrapped by target_parameters: not in the ledger
     for name, module in model.named_modules():
-        experts = experts or (isinstance(module, ParamWrapper) and bool(module.r))
-        if isinstance(module, LoraLayer) and module.r and not isinstance(module, ParamWrapper):
-            ranks.update(module.r.values())
-            parts = name.split(".")
-            if "layers" in parts:
-                i = parts.index("layers")
-                targets.add(".".join(p for p in parts[i + 2 :] if p != "base_layer"))
-    if experts:
+        if not isinstance(module, LoraLayer) or not module.r:
+            continue
+        ranks.update(module.r.values())
+        parts = name.split(".")
+        if "layers" not in parts:
+            continue
+        i = parts.index("layers")
+        path = ".".join(p for p in parts[i + 2 :] if p != "base_layer")
+        if isinstance(module, ParamWrapper):
+            param = f"{path}.{module.parameter_name}" if path else module.parameter_name
+            (parameters if module.num_experts > 1 else flat).add(param)
+        elif path:
+            targets.add(path)
+    if flat:
         say(
-            "tuneproof: LoRA on fused expert parameters (target_parameters) is not in the FLOP ledger: "
-            "the logged FLOPs leave out its GEMMs, so they undercount by that share"
+            f"tuneproof: LoRA on 2-D parameters through target_parameters ({', '.join(sorted(flat))}) is "
+            "not in the FLOP ledger: the logged FLOPs leave out its GEMMs, so they undercount by that share"
         )
     if len(ranks) > 1:
         say(f"tuneproof: adapters of several ranks {sorted(ranks)}: FLOPs use the largest")
-    return (max(ranks) if ranks else None), tuple(sorted(t for t in targets if t))
+    return (max(ranks) if ranks else None), tuple(sorted(targets)), tuple(sorted(parameters))
 
 
 def _peak(gpu: str | None, given: float | None, dtype: Any, device: Any) -> tuple[float | None, str]:
