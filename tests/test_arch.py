@@ -70,7 +70,8 @@ def test_mistral_slides_everywhere_and_llama_nowhere() -> None:
 @pytest.mark.parametrize(
     "cfg,fragment",
     [
-        ({"model_type": "bert"}, "unsupported model_type 'bert'"),
+        ({"model_type": "bert"}, "bert is a bidirectional encoder"),
+        ({"model_type": "no_such_model"}, "unsupported model_type 'no_such_model'"),
         ({"hidden_size": 8}, "unsupported model_type None"),
     ],
 )

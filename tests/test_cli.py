@@ -130,7 +130,10 @@ def test_invalid_and_unsupported_configs(capsys, tmp_path: Path) -> None:
     assert code == 2 and "not valid JSON" in err
     bad.write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
     code, _, err = run(capsys, "flops", "--config", str(bad), "--seq-len", "8")
-    assert code == 2 and "unsupported model_type 'bert'" in err and "gemma4" in err and "llama" in err
+    assert code == 2 and "bert is a bidirectional encoder" in err and "docs/families.md" in err
+    bad.write_text(json.dumps({"model_type": "no_such_model", "hidden_size": 8}))
+    code, _, err = run(capsys, "flops", "--config", str(bad), "--seq-len", "8")
+    assert code == 2 and "unsupported model_type 'no_such_model'" in err
 
 
 def test_unknown_gpu_error_lists_known_names(capsys) -> None:

@@ -209,3 +209,103 @@ def linear_targets(shape: Any) -> list[str]:
     if shape.model_type == "qwen3_moe":
         names = [n for n in names if n.startswith("self_attn.")]
     return names
+
+
+# ---- any causal-LM family, shrunk from its config class's defaults ----------------------------------
+
+# Sizes set on every config class that defines the field (its defaults are full size). Four layers so
+# that layer patterns with a period of four (Llama 4's chunked/NoPE layers, Qwen3-Next's linear and
+# full attention) show both kinds.
+SHRINK: dict[str, Any] = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=256,
+    moe_intermediate_size=32,
+    num_experts=4,
+    num_local_experts=4,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    top_k_experts=2,
+    shared_expert_intermediate_size=48,
+    kv_lora_rank=16,
+    q_lora_rank=24,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    first_k_dense_replace=1,
+    n_group=1,
+    topk_group=1,
+    n_shared_experts=1,
+    max_position_embeddings=512,
+    attention_chunk_size=16,
+    sliding_window=16,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+
+
+# Per-type fields SHRINK cannot derive (patterns sized by the layer count, nested sub-configs).
+SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
+    "gpt_neo": dict(attention_types=[[["global", "local"], 2]], window_size=16),
+    "dbrx": dict(
+        d_model=64, n_heads=4, n_layers=4, vocab_size=256, max_seq_len=512,
+        attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
+        ffn_config=dict(ffn_hidden_size=96, moe_num_experts=4, moe_top_k=2),
+    ),
+    "gemma3n_text": dict(
+        num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=256, laurel_rank=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    ),
+}  # fmt: skip
+
+
+def shrunk_config(model_type: str) -> Any:
+    """A tiny config of any model_type transformers ships: its config class with SHRINK applied to the
+    fields it defines (read-only properties left alone). Layer patterns the class derives from the
+    layer count (layer_types) are derived again for the tiny count."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if model_type in TINY:  # the table's families keep their hand-made tiny configs
+        return CONFIG_MAPPING[model_type](**TINY[model_type])
+    return _shrunk(CONFIG_MAPPING[model_type])
+
+
+def _has(config: Any, key: str) -> bool:
+    try:
+        return hasattr(config, key)
+    except Exception:  # Gemma 4's per-layer fields raise when read globally
+        return False
+
+
+def _shrunk(cls: Any) -> Any:
+    default = cls()
+    kwargs: dict[str, Any] = {}
+    text_cls = getattr(cls, "sub_configs", {}).get("text_config")
+    if text_cls is not None and text_cls.__name__ == "AutoConfig":  # the wrapper's default text model
+        text_cls = type(default.text_config)
+    if text_cls is not None:  # a multimodal wrapper: shrink the text model it carries
+        kwargs["text_config"] = _shrunk(text_cls).to_dict()
+    for key, value in SHRINK.items():
+        if isinstance(getattr(cls, key, None), property) or not _has(default, key):
+            continue
+        if getattr(default, key) is None and key in ("sliding_window", "attention_chunk_size", "q_lora_rank"):
+            continue  # a feature the family leaves off stays off
+        kwargs[key] = value
+    kwargs.update(SHRINK_OVERRIDES.get(default.model_type, {}))
+    if "qk_rope_head_dim" in kwargs and "head_dim" in kwargs:
+        kwargs["head_dim"] = kwargs["qk_rope_head_dim"]  # MLA: rotary runs on the rope part only
+    if "kv_lora_rank" in kwargs and "num_key_value_heads" in kwargs:
+        kwargs["num_key_value_heads"] = kwargs["num_attention_heads"]  # MLA has one kv head per head
+    if _has(default, "rotary_dim") and not isinstance(getattr(cls, "rotary_dim", None), property):
+        kwargs["rotary_dim"] = 8  # GPT-J / CodeGen: rotary on part of a 16-wide head
+    return cls(**kwargs)

@@ -113,7 +113,7 @@ def build_model(
     # transformers writes the attention choice into the config object: never share it between models
     text_config = copy.deepcopy(model.config)
     kwargs: dict[str, Any] = {"attn_implementation": attn}
-    if eager_experts and model.family.moe:
+    if eager_experts and model.shape.has_experts:
         kwargs["experts_implementation"] = "eager"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.arch import cache
-from tuneproof.arch.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family
+from tuneproof.arch.coverage import refusal
+from tuneproof.arch.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family, family_of
 from tuneproof.arch.locate import locate_config
 from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.arch.values import check_values as _check_values
@@ -47,6 +48,7 @@ __all__ = [
 
 TINY = "tiny"
 _FIX = "pass a Hugging Face config.json"
+_SCOPE = "tuneproof costs decoder-only text models; docs/families.md lists them"
 
 
 def tiny_config_path() -> Path:
@@ -73,7 +75,7 @@ class ResolvedModel:
 
     @property
     def family(self) -> Family:
-        return FAMILIES[self.shape.model_type]
+        return family_of(self.shape.model_type)
 
     @property
     def config(self) -> Any:
@@ -142,15 +144,17 @@ def _text_part(data: dict[str, Any]) -> dict[str, Any]:
 
 def _from_dict(data: dict[str, Any], where: str) -> tuple[Any, tuple[str, ...]]:
     model_type = data.get("model_type")
-    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+    if not isinstance(model_type, str) or not _known(model_type):
         raise _unsupported(model_type)
     text = _text_part(data)
     _check_values(data, where)
     if text is not data:
         _check_values(text, where + " text_config")
-    family = FAMILIES[SUPPORTED_MODEL_TYPES[model_type]]
-    missing = [f for f in family.size_fields if f not in text]
-    if len(missing) == len(family.size_fields):
+    text_type = text.get("model_type", model_type) if text is not data else model_type
+    family = family_of(SUPPORTED_MODEL_TYPES.get(model_type, str(text_type)))
+    sizes = family.size_fields or _GENERIC_SIZES
+    missing = [f for f in sizes if f not in text and not _aliased(model_type, text_type, f, text)]
+    if len(missing) == len(sizes):
         raise TuneproofError(
             f"{where} holds none of {', '.join(family.size_fields)}: every size would come from "
             f"transformers' {family.model_type} defaults, not your model",
@@ -201,18 +205,30 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
         source, key = copy.deepcopy(config), cache.key_for(config)
         if key is not None and (hit := cache.load(key)) is not None:
             return ResolvedModel(name, hit.shape, hit.notes, hit.max_positions, source)
+        top = config.get("model_type")
+        if isinstance(top, str) and top not in FAMILIES and (why := refusal(top)) is not None:
+            raise TuneproofError(why, _SCOPE)
         config, notes = _from_dict(config, name)
+    elif (why := refusal(str(getattr(config, "model_type", "")))) is not None:
+        raise TuneproofError(why, _SCOPE)
     else:  # a config object is checked as a dict is, on the attributes its config class set
         _check_values(config_fields(_text_of(config)), name)
     text = _text_of(config)
     model_type = getattr(text, "model_type", None)
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or not _known(model_type):
         raise _unsupported(model_type)
-    family = FAMILIES[model_type]
+    family = family_of(model_type)
     try:
         shape = family.reader(text, family)
+    except TuneproofError:
+        raise
     except (AttributeError, TypeError, KeyError, ValueError, IndexError, ZeroDivisionError) as e:
         raise TuneproofError(f"config for {model_type} is missing or has a bad field: {e}", _FIX) from None
+    except Exception as e:  # building the module tree on the meta device (a family's own checks)
+        first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise TuneproofError(
+            f"transformers cannot build a {model_type} causal LM from this config: {first}", _FIX
+        ) from None
     model = ResolvedModel(name, shape, notes, _max_positions(text), source)
     object.__setattr__(model, "_config", text)
     if key is not None:
@@ -225,10 +241,46 @@ def _max_positions(text: Any) -> int | None:
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
+# The sizes a config of a family outside the table must set at least one of (else every size would be
+# transformers' default); a config class's attribute_map aliases count (GPT-2's n_embd).
+_GENERIC_SIZES = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "intermediate_size",
+)
+
+
+def _known(model_type: str) -> bool:
+    """A model_type this transformers can build (the table's families, or any config class it ships)."""
+    if model_type in SUPPORTED_MODEL_TYPES:
+        return True
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return model_type in CONFIG_MAPPING_NAMES
+
+
+def _aliased(model_type: str, text_type: object, field: str, text: dict[str, Any]) -> bool:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    for t in (str(text_type), model_type):
+        try:
+            alias = getattr(CONFIG_MAPPING[t], "attribute_map", {}).get(field)
+        except KeyError:
+            continue
+        if alias in text:
+            return True
+    return False
+
+
 def _unsupported(model_type: object) -> TuneproofError:
+    import transformers
+
     return TuneproofError(
-        f"unsupported model_type {model_type!r}",
-        "supported: " + ", ".join(sorted(SUPPORTED_MODEL_TYPES)),
+        f"unsupported model_type {model_type!r}: transformers {transformers.__version__} has no config "
+        "class for it",
+        "pass the config.json of a causal language model transformers knows (docs/families.md)",
     )
 
 

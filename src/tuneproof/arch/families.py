@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.errors import TuneproofError
 
 Reader = Callable[[Any, "Family"], ModelShape]
 
@@ -314,3 +315,28 @@ SUPPORTED_MODEL_TYPES: dict[str, str] = {
     **{t: t for t in FAMILIES},
     **{w: f.model_type for f in FAMILIES.values() for w in f.wrappers},
 }
+
+
+def read_by_construction(cfg: Any, fam: Family) -> ModelShape:
+    """Any other decoder: its shape read from the module tree transformers builds on the meta device
+    (`tuneproof.arch.construct`)."""
+    from tuneproof.arch.construct import read_constructed
+    from tuneproof.arch.coverage import refusal
+
+    why = refusal(fam.model_type)
+    if why is None and getattr(cfg, "is_encoder_decoder", False):
+        why = f"{fam.model_type} is an encoder-decoder model: out of scope for a decoder FLOP ledger"
+    if why is not None:
+        raise TuneproofError(why, "tuneproof costs decoder-only text models; docs/families.md lists them")
+    return read_constructed(cfg, fam.model_type)[0]
+
+
+def constructed_family(model_type: str) -> Family:
+    """The record of a family without one in `FAMILIES`: everything is read from its module tree;
+    attention refusals come from the model class's `_supports_*` flags."""
+    return Family(model_type, read_by_construction, layer_types=True, size_fields=())
+
+
+def family_of(model_type: str) -> Family:
+    """The table's record for `model_type`, else one that reads the family by construction."""
+    return FAMILIES.get(model_type) or constructed_family(model_type)

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# full: causal over all earlier keys; sliding: a window of earlier keys; chunked: causal inside fixed
+# chunks of the sequence; linear: a linear-attention mixer (gated delta rule) with no score matrix.
+KINDS = ("full", "sliding", "chunked", "linear")
+
 
 @dataclass(frozen=True, slots=True)
 class AttentionSpec:
@@ -23,23 +27,37 @@ class AttentionSpec:
     q - window < k <= q, i.e. itself and window-1 earlier tokens.
     """
 
-    kind: str  # "sliding" | "full"
+    kind: str  # one of KINDS
     window: int | None
     num_heads: int
     num_kv_heads: int
     head_dim: int  # query/key head dim
     v_head_dim: int
+    chunk: int | None = None  # chunked layers: queries see keys of their own chunk only (Llama 4)
 
     def __post_init__(self) -> None:
-        if self.kind not in ("sliding", "full"):
-            raise ValueError(f"AttentionSpec.kind must be 'sliding' or 'full', got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"AttentionSpec.kind must be one of {KINDS}, got {self.kind!r}")
         if (self.kind == "sliding") != (self.window is not None):
             raise ValueError("AttentionSpec.window must be set exactly for sliding layers")
+        if (self.kind in ("chunked", "linear")) != (self.chunk is not None):
+            raise ValueError("AttentionSpec.chunk must be set exactly for chunked and linear layers")
+
+    @property
+    def softmax(self) -> bool:
+        """A softmax attention layer (scores over pairs); linear-attention layers have none."""
+        return self.kind != "linear"
+
+    @property
+    def locality(self) -> int | None:
+        """The window or chunk that bounds which keys a query sees (None: all earlier keys)."""
+        return self.window if self.window is not None else (self.chunk if self.kind == "chunked" else None)
 
     @property
     def label(self) -> str:
         """Short group name: layers with equal labels have equal attention cost."""
         win = f" w={self.window}" if self.window is not None else ""
+        win += f" chunk={self.chunk}" if self.chunk is not None else ""
         return f"{self.kind}{win} h={self.num_heads} d={self.head_dim}"
 
 
@@ -61,6 +79,7 @@ class Linear:
     tokens_per_token: float = 1.0
     adaptable: bool = True
     num_experts: int = 1  # weight copies stored (routed experts); compute uses tokens_per_token
+    dense: bool = False  # experts that run every token through every expert (weighted by the router)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +93,26 @@ class Attention:
 
 
 @dataclass(frozen=True, slots=True)
+class DeltaRule:
+    """Gated delta-rule linear attention (Qwen3-Next, Qwen3.5) in its chunked form, as transformers'
+    `torch_chunk_gated_delta_rule` computes it: the sequence is cut into chunks of `chunk` tokens
+    (padded up to a whole chunk), each head keeps a (key_dim x value_dim) state; before it a
+    depthwise causal convolution of `conv_kernel` taps runs over `conv_channels` channels.
+    Cost is linear in T (see `tuneproof.arch.mixers.delta_rule_flops`)."""
+
+    q: str
+    k: str
+    v: str
+    dst: str
+    heads: int
+    key_dim: int
+    value_dim: int
+    chunk: int
+    conv_channels: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True, slots=True)
 class Join:
     """dst depends on every src (residual add, gating, normalisation): no matmul FLOPs."""
 
@@ -81,7 +120,7 @@ class Join:
     srcs: tuple[str, ...]
 
 
-Step = Linear | Attention | Join
+Step = Linear | Attention | DeltaRule | Join
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,17 +155,34 @@ class ModelShape:
     pre_steps: tuple[Step, ...] = field(default=())
     # attention implementations transformers refuses for this model, with the reason
     attn_refused: dict[str, str] = field(default_factory=dict)
+    # False: the model class does not support gradient checkpointing (supports_gradient_checkpointing)
+    checkpointing: bool = True
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
 
     def attention_groups(self) -> dict[str, list[int]]:
-        """Layer indices per distinct attention geometry, in first-seen order."""
+        """Softmax-attention layer indices per distinct attention geometry, in first-seen order
+        (linear-attention layers have no pairs and no mask: `mixer_groups` lists them)."""
         groups: dict[str, list[int]] = {}
         for layer in self.layers:
-            groups.setdefault(layer.attention.label, []).append(layer.index)
+            if layer.attention.softmax:
+                groups.setdefault(layer.attention.label, []).append(layer.index)
         return groups
+
+    def mixer_groups(self) -> dict[str, list[int]]:
+        """Linear-attention layer indices per geometry."""
+        groups: dict[str, list[int]] = {}
+        for layer in self.layers:
+            if not layer.attention.softmax:
+                groups.setdefault(layer.attention.label, []).append(layer.index)
+        return groups
+
+    @property
+    def has_experts(self) -> bool:
+        """Some layer holds routed experts (fused 3-D expert parameters)."""
+        return any(lin.num_experts > 1 for lin in self.linears())
 
     def linears(self) -> list[Linear]:
         out = [s for s in self.pre_steps if isinstance(s, Linear)]

@@ -85,8 +85,15 @@ def check_values(data: Mapping[str, Any], where: str) -> None:
 def config_fields(config: Any) -> dict[str, Any]:
     """The fields `check_values` reads, from a transformers config object (aliases resolved by its
     attribute_map)."""
-    names = dict.fromkeys((*POSITIVE_INTS, *LAYERS))
-    return {name: getattr(config, name) for name in names if hasattr(config, name)}
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys((*POSITIVE_INTS, *LAYERS)):
+        try:
+            out[name] = getattr(config, name)
+        except AttributeError:
+            continue
+        except Exception:  # Gemma 4: a per-layer field read globally raises; its layers are checked
+            continue  # by the family reader
+    return out
 
 
 def parameter_estimate(data: Mapping[str, Any]) -> int:
@@ -118,6 +125,8 @@ def _check_size(key: str, value: Any, where: str) -> None:
         return
     if key == "sliding_window" and value == 0 and not isinstance(value, bool):
         return  # what transformers writes for "no window" (Qwen2-MoE's save_pretrained); read as none
+    if key in (*EXPERT_COUNTS, *TOP_K) and value == 0 and not isinstance(value, bool):
+        return  # no experts: how Granite 4's dense checkpoints (granitemoehybrid) say it
     if key in LISTS and isinstance(value, list) and value and all(_is_size(v) for v in value):
         return
     if not _is_size(value):

@@ -26,7 +26,7 @@ from tuneproof.attention.live import LIVE_LEN as LIVE_LEN
 from tuneproof.attention.live import device_present, version_notes
 from tuneproof.attention.live import live_mask as _live_mask
 from tuneproof.attention.live import live_sdpa as _live_sdpa
-from tuneproof.attention.paths import PATHS, Rows, path
+from tuneproof.attention.paths import PATHS, Rows, path, performed_for
 from tuneproof.errors import TuneproofError
 from tuneproof.verdict import NoWarnings
 
@@ -170,7 +170,7 @@ class Explanation(NoWarnings):
 def predict_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str]:
     """Does transformers hand the attention a dense mask tensor, and which condition decides
     (the attention path table's rule, shared with the FLOP ledger)."""
-    mask = path(ctx.attn).mask(ctx.rows(), spec.window)
+    mask = performed_for(path(ctx.attn), ctx.rows(), spec).mask
     return mask.materialised, mask.reason
 
 
@@ -262,6 +262,31 @@ def predict(ctx: Context, spec: AttentionSpec) -> Prediction:
     return Prediction(mask, mask_reason, backend, refused, kernel)
 
 
+# transformers models/qwen3_next/modeling_qwen3_next.py: chunk_gated_delta_rule and causal_conv1d_fn are
+# `use_kernel_func_from_hub_with_fallback` functions (the `kernels` hub's flash-linear-attention and
+# causal-conv1d builds on CUDA); their torch fallbacks take `**kwargs`, so the cu_seqlens of a packed
+# batch is dropped there.
+_DELTA_PATHS = (
+    "{count} linear-attention layers ({label}, gated delta rule): the attention path does not apply to "
+    "them. transformers runs flash-linear-attention's chunk_gated_delta_rule and causal-conv1d where the "
+    "kernels hub provides them (CUDA), else torch_chunk_gated_delta_rule (chunks of 64 tokens, padded to a "
+    "whole chunk) and a torch depthwise conv1d{packed}"
+)
+_DELTA_PACKED = (
+    "; this batch is packed, and the torch fallback drops cu_seqlens, so its documents share one "
+    "recurrent state (the fla kernel honours the boundaries)"
+)
+
+
+def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
+    """What runs for each linear-attention geometry (no mask, no SDPA backend)."""
+    packed = _DELTA_PACKED if ctx.rows().is_packed else ""
+    return [
+        _DELTA_PATHS.format(count=len(idxs), label=label, packed=packed)
+        for label, idxs in shape.mixer_groups().items()
+    ]
+
+
 def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     """Explain every attention geometry of `shape` under `ctx`. Live where the device is present."""
     live_ok = live and device_present(ctx)
@@ -292,7 +317,7 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
                 source,
             )
         )
-    notes = version_notes()
+    notes = version_notes() + linear_attention_notes(shape, ctx)
     if ctx.attn in shape.attn_refused:
         notes.insert(
             0,

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tuneproof.attention.pairs import FLEX_BLOCK, flex_block_pairs, flex_document_pairs, intended_pairs
 from tuneproof.errors import TuneproofError, field_error
+
+if TYPE_CHECKING:
+    from tuneproof.arch.shape import AttentionSpec
 
 # transformers: where each mask decision is taken (verified on transformers 5.24)
 MASK_SOURCES = {
@@ -299,3 +303,73 @@ def names(*, probe: bool = False, adjudicate: bool = False) -> tuple[str, ...]:
     return tuple(
         p.name for p in PATHS.values() if (not probe or p.probe) and (not adjudicate or p.adjudicate)
     )
+
+
+def chunk_pieces(docs: tuple[int, ...], chunk: int) -> list[int]:
+    """A row's documents cut where chunked attention cuts them: at every multiple of `chunk` from the
+    row's first slot (transformers masking_utils.chunked_overlay: (k // chunk) == (q // chunk), and
+    the documents' own mask on top)."""
+    pieces, pos = [], 0
+    for n in docs:
+        end = pos + n
+        while pos < end:
+            step = min(end, (pos // chunk + 1) * chunk) - pos
+            pieces.append(step)
+            pos += step
+    return pieces
+
+
+def intended_for(rows: Rows, spec: AttentionSpec) -> int:
+    """The pairs a layer's architecture specifies (0 for a linear-attention layer)."""
+    if not spec.softmax:
+        return 0
+    if spec.kind == "chunked":
+        assert spec.chunk is not None
+        return sum(intended_pairs(n, None) for row in rows.docs for n in chunk_pieces(row, spec.chunk))
+    return rows.intended(spec.window)
+
+
+_CHUNK_FLASH = (
+    "transformers masking_utils.create_chunked_causal_mask raises for flash attention when kv_length > "
+    "attention_chunk_size"
+)
+
+
+def performed_for(p: AttentionPath, rows: Rows, spec: AttentionSpec) -> Performed:
+    """What path `p` computes for one layer of geometry `spec` (the window or chunk it bounds keys by)."""
+    if not spec.softmax:
+        return Performed(0, Mask(False, (), "no score matrix"), "linear attention: no (query, key) scores")
+    if spec.kind != "chunked":
+        return p.performed(rows, spec.window)
+    chunk = spec.chunk
+    assert chunk is not None
+    if p.name == "flex_attention":
+        pairs = 0
+        for row in rows.docs:
+            if len(row) > 1:
+                pairs += flex_document_pairs(chunk_pieces(row, chunk), None)
+                continue
+            for start in range(0, rows.width, chunk):  # whole chunks never share a block when
+                seg = min(chunk, rows.width - start)  # chunk is a multiple of the block size
+                real = min(max(row[0] - start, 0), seg)
+                pairs += flex_block_pairs(seg, real, None) if real else 0
+        why = (
+            f"flex computes whole {FLEX_BLOCK}x{FLEX_BLOCK} BlockMask blocks inside each {chunk}-token chunk"
+        )
+        if chunk % FLEX_BLOCK:
+            why += f" (chunk {chunk} is not a multiple of {FLEX_BLOCK}: blocks straddle chunks, a bound)"
+        return Performed(pairs, p.performed(rows, None).mask, why)
+    if p.name == "flash_attention_2":
+        pieces = sum(intended_pairs(n, None) for row in rows.docs for n in chunk_pieces(row, chunk))
+        if rows.width > chunk:
+            return Performed(
+                pieces, Mask(False, (), _CHUNK_FLASH), f"refused: width {rows.width} > chunk {chunk}"
+            )
+        return Performed(pieces, p.performed(rows, None).mask, "varlen kernel: the width fits one chunk")
+    # sdpa gets the chunk as its local_attention_size, exactly like a window; eager squares anyway
+    got = p.performed(rows, chunk)
+    swap = lambda s: s.replace("window", "chunk")  # noqa: E731
+    mask = Mask(
+        got.mask.materialised, tuple((swap(c), s) for c, s in got.mask.causes), swap(got.mask.otherwise)
+    )
+    return Performed(got.pairs, mask, swap(got.why))

@@ -62,7 +62,7 @@ def attention_flops(
     Each micro-batch is costed by the attention path table (`tuneproof.attention.paths`): padded
     micro-batches are rows as wide as their longest member; a packed micro-batch is one row holding
     its documents back to back."""
-    from tuneproof.attention.paths import Rows, path
+    from tuneproof.attention.paths import Rows, intended_for, path, performed_for
 
     chosen = path(attn)
     groups = [(shape.layers[idx[0]].attention, len(idx)) for idx in shape.attention_groups().values()]
@@ -72,8 +72,8 @@ def attention_flops(
         rows = Rows(sum(ls), (tuple(ls),)) if packed else Rows.padded(max(ls), ls)
         for spec, count in groups:
             per_pair = 2.0 * spec.num_heads * (spec.head_dim + spec.v_head_dim) * count
-            performed += chosen.performed(rows, spec.window).pairs * per_pair
-            intended += rows.intended(spec.window) * per_pair
+            performed += performed_for(chosen, rows, spec).pairs * per_pair
+            intended += intended_for(rows, spec) * per_pair
     return {"performed": performed, "intended": intended}
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tuneproof.arch.shape import Linear, ModelShape
-from tuneproof.attention.paths import PATHS, Performed
+from tuneproof.attention.paths import PATHS, Performed, intended_for
 from tuneproof.flops.ledger import WalkState, adapted_in_place
 from tuneproof.flops.run import RunSpec
 
@@ -43,7 +43,7 @@ class Effect:
 
 def intended_state(ctx: Context) -> WalkState:
     rows = ctx.run.rows()
-    pairs = tuple(rows.intended(layer.attention.window) for layer in ctx.shape.layers)
+    pairs = tuple(intended_for(rows, layer.attention) for layer in ctx.shape.layers)
     return WalkState(tokens=ctx.run.real_tokens, pairs=pairs)
 
 
@@ -85,8 +85,17 @@ EFFECTS: tuple[Effect, ...] = (
         ),
     ),
     Effect(
+        "experts run densely: every token through every expert",
+        lambda s, c: replace(s, dense_experts=True),
+        lambda c, _: (
+            "this family's experts module runs a batched matmul of every token with every expert and "
+            "weights the outputs by the router (zero for experts not chosen): num_experts / top_k times "
+            "the routed work"
+        ),
+    ),
+    Effect(
         "padding: GEMMs on pad tokens",
-        lambda s, c: replace(s, tokens=c.run.padded_tokens),
+        lambda s, c: replace(s, tokens=c.run.padded_tokens, padded=True),
         _pad_why,
     ),
     Effect(

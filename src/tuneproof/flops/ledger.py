@@ -35,8 +35,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tuneproof.arch.shape import Attention, Join, LayerShape, Linear, ModelShape, Step
-from tuneproof.errors import field_error
+from tuneproof.arch.shape import Attention, DeltaRule, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.errors import TuneproofError, field_error
 from tuneproof.flops.run import RunSpec
 
 PASSES = ("forward", "recompute", "backward")
@@ -118,6 +118,8 @@ class WalkState:
     - `input_grads`: the input embeddings' output needs a gradient (transformers' checkpointing calls
       enable_input_require_grads(), even when the embeddings are frozen);
     - `fused`: fused attention kernels recompute QK^T in their backward;
+    - `padded`: linear-attention layers run on the padded rows (else on each real document);
+    - `dense_experts`: experts stored `dense` run every token through every expert (Llama 4);
     - `expert_deltas`: LoRA on fused experts forms each adapted expert weight W + A@B (see above).
     """
 
@@ -127,6 +129,8 @@ class WalkState:
     input_grads: bool = False
     fused: bool = False
     expert_deltas: bool = False
+    padded: bool = False
+    dense_experts: bool = False
 
 
 class _Walker:
@@ -135,6 +139,7 @@ class _Walker:
     def __init__(self, shape: ModelShape, run: RunSpec, state: WalkState) -> None:
         self.shape, self.run = shape, run
         self.tokens, self.pairs, self.fused = state.tokens, state.pairs, state.fused
+        self.padded, self.dense_experts = state.padded, state.dense_experts
         self.expert_deltas = state.expert_deltas
         self.recompute = state.recompute and run.grad_ckpt
         self.training = run.mode != "forward"
@@ -155,7 +160,7 @@ class _Walker:
 
     def linear(self, layer: int | None, lin: Linear, passes: tuple[str, ...], last: bool = False) -> None:
         """`last`: the layer's final GEMM under an early-stopping recompute (see LayerShape)."""
-        n = self.tokens * lin.tokens_per_token
+        n = self.tokens * (lin.num_experts if self.dense_experts and lin.dense else lin.tokens_per_token)
         gemm = 2.0 * n * lin.in_features * lin.out_features
         src_rg = self.rg[self.node(layer, lin.src)]
         in_place = adapted_in_place(lin, self.run)
@@ -198,6 +203,29 @@ class _Walker:
             if self.fused and (q or k):
                 self.ledger.add(layer.index, "attention.qk_kernel_recompute", "backward", qk)
 
+    def delta_rule(self, index: int, rule: DeltaRule, passes: tuple[str, ...]) -> None:
+        """Gated delta-rule linear attention (`tuneproof.arch.mixers.delta_rule_flops`): on each real
+        document, or on every padded row once padding is switched on; the depthwise convolution
+        before it gets an input gradient when its input needs one and a weight gradient in full
+        fine-tuning."""
+        from tuneproof.arch.mixers import delta_rule_backward, delta_rule_flops
+
+        lengths = [self.run.seq_len] * self.run.batch if self.padded else self.run.document_lengths()
+        forward = sum(delta_rule_flops(rule, n)[0] for n in lengths)
+        conv = sum(delta_rule_flops(rule, n)[1] for n in lengths)
+        for p in passes:
+            self.ledger.add(index, "linear_attention", p, forward)
+            self.ledger.add(index, "linear_attention.conv", p, conv)
+        q, k, v = (self.rg[self.node(index, x)] for x in (rule.q, rule.k, rule.v))
+        in_rg = q or k or v
+        full = self.run.mode == "full"  # the convolution's weight trains
+        self.rg[self.node(index, rule.dst)] = in_rg or full
+        if self.training and in_rg:
+            backward = sum(delta_rule_backward(rule, n) for n in lengths)
+            self.ledger.add(index, "linear_attention", "backward", backward)
+        if self.training and (in_rg or full):
+            self.ledger.add(index, "linear_attention.conv", "backward", conv * (int(in_rg) + int(full)))
+
     def steps(self, layer: LayerShape | None, steps: tuple[Step, ...], passes: tuple[str, ...]) -> None:
         idx = None if layer is None else layer.index
         linears = [s for s in steps if isinstance(s, Linear)]
@@ -208,6 +236,9 @@ class _Walker:
             elif isinstance(s, Attention):
                 assert layer is not None
                 self.attention(layer, s, passes)
+            elif isinstance(s, DeltaRule):
+                assert layer is not None
+                self.delta_rule(layer.index, s, passes)
             elif isinstance(s, Join):
                 self.rg[self.node(idx, s.dst)] = any(self.rg[self.node(idx, x)] for x in s.srcs)
 
@@ -226,8 +257,9 @@ class _Walker:
 
 def check_targets(shape: ModelShape, run: RunSpec) -> None:
     """PEFT raises when a target matches no module; so do we (in every mode: a typo is a typo). Under
-    LoRA a rank above min(in_features, out_features) of every adapted module is refused too: no
-    adapter would be low-rank (PEFT accepts it and trains more weights than the module has)."""
+    LoRA a rank above min(in_features, out_features) of every adapted module (a fused expert
+    parameter counts with its per-expert matrix) is refused too: no adapter would be low-rank (PEFT
+    accepts it and trains more weights than the module has)."""
     names = [lin.name for lin in shape.linears() if lin.adaptable]
     for t in run.lora_targets:
         if t != "all-linear" and not any(_matches(n, (t,)) for n in names):
@@ -242,7 +274,7 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
         (
             min(lin.in_features, lin.out_features)
             for lin in shape.linears()
-            if lin.adaptable and _matches(lin.name, run.lora_targets)
+            if (lin.adaptable and _matches(lin.name, run.lora_targets)) or adapted_in_place(lin, run)
         ),
         default=None,
     )
@@ -272,6 +304,13 @@ def check_target_parameters(shape: ModelShape, run: RunSpec) -> None:
 
 def walk(shape: ModelShape, run: RunSpec, state: WalkState) -> Ledger:
     """FLOP rows of `run` on `shape` as `state` counts them."""
+    if run.grad_ckpt and not shape.checkpointing:
+        raise TuneproofError(
+            f"transformers' {shape.model_type} model does not support gradient checkpointing "
+            "(its supports_gradient_checkpointing is False)",
+            "drop {grad_ckpt}",
+            fields=("grad_ckpt",),
+        )
     check_targets(shape, run)
     check_target_parameters(shape, run)
     return _Walker(shape, run, state).walk()

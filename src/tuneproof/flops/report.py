@@ -7,7 +7,7 @@ from typing import Any
 
 from tuneproof import validate
 from tuneproof.arch.shape import ModelShape
-from tuneproof.attention.paths import Mask, path
+from tuneproof.attention.paths import Mask, path, performed_for
 from tuneproof.errors import TuneproofError
 from tuneproof.flops.effects import EFFECTS, Context, intended_state
 from tuneproof.flops.ledger import Ledger, walk
@@ -146,7 +146,7 @@ def step_totals(shape: ModelShape, run: RunSpec) -> tuple[float, float]:
     rows = run.rows()
     attn = path(run.attn)
     ctx = Context(
-        shape, run, {layer.index: attn.performed(rows, layer.attention.window) for layer in shape.layers}
+        shape, run, {layer.index: performed_for(attn, rows, layer.attention) for layer in shape.layers}
     )
     state = intended_state(ctx)
     intended = walk(shape, run, state).total
@@ -173,7 +173,7 @@ def flop_report(
     rows = run.rows()
     attn = path(run.attn)
     ctx = Context(
-        shape, run, {layer.index: attn.performed(rows, layer.attention.window) for layer in shape.layers}
+        shape, run, {layer.index: performed_for(attn, rows, layer.attention) for layer in shape.layers}
     )
 
     state = intended_state(ctx)

@@ -95,6 +95,10 @@ class RunSpec:
         base, extra = divmod(real, self.batch)
         return Rows.padded(self.seq_len, [base + (1 if i < extra else 0) for i in range(self.batch)])
 
+    def document_lengths(self) -> list[int]:
+        """Every document's length, row by row (one per row unless packed)."""
+        return [n for row in self.rows().docs for n in row]
+
     def real_lengths(self) -> list[int]:
         """Real (unpadded) tokens in each row."""
         return [sum(row) for row in self.rows().docs]

@@ -1,0 +1,409 @@
+"""Any decoder family's shape by construction: the model transformers builds from the config on the
+meta device (no weights, no memory), read as a module tree.
+
+What the tree gives, per decoder layer: every weight GEMM (`nn.Linear` and GPT-2's `Conv1D`, with
+their shapes), fused 3-D expert parameters (their shapes give the experts and the per-expert
+widths), routers (an `nn.Linear` or a raw 2-D weight beside the experts), shared experts, and the
+attention module's own geometry (`num_heads`, `head_dim` / `qk_head_dim` / `v_head_dim`,
+`sliding_window`). What the tree does not give comes from the config and stays as data in
+`tuneproof.arch.mixers` (each layer's mixer kind and its cost) and `LAYOUT` below (parallel
+attention/MLP blocks, each with its source).
+
+Identical layers are read once: layers whose module trees (names, classes, shapes) and mixer kind
+match share one program.
+
+Dataflow inside a layer (what the ledger needs to know which backward GEMMs run): the mixer's
+projections read the layer input, a projection whose input width is not the hidden size reads the
+projection it follows (DeepSeek's q_a -> q_b, kv_a -> kv_b); the mixer's output projection reads
+the mixer core; the feed-forward block reads the residual after the mixer (or the layer input when
+the two run in parallel); inside one module, the projection that writes the hidden size reads the
+others (gate and up -> down; fc1 -> fc2).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tuneproof.arch.mixers import MixerKind, layer_mixer
+from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.errors import TuneproofError
+
+# Attention and feed-forward blocks run in parallel on the layer input (not one after the other) in
+# these families, or when the named config flag is true. Sources: each modeling file's DecoderLayer
+# forward (transformers 5.x): GPT-J, CodeGen, Cohere, Phi(-1/2), Falcon (parallel_attn), GPT-NeoX
+# (use_parallel_residual), StableLM (use_parallel_residual), Persimmon is sequential.
+PARALLEL_FAMILIES = frozenset({"gptj", "codegen", "cohere", "cohere2", "phi", "cohere2_moe"})
+PARALLEL_FLAGS = ("parallel_attn", "use_parallel_residual", "parallel_residual")
+
+# Experts modules whose forward runs every token through every expert (a batched matmul over all
+# experts, outputs weighted by router scores that are zero off the top-k), by class name. Source:
+# transformers models/llama4/modeling_llama4.py Llama4TextExperts.forward (torch.bmm over all experts;
+# Llama4TextMoe repeats the tokens once per expert). Modules that transformers' experts interface
+# wraps (integrations/moe.py use_experts_implementation) run only the routed rows.
+DENSE_EXPERTS = frozenset({"Llama4TextExperts"})
+
+# Config fields that hold the routed top-k, first match wins (the router module's own `top_k` is read
+# first when it has one).
+TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
+
+_MIXER_CHILD = re.compile(r"attn|attention|mixer|linear_attn|self_attention|token_mixer", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One weight GEMM in a layer: its module path (relative to the layer), widths, and how it is stored."""
+
+    name: str
+    in_features: int
+    out_features: int
+    kind: str  # "linear" (nn.Linear / Conv1D: PEFT can wrap it), "experts" (a 3-D parameter), "router"
+    num_experts: int = 1
+    dense: bool = False
+
+    @property
+    def parent(self) -> str:
+        return self.name.rpartition(".")[0]
+
+    @property
+    def leaf(self) -> str:
+        return self.name.rpartition(".")[2]
+
+
+def meta_model(cfg: Any) -> Any:
+    """The causal LM of a transformers config, on the meta device, eager attention and experts."""
+    import copy
+    import warnings
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(cfg)
+    try:
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            return AutoModelForCausalLM.from_config(
+                config, attn_implementation="eager", experts_implementation="eager"
+            )
+    except TypeError:  # a family without an experts_implementation switch
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+
+
+def decoder_layers(model: Any, num_layers: int) -> tuple[str, list[Any]]:
+    """The decoder layers: the ModuleList of `num_layers` modules that holds the most GEMMs."""
+    import torch.nn as nn
+
+    best: tuple[int, str, list[Any]] | None = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.ModuleList) and len(mod) == num_layers and num_layers:
+            gemms = sum(1 for m in mod[0].modules() if _is_gemm_module(m))
+            if best is None or gemms > best[0]:
+                best = (gemms, name, list(mod))
+    if best is None or best[0] == 0:
+        raise TuneproofError(
+            f"{type(model).__name__} has no list of {num_layers} decoder layers holding weight GEMMs",
+            "this model is not a decoder tuneproof can read; see docs/flops.md for the supported families",
+        )
+    return best[1], best[2]
+
+
+def _is_gemm_module(m: Any) -> bool:
+    import torch.nn as nn
+
+    return isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"
+
+
+def _units(layer: Any, hidden: int) -> list[Unit]:
+    """The layer's weight GEMMs in registration order (the order their module defines them)."""
+    import torch.nn as nn
+
+    out: list[Unit] = []
+    for name, mod in layer.named_modules():
+        if isinstance(mod, nn.Linear):
+            # a subclass that routes (Llama 4's Llama4Router returns a tuple) is not one PEFT can wrap
+            routes = type(mod) is not nn.Linear and re.search(r"(router|gate)$", name) is not None
+            out.append(Unit(name, mod.in_features, mod.out_features, "router" if routes else "linear"))
+            continue
+        if type(mod).__name__ == "Conv1D":  # GPT-2 style: weight (in, out)
+            w = mod.weight
+            out.append(Unit(name, int(w.shape[0]), int(w.shape[1]), "linear"))
+            continue
+        if isinstance(mod, nn.Embedding | nn.Conv1d | nn.LayerNorm):
+            continue
+        params = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.ndim in (2, 3)]
+        experts = [(n, p) for n, p in params if p.ndim == 3]
+        for i, (pname, p) in enumerate(experts):
+            e, a, b = (int(x) for x in p.shape)
+            first = i < len(experts) - 1 or len(experts) == 1
+            # F.linear(x, W[e]) stores (out, in); x @ W[e] stores (in, out): the hidden side tells
+            if first:
+                in_f, out_f = (b, a) if b == hidden else (a, b)
+            else:
+                in_f, out_f = (a, b) if b == hidden else (b, a)
+            dense = type(mod).__name__ in DENSE_EXPERTS
+            out.append(
+                Unit(f"{name}.{pname}" if name else pname, in_f, out_f, "experts", num_experts=e, dense=dense)
+            )
+        for pname, p in params:
+            if p.ndim == 2 and pname == "weight" and int(p.shape[1]) == hidden and not experts:
+                out.append(Unit(name, hidden, int(p.shape[0]), "router"))
+    return out
+
+
+def _roles(leaf: str) -> frozenset[str]:
+    """Which of q, k, v a mixer projection feeds, from its name (unknown: all three)."""
+    s = leaf.lower()
+    if any(t in s for t in ("qkv", "query_key_value", "c_attn", "wqkv", "in_proj")):
+        return frozenset("qkv")
+    if s.startswith("kv") or "_kv" in s:
+        return frozenset("kv")
+    if s.startswith(("q", "query")):
+        return frozenset("q")
+    if s.startswith(("k", "key")):
+        return frozenset("k")
+    if s.startswith(("v", "value")):
+        return frozenset("v")
+    return frozenset("qkv")
+
+
+def _stem(leaf: str) -> str:
+    return re.sub(r"(_[ab])?_proj.*$", "", leaf)
+
+
+def _mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Step]:
+    """Projections in, the mixer core, the output projection; "mid" is the residual after it."""
+    out_idx = max((i for i, u in enumerate(units) if u.out_features == hidden), default=None)
+    if out_idx is None:
+        raise TuneproofError(
+            f"the mixer's projections {[u.name for u in units]} have no output projection to the hidden size",
+            "this mixer is not one tuneproof can read",
+        )
+    steps: list[Step] = []
+    written: dict[str, str] = {}  # unit name -> node
+    feeds: dict[str, list[str]] = {"q": [], "k": [], "v": []}
+    for i, u in enumerate(units):
+        if i == out_idx:
+            continue
+        node = f"mix.{i}"
+        src = "in"
+        if u.in_features != hidden:
+            before = [w for w in units[:i] if w.name in written]
+            same = [w for w in before if _stem(w.leaf) == _stem(u.leaf)]
+            wide = [w for w in before if w.out_features >= u.in_features]
+            candidates = same or wide or before
+            if candidates:
+                src = written[candidates[-1].name]
+        steps.append(Linear(u.name, u.in_features, u.out_features, src, node, _component(u.leaf)))
+        written[u.name] = node
+        for role in _roles(u.leaf):
+            feeds[role].append(node)
+    for role, nodes in feeds.items():
+        steps.append(Join(f"mix.{role}", tuple(nodes) or ("in",)))
+    steps.extend(mixer.core_steps("mix.q", "mix.k", "mix.v", "attn"))
+    o = units[out_idx]
+    steps.append(Linear(o.name, o.in_features, o.out_features, "attn", "o", "o_proj"))
+    steps.append(Join("mid", ("in", "o")))
+    return steps
+
+
+_COMPONENTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+def _component(leaf: str) -> str:
+    return leaf if leaf in _COMPONENTS else "attention.proj"
+
+
+def _ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> list[Step]:
+    """The feed-forward block: per parent module, the projection writing the hidden size reads the
+    others; experts run on top_k rows per token; routers and gates read the block input."""
+    steps: list[Step] = []
+    outputs: list[str] = []
+    by_parent: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        by_parent.setdefault(u.parent if u.kind != "router" else f"router:{u.name}", []).append(i)
+    for idxs in by_parent.values():
+        members = [units[i] for i in idxs]
+        last = max((j for j, u in enumerate(members) if u.out_features == hidden), default=None)
+        reads: list[str] = []
+        for j, u in enumerate(members):
+            node = f"ffn.{idxs[j]}"
+            expert = u.kind == "experts"
+            if expert and top_k is None:
+                raise TuneproofError(
+                    "the model has routed experts but the config names no top-k",
+                    "set num_experts_per_tok (or the family's top-k field) in the config",
+                )
+            kw: dict[str, Any] = (
+                dict(
+                    tokens_per_token=float(top_k or 1),
+                    adaptable=False,
+                    num_experts=u.num_experts,
+                    dense=u.dense,
+                )
+                if expert
+                else {"adaptable": u.kind == "linear"}
+            )
+            component = _ffn_component(u)
+            if j == last and reads:
+                steps.append(Join(f"{node}.in", tuple(reads)))
+                steps.append(
+                    Linear(u.name, u.in_features, u.out_features, f"{node}.in", node, component, **kw)
+                )
+                outputs.append(node)
+            else:
+                steps.append(Linear(u.name, u.in_features, u.out_features, src, node, component, **kw))
+                (reads if j != last else outputs).append(node)
+                if u.kind == "router" or (u.out_features < hidden and j != last and len(members) == 1):
+                    outputs.append(node)
+        if last is None:  # a gate only (shared_expert_gate, router): it scales the block's output
+            outputs.extend(f"ffn.{i}" for i in idxs)
+    steps.append(Join("ffn", tuple(dict.fromkeys(outputs)) or (src,)))
+    return steps
+
+
+def _ffn_component(u: Unit) -> str:
+    if u.kind == "experts":
+        return "experts"
+    if u.kind == "router" or (u.leaf in ("gate", "router") and u.out_features != 1):
+        return "router"
+    if "shared" in u.name:
+        return "shared_expert"
+    return "mlp"
+
+
+def _top_k(cfg: Any, layer: Any) -> int | None:
+    for mod in layer.modules():
+        for attr in ("top_k", "num_experts_per_tok"):
+            v = getattr(mod, attr, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+    for f in TOP_K_FIELDS:
+        v = getattr(cfg, f, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def _parallel(cfg: Any) -> bool:
+    return cfg.model_type in PARALLEL_FAMILIES or any(bool(getattr(cfg, f, False)) for f in PARALLEL_FLAGS)
+
+
+def _signature(layer: Any) -> tuple[Any, ...]:
+    return tuple(
+        (n, type(m).__name__, tuple((pn, tuple(p.shape)) for pn, p in m.named_parameters(recurse=False)))
+        for n, m in layer.named_modules()
+    )
+
+
+def _shared_runs_last(layer: Any, shared: list[Unit]) -> bool:
+    """Whether the MoE block calls its shared expert after its routed experts: read from the block's
+    forward source (the order a module registers its children is not the order it runs them; Ernie
+    4.5 and HunYuan call the shared expert first, DeepSeek and GLM-4-MoE last)."""
+    import inspect
+
+    block_name = shared[0].name.split(".")[0]
+    shared_attr = shared[0].name.split(".")[1] if "." in shared[0].name else ""
+    block = getattr(layer, block_name, None)
+    if block is None:
+        return True
+    try:
+        source = inspect.getsource(type(block).forward)
+    except (OSError, TypeError):
+        return True
+    at_shared = source.find(f"self.{shared_attr}(")
+    at_experts = source.find("self.experts(")
+    return at_shared < 0 or at_experts < 0 or at_shared > at_experts
+
+
+def _post_ffn_norm(layer: Any) -> bool:
+    """A norm after the feed-forward block saves its output for backward (Gemma's
+    post_feedforward_layernorm), so checkpointing's recompute re-runs the layer's last GEMM."""
+    return any(re.search(r"post_(feedforward|mlp|ffn|moe)", n) for n, _ in layer.named_children())
+
+
+def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
+    """The shape of `cfg`'s causal LM read from its meta-device module tree, and whether it has
+    routed experts."""
+    model = meta_model(cfg)
+    hidden = int(cfg.hidden_size)
+    prefix, layers = decoder_layers(model, int(cfg.num_hidden_layers))
+    parallel = _parallel(cfg)
+    programs: dict[tuple[Any, ...], tuple[AttentionSpec, tuple[Step, ...], bool]] = {}
+    shapes: list[LayerShape] = []
+    moe = False
+    for i, layer in enumerate(layers):
+        mixer = layer_mixer(cfg, i, layer)
+        key = (_signature(layer), mixer.key)
+        if key not in programs:
+            programs[key] = _layer_program(cfg, layer, hidden, mixer, parallel)
+        spec, steps, stops_early = programs[key]
+        moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in steps)
+        shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
+    head, pre = _model_level(model, prefix, hidden, int(cfg.vocab_size))
+    refused = _refused(model)
+    tied = bool(getattr(cfg, "tie_word_embeddings", False))
+    ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
+    shape = ModelShape(model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt)
+    return shape, moe
+
+
+def _layer_program(
+    cfg: Any, layer: Any, hidden: int, mixer: MixerKind, parallel: bool
+) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
+    units = _units(layer, hidden)
+    mixer_units = [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
+    ffn_units = [u for u in units if u not in mixer_units]
+    spec = mixer.spec
+    steps = _mixer_steps(mixer_units, hidden, spec, mixer)
+    ffn_src = "in" if parallel else "mid"
+    experts = any(u.kind == "experts" for u in ffn_units)
+    steps += _ffn_steps(ffn_units, hidden, _top_k(cfg, layer) if experts else None, ffn_src)
+    steps.append(Join("out", ("mid", "ffn")))
+    # An MoE layer ends in the routing-weight multiply, which saves the experts' output, unless an
+    # ungated shared expert runs after the experts and is added (DeepSeek, GLM-4-MoE, dots1): its
+    # down projection is then the layer's last GEMM and nothing saves its output.
+    shared = [u for u in ffn_units if "shared" in u.name]
+    ungated_shared_last = (
+        bool(shared) and not any(u.out_features == 1 for u in shared) and _shared_runs_last(layer, shared)
+    )
+    ends_in_gemm = not experts or ungated_shared_last
+    stops_early = ends_in_gemm and not _post_ffn_norm(layer) and not parallel
+    return spec, tuple(steps), stops_early
+
+
+def _model_level(model: Any, prefix: str, hidden: int, vocab: int) -> tuple[Linear, tuple[Step, ...]]:
+    """The LM head (the model's own `get_output_embeddings()`) and any other GEMM outside the decoder
+    layers (run once, on the embeddings: Gemma 4's per-layer input projection)."""
+    head_module = model.get_output_embeddings()
+    pre: list[Step] = []
+    head: Linear | None = None
+    for name, mod in model.named_modules():
+        if not _is_gemm_module(mod) or name.startswith(prefix + "."):
+            continue
+        w = mod.weight
+        conv1d = type(mod).__name__ == "Conv1D"  # GPT-2's Conv1D stores (in, out)
+        in_f, out_f = (int(w.shape[0]), int(w.shape[1])) if conv1d else (int(w.shape[1]), int(w.shape[0]))
+        if mod is head_module:
+            head = Linear("lm_head", in_f, out_f, "model:final", "model:logits", "lm_head", adaptable=False)
+        else:
+            pre.append(Linear(name, in_f, out_f, "model:embed", f"model:{name}", "model_proj"))
+    if head is None:  # a head that is not a module (tied weight used functionally)
+        head = Linear("lm_head", hidden, vocab, "model:final", "model:logits", "lm_head", adaptable=False)
+    return head, tuple(pre)
+
+
+def _refused(model: Any) -> dict[str, str]:
+    """Attention implementations the model class declares it does not support."""
+    cls = type(model)
+    flags = {
+        "sdpa": "_supports_sdpa",
+        "flash_attention_2": "_supports_flash_attn",
+        "flex_attention": "_supports_flex_attn",
+    }
+    return {
+        attn: f"{cls.__name__}.{flag} is False (transformers modeling_{model.config.model_type}.py)"
+        for attn, flag in flags.items()
+        if getattr(cls, flag, True) is False
+    }

@@ -1,0 +1,89 @@
+"""Which of transformers' causal-LM model types tuneproof costs, and why the others are refused.
+
+Every model_type the installed transformers maps to a causal LM is read by construction
+(`tuneproof.arch.construct`) unless it is listed here. `tests/test_families.py` enumerates the
+installed mapping and checks both directions: every unlisted type's performed ledger equals
+FlopCounterMode on a tiny build (forward, full, LoRA, LoRA with checkpointing), and every listed type
+is refused with its reason. docs/families.md is this table in prose.
+
+Two kinds of entry:
+- OUT_OF_SCOPE: not a text decoder (encoder-decoder halves, encoders run as decoders, audio or
+  image generators). Refused: a decoder-only FLOP ledger would describe another model.
+- NOT_COSTED: text decoders whose mixer or block tuneproof does not model yet, with what it is.
+  Refused, never costed as the nearest known kind.
+"""
+
+from __future__ import annotations
+
+_ENC_DEC = "the decoder half of an encoder-decoder model"
+_ENCODER = "a bidirectional encoder (BERT family) run as a decoder with is_decoder"
+_AUDIO = "an audio model"
+_VISION = "an image-to-text model whose decoder is not a plain text config"
+
+OUT_OF_SCOPE: dict[str, str] = {
+    **{
+        t: _ENC_DEC
+        for t in (
+            "bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
+            "pegasus", "plbart", "prophetnet", "trocr", "whisper",
+        )
+    },
+    **{
+        t: _ENCODER
+        for t in (
+            "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+            "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+            "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod", "xlnet",
+        )
+    },
+    **{t: _AUDIO for t in ("musicgen", "musicgen_melody", "moshi", "moss_transcribe_diarize")},
+    **{t: _VISION for t in ("git",)},
+}  # fmt: skip
+
+_INDEXED = "sparse attention picked by a learned indexer (DeepSeek Sparse Attention style)"
+_MAMBA = "Mamba state-space layers"
+_LINEAR = "a linear-attention variant other than the gated delta rule"
+
+NOT_COSTED: dict[str, str] = {
+    **{
+        t: _INDEXED
+        for t in ("axk2", "deepseek_v32", "dots3_note", "dots3_note_text", "glm_moe_dsa", "hy_v4")
+    },
+    **{
+        t: _MAMBA
+        for t in (
+            "bamba", "falcon_h1", "falcon_mamba", "granitemoehybrid", "jamba", "mamba", "mamba2",
+            "nemotron_h", "zamba", "zamba2",
+        )
+    },
+    **{t: _LINEAR for t in ("bailing_hybrid", "kimi_linear", "minimax", "olmo_hybrid")},
+    "deepseek_v4": "heavily compressed attention",
+    "gemma3n": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",
+    "gemma3n_text": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",
+    "diffllama": "differential attention (two softmax maps per head, subtracted)",
+    "jetmoe": "mixture of attention heads (routed attention experts)",
+    "recurrent_gemma": "RG-LRU recurrent blocks",
+    "rwkv": "RWKV time mixing",
+    "xlstm": "xLSTM blocks",
+    "reformer": "LSH and local attention",
+    "inkling_text": "hybrid sliding attention blocks",
+    "inkling2_text": "hybrid sliding attention blocks",
+    "inkling2_loop_text": "hybrid sliding attention blocks run in a loop",
+    "hrm_text": "a hierarchical recurrent layer stack",
+    "longcat_flash": "two attention and MLP sub-layers per decoder layer",
+    "cpmant": "CPM-Ant's segment-relative attention blocks",
+    "lfm3": "LFM3's mixed convolution and attention blocks",
+    "blt": "a byte-level patcher with local encoder and decoder around the global model",
+    "phi4_multimodal": "audio and vision encoders inside the causal LM",
+    "mllama": "cross-attention layers to image features",
+    "emu3": "a vision tokenizer wrapped around the text model",
+}  # fmt: skip
+
+
+def refusal(model_type: str) -> str | None:
+    """Why `model_type` is refused, or None when tuneproof costs it."""
+    if model_type in OUT_OF_SCOPE:
+        return f"{model_type} is {OUT_OF_SCOPE[model_type]}: out of scope for a decoder FLOP ledger"
+    if model_type in NOT_COSTED:
+        return f"{model_type}: {NOT_COSTED[model_type]}, which tuneproof does not cost yet"
+    return None

@@ -1,0 +1,179 @@
+"""Each decoder layer's token mixer, as data: softmax attention (full, sliding with its window,
+chunked with its chunk, MLA's split head dims) or gated delta-rule linear attention, read from the
+config's `layer_types` and the built attention module's own attributes.
+
+Mixers tuneproof cannot cost yet are refused by name (`UNCOSTED`), never costed as another kind.
+
+Sources (transformers 5.x): `layer_types` values and their mask functions in masking_utils
+(LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING: full_attention, sliding_attention, chunked_attention);
+the delta rule in models/qwen3_next/modeling_qwen3_next.py `torch_chunk_gated_delta_rule`
+(chunk_size=64) and `Qwen3NextGatedDeltaNet`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tuneproof.arch.shape import Attention, AttentionSpec, DeltaRule, Step
+from tuneproof.errors import TuneproofError
+
+# torch_chunk_gated_delta_rule(chunk_size=64): the chunk every transformers delta-rule layer uses
+DELTA_CHUNK = 64
+
+# Mixer modules (by class-name fragment) whose cost tuneproof does not model yet, with what they are.
+UNCOSTED = {
+    "Mamba": "a Mamba selective state-space mixer",
+    "SSM": "a state-space mixer",
+    "Rwkv": "an RWKV time mixer",
+    "xLSTM": "an xLSTM mixer",
+    "ShortConv": "a short-convolution mixer (LFM2)",
+    "KimiDeltaAttention": "Kimi's delta attention",
+    "Lightning": "lightning linear attention",
+    "Recurrent": "a recurrent block (RG-LRU)",
+}
+_SOFTMAX_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention", None}
+
+
+@dataclass(frozen=True, slots=True)
+class MixerKind:
+    """One layer's mixer: its geometry (`spec`) and the core step between its projections."""
+
+    spec: AttentionSpec
+    delta: DeltaRule | None = None
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (self.spec, self.delta)
+
+    def core_steps(self, q: str, k: str, v: str, dst: str) -> list[Step]:
+        if self.delta is not None:
+            from dataclasses import replace
+
+            return [replace(self.delta, q=q, k=k, v=v, dst=dst)]
+        return [Attention(q, k, v, dst)]
+
+
+def _get(obj: Any, name: str) -> Any:
+    """An attribute, or None when absent (Gemma 4's per-layer fields raise when read globally)."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
+def _int(*values: Any) -> int | None:
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def mixer_module(layer: Any) -> tuple[str, Any] | None:
+    from tuneproof.arch.construct import _MIXER_CHILD
+
+    for name, child in layer.named_children():
+        if _MIXER_CHILD.search(name):
+            return name, child
+    return None
+
+
+def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
+    """The mixer of decoder layer `index` (built module `layer`) of `cfg`."""
+    types = _get(cfg, "layer_types")
+    layer_type = types[index] if isinstance(types, list | tuple) and index < len(types) else None
+    found = mixer_module(layer)
+    if found is None:
+        raise TuneproofError(
+            f"layer {index} of {cfg.model_type} has no attention or mixer module",
+            "this model is not a decoder tuneproof can read",
+        )
+    _, mod = found
+    cls = type(mod).__name__
+    if "GatedDeltaNet" in cls:
+        return _delta(cfg, mod)
+    for fragment, what in UNCOSTED.items():
+        if fragment.lower() in cls.lower():
+            raise TuneproofError(
+                f"layer {index} of {cfg.model_type} is {what} ({cls}): tuneproof does not cost it yet",
+                "the supported families are listed in docs/flops.md",
+            )
+    if layer_type not in _SOFTMAX_TYPES:
+        raise TuneproofError(
+            f"layer {index} of {cfg.model_type} is a {layer_type!r} layer ({cls}): "
+            "tuneproof does not cost it yet",
+            "the supported families are listed in docs/flops.md",
+        )
+    return MixerKind(_softmax_spec(cfg, layer_type, mod))
+
+
+def _softmax_spec(cfg: Any, layer_type: str | None, mod: Any) -> AttentionSpec:
+    heads = _int(_get(mod, "num_heads"), _get(mod, "num_attention_heads"), cfg.num_attention_heads)
+    assert heads is not None
+    kv = _int(
+        _get(mod, "num_key_value_heads"),
+        _get(mod, "num_kv_heads"),
+        _get(cfg, "num_key_value_heads"),
+        heads,
+    )
+    head_dim = (
+        _int(_get(mod, "qk_head_dim"), _get(mod, "head_dim"), _get(cfg, "head_dim"))
+        or cfg.hidden_size // heads
+    )
+    v_dim = _int(_get(mod, "v_head_dim"), _get(mod, "head_dim")) or head_dim
+    window, chunk, kind = None, None, "full"
+    if layer_type == "sliding_attention":
+        window = _int(_get(mod, "sliding_window"), _get(cfg, "sliding_window"))
+    elif layer_type == "chunked_attention":
+        chunk = _int(_get(cfg, "attention_chunk_size"))
+        kind = "chunked" if chunk else "full"
+    elif layer_type is None:
+        window = _int(_get(mod, "sliding_window"))
+    if window is not None:
+        kind = "sliding"
+    return AttentionSpec(kind, window, heads, kv or heads, head_dim, v_dim, chunk=chunk)
+
+
+def _delta(cfg: Any, mod: Any) -> MixerKind:
+    heads = int(mod.num_v_heads)
+    dk, dv = int(mod.head_k_dim), int(mod.head_v_dim)
+    conv = mod.conv1d
+    channels, taps = int(conv.weight.shape[0]), int(conv.weight.shape[-1])
+    rule = DeltaRule("q", "k", "v", "attn", heads, dk, dv, DELTA_CHUNK, channels, taps)
+    spec = AttentionSpec("linear", None, heads, int(mod.num_k_heads), dk, dv, chunk=DELTA_CHUNK)
+    return MixerKind(spec, rule)
+
+
+def delta_rule_flops(rule: DeltaRule, length: int) -> tuple[float, float]:
+    """Forward FLOPs of one sequence of `length` tokens through a delta-rule layer: (the chunked
+    rule's matmuls, the causal convolution), padded to whole chunks as the torch kernel pads.
+
+    Per head and chunk of C tokens (dk key, dv value dims): k_beta @ k^T and q @ k^T (C x C x dk each),
+    the intra-chunk attention @ v_new (C x C x dv), and against the running state k_cumdecay @ S,
+    q @ S, k^T @ v_new (C x dk x dv each). The two triangular solves (C^2 x (dk + dv) multiply-adds)
+    are not matmuls and are left out, as FlopCounterMode leaves them out. The convolution is
+    depthwise: conv_kernel taps per channel on T + conv_kernel - 1 output positions (the torch path
+    pads both sides and slices)."""
+    if length <= 0:
+        return 0.0, 0.0
+    c, dk, dv = rule.chunk, rule.key_dim, rule.value_dim
+    chunks = -(-length // c)
+    per_chunk = 2.0 * (2 * c * c * dk + c * c * dv + 3 * c * dk * dv)
+    conv = 2.0 * rule.conv_channels * rule.conv_kernel * (length + rule.conv_kernel - 1)
+    return rule.heads * chunks * per_chunk, conv
+
+
+def delta_rule_backward(rule: DeltaRule, length: int) -> float:
+    """Backward FLOPs of `delta_rule_flops`'s matmuls when its inputs need gradients (checked against
+    FlopCounterMode on transformers' torch_chunk_gated_delta_rule): two input gradients per matmul;
+    each triangular solve's backward adds one matmul for the system's gradient (C x C x dv and
+    C x C x dk per chunk); the running state is zeros before the first chunk (its two matmuls need
+    one gradient each) and the last chunk's state update feeds nothing (no backward at all)."""
+    if length <= 0:
+        return 0.0
+    c, dk, dv = rule.chunk, rule.key_dim, rule.value_dim
+    chunks = -(-length // c)
+    forward, _ = delta_rule_flops(rule, length)
+    solves = rule.heads * chunks * 2.0 * c * c * (dk + dv)
+    state_mm = rule.heads * 2.0 * c * dk * dv
+    return 2 * forward + solves - 4 * state_mm

@@ -1,0 +1,120 @@
+"""The mixers read by construction: chunked attention (Llama 4), the gated delta rule (Qwen3-Next,
+Qwen3.5), MLA (DeepSeek), dense experts (Llama 4), each checked against transformers' own code or a
+published config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuneproof.arch import resolve
+from tuneproof.arch.mixers import DELTA_CHUNK, delta_rule_backward, delta_rule_flops
+from tuneproof.arch.shape import AttentionSpec, DeltaRule
+from tuneproof.attention.paths import PATHS, Rows, chunk_pieces, intended_for, performed_for
+from tuneproof.flops import RunSpec, flop_report
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+CHUNKED = AttentionSpec("chunked", None, 4, 2, 16, 16, chunk=256)
+
+
+def test_chunk_pieces_cut_at_absolute_multiples_of_the_chunk() -> None:
+    assert chunk_pieces((600,), 256) == [256, 256, 88]
+    assert chunk_pieces((100, 300, 112), 256) == [100, 156, 144, 112]  # a packed row
+
+
+def test_intended_pairs_of_a_chunked_layer_are_causal_inside_each_chunk() -> None:
+    rows = Rows.padded(600, [600])
+    assert intended_for(rows, CHUNKED) == 2 * (256 * 257 // 2) + 88 * 89 // 2
+
+
+def test_flex_computes_whole_blocks_inside_chunks_and_sdpa_the_square() -> None:
+    rows = Rows.padded(512, [512])
+    # two 256-token chunks of two 128-blocks each: 3 causal blocks per chunk
+    assert performed_for(PATHS["flex_attention"], rows, CHUNKED).pairs == 6 * 128 * 128
+    sdpa = performed_for(PATHS["sdpa"], rows, CHUNKED)
+    assert sdpa.pairs == 512 * 512 and sdpa.mask.materialised and "chunk" in sdpa.mask.reason
+    short = performed_for(PATHS["sdpa"], Rows.padded(200, [200]), CHUNKED)
+    assert not short.mask.materialised and short.pairs == 200 * 201 // 2  # one chunk: is_causal
+
+
+def test_flash_is_refused_for_chunked_layers_wider_than_the_chunk() -> None:
+    wide = performed_for(PATHS["flash_attention_2"], Rows.padded(512, [512]), CHUNKED)
+    assert "refused" in wide.why and "create_chunked_causal_mask" in wide.mask.reason
+
+
+@pytest.mark.parametrize("length", [1, 37, 64, 130])
+def test_delta_rule_flops_match_flop_counter_on_transformers_own_kernel(length: int) -> None:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
+
+    heads, dk, dv = 2, 16, 8
+    rule = DeltaRule("q", "k", "v", "o", heads, dk, dv, DELTA_CHUNK, 1, 4)
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, length, heads, dk, generator=gen, requires_grad=True) for _ in range(2))
+    v = torch.randn(1, length, heads, dv, generator=gen, requires_grad=True)
+    g = torch.randn(1, length, heads, generator=gen, requires_grad=True)
+    beta = torch.rand(1, length, heads, generator=gen, requires_grad=True)
+    forward, backward = FlopCounterMode(display=False), FlopCounterMode(display=False)
+    with forward:
+        out, _ = torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True)
+    with backward:
+        out.sum().backward()
+    assert delta_rule_flops(rule, length)[0] == forward.get_total_flops()
+    assert delta_rule_backward(rule, length) == backward.get_total_flops()
+
+
+def test_qwen3_next_layers_are_linear_and_full_in_its_published_pattern() -> None:
+    shape = resolve(CONFIGS / "qwen3-next-80b-a3b.json").shape
+    kinds = [layer.attention.kind for layer in shape.layers]
+    assert kinds[:4] == ["linear", "linear", "linear", "full"] and kinds.count("full") == len(kinds) // 4
+    assert shape.mixer_groups() and all(shape.layers[i].attention.kind == "full" for g in
+                                        shape.attention_groups().values() for i in g)  # fmt: skip
+    report = flop_report(shape, RunSpec(seq_len=4096, mode="lora", lora_rank=8))
+    # linear in T: the linear-attention rows double with the width, softmax attention quadruples
+    wide = flop_report(shape, RunSpec(seq_len=8192, mode="lora", lora_rank=8))
+    lin = report.intended.where(component_prefix="linear_attention")
+    assert wide.intended.where(component_prefix="linear_attention") == pytest.approx(2 * lin, rel=0.01)
+
+
+def test_deepseek_mla_reads_its_split_head_dims() -> None:
+    shape = resolve(CONFIGS / "deepseek-v3.json").shape
+    spec = shape.layers[0].attention
+    assert (spec.num_heads, spec.head_dim, spec.v_head_dim) == (128, 192, 128)  # nope 128 + rope 64
+    names = [s.name for s in shape.layers[5].steps if hasattr(s, "in_features")]
+    assert "self_attn.q_b_proj" in names and "self_attn.kv_b_proj" in names
+    dense = sum(1 for layer in shape.layers if not any(getattr(s, "num_experts", 1) > 1 for s in layer.steps))
+    assert dense == 3  # first_k_dense_replace
+
+
+def test_llama4_chunked_layers_and_dense_experts_have_their_lines() -> None:
+    shape = resolve(CONFIGS / "llama-4-scout.json").shape
+    assert {layer.attention.kind for layer in shape.layers} == {"chunked", "full"}
+    assert {layer.attention.chunk for layer in shape.layers if layer.attention.chunk} == {8192}
+    report = flop_report(shape, RunSpec(seq_len=16384, mode="lora"))
+    names = [e.name for e in report.excess]
+    assert "experts run densely: every token through every expert" in names
+    assert any(n.startswith("chunked attention") for n in names)
+
+
+def test_explainer_names_the_delta_rule_paths_and_the_packed_fallback() -> None:
+    from tuneproof.attention.dispatch import Context, explain
+
+    shape = resolve(CONFIGS / "qwen3-next-80b-a3b.json").shape
+    packed = explain(shape, Context(seq_len=512, batch=1, packed=True), live=False)
+    text = " ".join(packed.notes)
+    assert "chunk_gated_delta_rule" in text and "drops cu_seqlens" in text
+
+
+def test_a_rank_above_every_expert_matrix_is_refused_for_target_parameters() -> None:
+    from tiny_models import config_dict
+    from tuneproof.errors import TuneproofError
+
+    shape = resolve(config_dict("qwen3_moe")).shape  # experts: 64 -> 2x32 and 32 -> 64
+    experts = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+    run = dict(seq_len=16, mode="lora", lora_targets=("q_proj",), lora_target_parameters=experts)
+    flop_report(shape, RunSpec(**run, lora_rank=64))  # q_proj 64 -> 64 holds rank 64
+    with pytest.raises(TuneproofError, match="lora_rank"):
+        flop_report(shape, RunSpec(seq_len=16, mode="lora", lora_targets=(), lora_target_parameters=experts,
+                                   lora_rank=65))  # fmt: skip
