@@ -369,3 +369,21 @@ def test_fallback_log_names_each_try() -> None:
             "bf16",
             "bwd",
         )
+
+
+def test_enable_flex_refuses_a_model_whose_class_does_not_support_flex() -> None:
+    """Qwen3-Next (gated delta rule + full attention) sets _supports_flex_attn = False: transformers
+    would raise deep inside set_attn_implementation; the tool says so first, model untouched."""
+    from tiny_models import shrunk_config
+    from tuneproof.arch import resolve
+    from tuneproof.attention.flex import enable_flex
+    from tuneproof.errors import TuneproofError
+    from tuneproof.model import build_model
+
+    model = build_model(resolve(shrunk_config("qwen3_next")), "sdpa")
+    with (
+        pytest.raises(TuneproofError, match="_supports_flex_attn is False"),
+        enable_flex(model, widths=[256, 512], capability=(12, 0), dtype="bf16"),
+    ):
+        pass
+    assert model.config._attn_implementation == "sdpa"

@@ -403,7 +403,7 @@ def _refused(model: Any) -> dict[str, str]:
         "flex_attention": "_supports_flex_attn",
     }
     return {
-        attn: f"{cls.__name__}.{flag} is False (transformers modeling_{model.config.model_type}.py)"
+        attn: f"{cls.__name__}.{flag} is False ({cls.__module__})"
         for attn, flag in flags.items()
         if getattr(cls, flag, True) is False
     }

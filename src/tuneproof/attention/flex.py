@@ -212,11 +212,18 @@ def enable_flex(
 
     widths = tuple(validate.integers("widths", list(widths)))
     shape = resolve(model.config).shape
-    variants = {(s.attention.num_heads, s.attention.num_kv_heads, s.attention.head_dim) for s in shape.layers}
+    if "flex_attention" in shape.attn_refused:
+        raise TuneproofError(
+            f"transformers will not run flex_attention for {shape.model_type}: "
+            + shape.attn_refused["flex_attention"],
+            "keep sdpa (or eager) for this model",
+        )
+    softmax = [s for s in shape.layers if s.attention.softmax]  # linear-attention layers never call flex
+    variants = {(s.attention.num_heads, s.attention.num_kv_heads, s.attention.head_dim) for s in softmax}
     options: dict[str, int] = {}
     choices: dict[str, KernelChoice] = {}
     if capability is not None:
-        dims = {s.attention.head_dim for s in shape.layers}
+        dims = {s.attention.head_dim for s in softmax}
         for p in ("fwd", "bwd") if training else ("fwd",):
             choice = choose_for_head_dims(dims, dtype, capability=capability, pass_=p)
             choices[p] = choice
