@@ -114,6 +114,7 @@ UNVERIFIED: dict[str, str] = {
     "cohere_compass_text": "its default rope_parameters lack the layer types the model asks for",
     "dory": "its attention adds memory slots the harness's inputs do not provide",
     "gemma4_assistant": "its architecture validator needs a matching target model",
+    "gemma4_unified_assistant": "a drafting model whose forward needs the target model's cache",
     "qwen4_exp": "transformers' default config does not build (no head sizes)",
     "qwen4_exp_text": "transformers' default config does not build (no head sizes)",
     "lfm2_moe": "its default config sets no layer types",

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from family_parity import UNVERIFIED, causal_lm_types, markdown, parity
+from tuneproof.arch import resolve
 from tuneproof.arch.coverage import NOT_COSTED, OUT_OF_SCOPE, refusal
+from tuneproof.errors import TuneproofError
 
 pytestmark = pytest.mark.slow  # ~200 tiny builds, four steps each
 TYPES = causal_lm_types()
@@ -18,11 +20,13 @@ TYPES = causal_lm_types()
 def test_each_type_is_exact_or_refused_with_its_reason(model_type: str) -> None:
     if model_type in UNVERIFIED:
         pytest.skip(f"not verified: {UNVERIFIED[model_type]} (docs/families.md lists it so)")
-    outcome = parity(model_type)
     listed = refusal(model_type)
-    if listed is not None:
-        assert outcome.refused is not None and listed in outcome.refused, (model_type, outcome.refused)
+    if listed is not None:  # refused from its model_type alone, before any size is read
+        with pytest.raises(TuneproofError) as refused:
+            resolve({"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2})
+        assert listed in refused.value.message, (model_type, refused.value.message)
         return
+    outcome = parity(model_type)
     assert outcome.refused is None, f"{model_type} refused but not listed in coverage: {outcome.refused}"
     assert outcome.exact, f"{model_type}: ours / FlopCounterMode = {outcome.ratios}"
 

@@ -256,6 +256,7 @@ SHRINK: dict[str, Any] = dict(
 # Per-type fields SHRINK cannot derive (patterns sized by the layer count, nested sub-configs).
 SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 2]], window_size=16),
+    "zaya": dict(num_experts_per_tok=1),  # its validator: top-1 routing only
     "dbrx": dict(
         d_model=64, n_heads=4, n_layers=4, vocab_size=256, max_seq_len=512,
         attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),

@@ -341,11 +341,13 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
         spec, steps, stops_early = programs[key]
         moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in steps)
         shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
-    head, pre = _model_level(model, prefix, hidden, int(cfg.vocab_size))
+    head, pre, post = _model_level(model, prefix, hidden, int(cfg.vocab_size))
     refused = _refused(model)
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
-    shape = ModelShape(model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt)
+    shape = ModelShape(
+        model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt, post
+    )
     return shape, moe
 
 
@@ -373,25 +375,39 @@ def _layer_program(
     return spec, tuple(steps), stops_early
 
 
-def _model_level(model: Any, prefix: str, hidden: int, vocab: int) -> tuple[Linear, tuple[Step, ...]]:
-    """The LM head (the model's own `get_output_embeddings()`) and any other GEMM outside the decoder
-    layers (run once, on the embeddings: Gemma 4's per-layer input projection)."""
+def _model_level(
+    model: Any, prefix: str, hidden: int, vocab: int
+) -> tuple[Linear, tuple[Step, ...], tuple[Step, ...]]:
+    """The LM head (the model's own `get_output_embeddings()`) and the other GEMMs outside the decoder
+    layers: those registered before the layers run once on the embeddings (Gemma 4's per-layer
+    input projection), those after them run on the final hidden states before the head, in order
+    (ModernBERT's prediction-head dense)."""
     head_module = model.get_output_embeddings()
     pre: list[Step] = []
+    post: list[Step] = []
     head: Linear | None = None
+    after_layers = False
     for name, mod in model.named_modules():
-        if not _is_gemm_module(mod) or name.startswith(prefix + "."):
+        if name.startswith(prefix + "."):
+            after_layers = True
+            continue
+        if not _is_gemm_module(mod):
             continue
         w = mod.weight
         conv1d = type(mod).__name__ == "Conv1D"  # GPT-2's Conv1D stores (in, out)
         in_f, out_f = (int(w.shape[0]), int(w.shape[1])) if conv1d else (int(w.shape[1]), int(w.shape[0]))
         if mod is head_module:
-            head = Linear("lm_head", in_f, out_f, "model:final", "model:logits", "lm_head", adaptable=False)
+            src = post[-1].dst if post and isinstance(post[-1], Linear) else "model:final"
+            head = Linear("lm_head", in_f, out_f, src, "model:logits", "lm_head", adaptable=False)
+        elif after_layers:
+            src = post[-1].dst if post and isinstance(post[-1], Linear) else "model:final"
+            post.append(Linear(name, in_f, out_f, src, f"model:{name}", "model_proj"))
         else:
             pre.append(Linear(name, in_f, out_f, "model:embed", f"model:{name}", "model_proj"))
     if head is None:  # a head that is not a module (tied weight used functionally)
-        head = Linear("lm_head", hidden, vocab, "model:final", "model:logits", "lm_head", adaptable=False)
-    return head, tuple(pre)
+        src = post[-1].dst if post and isinstance(post[-1], Linear) else "model:final"
+        head = Linear("lm_head", hidden, vocab, src, "model:logits", "lm_head", adaptable=False)
+    return head, tuple(pre), tuple(post)
 
 
 def _refused(model: Any) -> dict[str, str]:

@@ -157,6 +157,9 @@ class ModelShape:
     attn_refused: dict[str, str] = field(default_factory=dict)
     # False: the model class does not support gradient checkpointing (supports_gradient_checkpointing)
     checkpointing: bool = True
+    # GEMMs after the last layer and before the head (ModernBERT's prediction head dense), reading
+    # "model:final"; the head then reads the last one's output
+    post_steps: tuple[Step, ...] = field(default=())
 
     @property
     def num_layers(self) -> int:
@@ -188,6 +191,7 @@ class ModelShape:
         out = [s for s in self.pre_steps if isinstance(s, Linear)]
         for layer in self.layers:
             out.extend(s for s in layer.steps if isinstance(s, Linear))
+        out.extend(s for s in self.post_steps if isinstance(s, Linear))
         out.append(self.head)
         return out
 

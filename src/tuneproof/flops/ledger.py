@@ -251,6 +251,7 @@ class _Walker:
             self.steps(layer, layer.steps, layer_passes)
             prev = f"L{layer.index}:out"
         self.rg["model:final"] = self.rg[prev]
+        self.steps(None, self.shape.post_steps, ("forward",))
         self.linear(None, self.shape.head, ("forward",))
         return self.ledger
 
