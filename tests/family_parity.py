@@ -110,7 +110,6 @@ def parity(model_type: str) -> Outcome:
 
 # Types whose tiny build this harness cannot make, so their ledger is read but not verified here.
 UNVERIFIED: dict[str, str] = {
-    "dbrx": "its tiny build's backward fails inside torch (Expected gradient function to be set)",
     "cohere_compass_text": "its default rope_parameters lack the layer types the model asks for",
     "dory": "its attention adds memory slots the harness's inputs do not provide",
     "gemma4_assistant": "its architecture validator needs a matching target model",

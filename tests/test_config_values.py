@@ -169,3 +169,26 @@ def test_a_lora_rank_above_every_adapted_dimension_is_refused(capsys: pytest.Cap
     assert main([*flops, "--lora-rank", "9", "--lora-targets", "proj"]) == 2  # the router, 64 -> 8
     assert "--lora-rank 9 is above 8" in capsys.readouterr().err
     assert main(["flops", "--seq-len", "64", "--mode", "full", "--lora-rank", "100000", "--json"]) == 0
+
+
+@pytest.mark.parametrize(
+    "fields,fragment",
+    [
+        ({"attention_chunk_size": -5}, "attention_chunk_size is -5"),
+        ({"num_experts": 8, "num_experts_per_tok": 0}, "num_experts_per_tok is 0 but the config has experts"),
+        ({"linear_num_key_heads": 16, "linear_num_value_heads": 30}, "not a multiple of linear_num_key"),
+    ],
+)
+def test_fields_of_the_new_mixers_are_checked(fields: dict, fragment: str) -> None:
+    from tuneproof.arch.values import check_values
+
+    with pytest.raises(TuneproofError, match=fragment):
+        check_values({"hidden_size": 64, "num_attention_heads": 4, **fields}, "config")
+
+
+def test_a_batch_past_a_million_rows_is_refused() -> None:
+    from tuneproof.flops import RunSpec
+
+    RunSpec(seq_len=8, batch=1 << 20)
+    with pytest.raises(TuneproofError, match="batch"):
+        RunSpec(seq_len=8, batch=(1 << 20) + 1)

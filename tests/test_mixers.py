@@ -118,3 +118,40 @@ def test_a_rank_above_every_expert_matrix_is_refused_for_target_parameters() -> 
     with pytest.raises(TuneproofError, match="lora_rank"):
         flop_report(shape, RunSpec(seq_len=16, mode="lora", lora_targets=(), lora_target_parameters=experts,
                                    lora_rank=65))  # fmt: skip
+
+
+def test_a_layer_weight_no_gemm_accounts_for_is_refused_not_counted_as_nothing() -> None:
+    """DBRX keeps its experts as stacked 2-D parameters outside any nn.Linear: read as the rest of
+    the tree, the experts would cost nothing. The reader refuses instead (before the coverage table)."""
+    from tiny_models import shrunk_config
+    from tuneproof.arch.construct import read_constructed
+    from tuneproof.errors import TuneproofError
+
+    with pytest.raises(TuneproofError, match=r"ffn\.experts\.mlp\.w1 .* is no GEMM"):
+        read_constructed(shrunk_config("dbrx"), "dbrx")
+
+
+def test_explain_refuses_flash_for_chunked_layers_past_the_chunk() -> None:
+    from tuneproof.attention.dispatch import Context, explain
+
+    shape = resolve(CONFIGS / "llama-4-scout.json").shape
+    layers = explain(shape, Context(seq_len=16384, batch=1, attn="flash_attention_2"), live=False).layers
+    chunked = next(x for x in layers if x.layer_type == "chunked")
+    full = next(x for x in layers if x.layer_type == "full")
+    assert chunked.backend == "refused" and "16384 > chunk 8192" in chunked.refused["flash_attention_2"]
+    assert full.backend == "flash_attention_2"
+
+
+def test_a_conv_layer_is_refused_by_its_layer_type() -> None:
+    from transformers import Lfm2Config
+
+    from tuneproof.errors import TuneproofError
+
+    sizes = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2)
+    cfg = Lfm2Config(**sizes, num_hidden_layers=2, vocab_size=256, layer_types=["conv", "full_attention"])
+    with pytest.raises(TuneproofError, match="'conv' layer"):
+        resolve(cfg)
+
+
+def test_a_family_that_leaves_a_size_field_unused_gets_no_default_note() -> None:
+    assert resolve(CONFIGS / "falcon-7b-instruct.json").notes == ()  # no intermediate_size: ffn_hidden_size

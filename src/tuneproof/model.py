@@ -133,7 +133,7 @@ def peft_target_regex(targets: list[str]) -> str:
     Plain names or "all-linear" are avoided on purpose: recent PEFT releases also wrap MoE routers
     and fused expert parameters whose names collide (down_proj), which the FLOP ledger does not model.
     """
-    return r".*\.(?:" + "|".join(re.escape(t) for t in targets) + ")"
+    return r"(?:.*\.)?(?:" + "|".join(re.escape(t) for t in targets) + ")"
 
 
 def lora_targets(shape: ModelShape) -> list[str]:

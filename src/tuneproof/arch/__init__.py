@@ -171,11 +171,20 @@ def _from_dict(data: dict[str, Any], where: str) -> tuple[Any, tuple[str, ...]]:
             f"invalid {model_type} config in {where}: {first}", "fix the named field"
         ) from None
     text_config = _text_of(config)
-    notes = tuple(
-        f"{f} not in the config: transformers' default {getattr(text_config, f, None)!r} is used"
-        for f in missing
+    defaults = {f: _default(text_config, f) for f in missing}
+    notes = tuple(  # a field the family leaves None is one it does not use (Falcon: ffn_hidden_size)
+        f"{f} not in the config: transformers' default {v!r} is used"
+        for f, v in defaults.items()
+        if v is not None
     )
     return config, notes
+
+
+def _default(config: Any, field: str) -> Any:
+    try:
+        return getattr(config, field, None)
+    except Exception:  # Gemma 4's per-layer fields raise when read globally
+        return None
 
 
 def _text_of(config: Any) -> Any:
@@ -223,7 +232,10 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
     except TuneproofError:
         raise
     except (AttributeError, TypeError, KeyError, ValueError, IndexError, ZeroDivisionError) as e:
-        raise TuneproofError(f"config for {model_type} is missing or has a bad field: {e}", _FIX) from None
+        first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise TuneproofError(
+            f"config for {model_type} is missing or has a bad field: {first}", _FIX
+        ) from None
     except Exception as e:  # building the module tree on the meta device (a family's own checks)
         first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise TuneproofError(

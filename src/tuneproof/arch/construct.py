@@ -104,7 +104,7 @@ def decoder_layers(model: Any, num_layers: int) -> tuple[str, list[Any]]:
     if best is None or best[0] == 0:
         raise TuneproofError(
             f"{type(model).__name__} has no list of {num_layers} decoder layers holding weight GEMMs",
-            "this model is not a decoder tuneproof can read; see docs/flops.md for the supported families",
+            "this model is not a decoder tuneproof can read; docs/families.md lists the costed families",
         )
     return best[1], best[2]
 
@@ -351,10 +351,36 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     return shape, moe
 
 
+def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) -> None:
+    """Refuse a layer holding a weight matrix the program does not cost (DBRX's experts stored as
+    stacked 2-D parameters, Gemma 3n's AltUp coefficients): counted as nothing, it would be silently
+    wrong. Accounted: the GEMM units' parameters, biases and other 1-D parameters (norms, scales,
+    sinks), and the delta rule's convolution."""
+    import torch.nn as nn
+
+    covered = {u.name for u in units}
+    for name, mod in layer.named_modules():
+        for pname, p in mod.named_parameters(recurse=False):
+            if p.ndim < 2 or "bias" in pname:
+                continue
+            if name in covered or (f"{name}.{pname}" if name else pname) in covered:
+                continue
+            if isinstance(mod, nn.Conv1d) and mixer.delta is not None:
+                continue
+            if isinstance(mod, nn.Embedding):
+                continue
+            raise TuneproofError(
+                f"{cfg.model_type}: layer weight {name}.{pname} {tuple(p.shape)} ({type(mod).__name__}) "
+                "is no GEMM tuneproof can cost",
+                "this family is not costed yet; docs/families.md lists the costed ones",
+            )
+
+
 def _layer_program(
     cfg: Any, layer: Any, hidden: int, mixer: MixerKind, parallel: bool
 ) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
     units = _units(layer, hidden)
+    _check_accounted(cfg, layer, units, mixer)
     mixer_units = [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
     ffn_units = [u for u in units if u not in mixer_units]
     spec = mixer.spec

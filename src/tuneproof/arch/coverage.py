@@ -58,6 +58,7 @@ NOT_COSTED: dict[str, str] = {
     },
     **{t: _LINEAR for t in ("bailing_hybrid", "kimi_linear", "minimax", "olmo_hybrid")},
     "deepseek_v4": "heavily compressed attention",
+    "dbrx": "experts stored as stacked 2-D parameters (DbrxExpertGLU w1/v1/w2), not fused 3-D ones",
     "zaya": "ZAYA's compressed convolutional attention projections (ZayaCCAProjection)",
     "gemma3n": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",
     "gemma3n_text": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",

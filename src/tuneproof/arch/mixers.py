@@ -84,9 +84,11 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
     layer_type = types[index] if isinstance(types, list | tuple) and index < len(types) else None
     found = mixer_module(layer)
     if found is None:
+        kind = f" (a {layer_type!r} layer)" if layer_type else ""
         raise TuneproofError(
-            f"layer {index} of {cfg.model_type} has no attention or mixer module",
-            "this model is not a decoder tuneproof can read",
+            f"layer {index} of {cfg.model_type}{kind} has no attention module: tuneproof does not cost "
+            "its mixer yet",
+            "the costed families are listed in docs/families.md",
         )
     _, mod = found
     cls = type(mod).__name__
@@ -96,13 +98,13 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         if fragment.lower() in cls.lower():
             raise TuneproofError(
                 f"layer {index} of {cfg.model_type} is {what} ({cls}): tuneproof does not cost it yet",
-                "the supported families are listed in docs/flops.md",
+                "the costed families are listed in docs/families.md",
             )
     if layer_type not in _SOFTMAX_TYPES:
         raise TuneproofError(
             f"layer {index} of {cfg.model_type} is a {layer_type!r} layer ({cls}): "
             "tuneproof does not cost it yet",
-            "the supported families are listed in docs/flops.md",
+            "the costed families are listed in docs/families.md",
         )
     return MixerKind(_softmax_spec(cfg, layer_type, mod))
 

@@ -42,6 +42,11 @@ POSITIVE_INTS = (
     "moe_topk",
     "max_position_embeddings",
     "sliding_window",
+    "attention_chunk_size",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
 )
 # Fields a family may set as a list of positive integers, with the config class that types it so.
 LISTS = {
@@ -78,6 +83,7 @@ def check_values(data: Mapping[str, Any], where: str) -> None:
         if key in data:
             _check_size(key, data[key], where)
     _check_heads(data, where)
+    _check_linear_heads(data, where)
     _check_top_k(data, where)
     _check_bounds(data, where)
 
@@ -168,8 +174,24 @@ def _check_heads(data: Mapping[str, Any], where: str) -> None:
         )
 
 
+def _check_linear_heads(data: Mapping[str, Any], where: str) -> None:
+    """Gated delta-rule layers repeat each key head over a group of value heads (Qwen3-Next)."""
+    k, v = data.get("linear_num_key_heads"), data.get("linear_num_value_heads")
+    if _is_size(k) and _is_size(v) and v % k:
+        raise TuneproofError(
+            f"{where}: linear_num_value_heads {v} is not a multiple of linear_num_key_heads {k}",
+            "fix one of them: each key head serves an equal group of value heads",
+        )
+
+
 def _check_top_k(data: Mapping[str, Any], where: str) -> None:
+    experts = [n for key in EXPERT_COUNTS for n in _ints(data.get(key))]
     for k_key in TOP_K:
+        if data.get(k_key) == 0 and experts:  # top-0 means dense only when there are no experts
+            raise TuneproofError(
+                f"{where}: {k_key} is 0 but the config has experts",
+                f"fix it: each token is routed to {k_key} >= 1 experts",
+            )
         k = max(_ints(data.get(k_key)), default=0)
         for n_key in EXPERT_COUNTS:
             n = min(_ints(data.get(n_key)), default=0)

@@ -253,6 +253,11 @@ def predict(ctx: Context, spec: AttentionSpec) -> Prediction:
     flash for the CPU, or SDPA's CUDA chain."""
     mask, mask_reason = predict_mask(ctx, spec)
     own = path(ctx.attn).kernel
+    if ctx.attn == "flash_attention_2" and spec.kind == "chunked" and spec.chunk and ctx.seq_len > spec.chunk:
+        why = f"width {ctx.seq_len} > chunk {spec.chunk}: {mask_reason}"
+        return Prediction(
+            mask, mask_reason, "refused", {"flash_attention_2": why}, "none: transformers raises"
+        )
     if own is not None:
         return Prediction(mask, mask_reason, own.backend, {}, own.on(ctx.capability))
     if ctx.capability is None:

@@ -42,7 +42,7 @@ from tuneproof.cli.common import (
 @click.option(
     "--lora-target-parameters",
     multiple=True,
-    help="Fused expert parameter names (PEFT target_parameters, e.g. mlp.experts.gate_up_proj), "
+    help="Fused expert parameter names (PEFT target_parameters, e.g. experts.gate_up_proj), "
     "repeatable or a comma list; rank --lora-rank per expert.",
 )
 @click.option("--grad-ckpt", is_flag=True, help="Activation checkpointing on every decoder layer.")

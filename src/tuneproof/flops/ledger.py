@@ -266,7 +266,8 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
         if t != "all-linear" and not any(_matches(n, (t,)) for n in names):
             raise field_error(
                 "lora_targets",
-                f"{t!r} matches no nn.Linear module of this {shape.model_type} model",
+                f"{t!r} matches no nn.Linear module LoRA can adapt in this {shape.model_type} model"
+                + (" (the LM head is never adapted here)" if t.endswith("lm_head") else ""),
                 "targets: all-linear or module names such as q_proj, v_proj, gate_proj",
             )
     if run.mode != "lora":

@@ -9,6 +9,7 @@ from tuneproof.attention.paths import Rows, path
 from tuneproof.errors import TuneproofError, field_error
 
 MODES = ("forward", "full", "lora")
+MAX_BATCH = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,9 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
-        validate.integer("batch", self.batch, hint="pass sequences per micro-batch")
+        # the same bound as buckets' and plan's --micro-batch: a larger batch is a typo, and rows are
+        # priced one by one
+        validate.integer("batch", self.batch, high=MAX_BATCH, hint="pass sequences per micro-batch")
         validate.real(
             "padding_fraction",
             self.padding_fraction,
