@@ -253,10 +253,16 @@ SHRINK: dict[str, Any] = dict(
 )
 
 
+_MAMBA = dict(
+    mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16, mamba_n_groups=1, mamba_chunk_size=16, mamba_expand=2
+)
 # Per-type fields SHRINK cannot derive (patterns sized by the layer count, nested sub-configs).
 SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 2]], window_size=16),
     "zaya": dict(num_experts_per_tok=1),  # its validator: top-1 routing only
+    "mamba2": dict(num_heads=8, head_dim=16, expand=2, state_size=16, n_groups=1, chunk_size=16),
+    "bamba": dict(num_hidden_layers=2, attn_layer_indices=[1], **_MAMBA),
+    "granitemoehybrid": dict(num_hidden_layers=2, layer_types=["mamba", "attention"], **_MAMBA),
     "dbrx": dict(
         d_model=64, n_heads=4, n_layers=4, vocab_size=256, max_seq_len=512,
         attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),

@@ -48,7 +48,7 @@ DENSE_EXPERTS = frozenset({"Llama4TextExperts"})
 # first when it has one).
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
 
-_MIXER_CHILD = re.compile(r"attn|attention|mixer|linear_attn|self_attention|token_mixer", re.IGNORECASE)
+_MIXER_CHILD = re.compile(r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +365,7 @@ def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) 
                 continue
             if name in covered or (f"{name}.{pname}" if name else pname) in covered:
                 continue
-            if isinstance(mod, nn.Conv1d) and mixer.delta is not None:
+            if isinstance(mod, nn.Conv1d) and mixer.delta is not None:  # the linear mixer's own conv
                 continue
             if isinstance(mod, nn.Embedding):
                 continue

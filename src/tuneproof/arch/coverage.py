@@ -41,7 +41,7 @@ OUT_OF_SCOPE: dict[str, str] = {
 }  # fmt: skip
 
 _INDEXED = "sparse attention picked by a learned indexer (DeepSeek Sparse Attention style)"
-_MAMBA = "Mamba state-space layers"
+_MAMBA = "Mamba-1 selective-scan layers"
 _LINEAR = "a linear-attention variant other than the gated delta rule"
 
 NOT_COSTED: dict[str, str] = {
@@ -52,12 +52,14 @@ NOT_COSTED: dict[str, str] = {
     **{
         t: _MAMBA
         for t in (
-            "bamba", "falcon_h1", "falcon_mamba", "granitemoehybrid", "jamba", "mamba", "mamba2",
-            "nemotron_h", "zamba", "zamba2",
+            "falcon_mamba", "jamba", "mamba", "zamba",
         )
     },
     **{t: _LINEAR for t in ("bailing_hybrid", "kimi_linear", "minimax", "olmo_hybrid")},
     "deepseek_v4": "heavily compressed attention",
+    "nemotron_h": "layers that hold only an MLP or MoE block beside its Mamba-2 and attention layers",
+    "zamba2": "Mamba-2 layers with shared attention blocks reused across the stack",
+    "falcon_h1": "attention and a Mamba-2 mixer run in parallel inside one layer",
     "dbrx": "experts stored as stacked 2-D parameters (DbrxExpertGLU w1/v1/w2), not fused 3-D ones",
     "zaya": "ZAYA's compressed convolutional attention projections (ZayaCCAProjection)",
     "gemma3n": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",

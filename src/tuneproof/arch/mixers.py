@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tuneproof.arch.shape import Attention, AttentionSpec, DeltaRule, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, DeltaRule, StateSpace, Step
 from tuneproof.errors import TuneproofError
 
 # torch_chunk_gated_delta_rule(chunk_size=64): the chunk every transformers delta-rule layer uses
@@ -23,7 +23,7 @@ DELTA_CHUNK = 64
 
 # Mixer modules (by class-name fragment) whose cost tuneproof does not model yet, with what they are.
 UNCOSTED = {
-    "Mamba": "a Mamba selective state-space mixer",
+    "Mamba": "a Mamba selective state-space mixer (other than Mamba-2 SSD)",
     "SSM": "a state-space mixer",
     "Rwkv": "an RWKV time mixer",
     "xLSTM": "an xLSTM mixer",
@@ -40,7 +40,7 @@ class MixerKind:
     """One layer's mixer: its geometry (`spec`) and the core step between its projections."""
 
     spec: AttentionSpec
-    delta: DeltaRule | None = None
+    delta: DeltaRule | StateSpace | None = None  # a linear-attention core in place of softmax attention
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -70,10 +70,10 @@ def _int(*values: Any) -> int | None:
 
 
 def mixer_module(layer: Any) -> tuple[str, Any] | None:
-    from tuneproof.arch.construct import _MIXER_CHILD
+    from tuneproof.arch.construct import _MIXER_CHILD, _is_gemm_module
 
-    for name, child in layer.named_children():
-        if _MIXER_CHILD.search(name):
+    for name, child in layer.named_children():  # the first named like a mixer that holds a GEMM
+        if _MIXER_CHILD.search(name) and any(_is_gemm_module(m) for m in child.modules()):
             return name, child
     return None
 
@@ -94,6 +94,8 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
     cls = type(mod).__name__
     if "GatedDeltaNet" in cls:
         return _delta(cfg, mod)
+    if all(hasattr(mod, a) for a in _SSD_ATTRS) and cls in SSD_MIXERS:
+        return _ssd(mod)
     for fragment, what in UNCOSTED.items():
         if fragment.lower() in cls.lower():
             raise TuneproofError(
@@ -144,6 +146,45 @@ def _delta(cfg: Any, mod: Any) -> MixerKind:
     rule = DeltaRule("q", "k", "v", "attn", heads, dk, dv, DELTA_CHUNK, channels, taps)
     spec = AttentionSpec("linear", None, heads, int(mod.num_k_heads), dk, dv, chunk=DELTA_CHUNK)
     return MixerKind(spec, rule)
+
+
+# Mixers that run transformers' `mamba2_chunk_scan` (models/mamba2/modeling_mamba2.py and its copies
+# in bamba and granitemoehybrid), by class name: the SSD cost below is checked against FlopCounterMode
+# on that function and on each family's tiny build. nemotron_h, zamba2 and falcon_h1 run it too but
+# arrange their layers differently (docs/families.md).
+SSD_MIXERS = frozenset({"Mamba2Mixer", "BambaMixer", "GraniteMoeHybridMambaLayer"})
+_SSD_ATTRS = ("num_heads", "head_dim", "ssm_state_size", "chunk_size", "n_groups", "conv1d")
+
+
+def _ssd(mod: Any) -> MixerKind:
+    heads, p, n, chunk = int(mod.num_heads), int(mod.head_dim), int(mod.ssm_state_size), int(mod.chunk_size)
+    channels, taps = int(mod.conv1d.weight.shape[0]), int(mod.conv1d.weight.shape[-1])
+    core = StateSpace("q", "k", "v", "attn", heads, p, n, chunk, channels, taps)
+    return MixerKind(AttentionSpec("linear", None, heads, heads, n, p, chunk=chunk), core)
+
+
+def ssd_flops(ssd: StateSpace, length: int) -> tuple[float, float]:
+    """Forward FLOPs of one sequence through an SSD layer: (the chunked scan's einsums, the
+    causal convolution). Per head, with c = ceil(T / chunk) chunks of L tokens, state n, head dim p:
+    C.B^T and M.x inside each chunk (c x L^2 x (n + p)), each chunk's state and its read-out
+    (2 x c x L x n x p), and the inter-chunk recurrence, which the torch path runs as one einsum over
+    every pair of chunk boundaries ((c + 1)^2 x p x n: quadratic in the chunk count)."""
+    if length <= 0:
+        return 0.0, 0.0
+    c, big_l, n, p = -(-length // ssd.chunk), ssd.chunk, ssd.state, ssd.head_dim
+    per_head = 2.0 * c * big_l * big_l * (n + p) + 4.0 * c * big_l * n * p + 2.0 * (c + 1) ** 2 * p * n
+    conv = 2.0 * ssd.conv_channels * ssd.conv_kernel * (length + ssd.conv_kernel - 1)
+    return ssd.heads * per_head, conv
+
+
+def mixer_flops(step: DeltaRule | StateSpace, length: int) -> tuple[float, float, float]:
+    """(forward core, forward convolution, backward core) FLOPs of a linear-attention step on one
+    sequence whose inputs need gradients. SSD: every einsum's two input gradients (2x)."""
+    if isinstance(step, DeltaRule):
+        f, c = delta_rule_flops(step, length)
+        return f, c, delta_rule_backward(step, length)
+    f, c = ssd_flops(step, length)
+    return f, c, 2.0 * f
 
 
 def delta_rule_flops(rule: DeltaRule, length: int) -> tuple[float, float]:

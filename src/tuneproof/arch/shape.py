@@ -113,6 +113,25 @@ class DeltaRule:
 
 
 @dataclass(frozen=True, slots=True)
+class StateSpace:
+    """Mamba-2's state-space dual (SSD) mixer in its chunked form, as transformers'
+    `mamba2_chunk_scan` torch path computes it: chunks of `chunk` tokens, `heads` heads of
+    `head_dim` channels and a `state`-wide state; a depthwise causal convolution before it. Reads
+    one node (the input projection) as `q`, `k` and `v` alike (`tuneproof.arch.mixers.ssd_flops`)."""
+
+    q: str
+    k: str
+    v: str
+    dst: str
+    heads: int
+    head_dim: int
+    state: int
+    chunk: int
+    conv_channels: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True, slots=True)
 class Join:
     """dst depends on every src (residual add, gating, normalisation): no matmul FLOPs."""
 
@@ -120,7 +139,7 @@ class Join:
     srcs: tuple[str, ...]
 
 
-Step = Linear | Attention | DeltaRule | Join
+Step = Linear | Attention | DeltaRule | StateSpace | Join
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tuneproof.arch.shape import Attention, DeltaRule, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.shape import Attention, DeltaRule, Join, LayerShape, Linear, ModelShape, StateSpace, Step
 from tuneproof.errors import TuneproofError, field_error
 from tuneproof.flops.run import RunSpec
 
@@ -203,16 +203,16 @@ class _Walker:
             if self.fused and (q or k):
                 self.ledger.add(layer.index, "attention.qk_kernel_recompute", "backward", qk)
 
-    def delta_rule(self, index: int, rule: DeltaRule, passes: tuple[str, ...]) -> None:
-        """Gated delta-rule linear attention (`tuneproof.arch.mixers.delta_rule_flops`): on each real
-        document, or on every padded row once padding is switched on; the depthwise convolution
+    def delta_rule(self, index: int, rule: DeltaRule | StateSpace, passes: tuple[str, ...]) -> None:
+        """Linear attention, the gated delta rule or Mamba-2's SSD (`tuneproof.arch.mixers.mixer_flops`):
+        on each real document, or on every padded row once padding is switched on; the depthwise convolution
         before it gets an input gradient when its input needs one and a weight gradient in full
         fine-tuning."""
-        from tuneproof.arch.mixers import delta_rule_backward, delta_rule_flops
+        from tuneproof.arch.mixers import mixer_flops
 
         lengths = [self.run.seq_len] * self.run.batch if self.padded else self.run.document_lengths()
-        forward = sum(delta_rule_flops(rule, n)[0] for n in lengths)
-        conv = sum(delta_rule_flops(rule, n)[1] for n in lengths)
+        costs = [mixer_flops(rule, n) for n in lengths]
+        forward, conv, backward = (sum(c[i] for c in costs) for i in range(3))
         for p in passes:
             self.ledger.add(index, "linear_attention", p, forward)
             self.ledger.add(index, "linear_attention.conv", p, conv)
@@ -221,7 +221,6 @@ class _Walker:
         full = self.run.mode == "full"  # the convolution's weight trains
         self.rg[self.node(index, rule.dst)] = in_rg or full
         if self.training and in_rg:
-            backward = sum(delta_rule_backward(rule, n) for n in lengths)
             self.ledger.add(index, "linear_attention", "backward", backward)
         if self.training and (in_rg or full):
             self.ledger.add(index, "linear_attention.conv", "backward", conv * (int(in_rg) + int(full)))
@@ -236,7 +235,7 @@ class _Walker:
             elif isinstance(s, Attention):
                 assert layer is not None
                 self.attention(layer, s, passes)
-            elif isinstance(s, DeltaRule):
+            elif isinstance(s, DeltaRule | StateSpace):
                 assert layer is not None
                 self.delta_rule(layer.index, s, passes)
             elif isinstance(s, Join):
@@ -256,6 +255,12 @@ class _Walker:
         return self.ledger
 
 
+# PEFT refuses LoRA on these modules of these model types (peft/tuners/tuners_utils.py
+# _check_lora_target_modules_mamba, PEFT 0.21): the fused Mamba kernels read their weights directly.
+PEFT_MAMBA_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
+PEFT_MAMBA_REFUSED = frozenset({"out_proj", "conv1d"})
+
+
 def check_targets(shape: ModelShape, run: RunSpec) -> None:
     """PEFT raises when a target matches no module; so do we (in every mode: a typo is a typo). Under
     LoRA a rank above min(in_features, out_features) of every adapted module (a fused expert
@@ -272,6 +277,22 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
             )
     if run.mode != "lora":
         return
+    if shape.model_type in PEFT_MAMBA_TYPES:
+        hit = sorted(
+            {
+                lin.name.rpartition(".")[2]
+                for lin in shape.linears()
+                if lin.adaptable and _matches(lin.name, run.lora_targets)
+            }
+            & PEFT_MAMBA_REFUSED
+        )
+        if hit:
+            raise field_error(
+                "lora_targets",
+                f"PEFT refuses LoRA on {', '.join(hit)} of {shape.model_type} models "
+                "(peft tuners_utils._check_lora_target_modules_mamba)",
+                "target the other projections, e.g. in_proj",
+            )
     widest = max(
         (
             min(lin.in_features, lin.out_features)
