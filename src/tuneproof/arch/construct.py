@@ -6,27 +6,24 @@ their shapes), fused 3-D expert parameters (their shapes give the experts and th
 widths), routers (an `nn.Linear` or a raw 2-D weight beside the experts), shared experts, and the
 attention module's own geometry (`num_heads`, `head_dim` / `qk_head_dim` / `v_head_dim`,
 `sliding_window`). What the tree does not give comes from the config and stays as data in
-`tuneproof.arch.mixers` (each layer's mixer kind and its cost) and `LAYOUT` below (parallel
-attention/MLP blocks, each with its source).
+`tuneproof.arch.mixers` (each layer's mixer kind and its cost) and in the tables below
+(`PARALLEL_FAMILIES`, `DENSE_EXPERTS`, `TOP_K_FIELDS`), each with its source. A layer weight no
+GEMM accounts for is refused (`_check_accounted`), never counted as nothing.
 
 Identical layers are read once: layers whose module trees (names, classes, shapes) and mixer kind
 match share one program.
 
-Dataflow inside a layer (what the ledger needs to know which backward GEMMs run): the mixer's
-projections read the layer input, a projection whose input width is not the hidden size reads the
-projection it follows (DeepSeek's q_a -> q_b, kv_a -> kv_b); the mixer's output projection reads
-the mixer core; the feed-forward block reads the residual after the mixer (or the layer input when
-the two run in parallel); inside one module, the projection that writes the hidden size reads the
-others (gate and up -> down; fc1 -> fc2).
+The layer program built from these GEMMs (which node each reads and writes) is
+`tuneproof.arch.program`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from tuneproof.arch.mixers import MixerKind, layer_mixer
+from tuneproof.arch.program import Unit, ffn_steps, mixer_steps
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.errors import TuneproofError
 
@@ -49,26 +46,6 @@ DENSE_EXPERTS = frozenset({"Llama4TextExperts"})
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
 
 _MIXER_CHILD = re.compile(r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One weight GEMM in a layer: its module path (relative to the layer), widths, and how it is stored."""
-
-    name: str
-    in_features: int
-    out_features: int
-    kind: str  # "linear" (nn.Linear / Conv1D: PEFT can wrap it), "experts" (a 3-D parameter), "router"
-    num_experts: int = 1
-    dense: bool = False
-
-    @property
-    def parent(self) -> str:
-        return self.name.rpartition(".")[0]
-
-    @property
-    def leaf(self) -> str:
-        return self.name.rpartition(".")[2]
 
 
 def meta_model(cfg: Any) -> Any:
@@ -150,127 +127,6 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
             if p.ndim == 2 and pname == "weight" and int(p.shape[1]) == hidden and not experts:
                 out.append(Unit(name, hidden, int(p.shape[0]), "router"))
     return out
-
-
-def _roles(leaf: str) -> frozenset[str]:
-    """Which of q, k, v a mixer projection feeds, from its name (unknown: all three)."""
-    s = leaf.lower()
-    if any(t in s for t in ("qkv", "query_key_value", "c_attn", "wqkv", "in_proj")):
-        return frozenset("qkv")
-    if s.startswith("kv") or "_kv" in s:
-        return frozenset("kv")
-    if s.startswith(("q", "query")):
-        return frozenset("q")
-    if s.startswith(("k", "key")):
-        return frozenset("k")
-    if s.startswith(("v", "value")):
-        return frozenset("v")
-    return frozenset("qkv")
-
-
-def _stem(leaf: str) -> str:
-    return re.sub(r"(_[ab])?_proj.*$", "", leaf)
-
-
-def _mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Step]:
-    """Projections in, the mixer core, the output projection; "mid" is the residual after it."""
-    out_idx = max((i for i, u in enumerate(units) if u.out_features == hidden), default=None)
-    if out_idx is None:
-        raise TuneproofError(
-            f"the mixer's projections {[u.name for u in units]} have no output projection to the hidden size",
-            "this mixer is not one tuneproof can read",
-        )
-    steps: list[Step] = []
-    written: dict[str, str] = {}  # unit name -> node
-    feeds: dict[str, list[str]] = {"q": [], "k": [], "v": []}
-    for i, u in enumerate(units):
-        if i == out_idx:
-            continue
-        node = f"mix.{i}"
-        src = "in"
-        if u.in_features != hidden:
-            before = [w for w in units[:i] if w.name in written]
-            same = [w for w in before if _stem(w.leaf) == _stem(u.leaf)]
-            wide = [w for w in before if w.out_features >= u.in_features]
-            candidates = same or wide or before
-            if candidates:
-                src = written[candidates[-1].name]
-        steps.append(Linear(u.name, u.in_features, u.out_features, src, node, _component(u.leaf)))
-        written[u.name] = node
-        for role in _roles(u.leaf):
-            feeds[role].append(node)
-    for role, nodes in feeds.items():
-        steps.append(Join(f"mix.{role}", tuple(nodes) or ("in",)))
-    steps.extend(mixer.core_steps("mix.q", "mix.k", "mix.v", "attn"))
-    o = units[out_idx]
-    steps.append(Linear(o.name, o.in_features, o.out_features, "attn", "o", "o_proj"))
-    steps.append(Join("mid", ("in", "o")))
-    return steps
-
-
-_COMPONENTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
-
-
-def _component(leaf: str) -> str:
-    return leaf if leaf in _COMPONENTS else "attention.proj"
-
-
-def _ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> list[Step]:
-    """The feed-forward block: per parent module, the projection writing the hidden size reads the
-    others; experts run on top_k rows per token; routers and gates read the block input."""
-    steps: list[Step] = []
-    outputs: list[str] = []
-    by_parent: dict[str, list[int]] = {}
-    for i, u in enumerate(units):
-        by_parent.setdefault(u.parent if u.kind != "router" else f"router:{u.name}", []).append(i)
-    for idxs in by_parent.values():
-        members = [units[i] for i in idxs]
-        last = max((j for j, u in enumerate(members) if u.out_features == hidden), default=None)
-        reads: list[str] = []
-        for j, u in enumerate(members):
-            node = f"ffn.{idxs[j]}"
-            expert = u.kind == "experts"
-            if expert and top_k is None:
-                raise TuneproofError(
-                    "the model has routed experts but the config names no top-k",
-                    "set num_experts_per_tok (or the family's top-k field) in the config",
-                )
-            kw: dict[str, Any] = (
-                dict(
-                    tokens_per_token=float(top_k or 1),
-                    adaptable=False,
-                    num_experts=u.num_experts,
-                    dense=u.dense,
-                )
-                if expert
-                else {"adaptable": u.kind == "linear"}
-            )
-            component = _ffn_component(u)
-            if j == last and reads:
-                steps.append(Join(f"{node}.in", tuple(reads)))
-                steps.append(
-                    Linear(u.name, u.in_features, u.out_features, f"{node}.in", node, component, **kw)
-                )
-                outputs.append(node)
-            else:
-                steps.append(Linear(u.name, u.in_features, u.out_features, src, node, component, **kw))
-                (reads if j != last else outputs).append(node)
-                if u.kind == "router" or (u.out_features < hidden and j != last and len(members) == 1):
-                    outputs.append(node)
-        if last is None:  # a gate only (shared_expert_gate, router): it scales the block's output
-            outputs.extend(f"ffn.{i}" for i in idxs)
-    steps.append(Join("ffn", tuple(dict.fromkeys(outputs)) or (src,)))
-    return steps
-
-
-def _ffn_component(u: Unit) -> str:
-    if u.kind == "experts":
-        return "experts"
-    if u.kind == "router" or (u.leaf in ("gate", "router") and u.out_features != 1):
-        return "router"
-    if "shared" in u.name:
-        return "shared_expert"
-    return "mlp"
 
 
 def _top_k(cfg: Any, layer: Any) -> int | None:
@@ -384,10 +240,10 @@ def _layer_program(
     mixer_units = [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
     ffn_units = [u for u in units if u not in mixer_units]
     spec = mixer.spec
-    steps = _mixer_steps(mixer_units, hidden, spec, mixer)
+    steps = mixer_steps(mixer_units, hidden, spec, mixer)
     ffn_src = "in" if parallel else "mid"
     experts = any(u.kind == "experts" for u in ffn_units)
-    steps += _ffn_steps(ffn_units, hidden, _top_k(cfg, layer) if experts else None, ffn_src)
+    steps += ffn_steps(ffn_units, hidden, _top_k(cfg, layer) if experts else None, ffn_src)
     steps.append(Join("out", ("mid", "ffn")))
     # An MoE layer ends in the routing-weight multiply, which saves the experts' output, unless an
     # ungated shared expert runs after the experts and is added (DeepSeek, GLM-4-MoE, dots1): its

@@ -1,0 +1,161 @@
+"""From a layer's weight GEMMs (`Unit`s, read off the module tree by `tuneproof.arch.construct`) to
+the layer program the ledger walks: which node each GEMM reads and writes.
+
+Dataflow rules (what the ledger needs to know which backward GEMMs run): the mixer's projections read
+the layer input, a projection whose input width is not the hidden size reads the projection it
+follows (DeepSeek's q_a -> q_b, kv_a -> kv_b); the mixer's output projection reads the mixer core;
+the feed-forward block reads the residual after the mixer (or the layer input when the two run in
+parallel); inside one module, the projection that writes the hidden size reads the others (gate and
+up -> down; fc1 -> fc2); routers and gates read the block input and scale its output.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tuneproof.arch.mixers import MixerKind
+from tuneproof.arch.shape import AttentionSpec, Join, Linear, Step
+from tuneproof.errors import TuneproofError
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One weight GEMM in a layer: its module path (relative to the layer), widths, and how it is stored."""
+
+    name: str
+    in_features: int
+    out_features: int
+    kind: str  # "linear" (nn.Linear / Conv1D: PEFT can wrap it), "experts" (a 3-D parameter), "router"
+    num_experts: int = 1
+    dense: bool = False
+
+    @property
+    def parent(self) -> str:
+        return self.name.rpartition(".")[0]
+
+    @property
+    def leaf(self) -> str:
+        return self.name.rpartition(".")[2]
+
+
+def _roles(leaf: str) -> frozenset[str]:
+    """Which of q, k, v a mixer projection feeds, from its name (unknown: all three)."""
+    s = leaf.lower()
+    if any(t in s for t in ("qkv", "query_key_value", "c_attn", "wqkv", "in_proj")):
+        return frozenset("qkv")
+    if s.startswith("kv") or "_kv" in s:
+        return frozenset("kv")
+    if s.startswith(("q", "query")):
+        return frozenset("q")
+    if s.startswith(("k", "key")):
+        return frozenset("k")
+    if s.startswith(("v", "value")):
+        return frozenset("v")
+    return frozenset("qkv")
+
+
+def _stem(leaf: str) -> str:
+    return re.sub(r"(_[ab])?_proj.*$", "", leaf)
+
+
+def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Step]:
+    """Projections in, the mixer core, the output projection; "mid" is the residual after it."""
+    out_idx = max((i for i, u in enumerate(units) if u.out_features == hidden), default=None)
+    if out_idx is None:
+        raise TuneproofError(
+            f"the mixer's projections {[u.name for u in units]} have no output projection to the hidden size",
+            "this mixer is not one tuneproof can read",
+        )
+    steps: list[Step] = []
+    written: dict[str, str] = {}  # unit name -> node
+    feeds: dict[str, list[str]] = {"q": [], "k": [], "v": []}
+    for i, u in enumerate(units):
+        if i == out_idx:
+            continue
+        node = f"mix.{i}"
+        src = "in"
+        if u.in_features != hidden:
+            before = [w for w in units[:i] if w.name in written]
+            same = [w for w in before if _stem(w.leaf) == _stem(u.leaf)]
+            wide = [w for w in before if w.out_features >= u.in_features]
+            candidates = same or wide or before
+            if candidates:
+                src = written[candidates[-1].name]
+        steps.append(Linear(u.name, u.in_features, u.out_features, src, node, _component(u.leaf)))
+        written[u.name] = node
+        for role in _roles(u.leaf):
+            feeds[role].append(node)
+    for role, nodes in feeds.items():
+        steps.append(Join(f"mix.{role}", tuple(nodes) or ("in",)))
+    steps.extend(mixer.core_steps("mix.q", "mix.k", "mix.v", "attn"))
+    o = units[out_idx]
+    steps.append(Linear(o.name, o.in_features, o.out_features, "attn", "o", "o_proj"))
+    steps.append(Join("mid", ("in", "o")))
+    return steps
+
+
+_COMPONENTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+def _component(leaf: str) -> str:
+    return leaf if leaf in _COMPONENTS else "attention.proj"
+
+
+def ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> list[Step]:
+    """The feed-forward block: per parent module, the projection writing the hidden size reads the
+    others; experts run on top_k rows per token; routers and gates read the block input."""
+    steps: list[Step] = []
+    outputs: list[str] = []
+    by_parent: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        by_parent.setdefault(u.parent if u.kind != "router" else f"router:{u.name}", []).append(i)
+    for idxs in by_parent.values():
+        members = [units[i] for i in idxs]
+        last = max((j for j, u in enumerate(members) if u.out_features == hidden), default=None)
+        reads: list[str] = []
+        for j, u in enumerate(members):
+            node = f"ffn.{idxs[j]}"
+            expert = u.kind == "experts"
+            if expert and top_k is None:
+                raise TuneproofError(
+                    "the model has routed experts but the config names no top-k",
+                    "set num_experts_per_tok (or the family's top-k field) in the config",
+                )
+            kw: dict[str, Any] = (
+                dict(
+                    tokens_per_token=float(top_k or 1),
+                    adaptable=False,
+                    num_experts=u.num_experts,
+                    dense=u.dense,
+                )
+                if expert
+                else {"adaptable": u.kind == "linear"}
+            )
+            component = _ffn_component(u)
+            if j == last and reads:
+                steps.append(Join(f"{node}.in", tuple(reads)))
+                steps.append(
+                    Linear(u.name, u.in_features, u.out_features, f"{node}.in", node, component, **kw)
+                )
+                outputs.append(node)
+            else:
+                steps.append(Linear(u.name, u.in_features, u.out_features, src, node, component, **kw))
+                (reads if j != last else outputs).append(node)
+                if u.kind == "router" or (u.out_features < hidden and j != last and len(members) == 1):
+                    outputs.append(node)
+        if last is None:  # a gate only (shared_expert_gate, router): it scales the block's output
+            outputs.extend(f"ffn.{i}" for i in idxs)
+    steps.append(Join("ffn", tuple(dict.fromkeys(outputs)) or (src,)))
+    return steps
+
+
+def _ffn_component(u: Unit) -> str:
+    if u.kind == "experts":
+        return "experts"
+    if u.kind == "router" or (u.leaf in ("gate", "router") and u.out_features != 1):
+        return "router"
+    if "shared" in u.name:
+        return "shared_expert"
+    return "mlp"
