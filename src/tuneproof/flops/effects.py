@@ -3,9 +3,10 @@
 The intended state counts real tokens, the architecture's attention pairs and nothing the kernels
 add, nor work that costs the same whatever the tokens (PEFT's expert merges). Folding the table
 over it switches on one effect at a time; the FLOPs each step adds are that effect's excess line,
-so the lines always sum to performed - intended. Order matters only for how a joint cost is split
-(recompute is counted on real tokens before padding is added, for example): the order below bills
-each FLOP to the first effect that needs it.
+so the lines always sum to performed - intended. Order matters only for how a joint cost is split:
+a FLOP that needs two effects is billed to the later one in the table (recompute comes first and is
+counted on real tokens; the recompute of pad tokens appears when padding is switched on, so it is
+billed to padding).
 
 A new effect is one `Effect` row (its name, its reason, how it changes the walk) plus its test.
 """
