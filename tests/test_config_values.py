@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tiny_models import config_dict
 from tuneproof.arch import resolve
 from tuneproof.arch.values import MAX_PARAMETERS, parameter_estimate
 from tuneproof.cli.app import main
@@ -43,15 +44,7 @@ GEMMA4_31B: dict[str, Any] = {
     },
     "tie_word_embeddings": True,
 }
-LLAMA: dict[str, Any] = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-}
+LLAMA: dict[str, Any] = config_dict("llama", intermediate_size=128)
 MIXTRAL: dict[str, Any] = {**LLAMA, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}
 
 

@@ -10,21 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tiny_models import config_dict
 from tuneproof.arch import load_config_dict, resolve
 from tuneproof.arch.locate import HubId, hub_cache_dir, hub_id
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
 
-LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 256,
-    "max_position_embeddings": 512,
-}
+LLAMA = config_dict("llama", intermediate_size=128, max_position_embeddings=512)
 MAIN, V1 = "a" * 40, "b" * 40
 
 
