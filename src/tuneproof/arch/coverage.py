@@ -55,7 +55,7 @@ NOT_COSTED: dict[str, str] = {
             "falcon_mamba", "jamba", "mamba", "zamba",
         )
     },
-    **{t: _LINEAR for t in ("bailing_hybrid", "kimi_linear", "minimax", "olmo_hybrid")},
+    **{t: _LINEAR for t in ("bailing_hybrid", "kimi_linear", "minimax")},
     "deepseek_v4": "heavily compressed attention",
     "nemotron_h": "layers that hold only an MLP or MoE block beside its Mamba-2 and attention layers",
     "zamba2": "Mamba-2 layers with shared attention blocks reused across the stack",

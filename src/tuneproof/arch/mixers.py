@@ -12,10 +12,11 @@ the delta rule in models/qwen3_next/modeling_qwen3_next.py `torch_chunk_gated_de
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tuneproof.arch.shape import Attention, AttentionSpec, DeltaRule, StateSpace, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, StateSpace, Step
 from tuneproof.errors import TuneproofError
 
 # torch_chunk_gated_delta_rule(chunk_size=64): the chunk every transformers delta-rule layer uses
@@ -40,7 +41,7 @@ class MixerKind:
     """One layer's mixer: its geometry (`spec`) and the core step between its projections."""
 
     spec: AttentionSpec
-    delta: DeltaRule | StateSpace | None = None  # a linear-attention core in place of softmax attention
+    delta: Core | None = None  # a linear-attention core in place of softmax attention
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -177,14 +178,27 @@ def ssd_flops(ssd: StateSpace, length: int) -> tuple[float, float]:
     return ssd.heads * per_head, conv
 
 
-def mixer_flops(step: DeltaRule | StateSpace, length: int) -> tuple[float, float, float]:
-    """(forward core, forward convolution, backward core) FLOPs of a linear-attention step on one
-    sequence whose inputs need gradients. SSD: every einsum's two input gradients (2x)."""
-    if isinstance(step, DeltaRule):
-        f, c = delta_rule_flops(step, length)
-        return f, c, delta_rule_backward(step, length)
-    f, c = ssd_flops(step, length)
+def mixer_flops(step: Core, length: int) -> tuple[float, float, float]:
+    """(forward core, forward convolution, backward core) FLOPs of a mixer core on one sequence
+    whose inputs need gradients, from the core's entry in CORE_COSTS."""
+    return CORE_COSTS[type(step)](step, length)
+
+
+def _delta_costs(rule: Any, length: int) -> tuple[float, float, float]:
+    f, c = delta_rule_flops(rule, length)
+    return f, c, delta_rule_backward(rule, length)
+
+
+def _ssd_costs(ssd: Any, length: int) -> tuple[float, float, float]:
+    f, c = ssd_flops(ssd, length)  # every einsum's two input gradients
     return f, c, 2.0 * f
+
+
+# Each Core subclass's cost on one sequence: (forward core, forward convolution, backward core).
+CORE_COSTS: dict[type, Callable[[Any, int], tuple[float, float, float]]] = {
+    DeltaRule: _delta_costs,
+    StateSpace: _ssd_costs,
+}
 
 
 def delta_rule_flops(rule: DeltaRule, length: int) -> tuple[float, float]:

@@ -93,17 +93,25 @@ class Attention:
 
 
 @dataclass(frozen=True, slots=True)
-class DeltaRule:
+class Core:
+    """A mixer core in place of softmax attention (linear attention, a state-space scan, ...): reads
+    nodes q, k, v and writes dst. Each subclass's cost on one sequence is registered in
+    `tuneproof.arch.mixers.CORE_COSTS`; the ledger walks every core the same way."""
+
+    q: str
+    k: str
+    v: str
+    dst: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaRule(Core):
     """Gated delta-rule linear attention (Qwen3-Next, Qwen3.5) in its chunked form, as transformers'
     `torch_chunk_gated_delta_rule` computes it: the sequence is cut into chunks of `chunk` tokens
     (padded up to a whole chunk), each head keeps a (key_dim x value_dim) state; before it a
     depthwise causal convolution of `conv_kernel` taps runs over `conv_channels` channels.
     Cost is linear in T (see `tuneproof.arch.mixers.delta_rule_flops`)."""
 
-    q: str
-    k: str
-    v: str
-    dst: str
     heads: int
     key_dim: int
     value_dim: int
@@ -113,16 +121,12 @@ class DeltaRule:
 
 
 @dataclass(frozen=True, slots=True)
-class StateSpace:
+class StateSpace(Core):
     """Mamba-2's state-space dual (SSD) mixer in its chunked form, as transformers'
     `mamba2_chunk_scan` torch path computes it: chunks of `chunk` tokens, `heads` heads of
     `head_dim` channels and a `state`-wide state; a depthwise causal convolution before it. Reads
     one node (the input projection) as `q`, `k` and `v` alike (`tuneproof.arch.mixers.ssd_flops`)."""
 
-    q: str
-    k: str
-    v: str
-    dst: str
     heads: int
     head_dim: int
     state: int
@@ -139,7 +143,7 @@ class Join:
     srcs: tuple[str, ...]
 
 
-Step = Linear | Attention | DeltaRule | StateSpace | Join
+Step = Linear | Attention | Core | Join
 
 
 @dataclass(frozen=True, slots=True)

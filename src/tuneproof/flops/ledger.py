@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tuneproof.arch.shape import Attention, DeltaRule, Join, LayerShape, Linear, ModelShape, StateSpace, Step
+from tuneproof.arch.shape import Attention, Core, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.errors import TuneproofError, field_error
 from tuneproof.flops.run import RunSpec
 
@@ -203,8 +203,8 @@ class _Walker:
             if self.fused and (q or k):
                 self.ledger.add(layer.index, "attention.qk_kernel_recompute", "backward", qk)
 
-    def delta_rule(self, index: int, rule: DeltaRule | StateSpace, passes: tuple[str, ...]) -> None:
-        """Linear attention, the gated delta rule or Mamba-2's SSD (`tuneproof.arch.mixers.mixer_flops`):
+    def core(self, index: int, rule: Core, passes: tuple[str, ...]) -> None:
+        """A mixer core (linear attention, a state-space scan; `tuneproof.arch.mixers.mixer_flops`):
         on each real document, or on every padded row once padding is switched on; the depthwise convolution
         before it gets an input gradient when its input needs one and a weight gradient in full
         fine-tuning."""
@@ -235,9 +235,9 @@ class _Walker:
             elif isinstance(s, Attention):
                 assert layer is not None
                 self.attention(layer, s, passes)
-            elif isinstance(s, DeltaRule | StateSpace):
+            elif isinstance(s, Core):
                 assert layer is not None
-                self.delta_rule(layer.index, s, passes)
+                self.core(layer.index, s, passes)
             elif isinstance(s, Join):
                 self.rg[self.node(idx, s.dst)] = any(self.rg[self.node(idx, x)] for x in s.srcs)
 
