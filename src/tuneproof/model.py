@@ -106,7 +106,8 @@ def build_model(
     import copy
 
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from tuneproof.arch.construct import causal_lm_from_config
 
     if device == "cpu":
         check_fits_on_cpu(model)
@@ -118,7 +119,7 @@ def build_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
-            built = AutoModelForCausalLM.from_config(text_config, **kwargs)
+            built = causal_lm_from_config(text_config, **kwargs)
         except ValueError as e:
             raise TuneproofError(
                 f"transformers refuses attn {attn!r} for {text_config.model_type}: {str(e).splitlines()[0]}",

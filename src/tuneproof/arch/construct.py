@@ -54,18 +54,36 @@ def meta_model(cfg: Any) -> Any:
     import warnings
 
     import torch
-    from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(cfg)
     try:
         with warnings.catch_warnings(), torch.device("meta"):
             warnings.simplefilter("ignore")
-            return AutoModelForCausalLM.from_config(
-                config, attn_implementation="eager", experts_implementation="eager"
-            )
+            return causal_lm_from_config(config, attn_implementation="eager", experts_implementation="eager")
     except TypeError:  # a family without an experts_implementation switch
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+            return causal_lm_from_config(config, attn_implementation="eager")
+
+
+def causal_lm_from_config(config: Any, **kwargs: Any) -> Any:
+    """AutoModelForCausalLM.from_config, and for the families whose causal LM takes a text config
+    the auto mapping does not list (emu3's Emu3ForCausalLM takes Emu3TextConfig, mllama's
+    MllamaForCausalLM MllamaTextConfig) the mapped class whose config_class that config is."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    try:
+        return AutoModelForCausalLM.from_config(config, **kwargs)
+    except ValueError as e:
+        if "Unrecognized configuration class" not in str(e):
+            raise
+        import transformers
+
+        for name in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+            cls = getattr(transformers, name, None)
+            if cls is not None and getattr(cls, "config_class", None) is type(config):
+                return cls._from_config(config, **kwargs)
+        raise
 
 
 def decoder_layers(model: Any, num_layers: int) -> tuple[str, list[Any]]:

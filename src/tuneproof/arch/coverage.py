@@ -19,6 +19,7 @@ _ENC_DEC = "the decoder half of an encoder-decoder model"
 _ENCODER = "a bidirectional encoder (BERT family) run as a decoder with is_decoder"
 _AUDIO = "an audio model"
 _VISION = "an image-to-text model whose decoder is not a plain text config"
+_MULTIMODAL = "a vision- or audio-language model whose decoder reads encoder features inside its layers"
 
 OUT_OF_SCOPE: dict[str, str] = {
     **{
@@ -38,6 +39,9 @@ OUT_OF_SCOPE: dict[str, str] = {
     },
     **{t: _AUDIO for t in ("musicgen", "musicgen_melody", "moshi", "moss_transcribe_diarize")},
     **{t: _VISION for t in ("git",)},
+    # mllama's cross-attention layers attend to vision-encoder states (and are skipped without an
+    # image); phi4_multimodal's causal LM holds its audio and vision encoders.
+    **{t: _MULTIMODAL for t in ("mllama", "phi4_multimodal")},
 }  # fmt: skip
 
 _INDEXED = "sparse attention picked by a learned indexer (DeepSeek Sparse Attention style)"
@@ -78,9 +82,6 @@ NOT_COSTED: dict[str, str] = {
     "cpmant": "CPM-Ant's segment-relative attention blocks",
     "lfm3": "LFM3's mixed convolution and attention blocks",
     "blt": "a byte-level patcher with local encoder and decoder around the global model",
-    "phi4_multimodal": "audio and vision encoders inside the causal LM",
-    "mllama": "cross-attention layers to image features",
-    "emu3": "a vision tokenizer wrapped around the text model",
 }  # fmt: skip
 
 
