@@ -263,6 +263,8 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "mamba2": dict(num_heads=8, head_dim=16, expand=2, state_size=16, n_groups=1, chunk_size=16),
     "bamba": dict(num_hidden_layers=2, attn_layer_indices=[1], **_MAMBA),
     "granitemoehybrid": dict(num_hidden_layers=2, layer_types=["mamba", "attention"], **_MAMBA),
+    # Jamba's period-8 attention would leave the tiny layers all Mamba: Mamba with MoE, then attention.
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0),
     "dbrx": dict(
         d_model=64, n_heads=4, n_layers=4, vocab_size=256, max_seq_len=512,
         attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),

@@ -241,6 +241,8 @@ def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) 
                 continue
             if isinstance(mod, nn.Conv1d) and mixer.delta is not None:  # the linear mixer's own conv
                 continue
+            if pname in mixer.elementwise:  # used elementwise by the mixer (Mamba-1's A_log)
+                continue
             if isinstance(mod, nn.Embedding):
                 continue
             raise TuneproofError(

@@ -45,7 +45,6 @@ OUT_OF_SCOPE: dict[str, str] = {
 }  # fmt: skip
 
 _INDEXED = "sparse attention picked by a learned indexer (DeepSeek Sparse Attention style)"
-_MAMBA = "Mamba-1 selective-scan layers"
 _LINEAR = "a linear-attention variant other than the gated delta rule"
 
 NOT_COSTED: dict[str, str] = {
@@ -53,12 +52,10 @@ NOT_COSTED: dict[str, str] = {
         t: _INDEXED
         for t in ("axk2", "deepseek_v32", "dots3_note", "dots3_note_text", "glm_moe_dsa", "hy_v4")
     },
-    **{
-        t: _MAMBA
-        for t in (
-            "falcon_mamba", "jamba", "mamba", "zamba",
-        )
-    },
+    "zamba": (
+        "Mamba-1 scans run per Mamba head with raw per-head x_proj / dt_proj parameters, and shared "
+        "attention blocks reused across the stack"
+    ),
     **{t: _LINEAR for t in ("bailing_hybrid", "kimi_linear", "minimax")},
     "deepseek_v4": "heavily compressed attention",
     "nemotron_h": "layers that hold only an MLP or MoE block beside its Mamba-2 and attention layers",

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY, SelectiveScan, scan_core
+from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
 from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, StateSpace, Step
 from tuneproof.errors import TuneproofError
 
@@ -42,6 +44,10 @@ class MixerKind:
 
     spec: AttentionSpec
     delta: Core | None = None  # a linear-attention core in place of softmax attention
+    # mixer children whose forward reads only their weight (Mamba-1's dt_proj): GEMMs LoRA never runs
+    weight_only: frozenset[str] = frozenset()
+    # the mixer's 2-D parameters used elementwise, no GEMM (Mamba-1's A_log)
+    elementwise: frozenset[str] = frozenset()
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -97,6 +103,8 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return _delta(cfg, mod)
     if all(hasattr(mod, a) for a in _SSD_ATTRS) and cls in SSD_MIXERS:
         return _ssd(mod)
+    if cls in SCAN_MIXERS:
+        return MixerKind(*scan_core(mod), weight_only=WEIGHT_ONLY, elementwise=ELEMENTWISE)
     for fragment, what in UNCOSTED.items():
         if fragment.lower() in cls.lower():
             raise TuneproofError(
@@ -198,6 +206,7 @@ def _ssd_costs(ssd: Any, length: int) -> tuple[float, float, float]:
 CORE_COSTS: dict[type, Callable[[Any, int], tuple[float, float, float]]] = {
     DeltaRule: _delta_costs,
     StateSpace: _ssd_costs,
+    SelectiveScan: _scan_costs,
 }
 
 

@@ -83,7 +83,10 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
             candidates = same or wide or before
             if candidates:
                 src = written[candidates[-1].name]
-        steps.append(Linear(u.name, u.in_features, u.out_features, src, node, _component(u.leaf)))
+        adaptable = u.leaf not in mixer.weight_only  # read as `.weight @ x`: LoRA on it never runs
+        steps.append(
+            Linear(u.name, u.in_features, u.out_features, src, node, _component(u.leaf), adaptable=adaptable)
+        )
         written[u.name] = node
         for role in _roles(u.leaf):
             feeds[role].append(node)
