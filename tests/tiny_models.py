@@ -270,6 +270,18 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
         attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
         ffn_config=dict(ffn_hidden_size=96, moe_num_experts=4, moe_top_k=2),
     ),
+    # Cohere2's pattern (three sliding layers with RoPE, a fourth full layer without positions); the
+    # class's default rope_parameters hold no entry per layer type, which a checkpoint always has.
+    "cohere_compass_text": dict(
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        rope_parameters={
+            "sliding_attention": dict(rope_type="default", rope_theta=50000.0, mrope_section=[4, 2, 2]),
+            "full_attention": None,
+        },
+    ),
+    # Dory's input / looped / output sections: the defaults (eight input and eight output layers) exceed
+    # the tiny stack; one layer each leaves two recurrent layers, run n_recurrent_loops times.
+    "dory": dict(n_input_layers=1, n_output_layers=1),
     "gemma3n_text": dict(
         num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, hidden_size_per_layer_input=8,
         vocab_size_per_layer_input=256, laurel_rank=8,

@@ -54,9 +54,10 @@ def available_memory_bytes() -> int | None:
 
 def score_bytes(shape: ModelShape, attn: str, batch: int, width: int, training: bool) -> tuple[int, str]:
     """Bytes of the width-squared tensors one step holds at once, and what they are (the attention
-    path's own estimate; a backward keeps every layer's alive, a forward one layer's)."""
+    path's own estimate; a backward keeps every layer run's alive, a looped layer's once per run, a
+    forward one layer's)."""
     heads = max(layer.attention.num_heads for layer in shape.layers)
-    return path(attn).square_bytes(batch, width, heads, shape.num_layers if training else 1)
+    return path(attn).square_bytes(batch, width, heads, len(shape.runs) if training else 1)
 
 
 def check_fits_on_cpu(

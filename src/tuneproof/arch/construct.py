@@ -24,14 +24,18 @@ from typing import Any
 
 from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps
+from tuneproof.arch.schedule import layer_schedule
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.errors import TuneproofError
 
 # Attention and feed-forward blocks run in parallel on the layer input (not one after the other) in
 # these families, or when the named config flag is true. Sources: each modeling file's DecoderLayer
-# forward (transformers 5.x): GPT-J, CodeGen, Cohere, Phi(-1/2), Falcon (parallel_attn), GPT-NeoX
-# (use_parallel_residual), StableLM (use_parallel_residual), Persimmon is sequential.
-PARALLEL_FAMILIES = frozenset({"gptj", "codegen", "cohere", "cohere2", "phi", "cohere2_moe"})
+# forward (transformers 5.x): GPT-J, CodeGen, Cohere (and Cohere Compass's text decoder), Phi(-1/2),
+# Falcon (parallel_attn), GPT-NeoX (use_parallel_residual), StableLM (use_parallel_residual),
+# Persimmon is sequential.
+PARALLEL_FAMILIES = frozenset(
+    {"gptj", "codegen", "cohere", "cohere2", "phi", "cohere2_moe", "cohere_compass_text"}
+)
 PARALLEL_FLAGS = ("parallel_attn", "use_parallel_residual", "parallel_residual")
 
 # Experts modules whose forward runs every token through every expert (a batched matmul over all
@@ -220,8 +224,9 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
     shape = ModelShape(
-        model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt, post
-    )
+        model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt, post,
+        schedule=layer_schedule(cfg, len(shapes)),
+    )  # fmt: skip
     return shape, moe
 
 

@@ -183,10 +183,19 @@ class ModelShape:
     # GEMMs after the last layer and before the head (ModernBERT's prediction head dense), reading
     # "model:final"; the head then reads the last one's output
     post_steps: tuple[Step, ...] = field(default=())
+    # positions in `layers` in the order the model runs them, when a layer runs more than once (a
+    # looped decoder's middle section, `tuneproof.arch.schedule`); () runs each layer once in order
+    schedule: tuple[int, ...] = field(default=())
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    @property
+    def runs(self) -> tuple[LayerShape, ...]:
+        """The layers in the order one forward runs them: the ledger walks this, parameters and
+        attention groups read `layers` (each module once)."""
+        return tuple(self.layers[i] for i in self.schedule) if self.schedule else self.layers
 
     def attention_groups(self) -> dict[str, list[int]]:
         """Softmax-attention layer indices per distinct attention geometry, in first-seen order

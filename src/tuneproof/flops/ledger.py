@@ -245,7 +245,7 @@ class _Walker:
         self.steps(None, self.shape.pre_steps, ("forward",))
         prev = "model:embed"
         layer_passes = ("forward", "recompute") if self.recompute and self.training else ("forward",)
-        for layer in self.shape.layers:
+        for layer in self.shape.runs:
             self.rg[f"L{layer.index}:in"] = self.rg[prev]
             self.steps(layer, layer.steps, layer_passes)
             prev = f"L{layer.index}:out"

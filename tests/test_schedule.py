@@ -1,0 +1,40 @@
+"""Looped decoders (`tuneproof.arch.schedule`): Dory runs its middle layers n_recurrent_loops times
+with the same weights, and the ledger walks every run, checked against FlopCounterMode on transformers'
+own model at several loop counts (a ledger that walked each module once would be off by the loops)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuneproof.arch import resolve
+from tuneproof.flops import RunSpec, flop_report
+
+TINY_DORY = dict(
+    model_type="dory", hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, vocab_size=256, sliding_window=16, n_input_layers=1,
+    n_output_layers=1,
+)  # fmt: skip
+
+
+def test_the_schedule_runs_the_middle_section_once_per_loop() -> None:
+    shape = resolve({**TINY_DORY, "n_recurrent_loops": 3}).shape
+    assert shape.schedule == (0, 1, 2, 1, 2, 1, 2, 3)
+    assert [layer.index for layer in shape.runs] == list(shape.schedule)
+    assert shape.num_layers == 4  # parameters: each module once
+
+
+def test_a_decoder_without_loops_runs_each_layer_once() -> None:
+    shape = resolve({**TINY_DORY, "model_type": "llama"}).shape
+    assert shape.schedule == () and shape.runs == shape.layers
+
+
+@pytest.mark.parametrize("loops", [1, 3])
+@pytest.mark.parametrize("mode", ["forward", "full"])
+def test_looped_ledger_matches_flop_counter(loops: int, mode: str) -> None:
+    from tiny_models import build_model, counted_flops
+
+    cfg = {**TINY_DORY, "n_recurrent_loops": loops}
+    counted = counted_flops(build_model(cfg), 2, 37, mode)
+    run = RunSpec(seq_len=37, batch=2, attn="eager", mode=mode)
+    ours = flop_report(resolve(cfg).shape, run).performed.total
+    assert ours == pytest.approx(counted, rel=1e-3), (ours / counted, loops, mode)
