@@ -119,3 +119,18 @@ def test_explainer_says_the_torch_scan_is_sequential_and_names_the_kernels() -> 
     assert "sequential in T" in text and "gated delta rule" not in text
     packed = " ".join(explain(shape, Context(seq_len=64, batch=1, packed=True), live=False).notes)
     assert "share one recurrent state" in packed
+
+
+def test_zamba_tiny_build_builds_and_is_refused_for_its_shared_block() -> None:
+    """Two hybrid layers let the shared block's tie resolve (one does not); zamba stays refused for
+    its layout, never costed as a plain Mamba stack."""
+    from tiny_models import shrunk_config
+    from tuneproof.arch import resolve
+    from tuneproof.arch.construct import meta_model
+    from tuneproof.errors import TuneproofError
+
+    cfg = shrunk_config("zamba")
+    layers = meta_model(cfg).model.layers
+    assert [type(m).__name__ for m in layers][1::2] == ["ZambaHybridLayer"] * 2
+    with pytest.raises(TuneproofError, match="shared attention block"):
+        resolve(cfg)

@@ -263,6 +263,11 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "mamba2": dict(num_heads=8, head_dim=16, expand=2, state_size=16, n_groups=1, chunk_size=16),
     "bamba": dict(num_hidden_layers=2, attn_layer_indices=[1], **_MAMBA),
     "granitemoehybrid": dict(num_hidden_layers=2, layer_types=["mamba", "attention"], **_MAMBA),
+    # Zamba ties its shared attention block across the hybrid layers: with one hybrid layer (the default
+    # pattern at four layers) the tie's regex matches nothing and the build fails; two build.
+    "zamba": dict(
+        layers_block_type=["linear_attention", "hybrid", "linear_attention", "hybrid"], n_mamba_heads=2
+    ),
     # Jamba's period-8 attention would leave the tiny layers all Mamba: Mamba with MoE, then attention.
     "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=0),
     "dbrx": dict(

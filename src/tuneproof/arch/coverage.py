@@ -53,8 +53,9 @@ NOT_COSTED: dict[str, str] = {
         for t in ("axk2", "deepseek_v32", "dots3_note", "dots3_note_text", "glm_moe_dsa", "hy_v4")
     },
     "zamba": (
-        "Mamba-1 scans run per Mamba head with raw per-head x_proj / dt_proj parameters, and shared "
-        "attention blocks reused across the stack"
+        "hybrid layers that run one shared attention block (weights tied across them) on the hidden "
+        "state concatenated with the embeddings, then a linear into the Mamba layer's input; its Mamba-1 "
+        "mixer keeps x_proj / dt_proj as raw per-head 3-D parameters (ZambaMambaMixer)"
     ),
     **{t: _LINEAR for t in ("bailing_hybrid", "kimi_linear", "minimax")},
     "deepseek_v4": "heavily compressed attention",
