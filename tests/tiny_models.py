@@ -287,6 +287,15 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     # Dory's input / looped / output sections: the defaults (eight input and eight output layers) exceed
     # the tiny stack; one layer each leaves two recurrent layers, run n_recurrent_loops times.
     "dory": dict(n_input_layers=1, n_output_layers=1),
+    # Hybrid linear-attention patterns put their first full layer past two tiny layers: a KDA layer,
+    # then an MLA one (Kimi's KDA heads shrunk from 32 x 128); MiniMax's lightning blocks of 16, so
+    # that a 37-token row spans whole blocks and a partial one.
+    "bailing_hybrid": dict(layer_group_size=2),
+    "kimi_linear": dict(
+        num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], linear_num_heads=4,
+        linear_head_dim=16,
+    ),
+    "minimax": dict(block_size=16),
     "gemma3n_text": dict(
         num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, hidden_size_per_layer_input=8,
         vocab_size_per_layer_input=256, laurel_rank=8,

@@ -45,7 +45,6 @@ OUT_OF_SCOPE: dict[str, str] = {
 }  # fmt: skip
 
 _INDEXED = "sparse attention picked by a learned indexer (DeepSeek Sparse Attention style)"
-_LINEAR = "a linear-attention variant other than the gated delta rule"
 
 NOT_COSTED: dict[str, str] = {
     **{
@@ -57,7 +56,6 @@ NOT_COSTED: dict[str, str] = {
         "state concatenated with the embeddings, then a linear into the Mamba layer's input; its Mamba-1 "
         "mixer keeps x_proj / dt_proj as raw per-head 3-D parameters (ZambaMambaMixer)"
     ),
-    **{t: _LINEAR for t in ("bailing_hybrid", "kimi_linear", "minimax")},
     "deepseek_v4": "heavily compressed attention",
     "nemotron_h": "layers that hold only an MLP or MoE block beside its Mamba-2 and attention layers",
     "zamba2": "Mamba-2 layers with shared attention blocks reused across the stack",

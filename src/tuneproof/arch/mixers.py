@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tuneproof.arch.kda import KDA_ELEMENTWISE, KDA_MIXERS, KimiDelta, kda_costs, read_kda
+from tuneproof.arch.lightning import LIGHTNING_MIXERS, Lightning, lightning_costs, read_lightning
 from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY, SelectiveScan, scan_core
 from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
 from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, StateSpace, Step
@@ -31,7 +33,6 @@ UNCOSTED = {
     "Rwkv": "an RWKV time mixer",
     "xLSTM": "an xLSTM mixer",
     "ShortConv": "a short-convolution mixer (LFM2)",
-    "KimiDeltaAttention": "Kimi's delta attention",
     "Lightning": "lightning linear attention",
     "Recurrent": "a recurrent block (RG-LRU)",
 }
@@ -105,6 +106,10 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return _ssd(mod)
     if cls in SCAN_MIXERS:
         return MixerKind(*scan_core(mod), weight_only=WEIGHT_ONLY, elementwise=ELEMENTWISE)
+    if cls in KDA_MIXERS:
+        return MixerKind(*read_kda(mod), elementwise=KDA_ELEMENTWISE)
+    if cls in LIGHTNING_MIXERS:
+        return MixerKind(*read_lightning(mod))
     for fragment, what in UNCOSTED.items():
         if fragment.lower() in cls.lower():
             raise TuneproofError(
@@ -207,6 +212,8 @@ CORE_COSTS: dict[type, Callable[[Any, int], tuple[float, float, float]]] = {
     DeltaRule: _delta_costs,
     StateSpace: _ssd_costs,
     SelectiveScan: _scan_costs,
+    KimiDelta: kda_costs,
+    Lightning: lightning_costs,
 }
 
 

@@ -285,6 +285,8 @@ _DELTA_PACKED = (
 
 def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
     """What runs for each linear-attention geometry (no mask, no SDPA backend)."""
+    from tuneproof.arch.kda import KimiDelta, kda_note
+    from tuneproof.arch.lightning import Lightning, lightning_note
     from tuneproof.arch.selective_scan import SelectiveScan, selective_scan_note
 
     packed = _DELTA_PACKED if ctx.rows().is_packed else ""
@@ -292,6 +294,10 @@ def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
     for label, idxs in shape.mixer_groups().items():
         if any(isinstance(s, SelectiveScan) for s in shape.layers[idxs[0]].steps):
             notes.append(selective_scan_note(len(idxs), label, ctx.rows().is_packed))
+        elif any(isinstance(s, KimiDelta) for s in shape.layers[idxs[0]].steps):
+            notes.append(kda_note(len(idxs), label, ctx.rows().is_packed))
+        elif any(isinstance(s, Lightning) for s in shape.layers[idxs[0]].steps):
+            notes.append(lightning_note(len(idxs), label, ctx.rows().is_packed))
         else:
             notes.append(_DELTA_PATHS.format(count=len(idxs), label=label, packed=packed))
     return notes
