@@ -120,15 +120,19 @@ def test_a_rank_above_every_expert_matrix_is_refused_for_target_parameters() -> 
                                    lora_rank=65))  # fmt: skip
 
 
-def test_a_layer_weight_no_gemm_accounts_for_is_refused_not_counted_as_nothing() -> None:
-    """DBRX keeps its experts as stacked 2-D parameters outside any nn.Linear: read as the rest of
-    the tree, the experts would cost nothing. The reader refuses instead (before the coverage table)."""
+def test_a_layer_weight_no_gemm_accounts_for_is_refused_not_counted_as_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DBRX keeps its experts as stacked 2-D parameters outside any nn.Linear: without its entry in
+    STACKED_EXPERTS the experts would cost nothing. The reader refuses instead (before the coverage
+    table)."""
     from tiny_models import shrunk_config
-    from tuneproof.arch.construct import read_constructed
+    from tuneproof.arch import construct
     from tuneproof.errors import TuneproofError
 
+    monkeypatch.setattr(construct, "STACKED_EXPERTS", {})
     with pytest.raises(TuneproofError, match=r"ffn\.experts\.mlp\.w1 .* is no GEMM"):
-        read_constructed(shrunk_config("dbrx"), "dbrx")
+        construct.read_constructed(shrunk_config("dbrx"), "dbrx")
 
 
 def test_explain_refuses_flash_for_chunked_layers_past_the_chunk() -> None:

@@ -20,7 +20,7 @@ from tuneproof.arch.kda import KDA_ELEMENTWISE, KDA_MIXERS, KimiDelta, kda_costs
 from tuneproof.arch.lightning import LIGHTNING_MIXERS, Lightning, lightning_costs, read_lightning
 from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY, SelectiveScan, scan_core
 from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
-from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, StateSpace, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, StateSpace, Step
 from tuneproof.errors import TuneproofError
 
 # torch_chunk_gated_delta_rule(chunk_size=64): the chunk every transformers delta-rule layer uses
@@ -36,6 +36,13 @@ UNCOSTED = {
     "Lightning": "lightning linear attention",
     "Recurrent": "a recurrent block (RG-LRU)",
 }
+# Attention modules that call the attention interface more than once per layer, each call a full
+# softmax attention over all heads on the same q and k, by class name. Source: transformers
+# models/diffllama/modeling_diffllama.py DiffLlamaAttention.forward (differential attention: two
+# calls, on the two halves of V each repeated to all KV heads, then out1 - lambda * out2 per head
+# pair). Both ledgers count both calls: each is a score map the model defines, and every path
+# (eager, sdpa, flash, flex) runs its kernel twice, fused kernels recomputing QK^T in each backward.
+ATTENTION_CALLS = {"DiffLlamaAttention": 2}
 _SOFTMAX_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention", None}
 
 
@@ -49,17 +56,21 @@ class MixerKind:
     weight_only: frozenset[str] = frozenset()
     # the mixer's 2-D parameters used elementwise, no GEMM (Mamba-1's A_log)
     elementwise: frozenset[str] = frozenset()
+    calls: int = 1  # softmax attention calls per layer on the same q, k (`ATTENTION_CALLS`)
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (self.spec, self.delta)
+        return (self.spec, self.delta, self.calls)
 
     def core_steps(self, q: str, k: str, v: str, dst: str) -> list[Step]:
         if self.delta is not None:
             from dataclasses import replace
 
             return [replace(self.delta, q=q, k=k, v=v, dst=dst)]
-        return [Attention(q, k, v, dst)]
+        if self.calls == 1:
+            return [Attention(q, k, v, dst)]
+        calls: list[Step] = [Attention(q, k, v, f"{dst}.{i}") for i in range(self.calls)]
+        return [*calls, Join(dst, tuple(f"{dst}.{i}" for i in range(self.calls)))]
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -122,7 +133,7 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
             "tuneproof does not cost it yet",
             "the costed families are listed in docs/families.md",
         )
-    return MixerKind(_softmax_spec(cfg, layer_type, mod))
+    return MixerKind(_softmax_spec(cfg, layer_type, mod), calls=ATTENTION_CALLS.get(cls, 1))
 
 
 def _softmax_spec(cfg: Any, layer_type: str | None, mod: Any) -> AttentionSpec:

@@ -303,6 +303,23 @@ def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
     return notes
 
 
+def repeated_call_notes(shape: ModelShape) -> list[str]:
+    """Layers that call the attention interface more than once on the same q and k (DiffLlama's
+    differential attention, `tuneproof.arch.mixers.ATTENTION_CALLS`)."""
+    from tuneproof.arch.shape import Attention
+
+    calls = [sum(isinstance(s, Attention) for s in layer.steps) for layer in shape.layers]
+    if max(calls, default=0) < 2:
+        return []
+    return [
+        f"{sum(c > 1 for c in calls)} layers run differential attention (DiffLlamaAttention.forward): "
+        "two attention calls on the same q and k, one per half of V, so the chosen path's kernel runs "
+        "twice per layer (each fused backward recomputing its own QK^T). transformers offers no "
+        "differential kernel: each call goes through ALL_ATTENTION_FUNCTIONS (eager, sdpa, "
+        "flash_attention_2, flex_attention) with head_dim_v == head_dim, which flash needs"
+    ]
+
+
 def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     """Explain every attention geometry of `shape` under `ctx`. Live where the device is present."""
     live_ok = live and device_present(ctx)
@@ -333,7 +350,7 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
                 source,
             )
         )
-    notes = version_notes() + linear_attention_notes(shape, ctx)
+    notes = version_notes() + linear_attention_notes(shape, ctx) + repeated_call_notes(shape)
     if ctx.attn in shape.attn_refused:
         notes.insert(
             0,
