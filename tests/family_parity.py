@@ -58,6 +58,10 @@ def _counted(model: Any, mode: str, ckpt: bool, targets: list[str]) -> tuple[flo
     ids = torch.randint(0, 200, (BATCH, WIDTH), generator=torch.Generator().manual_seed(1))
     counter = FlopCounterMode(display=False)
     if mode == "forward":
+        # frozen too: under no_grad a view of a trainable weight requires grad with no grad_fn, and
+        # torch's ModuleTracker (inside FlopCounterMode) raises on one passed to a module (DBRX's
+        # experts slice their stacked weights in forward); the forward's FLOPs are the same
+        model.requires_grad_(False)
         with torch.no_grad(), counter:
             model(input_ids=ids)
     else:

@@ -45,6 +45,13 @@ PARALLEL_FLAGS = ("parallel_attn", "use_parallel_residual", "parallel_residual")
 # wraps (integrations/moe.py use_experts_implementation) run only the routed rows.
 DENSE_EXPERTS = frozenset({"Llama4TextExperts"})
 
+# Experts modules that store each weight as one 2-D parameter of E stacked (rows, cols) matrices, by
+# class name -> the module attribute holding E; read as fused 3-D experts (E, rows, cols) with the same
+# in/out rule. Source: transformers models/dbrx/modeling_dbrx.py DbrxExpertGLU (w1, v1, w2 of shape
+# (E * ffn_hidden_size, hidden_size); x @ w1[e].T, x @ v1[e].T, then (gate * up) @ w2[e]) and
+# DbrxExperts.forward (a loop over the hit experts, each running only its routed rows).
+STACKED_EXPERTS = {"DbrxExpertGLU": "moe_num_experts"}
+
 # Config fields that hold the routed top-k, first match wins (the router module's own `top_k` is read
 # first when it has one).
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
@@ -132,9 +139,12 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
         if isinstance(mod, nn.Embedding | nn.Conv1d | nn.LayerNorm):
             continue
         params = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.ndim in (2, 3)]
-        experts = [(n, p) for n, p in params if p.ndim == 3]
-        for i, (pname, p) in enumerate(experts):
-            e, a, b = (int(x) for x in p.shape)
+        experts = [(n, tuple(int(x) for x in p.shape)) for n, p in params if p.ndim == 3]
+        stacked = STACKED_EXPERTS.get(type(mod).__name__)
+        if stacked is not None:  # (E * rows, cols) read as E experts of (rows, cols)
+            e = int(getattr(mod, stacked))
+            experts = [(n, (e, int(p.shape[0]) // e, int(p.shape[1]))) for n, p in params]
+        for i, (pname, (e, a, b)) in enumerate(experts):
             first = i < len(experts) - 1 or len(experts) == 1
             # F.linear(x, W[e]) stores (out, in); x @ W[e] stores (in, out): the hidden side tells
             if first:
