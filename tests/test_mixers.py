@@ -146,17 +146,6 @@ def test_explain_refuses_flash_for_chunked_layers_past_the_chunk() -> None:
     assert full.backend == "flash_attention_2"
 
 
-def test_a_conv_layer_is_refused_by_its_layer_type() -> None:
-    from transformers import Lfm2Config
-
-    from tuneproof.errors import TuneproofError
-
-    sizes = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2)
-    cfg = Lfm2Config(**sizes, num_hidden_layers=2, vocab_size=256, layer_types=["conv", "full_attention"])
-    with pytest.raises(TuneproofError, match="'conv' layer"):
-        resolve(cfg)
-
-
 def test_a_family_that_leaves_a_size_field_unused_gets_no_default_note() -> None:
     assert resolve(CONFIGS / "falcon-7b-instruct.json").notes == ()  # no intermediate_size: ffn_hidden_size
 

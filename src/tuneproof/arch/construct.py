@@ -26,6 +26,7 @@ from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps
 from tuneproof.arch.schedule import layer_schedule
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.sublayers import SUBLAYERED, layer_count, sublayer_program
 from tuneproof.errors import TuneproofError
 
 # Attention and feed-forward blocks run in parallel on the layer input (not one after the other) in
@@ -56,7 +57,9 @@ STACKED_EXPERTS = {"DbrxExpertGLU": "moe_num_experts"}
 # first when it has one).
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
 
-_MIXER_CHILD = re.compile(r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba", re.IGNORECASE)
+_MIXER_CHILD = re.compile(
+    r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba|^conv$", re.IGNORECASE
+)
 
 
 def meta_model(cfg: Any) -> Any:
@@ -216,7 +219,7 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     routed experts."""
     model = meta_model(cfg)
     hidden = int(cfg.hidden_size)
-    prefix, layers = decoder_layers(model, int(cfg.num_hidden_layers))
+    prefix, layers = decoder_layers(model, layer_count(cfg))
     parallel = _parallel(cfg)
     programs: dict[tuple[Any, ...], tuple[AttentionSpec, tuple[Step, ...], bool]] = {}
     shapes: list[LayerShape] = []
@@ -272,6 +275,8 @@ def _layer_program(
 ) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
     units = _units(layer, hidden)
     _check_accounted(cfg, layer, units, mixer)
+    if type(layer).__name__ in SUBLAYERED:  # two attention and MLP sub-layers (LongCat-Flash)
+        return sublayer_program(cfg, layer, units, hidden, _top_k(cfg, layer))
     mixer_units = [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
     ffn_units = [u for u in units if u not in mixer_units]
     spec = mixer.spec

@@ -72,9 +72,7 @@ NOT_COSTED: dict[str, str] = {
     "inkling2_text": "attention with relative-position projections and short convolutions",
     "inkling2_loop_text": "looped attention with relative-position projections and short convolutions",
     "hrm_text": "a hierarchical recurrent layer stack",
-    "longcat_flash": "two attention and MLP sub-layers per decoder layer",
     "cpmant": "CPM-Ant's segment-relative attention blocks",
-    "lfm3": "LFM3's mixed convolution and attention blocks",
     "blt": "a byte-level patcher with local encoder and decoder around the global model",
 }  # fmt: skip
 

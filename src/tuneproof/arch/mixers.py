@@ -21,6 +21,7 @@ from tuneproof.arch.lightning import LIGHTNING_MIXERS, Lightning, lightning_cost
 from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY, SelectiveScan, scan_core
 from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
 from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, StateSpace, Step
+from tuneproof.arch.short_conv import SHORT_CONV_MIXERS, ShortConv, short_conv_core, short_conv_costs
 from tuneproof.errors import TuneproofError
 
 # torch_chunk_gated_delta_rule(chunk_size=64): the chunk every transformers delta-rule layer uses
@@ -32,7 +33,6 @@ UNCOSTED = {
     "SSM": "a state-space mixer",
     "Rwkv": "an RWKV time mixer",
     "xLSTM": "an xLSTM mixer",
-    "ShortConv": "a short-convolution mixer (LFM2)",
     "Lightning": "lightning linear attention",
     "Recurrent": "a recurrent block (RG-LRU)",
 }
@@ -115,6 +115,8 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return _delta(cfg, mod)
     if all(hasattr(mod, a) for a in _SSD_ATTRS) and cls in SSD_MIXERS:
         return _ssd(mod)
+    if cls in SHORT_CONV_MIXERS:
+        return MixerKind(*short_conv_core(mod))
     if cls in SCAN_MIXERS:
         return MixerKind(*scan_core(mod), weight_only=WEIGHT_ONLY, elementwise=ELEMENTWISE)
     if cls in KDA_MIXERS:
@@ -222,6 +224,7 @@ def _ssd_costs(ssd: Any, length: int) -> tuple[float, float, float]:
 CORE_COSTS: dict[type, Callable[[Any, int], tuple[float, float, float]]] = {
     DeltaRule: _delta_costs,
     StateSpace: _ssd_costs,
+    ShortConv: short_conv_costs,
     SelectiveScan: _scan_costs,
     KimiDelta: kda_costs,
     Lightning: lightning_costs,

@@ -288,6 +288,7 @@ def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
     from tuneproof.arch.kda import KimiDelta, kda_note
     from tuneproof.arch.lightning import Lightning, lightning_note
     from tuneproof.arch.selective_scan import SelectiveScan, selective_scan_note
+    from tuneproof.arch.short_conv import ShortConv, short_conv_note
 
     packed = _DELTA_PACKED if ctx.rows().is_packed else ""
     notes: list[str] = []
@@ -298,6 +299,8 @@ def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
             notes.append(kda_note(len(idxs), label, ctx.rows().is_packed))
         elif any(isinstance(s, Lightning) for s in shape.layers[idxs[0]].steps):
             notes.append(lightning_note(len(idxs), label, ctx.rows().is_packed))
+        elif any(isinstance(s, ShortConv) for s in shape.layers[idxs[0]].steps):
+            notes.append(short_conv_note(len(idxs), label, ctx.rows().is_packed))
         else:
             notes.append(_DELTA_PATHS.format(count=len(idxs), label=label, packed=packed))
     return notes
