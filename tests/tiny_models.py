@@ -301,6 +301,9 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "longcat_flash": dict(num_layers=2, n_routed_experts=4, zero_expert_num=0),
     # LFM2 with short-convolution layers among its attention ones (its default config has none).
     "lfm2": dict(layer_types=["conv", "full_attention", "conv", "full_attention"]),
+    # LFM2-MoE as its checkpoints list it: short-convolution layers among the attention ones (the class
+    # default sets no layer_types, which its forward reads), dense layers before the MoE ones.
+    "lfm2_moe": dict(num_dense_layers=1, layer_types=["conv", "full_attention", "conv", "full_attention"]),
     "gemma3n_text": dict(
         num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, hidden_size_per_layer_input=8,
         vocab_size_per_layer_input=256, laurel_rank=8,

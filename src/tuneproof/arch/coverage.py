@@ -74,6 +74,22 @@ NOT_COSTED: dict[str, str] = {
     "hrm_text": "a hierarchical recurrent layer stack",
     "cpmant": "CPM-Ant's segment-relative attention blocks",
     "blt": "a byte-level patcher with local encoder and decoder around the global model",
+    **{
+        t: (
+            "QSA indexed attention (Qwen4ExpTextQSAIndexer: each query keeps the top blocks of mean-pooled "
+            "keys, scored in a per-query loop) inside hyper-connection residual streams "
+            "(Qwen4ExpTextGatedResidual: hc_count copies of the hidden state mixed by low-rank gates)"
+        )
+        for t in ("qwen4_exp", "qwen4_exp_text")
+    },
+    **{
+        t: (
+            "a drafting model for assisted decoding: its forward reads the target model's hidden states "
+            "(2 x backbone_hidden_size through pre_projection) and shared KV states, not token ids; every "
+            "layer is KV-shared, attending the target's keys under a bidirectional mask"
+        )
+        for t in ("gemma4_assistant", "gemma4_unified_assistant")
+    },
 }  # fmt: skip
 
 
