@@ -263,6 +263,17 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "mamba2": dict(num_heads=8, head_dim=16, expand=2, state_size=16, n_groups=1, chunk_size=16),
     "bamba": dict(num_hidden_layers=2, attn_layer_indices=[1], **_MAMBA),
     "granitemoehybrid": dict(num_hidden_layers=2, layer_types=["mamba", "attention"], **_MAMBA),
+    "nemotron_h": dict(
+        mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=1, chunk_size=16,
+        moe_shared_expert_intermediate_size=48,
+    ),
+    "falcon_h1": dict(mamba_d_ssm=128, **_MAMBA),
+    # four layers (the default pattern is sized for 54); two uses of the one shared block, each with
+    # its own adapters
+    "zamba2": dict(
+        layers_block_type=["linear_attention", "hybrid", "linear_attention", "hybrid"], n_mamba_heads=8,
+        mamba_d_state=16, chunk_size=16, use_shared_attention_adapter=True, adapter_rank=8,
+    ),
     # Zamba ties its shared attention block across the hybrid layers: with one hybrid layer (the default
     # pattern at four layers) the tie's regex matches nothing and the build fails; two build.
     "zamba": dict(

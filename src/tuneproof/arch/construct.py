@@ -257,7 +257,7 @@ def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) 
                 continue
             if name in covered or (f"{name}.{pname}" if name else pname) in covered:
                 continue
-            if isinstance(mod, nn.Conv1d) and mixer.delta is not None:  # the linear mixer's own conv
+            if isinstance(mod, nn.Conv1d) and (mixer.delta or mixer.side):  # a linear mixer's own conv
                 continue
             if pname in mixer.elementwise:  # used elementwise by the mixer (Mamba-1's A_log)
                 continue
@@ -277,10 +277,11 @@ def _layer_program(
     _check_accounted(cfg, layer, units, mixer)
     if type(layer).__name__ in SUBLAYERED:  # two attention and MLP sub-layers (LongCat-Flash)
         return sublayer_program(cfg, layer, units, hidden, _top_k(cfg, layer))
-    mixer_units = [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
+    mixer_units = [] if mixer.ffn_only else [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
     ffn_units = [u for u in units if u not in mixer_units]
     spec = mixer.spec
-    steps = mixer_steps(mixer_units, hidden, spec, mixer)
+    # a layer with no mixer: its feed-forward block reads the layer input
+    steps = [Join("mid", ("in",))] if mixer.ffn_only else mixer_steps(mixer_units, hidden, spec, mixer)
     ffn_src = "in" if parallel else "mid"
     experts = any(u.kind == "experts" for u in ffn_units)
     steps += ffn_steps(ffn_units, hidden, _top_k(cfg, layer) if experts else None, ffn_src)

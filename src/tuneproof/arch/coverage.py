@@ -57,9 +57,7 @@ NOT_COSTED: dict[str, str] = {
         "mixer keeps x_proj / dt_proj as raw per-head 3-D parameters (ZambaMambaMixer)"
     ),
     "deepseek_v4": "heavily compressed attention",
-    "nemotron_h": "layers that hold only an MLP or MoE block beside its Mamba-2 and attention layers",
     "zamba2": "Mamba-2 layers with shared attention blocks reused across the stack",
-    "falcon_h1": "attention and a Mamba-2 mixer run in parallel inside one layer",
     "zaya": "ZAYA's compressed convolutional attention projections (ZayaCCAProjection)",
     "gemma3n": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",
     "gemma3n_text": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",

@@ -44,6 +44,11 @@ UNCOSTED = {
 # (eager, sdpa, flash, flex) runs its kernel twice, fused kernels recomputing QK^T in each backward.
 ATTENTION_CALLS = {"DiffLlamaAttention": 2}
 _SOFTMAX_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention", None}
+# Layer types that hold only a feed-forward block (its module may still be named `mixer`). Source:
+# transformers models/nemotron_h/modeling_nemotron_h.py MIXER_TYPES ("mlp": NemotronHMLP, "moe":
+# NemotronHMoE) and NemotronHBlock.forward (norm, that block, residual add).
+FFN_ONLY_TYPES = frozenset({"mlp", "moe"})
+NO_MIXER = AttentionSpec("none", None, 0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +62,17 @@ class MixerKind:
     # the mixer's 2-D parameters used elementwise, no GEMM (Mamba-1's A_log)
     elementwise: frozenset[str] = frozenset()
     calls: int = 1  # softmax attention calls per layer on the same q, k (`ATTENTION_CALLS`)
+    # a second mixer child and its core, run beside this one on the layer input (`PARALLEL_MIXERS`)
+    side: tuple[str, Core] | None = None
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (self.spec, self.delta, self.calls)
+        return (self.spec, self.delta, self.calls, self.side)
+
+    @property
+    def ffn_only(self) -> bool:
+        """The layer holds no token mixer, only a feed-forward or MoE block (`FFN_ONLY_TYPES`)."""
+        return self.spec.kind == "none"
 
     def core_steps(self, q: str, k: str, v: str, dst: str) -> list[Step]:
         if self.delta is not None:
@@ -101,6 +113,10 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
     """The mixer of decoder layer `index` (built module `layer`) of `cfg`."""
     types = _get(cfg, "layer_types")
     layer_type = types[index] if isinstance(types, list | tuple) and index < len(types) else None
+    if layer_type in FFN_ONLY_TYPES:
+        return MixerKind(NO_MIXER)
+    if type(layer).__name__ in PARALLEL_MIXERS:
+        return _parallel_mixers(cfg, layer)
     found = mixer_module(layer)
     if found is None:
         kind = f" (a {layer_type!r} layer)" if layer_type else ""
@@ -176,11 +192,27 @@ def _delta(cfg: Any, mod: Any) -> MixerKind:
 
 
 # Mixers that run transformers' `mamba2_chunk_scan` (models/mamba2/modeling_mamba2.py and its copies
-# in bamba and granitemoehybrid), by class name: the SSD cost below is checked against FlopCounterMode
-# on that function and on each family's tiny build. nemotron_h, zamba2 and falcon_h1 run it too but
-# arrange their layers differently (docs/families.md).
-SSD_MIXERS = frozenset({"Mamba2Mixer", "BambaMixer", "GraniteMoeHybridMambaLayer"})
+# in bamba, granitemoehybrid and nemotron_h), by class name: the SSD cost below is checked against
+# FlopCounterMode on that function and on each family's tiny build.
+SSD_MIXERS = frozenset({"Mamba2Mixer", "BambaMixer", "GraniteMoeHybridMambaLayer", "NemotronHMamba2Mixer"})
 _SSD_ATTRS = ("num_heads", "head_dim", "ssm_state_size", "chunk_size", "n_groups", "conv1d")
+# Decoder layers that run softmax attention and a Mamba-2 mixer side by side on the same normed
+# input, the two outputs (each scaled by a constant) summed into one residual add, by class name.
+# Source: transformers models/falcon_h1/modeling_falcon_h1.py FalconH1DecoderLayer.forward; its
+# FalconH1Mixer runs the same mamba2_chunk_scan torch path (its multipliers are elementwise).
+PARALLEL_MIXERS = frozenset({"FalconH1DecoderLayer"})
+_SIDE_SSD_MIXERS = frozenset({"FalconH1Mixer"})
+
+
+def _parallel_mixers(cfg: Any, layer: Any) -> MixerKind:
+    """A `PARALLEL_MIXERS` layer: its attention child's geometry, its SSD child as the side core."""
+    children = dict(layer.named_children())
+    ssd = [n for n, m in children.items() if type(m).__name__ in _SIDE_SSD_MIXERS]
+    attn = [n for n, m in children.items() if "attn" in n and n not in ssd]
+    assert len(ssd) == 1 and len(attn) == 1, f"{type(layer).__name__}: children {list(children)}"
+    core = _ssd(children[ssd[0]]).delta
+    assert core is not None
+    return MixerKind(_softmax_spec(cfg, None, children[attn[0]]), side=(ssd[0], core))
 
 
 def _ssd(mod: Any) -> MixerKind:

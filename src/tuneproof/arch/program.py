@@ -12,7 +12,7 @@ up -> down; fc1 -> fc2); routers and gates read the block input and scale its ou
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tuneproof.arch.mixers import MixerKind
@@ -62,6 +62,8 @@ def _stem(leaf: str) -> str:
 
 def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Step]:
     """Projections in, the mixer core, the output projection; "mid" is the residual after it."""
+    if mixer.side is not None:
+        return parallel_mixer_steps(units, hidden, spec, mixer)
     out_idx = max((i for i, u in enumerate(units) if u.out_features == hidden), default=None)
     if out_idx is None:
         raise TuneproofError(
@@ -97,6 +99,35 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
     steps.append(Linear(o.name, o.in_features, o.out_features, "attn", "o", "o_proj"))
     steps.append(Join("mid", ("in", "o")))
     return steps
+
+
+def parallel_mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Step]:
+    """Two mixers side by side on the layer input (`mixers.PARALLEL_MIXERS`, Falcon-H1): each child's
+    projections, core and output projection as `mixer_steps` builds them, its nodes prefixed with the
+    child's name; "mid" is the residual plus both outputs."""
+    assert mixer.side is not None
+    side_child, core = mixer.side
+    side = [u for u in units if u.name.split(".")[0] == side_child]
+    main = [u for u in units if u not in side]
+    steps: list[Step] = []
+    groups = (("main", main, replace(mixer, side=None)), (side_child, side, MixerKind(spec, core)))
+    for prefix, group, kind in groups:
+        for s in mixer_steps(group, hidden, spec, kind)[:-1]:  # its own "mid" join left out
+            steps.append(_prefixed(s, prefix))
+    steps.append(Join("mid", ("in", "main.o", f"{side_child}.o")))
+    return steps
+
+
+def _prefixed(step: Step, prefix: str) -> Step:
+    """`step` with every node but the layer input renamed into `prefix`'s namespace."""
+
+    def n(node: str) -> str:
+        return node if node == "in" else f"{prefix}.{node}"
+
+    if isinstance(step, Join):
+        return replace(step, dst=n(step.dst), srcs=tuple(n(x) for x in step.srcs))
+    nodes = [f for f in ("src", "q", "k", "v", "dst") if hasattr(step, f)]  # Linear, cores, scores
+    return replace(step, **{f: n(getattr(step, f)) for f in nodes})  # type: ignore[arg-type]
 
 
 _COMPONENTS = {"q_proj", "k_proj", "v_proj", "o_proj"}

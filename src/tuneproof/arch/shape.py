@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # full: causal over all earlier keys; sliding: a window of earlier keys; chunked: causal inside fixed
-# chunks of the sequence; linear: a linear-attention mixer (gated delta rule) with no score matrix.
-KINDS = ("full", "sliding", "chunked", "linear")
+# chunks of the sequence; linear: a linear-attention mixer (gated delta rule) with no score matrix;
+# none: no token mixer at all (a layer holding only a feed-forward or MoE block, as Nemotron-H's do).
+KINDS = ("full", "sliding", "chunked", "linear", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ class AttentionSpec:
     @property
     def softmax(self) -> bool:
         """A softmax attention layer (scores over pairs); linear-attention layers have none."""
-        return self.kind != "linear"
+        return self.kind not in ("linear", "none")
 
     @property
     def locality(self) -> int | None:
@@ -207,10 +208,10 @@ class ModelShape:
         return groups
 
     def mixer_groups(self) -> dict[str, list[int]]:
-        """Linear-attention layer indices per geometry."""
+        """Linear-attention layer indices per geometry (layers with no mixer are in neither list)."""
         groups: dict[str, list[int]] = {}
         for layer in self.layers:
-            if not layer.attention.softmax:
+            if layer.attention.kind == "linear":
                 groups.setdefault(layer.attention.label, []).append(layer.index)
         return groups
 

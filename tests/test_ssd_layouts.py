@@ -1,0 +1,75 @@
+"""Mamba-2 hybrids that arrange their layers differently from mamba2 / bamba: Nemotron-H's layers that
+hold only an MLP or MoE block (no mixer), Falcon-H1's attention and Mamba-2 mixer side by side in one
+layer. The SSD core itself is each family's own copy of transformers' `mamba2_chunk_scan`, checked
+here against FlopCounterMode at several lengths; the layouts against each family's tiny build in
+tests/test_families.py."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from tuneproof.arch import resolve
+from tuneproof.arch.mixers import mixer_flops
+from tuneproof.arch.shape import Attention, Core, Join, Linear, StateSpace
+
+SCANS = ("nemotron_h.modeling_nemotron_h", "falcon_h1.modeling_falcon_h1")
+
+
+@pytest.mark.parametrize("module", SCANS)
+@pytest.mark.parametrize("length", [1, 16, 37, 70])
+def test_ssd_flops_match_flop_counter_on_each_familys_own_scan(module: str, length: int) -> None:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    scan = importlib.import_module(f"transformers.models.{module}").mamba2_chunk_scan
+    heads, p, n, chunk = 2, 8, 16, 16
+    ssd = StateSpace("q", "k", "v", "o", heads, p, n, chunk, 1, 4)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, length, heads, p, generator=gen, requires_grad=True)
+    dt = torch.rand(1, length, heads, generator=gen, requires_grad=True)
+    a = (-torch.rand(heads, generator=gen)).requires_grad_()
+    b, c = (torch.randn(1, length, 1, n, generator=gen, requires_grad=True) for _ in range(2))
+    forward, backward = FlopCounterMode(display=False), FlopCounterMode(display=False)
+    with forward:
+        y = scan(x, dt, a, b, c, chunk_size=chunk, dt_softplus=True)
+    with backward:
+        (y[0] if isinstance(y, tuple) else y).sum().backward()
+    core, _, core_back = mixer_flops(ssd, length)
+    assert core == forward.get_total_flops() and core_back == backward.get_total_flops()
+
+
+def test_nemotron_h_mlp_and_moe_layers_have_no_mixer_and_read_the_layer_input() -> None:
+    from tiny_models import shrunk_config
+
+    cfg = shrunk_config("nemotron_h")
+    shape = resolve(cfg).shape
+    kinds = [layer.attention.kind for layer in shape.layers]
+    assert cfg.layers_block_type == ["linear_attention", "moe", "full_attention", "mlp"]
+    assert kinds == ["linear", "none", "full", "none"]
+    for i in (1, 3):
+        steps = shape.layers[i].steps
+        assert not any(isinstance(s, Attention | Core) for s in steps)
+        assert Join("mid", ("in",)) in steps
+        first = next(s for s in steps if isinstance(s, Linear))
+        assert first.src == "mid" and first.name.startswith("mixer.")
+    assert shape.layers[1].steps != shape.layers[3].steps  # MoE experts and router vs a plain MLP
+    assert any(s.num_experts == 4 for s in shape.layers[1].steps if isinstance(s, Linear))
+    assert list(shape.mixer_groups()) == [shape.layers[0].attention.label]  # FFN layers in no group
+
+
+def test_falcon_h1_runs_attention_and_the_ssd_mixer_side_by_side_on_the_layer_input() -> None:
+    from tiny_models import shrunk_config
+
+    shape = resolve(shrunk_config("falcon_h1")).shape
+    layer = shape.layers[0]
+    assert layer.attention.kind == "full" and layer.attention.num_heads == 4
+    steps = {s.name: s for s in layer.steps if isinstance(s, Linear)}
+    assert steps["mamba.in_proj"].src == steps["self_attn.q_proj"].src == "in"
+    assert steps["mamba.out_proj"].src == "mamba.attn" and steps["self_attn.o_proj"].src == "main.attn"
+    cores = [s for s in layer.steps if isinstance(s, StateSpace)]
+    assert len(cores) == 1 and cores[0].heads == 8 and cores[0].chunk == 16
+    assert sum(isinstance(s, Attention) for s in layer.steps) == 1
+    assert Join("mid", ("in", "main.o", "mamba.o")) in layer.steps
+    assert steps["feed_forward.gate_proj"].src == "mid"
