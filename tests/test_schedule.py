@@ -38,3 +38,15 @@ def test_looped_ledger_matches_flop_counter(loops: int, mode: str) -> None:
     run = RunSpec(seq_len=37, batch=2, attn="eager", mode=mode)
     ours = flop_report(resolve(cfg).shape, run).performed.total
     assert ours == pytest.approx(counted, rel=1e-3), (ours / counted, loops, mode)
+
+
+def test_the_ledger_header_says_how_many_times_the_layers_run() -> None:
+    from rich.console import Console
+
+    from tuneproof.flops.render import render_report
+
+    console = Console(record=True, width=200)
+    render_report(
+        flop_report(resolve({**TINY_DORY, "n_recurrent_loops": 3}).shape, RunSpec(seq_len=37)), console
+    )
+    assert "4 layers, run 8 times with the loops" in console.export_text()

@@ -44,7 +44,8 @@ def render_report(report: FlopReport, console: Console) -> None:
     run = report.run
     console.print(
         f"[bold]FLOP ledger[/bold] {report.shape.model_type}: {report.shape.num_layers} layers, "
-        f"T={run.seq_len} x B={run.batch}, attn={run.attn}, mode={run.mode}"
+        + (f"run {len(report.shape.runs)} times with the loops, " if report.shape.schedule else "")
+        + f"T={run.seq_len} x B={run.batch}, attn={run.attn}, mode={run.mode}"
         + (f" r={run.lora_rank}" if run.mode == "lora" else "")
         + (
             f" target_parameters={','.join(run.lora_target_parameters)}"
