@@ -260,6 +260,12 @@ _MAMBA = dict(
 SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 2]], window_size=16),
     "zaya": dict(num_experts_per_tok=1),  # its validator: top-1 routing only
+    # xLSTMCache sizes its states from qk_dim rounded up to a multiple of 64, the layer from
+    # hidden x qk_dim_factor unrounded: they agree only when that product is a multiple of 64 (as in
+    # every checkpoint). Chunks of 16: the 37-token rows run two chunks, then the per-step loop. No
+    # cache: xLSTMModel.forward copies each layer's state into it in place, which breaks the backward
+    # (transformers 5.24: "modified by an inplace operation"); the cache holds no matmul.
+    "xlstm": dict(hidden_size=128, embedding_dim=128, chunk_size=16, use_cache=False),
     "mamba2": dict(num_heads=8, head_dim=16, expand=2, state_size=16, n_groups=1, chunk_size=16),
     "bamba": dict(num_hidden_layers=2, attn_layer_indices=[1], **_MAMBA),
     "granitemoehybrid": dict(num_hidden_layers=2, layer_types=["mamba", "attention"], **_MAMBA),

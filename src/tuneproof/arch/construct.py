@@ -24,6 +24,7 @@ from typing import Any
 
 from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps
+from tuneproof.arch.recurrent import BLOCK_DIAGONAL, GATED_FFN
 from tuneproof.arch.schedule import layer_schedule
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.arch.sublayers import SUBLAYERED, layer_count, sublayer_program
@@ -58,7 +59,8 @@ STACKED_EXPERTS = {"DbrxExpertGLU": "moe_num_experts"}
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
 
 _MIXER_CHILD = re.compile(
-    r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba|^conv$", re.IGNORECASE
+    r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba|^conv$|temporal_block|mlstm",
+    re.IGNORECASE,
 )
 
 
@@ -142,6 +144,13 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
         if isinstance(mod, nn.Embedding | nn.Conv1d | nn.LayerNorm):
             continue
         params = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.ndim in (2, 3)]
+        params = [(n, p) for n, p in params if not _vector(p)]
+        if type(mod).__name__ in BLOCK_DIAGONAL:  # (heads, in, out): each head's slice, every token
+            for pname, p in params:
+                if p.ndim == 3:
+                    heads, a, b = (int(x) for x in p.shape)
+                    out.append(Unit(f"{name}.{pname}", heads * a, b, "block"))
+            continue
         experts = [(n, tuple(int(x) for x in p.shape)) for n, p in params if p.ndim == 3]
         stacked = STACKED_EXPERTS.get(type(mod).__name__)
         if stacked is not None:  # (E * rows, cols) read as E experts of (rows, cols)
@@ -162,6 +171,13 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
             if p.ndim == 2 and pname == "weight" and int(p.shape[1]) == hidden and not experts:
                 out.append(Unit(name, hidden, int(p.shape[0]), "router"))
     return out
+
+
+def _vector(p: Any) -> bool:
+    """A 3-D parameter with at most one dimension above 1 (RWKV's (1, 1, hidden) time-mix weights):
+    a per-channel scale broadcast elementwise, not a stack of expert matrices. (A 2-D (1, hidden)
+    weight can be a one-output GEMM, so it is never read as a vector.)"""
+    return p.ndim == 3 and sum(int(d) > 1 for d in p.shape) <= 1
 
 
 def _top_k(cfg: Any, layer: Any) -> int | None:
@@ -210,8 +226,12 @@ def _shared_runs_last(layer: Any, shared: list[Unit]) -> bool:
 
 def _post_ffn_norm(layer: Any) -> bool:
     """A norm after the feed-forward block saves its output for backward (Gemma's
-    post_feedforward_layernorm), so checkpointing's recompute re-runs the layer's last GEMM."""
-    return any(re.search(r"post_(feedforward|mlp|ffn|moe)", n) for n, _ in layer.named_children())
+    post_feedforward_layernorm), so checkpointing's recompute re-runs the layer's last GEMM; so does
+    a gate multiplying that GEMM's output (`recurrent.GATED_FFN`: RWKV's receptance * value)."""
+    return any(
+        re.search(r"post_(feedforward|mlp|ffn|moe)", n) or type(m).__name__ in GATED_FFN
+        for n, m in layer.named_children()
+    )
 
 
 def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
@@ -253,7 +273,7 @@ def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) 
     covered = {u.name for u in units}
     for name, mod in layer.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
-            if p.ndim < 2 or "bias" in pname:
+            if p.ndim < 2 or _vector(p) or "bias" in pname:
                 continue
             if name in covered or (f"{name}.{pname}" if name else pname) in covered:
                 continue

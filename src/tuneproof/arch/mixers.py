@@ -18,6 +18,18 @@ from typing import Any
 
 from tuneproof.arch.kda import KDA_ELEMENTWISE, KDA_MIXERS, KimiDelta, kda_costs, read_kda
 from tuneproof.arch.lightning import LIGHTNING_MIXERS, Lightning, lightning_costs, read_lightning
+from tuneproof.arch.mlstm import MLSTM_MIXERS, MLstm, mlstm_core, mlstm_costs
+from tuneproof.arch.recurrent import (
+    RGLRU_MIXERS,
+    WKV_MIXERS,
+    RgLru,
+    Wkv,
+    rglru_core,
+    rglru_costs,
+    rglru_steps,
+    wkv_core,
+    wkv_costs,
+)
 from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY, SelectiveScan, scan_core
 from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
 from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, StateSpace, Step
@@ -34,7 +46,7 @@ UNCOSTED = {
     "Rwkv": "an RWKV time mixer",
     "xLSTM": "an xLSTM mixer",
     "Lightning": "lightning linear attention",
-    "Recurrent": "a recurrent block (RG-LRU)",
+    "RecurrentBlock": "a recurrent block",
 }
 # Attention modules that call the attention interface more than once per layer, each call a full
 # softmax attention over all heads on the same q and k, by class name. Source: transformers
@@ -62,6 +74,9 @@ class MixerKind:
     # the mixer's 2-D parameters used elementwise, no GEMM (Mamba-1's A_log)
     elementwise: frozenset[str] = frozenset()
     calls: int = 1  # softmax attention calls per layer on the same q, k (`ATTENTION_CALLS`)
+    # a mixer whose dataflow is not projections -> core -> output projection builds its own steps
+    # from its GEMM units, the layer's hidden size and its core (RG-LRU: `recurrent.rglru_steps`)
+    program: Callable[[list[Any], int, Core], list[Step]] | None = None
     # a second mixer child and its core, run beside this one on the layer input (`PARALLEL_MIXERS`)
     side: tuple[str, Core] | None = None
 
@@ -133,6 +148,12 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return _ssd(mod)
     if cls in SHORT_CONV_MIXERS:
         return MixerKind(*short_conv_core(mod))
+    if cls in RGLRU_MIXERS:
+        return MixerKind(*rglru_core(mod), program=rglru_steps)
+    if cls in WKV_MIXERS:
+        return MixerKind(*wkv_core(mod))
+    if cls in MLSTM_MIXERS:
+        return MixerKind(*mlstm_core(mod))
     if cls in SCAN_MIXERS:
         return MixerKind(*scan_core(mod), weight_only=WEIGHT_ONLY, elementwise=ELEMENTWISE)
     if cls in KDA_MIXERS:
@@ -260,6 +281,9 @@ CORE_COSTS: dict[type, Callable[[Any, int], tuple[float, float, float]]] = {
     SelectiveScan: _scan_costs,
     KimiDelta: kda_costs,
     Lightning: lightning_costs,
+    RgLru: rglru_costs,
+    Wkv: wkv_costs,
+    MLstm: mlstm_costs,
 }
 
 

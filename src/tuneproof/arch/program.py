@@ -27,7 +27,9 @@ class Unit:
     name: str
     in_features: int
     out_features: int
-    kind: str  # "linear" (nn.Linear / Conv1D: PEFT can wrap it), "experts" (a 3-D parameter), "router"
+    # "linear" (nn.Linear / Conv1D: PEFT can wrap it), "experts" (a 3-D parameter), "router", "block"
+    # (a 3-D parameter of per-head weights every token runs through: a block-diagonal GEMM)
+    kind: str
     num_experts: int = 1
     dense: bool = False
 
@@ -64,6 +66,8 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
     """Projections in, the mixer core, the output projection; "mid" is the residual after it."""
     if mixer.side is not None:
         return parallel_mixer_steps(units, hidden, spec, mixer)
+    if mixer.program is not None and mixer.delta is not None:  # a mixer with its own dataflow
+        return mixer.program(units, hidden, mixer.delta)
     out_idx = max((i for i, u in enumerate(units) if u.out_features == hidden), default=None)
     if out_idx is None:
         raise TuneproofError(

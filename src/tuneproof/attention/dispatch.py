@@ -287,6 +287,8 @@ def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
     """What runs for each linear-attention geometry (no mask, no SDPA backend)."""
     from tuneproof.arch.kda import KimiDelta, kda_note
     from tuneproof.arch.lightning import Lightning, lightning_note
+    from tuneproof.arch.mlstm import MLstm, mlstm_note
+    from tuneproof.arch.recurrent import RgLru, Wkv, recurrent_note
     from tuneproof.arch.selective_scan import SelectiveScan, selective_scan_note
     from tuneproof.arch.short_conv import ShortConv, short_conv_note
 
@@ -299,6 +301,10 @@ def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
             notes.append(kda_note(len(idxs), label, ctx.rows().is_packed))
         elif any(isinstance(s, Lightning) for s in shape.layers[idxs[0]].steps):
             notes.append(lightning_note(len(idxs), label, ctx.rows().is_packed))
+        elif recurrent := [s for s in shape.layers[idxs[0]].steps if isinstance(s, RgLru | Wkv)]:
+            notes.append(recurrent_note(recurrent[0], len(idxs), label, ctx.rows().is_packed))
+        elif mlstm := [s for s in shape.layers[idxs[0]].steps if isinstance(s, MLstm)]:
+            notes.append(mlstm_note(mlstm[0], len(idxs), label, ctx.rows().is_packed))
         elif any(isinstance(s, ShortConv) for s in shape.layers[idxs[0]].steps):
             notes.append(short_conv_note(len(idxs), label, ctx.rows().is_packed))
         else:
