@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from tuneproof.arch.mixers import MixerKind, layer_mixer
+from tuneproof.arch.moa import EXPERTS_OUT_IN, is_moa, moa_steps
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps
 from tuneproof.arch.recurrent import BLOCK_DIAGONAL, GATED_FFN
 from tuneproof.arch.schedule import layer_schedule
@@ -159,7 +160,9 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
         for i, (pname, (e, a, b)) in enumerate(experts):
             first = i < len(experts) - 1 or len(experts) == 1
             # F.linear(x, W[e]) stores (out, in); x @ W[e] stores (in, out): the hidden side tells
-            if first:
+            if type(mod).__name__ in EXPERTS_OUT_IN:  # F.linear(x, W[e]) whatever the hidden side
+                in_f, out_f = b, a
+            elif first:
                 in_f, out_f = (b, a) if b == hidden else (a, b)
             else:
                 in_f, out_f = (a, b) if b == hidden else (b, a)
@@ -301,7 +304,11 @@ def _layer_program(
     ffn_units = [u for u in units if u not in mixer_units]
     spec = mixer.spec
     # a layer with no mixer: its feed-forward block reads the layer input
-    steps = [Join("mid", ("in",))] if mixer.ffn_only else mixer_steps(mixer_units, hidden, spec, mixer)
+    if is_moa(layer):  # routed query and output projections (JetMoE)
+        core = mixer.core_steps("mix.q", "mix.k", "mix.v", "attn")
+        steps = moa_steps(mixer_units, hidden, _top_k(cfg, layer) or 1, core)
+    else:
+        steps = [Join("mid", ("in",))] if mixer.ffn_only else mixer_steps(mixer_units, hidden, spec, mixer)
     ffn_src = "in" if parallel else "mid"
     experts = any(u.kind == "experts" for u in ffn_units)
     steps += ffn_steps(ffn_units, hidden, _top_k(cfg, layer) if experts else None, ffn_src)

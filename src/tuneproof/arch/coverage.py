@@ -59,9 +59,16 @@ NOT_COSTED: dict[str, str] = {
     "deepseek_v4": "heavily compressed attention",
     "zamba2": "Mamba-2 layers with shared attention blocks reused across the stack",
     "zaya": "ZAYA's compressed convolutional attention projections (ZayaCCAProjection)",
-    "gemma3n": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",
-    "gemma3n_text": "AltUp and LAuReL blocks (matmuls outside nn.Linear modules)",
-    "jetmoe": "mixture of attention heads (routed attention experts)",
+    "gemma3n": (
+        "AltUp: modality_router runs twice per layer (predict and correct) and predict's torch.matmul of "
+        "the stacked streams with per-token coefficients (2*T*H*N^2, activation by activation) has no "
+        "ledger step (0.973 of FlopCounterMode forward)"
+    ),
+    "gemma3n_text": (
+        "AltUp: modality_router runs twice per layer (predict and correct) and predict's torch.matmul of "
+        "the stacked streams with per-token coefficients (2*T*H*N^2, activation by activation) has no "
+        "ledger step (0.973 of FlopCounterMode forward)"
+    ),
     "reformer": "LSH and local attention",
     "inkling_text": "attention with relative-position projections and short convolutions",
     "inkling2_text": "attention with relative-position projections and short convolutions",

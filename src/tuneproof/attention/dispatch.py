@@ -359,7 +359,10 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
                 source,
             )
         )
+    from tuneproof.arch.moa import moa_notes
+
     notes = version_notes() + linear_attention_notes(shape, ctx) + repeated_call_notes(shape)
+    notes += moa_notes(shape)
     if ctx.attn in shape.attn_refused:
         notes.insert(
             0,
