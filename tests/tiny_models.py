@@ -259,7 +259,8 @@ _MAMBA = dict(
 # Per-type fields SHRINK cannot derive (patterns sized by the layer count, nested sub-configs).
 SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "gpt_neo": dict(attention_types=[[["global", "local"], 2]], window_size=16),
-    "zaya": dict(num_experts_per_tok=1),  # its validator: top-1 routing only
+    # its validator: top-1 routing only; a sliding layer among the full ones (the default is all "hybrid")
+    "zaya": dict(num_experts_per_tok=1, layer_types=["hybrid", "hybrid_sliding"] * 2, sliding_window=8),
     # xLSTMCache sizes its states from qk_dim rounded up to a multiple of 64, the layer from
     # hidden x qk_dim_factor unrounded: they agree only when that product is a multiple of 64 (as in
     # every checkpoint). Chunks of 16: the 37-token rows run two chunks, then the per-step loop. No

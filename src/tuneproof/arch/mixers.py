@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tuneproof.arch.cca import CCA_ATTENTION, CcaConv, cca_core, cca_costs, cca_steps
 from tuneproof.arch.kda import KDA_ELEMENTWISE, KDA_MIXERS, KimiDelta, kda_costs, read_kda
 from tuneproof.arch.lightning import LIGHTNING_MIXERS, Lightning, lightning_costs, read_lightning
 from tuneproof.arch.mlstm import MLSTM_MIXERS, MLstm, mlstm_core, mlstm_costs
@@ -148,6 +149,8 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return _ssd(mod)
     if cls in SHORT_CONV_MIXERS:
         return MixerKind(*short_conv_core(mod))
+    if cls in CCA_ATTENTION:  # softmax attention on convolved q/k (ZAYA)
+        return MixerKind(_softmax_spec(cfg, None, mod), cca_core(mod), program=cca_steps)
     if cls in RGLRU_MIXERS:
         return MixerKind(*rglru_core(mod), program=rglru_steps)
     if cls in WKV_MIXERS:
@@ -278,6 +281,7 @@ CORE_COSTS: dict[type, Callable[[Any, int], tuple[float, float, float]]] = {
     DeltaRule: _delta_costs,
     StateSpace: _ssd_costs,
     ShortConv: short_conv_costs,
+    CcaConv: cca_costs,
     SelectiveScan: _scan_costs,
     KimiDelta: kda_costs,
     Lightning: lightning_costs,

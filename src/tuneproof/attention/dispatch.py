@@ -359,9 +359,11 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
                 source,
             )
         )
+    from tuneproof.arch.cca import cca_notes
     from tuneproof.arch.moa import moa_notes
 
     notes = version_notes() + linear_attention_notes(shape, ctx) + repeated_call_notes(shape)
+    notes += cca_notes(shape)
     notes += moa_notes(shape)
     if ctx.attn in shape.attn_refused:
         notes.insert(
