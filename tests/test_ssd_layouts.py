@@ -1,7 +1,8 @@
 """Mamba-2 hybrids that arrange their layers differently from mamba2 / bamba: Nemotron-H's layers that
 hold only an MLP or MoE block (no mixer), Falcon-H1's attention and Mamba-2 mixer side by side in one
-layer. The SSD core itself is each family's own copy of transformers' `mamba2_chunk_scan`, checked
-here against FlopCounterMode at several lengths; the layouts against each family's tiny build in
+layer, Zamba2's shared transformer block reused before some Mamba-2 layers with per-use adapters.
+The SSD core itself is each family's own copy of transformers' `mamba2_chunk_scan`, checked here
+against FlopCounterMode at several lengths; the layouts against each family's tiny build in
 tests/test_families.py."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from tuneproof.arch import resolve
 from tuneproof.arch.mixers import mixer_flops
 from tuneproof.arch.shape import Attention, Core, Join, Linear, StateSpace
 
-SCANS = ("nemotron_h.modeling_nemotron_h", "falcon_h1.modeling_falcon_h1")
+SCANS = ("nemotron_h.modeling_nemotron_h", "falcon_h1.modeling_falcon_h1", "zamba2.modeling_zamba2")
 
 
 @pytest.mark.parametrize("module", SCANS)
@@ -73,3 +74,28 @@ def test_falcon_h1_runs_attention_and_the_ssd_mixer_side_by_side_on_the_layer_in
     assert sum(isinstance(s, Attention) for s in layer.steps) == 1
     assert Join("mid", ("in", "main.o", "mamba.o")) in layer.steps
     assert steps["feed_forward.gate_proj"].src == "mid"
+
+
+def test_zamba2_runs_the_shared_block_at_each_use_with_that_uses_adapters_and_counts_it_once() -> None:
+    import torch.nn as nn
+    from transformers import AutoModelForCausalLM
+
+    from tiny_models import shrunk_config
+
+    cfg = shrunk_config("zamba2")
+    shape = resolve(cfg).shape
+    assert cfg.hybrid_layer_ids == [1, 3]
+    for use, index in enumerate(cfg.hybrid_layer_ids):
+        steps = shape.layers[index].steps
+        names = [s.name for s in steps if isinstance(s, Linear)]
+        assert f"shared_transformer.self_attn.linear_q_adapter_list.{use}.0" in names
+        assert not any(f"adapter_list.{1 - use}." in n for n in names)  # the other use's slot never runs
+        assert Join("cat", ("in", "model:embed")) in steps  # the block reads the embeddings too
+        assert sum(isinstance(s, Attention) for s in steps) == 1
+        assert sum(isinstance(s, StateSpace) for s in steps) == 1
+        tied = {s.name for s in steps if isinstance(s, Linear) and s.tied}
+        assert bool(tied) == (use > 0) and "linear" not in tied
+    assert shape.layers[0].attention.kind == "linear"  # a plain Mamba-2 layer
+    model = AutoModelForCausalLM.from_config(cfg)
+    weights = {id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)}
+    assert shape.parameter_count() == sum(weights.values())  # the shared block's weights once

@@ -280,6 +280,7 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba2": dict(
         layers_block_type=["linear_attention", "hybrid", "linear_attention", "hybrid"], n_mamba_heads=8,
         mamba_d_state=16, chunk_size=16, use_shared_attention_adapter=True, adapter_rank=8,
+        num_key_value_heads=4, head_dim=32,  # its adapters write 2 x hidden: q, k and v as wide
     ),
     # Zamba ties its shared attention block across the hybrid layers: with one hybrid layer (the default
     # pattern at four layers) the tie's regex matches nothing and the build fails; two build.

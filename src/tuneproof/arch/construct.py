@@ -28,6 +28,7 @@ from tuneproof.arch.program import Unit, ffn_steps, mixer_steps
 from tuneproof.arch.recurrent import BLOCK_DIAGONAL, GATED_FFN
 from tuneproof.arch.schedule import layer_schedule
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_program
 from tuneproof.arch.sublayers import SUBLAYERED, layer_count, sublayer_program
 from tuneproof.errors import TuneproofError
 
@@ -249,9 +250,10 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     moe = False
     for i, layer in enumerate(layers):
         mixer = layer_mixer(cfg, i, layer)
-        key = (_signature(layer), mixer.key)
+        use = i if type(layer).__name__ in SHARED_BLOCK_LAYERS else None  # each use runs its own adapters
+        key = (_signature(layer), mixer.key, use)
         if key not in programs:
-            programs[key] = _layer_program(cfg, layer, hidden, mixer, parallel)
+            programs[key] = _layer_program(cfg, layer, hidden, mixer, parallel, use)
         spec, steps, stops_early = programs[key]
         moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in steps)
         shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
@@ -294,12 +296,14 @@ def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) 
 
 
 def _layer_program(
-    cfg: Any, layer: Any, hidden: int, mixer: MixerKind, parallel: bool
+    cfg: Any, layer: Any, hidden: int, mixer: MixerKind, parallel: bool, use: int | None = None
 ) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
     units = _units(layer, hidden)
     _check_accounted(cfg, layer, units, mixer)
     if type(layer).__name__ in SUBLAYERED:  # two attention and MLP sub-layers (LongCat-Flash)
         return sublayer_program(cfg, layer, units, hidden, _top_k(cfg, layer))
+    if use is not None and mixer.delta is not None:  # a shared block's use (Zamba2)
+        return mixer.spec, tuple(shared_block_program(cfg, use, units, mixer.delta)), True
     mixer_units = [] if mixer.ffn_only else [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
     ffn_units = [u for u in units if u not in mixer_units]
     spec = mixer.spec

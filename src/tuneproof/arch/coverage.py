@@ -57,7 +57,6 @@ NOT_COSTED: dict[str, str] = {
         "mixer keeps x_proj / dt_proj as raw per-head 3-D parameters (ZambaMambaMixer)"
     ),
     "deepseek_v4": "heavily compressed attention",
-    "zamba2": "Mamba-2 layers with shared attention blocks reused across the stack",
     "gemma3n": (
         "AltUp: modality_router runs twice per layer (predict and correct) and predict's torch.matmul of "
         "the stacked streams with per-token coefficients (2*T*H*N^2, activation by activation) has no "

@@ -34,6 +34,7 @@ from tuneproof.arch.recurrent import (
 from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY, SelectiveScan, scan_core
 from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
 from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, StateSpace, Step
+from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_mixer
 from tuneproof.arch.short_conv import SHORT_CONV_MIXERS, ShortConv, short_conv_core, short_conv_costs
 from tuneproof.errors import TuneproofError
 
@@ -133,6 +134,8 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return MixerKind(NO_MIXER)
     if type(layer).__name__ in PARALLEL_MIXERS:
         return _parallel_mixers(cfg, layer)
+    if type(layer).__name__ in SHARED_BLOCK_LAYERS:  # Zamba2: a shared block, then a Mamba-2 layer
+        return MixerKind(*shared_block_mixer(cfg, layer))
     found = mixer_module(layer)
     if found is None:
         kind = f" (a {layer_type!r} layer)" if layer_type else ""
@@ -216,9 +219,11 @@ def _delta(cfg: Any, mod: Any) -> MixerKind:
 
 
 # Mixers that run transformers' `mamba2_chunk_scan` (models/mamba2/modeling_mamba2.py and its copies
-# in bamba, granitemoehybrid and nemotron_h), by class name: the SSD cost below is checked against
+# in bamba, granitemoehybrid, nemotron_h and zamba2), by class name: the SSD cost below is checked against
 # FlopCounterMode on that function and on each family's tiny build.
-SSD_MIXERS = frozenset({"Mamba2Mixer", "BambaMixer", "GraniteMoeHybridMambaLayer", "NemotronHMamba2Mixer"})
+SSD_MIXERS = frozenset(
+    {"Mamba2Mixer", "BambaMixer", "GraniteMoeHybridMambaLayer", "NemotronHMamba2Mixer", "Zamba2MambaMixer"}
+)
 _SSD_ATTRS = ("num_heads", "head_dim", "ssm_state_size", "chunk_size", "n_groups", "conv1d")
 # Decoder layers that run softmax attention and a Mamba-2 mixer side by side on the same normed
 # input, the two outputs (each scaled by a constant) summed into one residual add, by class name.

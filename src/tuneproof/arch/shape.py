@@ -81,6 +81,8 @@ class Linear:
     adaptable: bool = True
     num_experts: int = 1  # weight copies stored (routed experts); compute uses tokens_per_token
     dense: bool = False  # experts that run every token through every expert (weighted by the router)
+    # its weight is another layer's (Zamba2's shared block, reused): FLOPs run here, parameters there
+    tied: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,10 +234,12 @@ class ModelShape:
         """Weight-matrix parameters of all GEMMs (embeddings and norms excluded).
 
         With `active`, routed experts count top_k of num_experts (the per-token active share).
-        The LM head counts once, whether tied or not.
+        The LM head counts once, whether tied or not, and so does a block shared by several layers.
         """
         total = 0.0
         for lin in self.linears():
+            if lin.tied:
+                continue
             copies = lin.tokens_per_token if active else lin.num_experts
             total += lin.in_features * lin.out_features * copies
         return int(total)
