@@ -244,6 +244,9 @@ SHRINK: dict[str, Any] = dict(
     n_group=1,
     topk_group=1,
     n_shared_experts=1,
+    index_n_heads=4,  # DeepSeek Sparse Attention's indexer: 4 heads of 32, top 16 keys of the 37
+    index_head_dim=32,
+    index_topk=16,
     max_position_embeddings=512,
     attention_chunk_size=16,
     sliding_window=16,
@@ -323,6 +326,8 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     # LFM2-MoE as its checkpoints list it: short-convolution layers among the attention ones (the class
     # default sets no layer_types, which its forward reads), dense layers before the MoE ones.
     "lfm2_moe": dict(num_dense_layers=1, layer_types=["conv", "full_attention", "conv", "full_attention"]),
+    # the wrapper's validator: its vision and audio adapters write the (shrunk) text hidden size
+    "dots3_note": dict(vision_config=dict(adapter_out_dim=64), audio_config=dict(adapter_out_dim=64)),
     "gemma3n_text": dict(
         num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, hidden_size_per_layer_input=8,
         vocab_size_per_layer_input=256, laurel_rank=8,

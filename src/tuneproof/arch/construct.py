@@ -20,11 +20,13 @@ The layer program built from these GEMMs (which node each reads and writes) is
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
+from tuneproof.arch.indexer import no_grad_prefixes
 from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.moa import EXPERTS_OUT_IN, is_moa, moa_steps
-from tuneproof.arch.program import Unit, ffn_steps, mixer_steps
+from tuneproof.arch.program import Unit, ffn_steps, mixer_steps, norm_gate_steps
 from tuneproof.arch.recurrent import BLOCK_DIAGONAL, GATED_FFN
 from tuneproof.arch.schedule import layer_schedule
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
@@ -174,7 +176,8 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
         for pname, p in params:
             if p.ndim == 2 and pname == "weight" and int(p.shape[1]) == hidden and not experts:
                 out.append(Unit(name, hidden, int(p.shape[0]), "router"))
-    return out
+    frozen = no_grad_prefixes(layer)  # GEMMs that run forward only (a DSA indexer's)
+    return [replace(u, no_grad=True) if u.name.startswith(frozen) else u for u in out]
 
 
 def _vector(p: Any) -> bool:
@@ -295,6 +298,36 @@ def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) 
             )
 
 
+_NORM_CHILD = re.compile(r"norm", re.IGNORECASE)
+
+
+def _norm_gates(layer: Any, units: list[Unit]) -> tuple[list[Unit], list[Unit]]:
+    """GEMMs inside the layer's norm modules (a gated norm), split by where the layer's forward calls
+    the norm: before its mixer (it gates the mixer's input) or after (the feed-forward block's)."""
+    import inspect
+
+    from tuneproof.arch.mixers import mixer_module
+
+    found = mixer_module(layer)
+    mixer = found[0] if found else None  # DBRX's norm_attn_norm is its mixer, no gated norm
+    inside = [u for u in units if _NORM_CHILD.search(top := u.name.split(".")[0]) and top != mixer]
+    if not inside:
+        return [], []
+    source = inspect.getsource(type(layer).forward)
+    at_mixer = source.find(f"self.{mixer}(")
+    before = [u for u in inside if source.find(f"self.{u.name.split('.')[0]}(") < at_mixer]
+    return before, [u for u in inside if u not in before]
+
+
+def _with_norm_gates(steps: list[Step], before: list[Unit], after: list[Unit]) -> list[Step]:
+    """The layer program with its gated norms' GEMMs on the layer input (before the mixer) and on the
+    residual after the mixer ("mid", before the feed-forward block)."""
+    if after:
+        at = next(i for i, s in enumerate(steps) if isinstance(s, Join) and s.dst == "mid") + 1
+        steps[at:at] = norm_gate_steps(after, "mid")
+    return norm_gate_steps(before, "in") + steps
+
+
 def _layer_program(
     cfg: Any, layer: Any, hidden: int, mixer: MixerKind, parallel: bool, use: int | None = None
 ) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
@@ -302,6 +335,8 @@ def _layer_program(
     _check_accounted(cfg, layer, units, mixer)
     if type(layer).__name__ in SUBLAYERED:  # two attention and MLP sub-layers (LongCat-Flash)
         return sublayer_program(cfg, layer, units, hidden, _top_k(cfg, layer))
+    gates = _norm_gates(layer, units)
+    units = [u for u in units if not any(u in g for g in gates)]
     if use is not None and mixer.delta is not None:  # a shared block's use (Zamba2)
         return mixer.spec, tuple(shared_block_program(cfg, use, units, mixer.delta)), True
     mixer_units = [] if mixer.ffn_only else [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
@@ -316,6 +351,7 @@ def _layer_program(
     ffn_src = "in" if parallel else "mid"
     experts = any(u.kind == "experts" for u in ffn_units)
     steps += ffn_steps(ffn_units, hidden, _top_k(cfg, layer) if experts else None, ffn_src)
+    steps = _with_norm_gates(steps, *gates)
     steps.append(Join("out", ("mid", "ffn")))
     # An MoE layer ends in the routing-weight multiply, which saves the experts' output, unless an
     # ungated shared expert runs after the experts and is added (DeepSeek, GLM-4-MoE, dots1): its

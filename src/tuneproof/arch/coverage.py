@@ -44,13 +44,11 @@ OUT_OF_SCOPE: dict[str, str] = {
     **{t: _MULTIMODAL for t in ("mllama", "phi4_multimodal")},
 }  # fmt: skip
 
-_INDEXED = "sparse attention picked by a learned indexer (DeepSeek Sparse Attention style)"
-
 NOT_COSTED: dict[str, str] = {
-    **{
-        t: _INDEXED
-        for t in ("axk2", "deepseek_v32", "dots3_note", "dots3_note_text", "glm_moe_dsa", "hy_v4")
-    },
+    "hy_v4": (
+        "hyper-connection residual streams (HYV4HyperConnection, HYV4HyperHead: F.linear on raw fn "
+        "weights over hc_mult copies of the hidden state) around its indexed attention"
+    ),
     "zamba": (
         "hybrid layers that run one shared attention block (weights tied across them) on the hidden "
         "state concatenated with the embeddings, then a linear into the Mamba layer's input; its Mamba-1 "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneproof.arch.cca import CCA_ATTENTION, CcaConv, cca_core, cca_costs, cca_steps
+from tuneproof.arch.indexer import INDEXED_TYPE, IndexScores, indexed_spec
 from tuneproof.arch.kda import KDA_ELEMENTWISE, KDA_MIXERS, KimiDelta, kda_costs, read_kda
 from tuneproof.arch.lightning import LIGHTNING_MIXERS, Lightning, lightning_costs, read_lightning
 from tuneproof.arch.mlstm import MLSTM_MIXERS, MLstm, mlstm_core, mlstm_costs
@@ -76,6 +77,7 @@ class MixerKind:
     # the mixer's 2-D parameters used elementwise, no GEMM (Mamba-1's A_log)
     elementwise: frozenset[str] = frozenset()
     calls: int = 1  # softmax attention calls per layer on the same q, k (`ATTENTION_CALLS`)
+    indexer: IndexScores | None = None  # a sparse-attention indexer's scores before the attention
     # a mixer whose dataflow is not projections -> core -> output projection builds its own steps
     # from its GEMM units, the layer's hidden size and its core (RG-LRU: `recurrent.rglru_steps`)
     program: Callable[[list[Any], int, Core], list[Step]] | None = None
@@ -84,7 +86,7 @@ class MixerKind:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (self.spec, self.delta, self.calls, self.side)
+        return (self.spec, self.delta, self.calls, self.indexer, self.side)
 
     @property
     def ffn_only(self) -> bool:
@@ -96,6 +98,8 @@ class MixerKind:
             from dataclasses import replace
 
             return [replace(self.delta, q=q, k=k, v=v, dst=dst)]
+        if self.indexer is not None:
+            return [self.indexer, Attention(q, k, v, dst)]
         if self.calls == 1:
             return [Attention(q, k, v, dst)]
         calls: list[Step] = [Attention(q, k, v, f"{dst}.{i}") for i in range(self.calls)]
@@ -166,6 +170,9 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return MixerKind(*read_kda(mod), elementwise=KDA_ELEMENTWISE)
     if cls in LIGHTNING_MIXERS:
         return MixerKind(*read_lightning(mod))
+    if layer_type == INDEXED_TYPE:
+        spec, indexer = indexed_spec(cfg, mod, _softmax_spec(cfg, layer_type, mod))
+        return MixerKind(spec, indexer=indexer)
     for fragment, what in UNCOSTED.items():
         if fragment.lower() in cls.lower():
             raise TuneproofError(
@@ -182,7 +189,7 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
 
 
 def _softmax_spec(cfg: Any, layer_type: str | None, mod: Any) -> AttentionSpec:
-    heads = _int(_get(mod, "num_heads"), _get(mod, "num_attention_heads"), cfg.num_attention_heads)
+    heads = _int(_get(mod, "num_heads"), _get(mod, "num_attention_heads"), _get(cfg, "num_attention_heads"))
     assert heads is not None
     kv = _int(
         _get(mod, "num_key_value_heads"),

@@ -32,6 +32,7 @@ class Unit:
     kind: str
     num_experts: int = 1
     dense: bool = False
+    no_grad: bool = False  # inside a module whose forward runs under torch.no_grad (a DSA indexer)
 
     @property
     def parent(self) -> str:
@@ -68,7 +69,8 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
         return parallel_mixer_steps(units, hidden, spec, mixer)
     if mixer.program is not None and mixer.delta is not None:  # a mixer with its own dataflow
         return mixer.program(units, hidden, mixer.delta)
-    out_idx = max((i for i, u in enumerate(units) if u.out_features == hidden), default=None)
+    outs = [i for i, u in enumerate(units) if u.out_features == hidden and not u.no_grad]
+    out_idx = max(outs, default=None)
     if out_idx is None:
         raise TuneproofError(
             f"the mixer's projections {[u.name for u in units]} have no output projection to the hidden size",
@@ -93,6 +95,11 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
         steps.append(
             Linear(u.name, u.in_features, u.out_features, src, node, _component(u.leaf), adaptable=adaptable)
         )
+        if u.no_grad:  # the indexer's projections: forward only, feeding no q, k or v
+            lin = steps.pop()
+            assert isinstance(lin, Linear)
+            steps.append(replace(lin, no_grad=True, component="attention.indexer_proj"))
+            continue
         written[u.name] = node
         for role in _roles(u.leaf):
             feeds[role].append(node)
@@ -139,6 +146,19 @@ _COMPONENTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 def _component(leaf: str) -> str:
     return leaf if leaf in _COMPONENTS else "attention.proj"
+
+
+def norm_gate_steps(units: list[Unit], node: str) -> list[Step]:
+    """The GEMMs inside a norm module (A.X-K2's gated RMSNorm, transformers models/axk2/modeling_axk2.py
+    AXK2GatedRMSNorm: y = norm(x), y * sigmoid(fc2(silu(fc1(y))))): a chain on the normed `node`, whose
+    output then stands for `node` (the block after the norm reads the gated value)."""
+    steps: list[Step] = []
+    src = node
+    for u in units:
+        dst = f"norm.{u.name}"
+        steps.append(Linear(u.name, u.in_features, u.out_features, src, dst, "norm_gate"))
+        src = dst
+    return [*steps, Join(node, (node, src))] if steps else []
 
 
 def ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> list[Step]:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 
 # full: causal over all earlier keys; sliding: a window of earlier keys; chunked: causal inside fixed
 # chunks of the sequence; linear: a linear-attention mixer (gated delta rule) with no score matrix;
-# none: no token mixer at all (a layer holding only a feed-forward or MoE block, as Nemotron-H's do).
-KINDS = ("full", "sliding", "chunked", "linear", "none")
+# none: no token mixer at all (a layer holding only a feed-forward or MoE block, as Nemotron-H's do);
+# indexed: causal attention over the `topk` keys a learned indexer picks per query (DeepSeek Sparse
+# Attention).
+KINDS = ("full", "sliding", "chunked", "linear", "none", "indexed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,7 @@ class AttentionSpec:
     head_dim: int  # query/key head dim
     v_head_dim: int
     chunk: int | None = None  # chunked layers: queries see keys of their own chunk only (Llama 4)
+    topk: int | None = None  # indexed layers: keys the indexer picks per query (index_topk)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -43,6 +46,8 @@ class AttentionSpec:
             raise ValueError("AttentionSpec.window must be set exactly for sliding layers")
         if (self.kind in ("chunked", "linear")) != (self.chunk is not None):
             raise ValueError("AttentionSpec.chunk must be set exactly for chunked and linear layers")
+        if (self.kind == "indexed") != (self.topk is not None):
+            raise ValueError("AttentionSpec.topk must be set exactly for indexed layers")
 
     @property
     def softmax(self) -> bool:
@@ -59,6 +64,7 @@ class AttentionSpec:
         """Short group name: layers with equal labels have equal attention cost."""
         win = f" w={self.window}" if self.window is not None else ""
         win += f" chunk={self.chunk}" if self.chunk is not None else ""
+        win += f" topk={self.topk}" if self.topk is not None else ""
         return f"{self.kind}{win} h={self.num_heads} d={self.head_dim}"
 
 
@@ -81,6 +87,9 @@ class Linear:
     adaptable: bool = True
     num_experts: int = 1  # weight copies stored (routed experts); compute uses tokens_per_token
     dense: bool = False  # experts that run every token through every expert (weighted by the router)
+    # runs under torch.no_grad (a sparse-attention indexer's projections): forward only, even in
+    # training; its output needs no gradient and LoRA on it gets none
+    no_grad: bool = False
     # its weight is another layer's (Zamba2's shared block, reused): FLOPs run here, parameters there
     tied: bool = False
 
@@ -139,6 +148,19 @@ class StateSpace(Core):
 
 
 @dataclass(frozen=True, slots=True)
+class IndexScores:
+    """A sparse-attention indexer's scores (DeepSeek Sparse Attention), run under torch.no_grad:
+    per index head q . k over (query, key) pairs, then a weighted sum over the heads; forward only.
+    Cost: `tuneproof.arch.indexer.index_score_flops`."""
+
+    q: str
+    k: str
+    dst: str
+    heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True, slots=True)
 class Join:
     """dst depends on every src (residual add, gating, normalisation): no matmul FLOPs."""
 
@@ -146,7 +168,7 @@ class Join:
     srcs: tuple[str, ...]
 
 
-Step = Linear | Attention | Core | Join
+Step = Linear | Attention | Core | IndexScores | Join
 
 
 @dataclass(frozen=True, slots=True)

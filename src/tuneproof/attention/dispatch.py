@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuneproof import validate
+from tuneproof.arch.indexer import indexed_attention_notes
 from tuneproof.arch.shape import AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
 from tuneproof.attention.live import LIVE_LEN as LIVE_LEN
@@ -364,7 +365,7 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
 
     notes = version_notes() + linear_attention_notes(shape, ctx) + repeated_call_notes(shape)
     notes += cca_notes(shape)
-    notes += moa_notes(shape)
+    notes += moa_notes(shape) + indexed_attention_notes(shape)
     if ctx.attn in shape.attn_refused:
         notes.insert(
             0,

@@ -39,6 +39,8 @@ MASK_SOURCES = {
     "eager": "transformers masking_utils.eager_mask: always builds a (B,1,q,kv) float mask",
     "flex": "transformers masking_utils.flex_attention_mask: a BlockMask via create_block_mask",
     "flash": "transformers masking_utils.flash_attention_mask: the 2-D padding mask or None (varlen)",
+    "indexed": "transformers models/deepseek_v32/modeling_deepseek_v32.py DeepseekV32Attention.forward: "
+    "eager and sdpa scatter the indexer's top-k into the attention mask",
 }
 
 
@@ -323,6 +325,8 @@ def intended_for(rows: Rows, spec: AttentionSpec) -> int:
     """The pairs a layer's architecture specifies (0 for a linear-attention layer)."""
     if not spec.softmax:
         return 0
+    if spec.kind == "indexed":  # min(topk, causal prefix) keys per query: a topk-key window's pairs
+        return rows.intended(spec.topk)
     if spec.kind == "chunked":
         assert spec.chunk is not None
         return sum(intended_pairs(n, None) for row in rows.docs for n in chunk_pieces(row, spec.chunk))
@@ -339,6 +343,11 @@ def performed_for(p: AttentionPath, rows: Rows, spec: AttentionSpec) -> Performe
     """What path `p` computes for one layer of geometry `spec` (the window or chunk it bounds keys by)."""
     if not spec.softmax:
         return Performed(0, Mask(False, (), "no score matrix"), "linear attention: no (query, key) scores")
+    if spec.kind == "indexed" and p.name in ("eager", "sdpa"):
+        w = rows.width
+        why = f"the indexer's top-k is folded into a dense mask: {p.name} computes the full {w}x{w} square"
+        mask = Mask(True, (("indexed attention", MASK_SOURCES["indexed"]),))
+        return Performed(rows.num_rows * w * w, mask, why)
     if spec.kind != "chunked":
         return p.performed(rows, spec.window)
     chunk = spec.chunk

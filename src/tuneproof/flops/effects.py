@@ -106,6 +106,14 @@ EFFECTS: tuple[Effect, ...] = (
         per_attention_group=True,
     ),
     Effect(
+        "sparse-attention indexer scores every key",
+        lambda s, c: replace(s, index_square=True),
+        lambda c, _: (
+            "the indexer's torch matmuls score each query against all keys of its row (the full square "
+            "per index head) and mask afterwards; top-k selection needs only the causal triangle"
+        ),
+    ),
+    Effect(
         "fused attention backward recomputes QK^T",
         lambda s, c: replace(s, fused=PATHS[c.run.attn].fused_backward),
         lambda c, _: f"{c.run.attn} kernels keep no score matrix, so the backward recomputes it",

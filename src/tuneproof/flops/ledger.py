@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tuneproof.arch.shape import Attention, Core, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.shape import Attention, Core, IndexScores, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.errors import TuneproofError, field_error
 from tuneproof.flops.run import RunSpec
 
@@ -120,7 +120,8 @@ class WalkState:
     - `fused`: fused attention kernels recompute QK^T in their backward;
     - `padded`: linear-attention layers run on the padded rows (else on each real document);
     - `dense_experts`: experts stored `dense` run every token through every expert (Llama 4);
-    - `expert_deltas`: LoRA on fused experts forms each adapted expert weight W + A@B (see above).
+    - `expert_deltas`: LoRA on fused experts forms each adapted expert weight W + A@B (see above);
+    - `index_square`: a sparse-attention indexer scores every key of its row, not the causal triangle.
     """
 
     tokens: int
@@ -131,6 +132,7 @@ class WalkState:
     expert_deltas: bool = False
     padded: bool = False
     dense_experts: bool = False
+    index_square: bool = False
 
 
 class _Walker:
@@ -141,6 +143,7 @@ class _Walker:
         self.tokens, self.pairs, self.fused = state.tokens, state.pairs, state.fused
         self.padded, self.dense_experts = state.padded, state.dense_experts
         self.expert_deltas = state.expert_deltas
+        self.index_square = state.index_square
         self.recompute = state.recompute and run.grad_ckpt
         self.training = run.mode != "forward"
         full = run.mode == "full"
@@ -162,6 +165,8 @@ class _Walker:
         """`last`: the layer's final GEMM under an early-stopping recompute (see LayerShape)."""
         n = self.tokens * (lin.num_experts if self.dense_experts and lin.dense else lin.tokens_per_token)
         gemm = 2.0 * n * lin.in_features * lin.out_features
+        if lin.no_grad:  # forward only: no backward, its output needs no gradient (nor its adapter)
+            return self.forward_only(layer, lin, passes, gemm)
         src_rg = self.rg[self.node(layer, lin.src)]
         in_place = adapted_in_place(lin, self.run)
         trainable = self.run.mode == "full" or in_place  # a merged weight W + A@B gets its gradient
@@ -186,6 +191,27 @@ class _Walker:
             if adapted:  # wgrad A and B, dgrad B always; dgrad A only when the input needs it
                 self.ledger.add(layer, "lora", "backward", a_gemm * (1 + int(src_rg)) + 2 * b_gemm)
             self.ledger.add(layer, "lora.experts", "backward", 2 * delta)  # dA and dB
+
+    def forward_only(self, layer: int | None, lin: Linear, passes: tuple[str, ...], gemm: float) -> None:
+        """A GEMM under torch.no_grad (a sparse-attention indexer's projection), with its LoRA
+        adapter's two forward GEMMs when adapted."""
+        n = self.tokens * lin.tokens_per_token
+        lora = 2.0 * n * self.run.lora_rank * (lin.in_features + lin.out_features) if self.adapted(lin) else 0
+        for p in passes:
+            self.ledger.add(layer, lin.component, p, gemm)
+            self.ledger.add(layer, "lora", p, lora)
+        self.rg[self.node(layer, lin.dst)] = False
+
+    def index_scores(self, index: int, step: IndexScores, passes: tuple[str, ...]) -> None:
+        """A sparse-attention indexer's scores (`tuneproof.arch.indexer`): forward only, on each real
+        document's causal triangle, or on every padded row's full square once both are switched on."""
+        from tuneproof.arch.indexer import index_pairs, index_score_flops
+
+        lengths = [self.run.seq_len] * self.run.batch if self.padded else self.run.document_lengths()
+        flops = index_score_flops(step, index_pairs(lengths, square=self.index_square))
+        for p in passes:
+            self.ledger.add(index, "attention.indexer", p, flops)
+        self.rg[self.node(index, step.dst)] = False
 
     def attention(self, layer: LayerShape, att: Attention, passes: tuple[str, ...]) -> None:
         spec, pairs = layer.attention, self.pairs[layer.index]
@@ -238,6 +264,9 @@ class _Walker:
             elif isinstance(s, Core):
                 assert layer is not None
                 self.core(layer.index, s, passes)
+            elif isinstance(s, IndexScores):
+                assert layer is not None
+                self.index_scores(layer.index, s, passes)
             elif isinstance(s, Join):
                 self.rg[self.node(idx, s.dst)] = any(self.rg[self.node(idx, x)] for x in s.srcs)
 
