@@ -291,7 +291,9 @@ def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
     from tuneproof.arch.mlstm import MLstm, mlstm_note
     from tuneproof.arch.recurrent import RgLru, Wkv, recurrent_note
     from tuneproof.arch.selective_scan import SelectiveScan, selective_scan_note
+    from tuneproof.arch.shape import StateSpace
     from tuneproof.arch.short_conv import ShortConv, short_conv_note
+    from tuneproof.arch.ssd_notes import ssd_notes
 
     packed = _DELTA_PACKED if ctx.rows().is_packed else ""
     notes: list[str] = []
@@ -308,9 +310,11 @@ def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
             notes.append(mlstm_note(mlstm[0], len(idxs), label, ctx.rows().is_packed))
         elif any(isinstance(s, ShortConv) for s in shape.layers[idxs[0]].steps):
             notes.append(short_conv_note(len(idxs), label, ctx.rows().is_packed))
+        elif any(isinstance(s, StateSpace) for s in shape.layers[idxs[0]].steps):
+            continue  # ssd_notes below, with the SSD cores inside attention layers
         else:
             notes.append(_DELTA_PATHS.format(count=len(idxs), label=label, packed=packed))
-    return notes
+    return notes + ssd_notes(shape, ctx.rows().is_packed)
 
 
 def repeated_call_notes(shape: ModelShape) -> list[str]:
