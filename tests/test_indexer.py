@@ -140,3 +140,20 @@ def test_the_dispatch_explainer_notes_the_indexer_and_the_dense_mask() -> None:
 
     result = explain(_shape("deepseek_v32"), Context(seq_len=64, batch=2, attn="sdpa"), live=False)
     assert any("flash-mla" in n and "indexer" in n for n in result.notes)
+
+
+def test_hy_v4_hyper_connections_are_read_as_unadapted_gemms_on_the_streams() -> None:
+    """HYV4HyperConnection's F.linear(flat streams, fn) gates the block after it (attention, then the
+    MoE); HYV4HyperHead's collapses the streams before the head; its `post` weights multiply each
+    block's output, so the recompute does not stop before the last GEMM; and the output projection is
+    o_proj, not the attention's later gate_proj (which also writes the hidden size)."""
+    shape = _shape("hy_v4")
+    layer = shape.layers[1]
+    linears = [s for s in layer.steps if isinstance(s, Linear)]
+    names = [s.name for s in linears]
+    assert names[0] == "attn_hc.fn" and names.index("ffn_hc.fn") > names.index("self_attn.o_proj")
+    hc = [s for s in linears if s.component == "hyper_connection"]
+    assert len(hc) == 2 and not any(s.adaptable for s in hc) and hc[0].in_features == 4 * shape.hidden_size
+    assert next(s for s in linears if s.component == "o_proj").name == "self_attn.o_proj"
+    assert [s.name for s in shape.post_steps if isinstance(s, Linear)] == ["model.hc_head.hc_fn"]
+    assert not any(layer.recompute_stops_early for layer in shape.layers)

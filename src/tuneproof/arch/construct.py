@@ -58,6 +58,13 @@ DENSE_EXPERTS = frozenset({"Llama4TextExperts"})
 # DbrxExperts.forward (a loop over the hit experts, each running only its routed rows).
 STACKED_EXPERTS = {"DbrxExpertGLU": "moe_num_experts"}
 
+# Hyper-connection modules (hc_mult residual streams, mixed by weights computed from the streams), by
+# class name -> their raw 2-D weight, read as a GEMM on the flattened streams that no adapter wraps.
+# Source: transformers models/hy_v4/modeling_hy_v4.py HYV4HyperConnection.forward (F.linear(flat, fn):
+# hc_mult x hidden in, 2 x hc_mult out; `post` then scales the block's output) and HYV4HyperHead.forward
+# (hc_fn, hc_mult out: the streams collapsed before the final norm).
+HYPER_CONNECTIONS = {"HYV4HyperConnection": "fn", "HYV4HyperHead": "hc_fn"}
+
 # Config fields that hold the routed top-k, first match wins (the router module's own `top_k` is read
 # first when it has one).
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
@@ -146,6 +153,10 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
             out.append(Unit(name, int(w.shape[0]), int(w.shape[1]), "linear"))
             continue
         if isinstance(mod, nn.Embedding | nn.Conv1d | nn.LayerNorm):
+            continue
+        if (hc := HYPER_CONNECTIONS.get(type(mod).__name__)) is not None:
+            w = getattr(mod, hc)
+            out.append(Unit(f"{name}.{hc}", int(w.shape[1]), int(w.shape[0]), "router"))
             continue
         params = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.ndim in (2, 3)]
         params = [(n, p) for n, p in params if not _vector(p)]
@@ -301,6 +312,11 @@ def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) 
 _NORM_CHILD = re.compile(r"norm", re.IGNORECASE)
 
 
+def _gates(child: str, layer: Any) -> bool:
+    """A layer child that gates the block after it: a norm holding GEMMs or a hyper-connection."""
+    return bool(_NORM_CHILD.search(child)) or type(getattr(layer, child, None)).__name__ in HYPER_CONNECTIONS
+
+
 def _norm_gates(layer: Any, units: list[Unit]) -> tuple[list[Unit], list[Unit]]:
     """GEMMs inside the layer's norm modules (a gated norm), split by where the layer's forward calls
     the norm: before its mixer (it gates the mixer's input) or after (the feed-forward block's)."""
@@ -310,7 +326,7 @@ def _norm_gates(layer: Any, units: list[Unit]) -> tuple[list[Unit], list[Unit]]:
 
     found = mixer_module(layer)
     mixer = found[0] if found else None  # DBRX's norm_attn_norm is its mixer, no gated norm
-    inside = [u for u in units if _NORM_CHILD.search(top := u.name.split(".")[0]) and top != mixer]
+    inside = [u for u in units if _gates((top := u.name.split(".")[0]), layer) and top != mixer]
     if not inside:
         return [], []
     source = inspect.getsource(type(layer).forward)
@@ -362,6 +378,8 @@ def _layer_program(
     )
     ends_in_gemm = not experts or ungated_shared_last
     stops_early = ends_in_gemm and not _post_ffn_norm(layer) and not parallel
+    # a hyper-connection's `post` weights multiply the block's output, which saves it for backward
+    stops_early = stops_early and not any(u.kind == "router" for u in gates[1])
     return spec, tuple(steps), stops_early
 
 
@@ -380,6 +398,12 @@ def _model_level(
     for name, mod in model.named_modules():
         if name.startswith(prefix + "."):
             after_layers = True
+            continue
+        if (hc := HYPER_CONNECTIONS.get(type(mod).__name__)) is not None and after_layers:
+            w = getattr(mod, hc)
+            src = post[-1].dst if post and isinstance(post[-1], Linear) else "model:final"
+            hc_in, hc_out, dst = int(w.shape[1]), int(w.shape[0]), f"model:{name}"
+            post.append(Linear(f"{name}.{hc}", hc_in, hc_out, src, dst, "hyper_connection", adaptable=False))
             continue
         if not _is_gemm_module(mod):
             continue

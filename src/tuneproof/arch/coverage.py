@@ -45,10 +45,6 @@ OUT_OF_SCOPE: dict[str, str] = {
 }  # fmt: skip
 
 NOT_COSTED: dict[str, str] = {
-    "hy_v4": (
-        "hyper-connection residual streams (HYV4HyperConnection, HYV4HyperHead: F.linear on raw fn "
-        "weights over hc_mult copies of the hidden state) around its indexed attention"
-    ),
     "zamba": (
         "hybrid layers that run one shared attention block (weights tied across them) on the hidden "
         "state concatenated with the embeddings, then a linear into the Mamba layer's input; its Mamba-1 "

@@ -70,7 +70,7 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
     if mixer.program is not None and mixer.delta is not None:  # a mixer with its own dataflow
         return mixer.program(units, hidden, mixer.delta)
     outs = [i for i, u in enumerate(units) if u.out_features == hidden and not u.no_grad]
-    out_idx = max(outs, default=None)
+    out_idx = max([i for i in outs if units[i].leaf in _OUT_NAMES] or outs, default=None)
     if out_idx is None:
         raise TuneproofError(
             f"the mixer's projections {[u.name for u in units]} have no output projection to the hidden size",
@@ -141,6 +141,9 @@ def _prefixed(step: Step, prefix: str) -> Step:
     return replace(step, **{f: n(getattr(step, f)) for f in nodes})  # type: ignore[arg-type]
 
 
+# output projections by name, preferred over a later GEMM that also writes the hidden size (HY-V4's
+# attention output gate_proj)
+_OUT_NAMES = frozenset({"o_proj", "out_proj"})
 _COMPONENTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 
@@ -156,7 +159,9 @@ def norm_gate_steps(units: list[Unit], node: str) -> list[Step]:
     src = node
     for u in units:
         dst = f"norm.{u.name}"
-        steps.append(Linear(u.name, u.in_features, u.out_features, src, dst, "norm_gate"))
+        component = "hyper_connection" if u.kind == "router" else "norm_gate"
+        adaptable = u.kind == "linear"  # a hyper-connection's raw weight: no adapter wraps it
+        steps.append(Linear(u.name, u.in_features, u.out_features, src, dst, component, adaptable=adaptable))
         src = dst
     return [*steps, Join(node, (node, src))] if steps else []
 

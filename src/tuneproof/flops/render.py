@@ -16,6 +16,7 @@ COMPONENT_ORDER = (
     "k_proj",
     "v_proj",
     "norm_gate",
+    "hyper_connection",
     "attention.proj",
     "o_proj",
     "attention.qk",
