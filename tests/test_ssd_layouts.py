@@ -106,9 +106,9 @@ def test_zamba2_runs_the_shared_block_at_each_use_with_that_uses_adapters_and_co
 )
 def test_the_explainer_names_mamba_ssms_kernels_for_every_ssd_core(model_type: str, cores: int) -> None:
     from tiny_models import shrunk_config
-    from tuneproof.attention.dispatch import Context, linear_attention_notes
+    from tuneproof.attention.mixer_notes import linear_attention_notes
 
-    notes = linear_attention_notes(resolve(shrunk_config(model_type)).shape, Context(seq_len=64, batch=2))
+    notes = linear_attention_notes(resolve(shrunk_config(model_type)).shape, False)
     ssd = [n for n in notes if "Mamba-2 SSD" in n]
     assert len(ssd) == 1 and ssd[0].startswith(f"{cores} Mamba-2 SSD cores")
     assert "mamba_split_conv1d_scan_combined" in ssd[0] and "mamba2_chunk_scan (chunks of 16 tokens" in ssd[0]

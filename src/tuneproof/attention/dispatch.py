@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuneproof import validate
-from tuneproof.arch.indexer import indexed_attention_notes
 from tuneproof.arch.shape import AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
 from tuneproof.attention.live import LIVE_LEN as LIVE_LEN
@@ -268,72 +267,6 @@ def predict(ctx: Context, spec: AttentionSpec) -> Prediction:
     return Prediction(mask, mask_reason, backend, refused, kernel)
 
 
-# transformers models/qwen3_next/modeling_qwen3_next.py: chunk_gated_delta_rule and causal_conv1d_fn are
-# `use_kernel_func_from_hub_with_fallback` functions (the `kernels` hub's flash-linear-attention and
-# causal-conv1d builds on CUDA); their torch fallbacks take `**kwargs`, so the cu_seqlens of a packed
-# batch is dropped there.
-_DELTA_PATHS = (
-    "{count} linear-attention layers ({label}, gated delta rule): the attention path does not apply to "
-    "them. transformers runs flash-linear-attention's chunk_gated_delta_rule and causal-conv1d where the "
-    "kernels hub provides them (CUDA), else torch_chunk_gated_delta_rule (chunks of 64 tokens, padded to a "
-    "whole chunk) and a torch depthwise conv1d{packed}"
-)
-_DELTA_PACKED = (
-    "; this batch is packed, and the torch fallback drops cu_seqlens, so its documents share one "
-    "recurrent state (the fla kernel honours the boundaries)"
-)
-
-
-def linear_attention_notes(shape: ModelShape, ctx: Context) -> list[str]:
-    """What runs for each linear-attention geometry (no mask, no SDPA backend)."""
-    from tuneproof.arch.kda import KimiDelta, kda_note
-    from tuneproof.arch.lightning import Lightning, lightning_note
-    from tuneproof.arch.mlstm import MLstm, mlstm_note
-    from tuneproof.arch.recurrent import RgLru, Wkv, recurrent_note
-    from tuneproof.arch.selective_scan import SelectiveScan, selective_scan_note
-    from tuneproof.arch.shape import StateSpace
-    from tuneproof.arch.short_conv import ShortConv, short_conv_note
-    from tuneproof.arch.ssd_notes import ssd_notes
-
-    packed = _DELTA_PACKED if ctx.rows().is_packed else ""
-    notes: list[str] = []
-    for label, idxs in shape.mixer_groups().items():
-        if any(isinstance(s, SelectiveScan) for s in shape.layers[idxs[0]].steps):
-            notes.append(selective_scan_note(len(idxs), label, ctx.rows().is_packed))
-        elif any(isinstance(s, KimiDelta) for s in shape.layers[idxs[0]].steps):
-            notes.append(kda_note(len(idxs), label, ctx.rows().is_packed))
-        elif any(isinstance(s, Lightning) for s in shape.layers[idxs[0]].steps):
-            notes.append(lightning_note(len(idxs), label, ctx.rows().is_packed))
-        elif recurrent := [s for s in shape.layers[idxs[0]].steps if isinstance(s, RgLru | Wkv)]:
-            notes.append(recurrent_note(recurrent[0], len(idxs), label, ctx.rows().is_packed))
-        elif mlstm := [s for s in shape.layers[idxs[0]].steps if isinstance(s, MLstm)]:
-            notes.append(mlstm_note(mlstm[0], len(idxs), label, ctx.rows().is_packed))
-        elif any(isinstance(s, ShortConv) for s in shape.layers[idxs[0]].steps):
-            notes.append(short_conv_note(len(idxs), label, ctx.rows().is_packed))
-        elif any(isinstance(s, StateSpace) for s in shape.layers[idxs[0]].steps):
-            continue  # ssd_notes below, with the SSD cores inside attention layers
-        else:
-            notes.append(_DELTA_PATHS.format(count=len(idxs), label=label, packed=packed))
-    return notes + ssd_notes(shape, ctx.rows().is_packed)
-
-
-def repeated_call_notes(shape: ModelShape) -> list[str]:
-    """Layers that call the attention interface more than once on the same q and k (DiffLlama's
-    differential attention, `tuneproof.arch.mixers.ATTENTION_CALLS`)."""
-    from tuneproof.arch.shape import Attention
-
-    calls = [sum(isinstance(s, Attention) for s in layer.steps) for layer in shape.layers]
-    if max(calls, default=0) < 2:
-        return []
-    return [
-        f"{sum(c > 1 for c in calls)} layers run differential attention (DiffLlamaAttention.forward): "
-        "two attention calls on the same q and k, one per half of V, so the chosen path's kernel runs "
-        "twice per layer (each fused backward recomputing its own QK^T). transformers offers no "
-        "differential kernel: each call goes through ALL_ATTENTION_FUNCTIONS (eager, sdpa, "
-        "flash_attention_2, flex_attention) with head_dim_v == head_dim, which flash needs"
-    ]
-
-
 def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     """Explain every attention geometry of `shape` under `ctx`. Live where the device is present."""
     live_ok = live and device_present(ctx)
@@ -364,12 +297,9 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
                 source,
             )
         )
-    from tuneproof.arch.cca import cca_notes
-    from tuneproof.arch.moa import moa_notes
+    from tuneproof.attention.mixer_notes import mixer_notes
 
-    notes = version_notes() + linear_attention_notes(shape, ctx) + repeated_call_notes(shape)
-    notes += cca_notes(shape)
-    notes += moa_notes(shape) + indexed_attention_notes(shape)
+    notes = version_notes() + mixer_notes(shape, ctx.rows().is_packed)
     if ctx.attn in shape.attn_refused:
         notes.insert(
             0,

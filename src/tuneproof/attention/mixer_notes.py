@@ -1,0 +1,85 @@
+"""What runs for each mixer that is not plain softmax attention, read from the transformers
+modeling file that defines it: linear attention and state-space cores, differential attention,
+mixture-of-attention heads, ZAYA's CCA convolutions and sparse-attention indexers. The explainer
+(`tuneproof.attention.dispatch.explain`) appends these notes to its per-layer table."""
+
+from __future__ import annotations
+
+from tuneproof.arch.shape import ModelShape
+
+
+def mixer_notes(shape: ModelShape, is_packed: bool) -> list[str]:
+    """Every mixer note for `shape`; `is_packed` when the batch packs several documents per row."""
+    from tuneproof.arch.cca import cca_notes
+    from tuneproof.arch.indexer import indexed_attention_notes
+    from tuneproof.arch.moa import moa_notes
+
+    notes = linear_attention_notes(shape, is_packed) + repeated_call_notes(shape)
+    return notes + cca_notes(shape) + moa_notes(shape) + indexed_attention_notes(shape)
+
+
+# transformers models/qwen3_next/modeling_qwen3_next.py: chunk_gated_delta_rule and causal_conv1d_fn are
+# `use_kernel_func_from_hub_with_fallback` functions (the `kernels` hub's flash-linear-attention and
+# causal-conv1d builds on CUDA). The layer passes a packed batch's cu_seq_lens_q as cu_seqlens, and the
+# wrapper (integrations/hub_kernels.py) raises on a torch fallback given cu_seqlens: "can't keep packed
+# sequences apart without flash-linear-attention".
+_DELTA_PATHS = (
+    "{count} linear-attention layers ({label}, gated delta rule): the attention path does not apply to "
+    "them. transformers runs flash-linear-attention's chunk_gated_delta_rule and causal-conv1d where the "
+    "kernels hub provides them (CUDA), else torch_chunk_gated_delta_rule (chunks of 64 tokens, padded to a "
+    "whole chunk) and a torch depthwise conv1d{packed}"
+)
+_DELTA_PACKED = (
+    "; this batch is packed: the fla kernel keeps its documents apart (cu_seqlens), and without "
+    "flash-linear-attention transformers raises (its torch fallback cannot), so packing needs fla"
+)
+
+
+def linear_attention_notes(shape: ModelShape, is_packed: bool) -> list[str]:
+    """What runs for each linear-attention geometry (no mask, no SDPA backend)."""
+    from tuneproof.arch.kda import KimiDelta, kda_note
+    from tuneproof.arch.lightning import Lightning, lightning_note
+    from tuneproof.arch.mlstm import MLstm, mlstm_note
+    from tuneproof.arch.recurrent import RgLru, Wkv, recurrent_note
+    from tuneproof.arch.selective_scan import SelectiveScan, selective_scan_note
+    from tuneproof.arch.shape import StateSpace
+    from tuneproof.arch.short_conv import ShortConv, short_conv_note
+    from tuneproof.arch.ssd_notes import ssd_notes
+
+    packed = _DELTA_PACKED if is_packed else ""
+    notes: list[str] = []
+    for label, idxs in shape.mixer_groups().items():
+        if any(isinstance(s, SelectiveScan) for s in shape.layers[idxs[0]].steps):
+            notes.append(selective_scan_note(len(idxs), label, is_packed))
+        elif any(isinstance(s, KimiDelta) for s in shape.layers[idxs[0]].steps):
+            notes.append(kda_note(len(idxs), label, is_packed))
+        elif any(isinstance(s, Lightning) for s in shape.layers[idxs[0]].steps):
+            notes.append(lightning_note(len(idxs), label, is_packed))
+        elif recurrent := [s for s in shape.layers[idxs[0]].steps if isinstance(s, RgLru | Wkv)]:
+            notes.append(recurrent_note(recurrent[0], len(idxs), label, is_packed))
+        elif mlstm := [s for s in shape.layers[idxs[0]].steps if isinstance(s, MLstm)]:
+            notes.append(mlstm_note(mlstm[0], len(idxs), label, is_packed))
+        elif any(isinstance(s, ShortConv) for s in shape.layers[idxs[0]].steps):
+            notes.append(short_conv_note(len(idxs), label, is_packed))
+        elif any(isinstance(s, StateSpace) for s in shape.layers[idxs[0]].steps):
+            continue  # ssd_notes below, with the SSD cores inside attention layers
+        else:
+            notes.append(_DELTA_PATHS.format(count=len(idxs), label=label, packed=packed))
+    return notes + ssd_notes(shape, is_packed)
+
+
+def repeated_call_notes(shape: ModelShape) -> list[str]:
+    """Layers that call the attention interface more than once on the same q and k (DiffLlama's
+    differential attention, `tuneproof.arch.mixers.ATTENTION_CALLS`)."""
+    from tuneproof.arch.shape import Attention
+
+    calls = [sum(isinstance(s, Attention) for s in layer.steps) for layer in shape.layers]
+    if max(calls, default=0) < 2:
+        return []
+    return [
+        f"{sum(c > 1 for c in calls)} layers run differential attention (DiffLlamaAttention.forward): "
+        "two attention calls on the same q and k, one per half of V, so the chosen path's kernel runs "
+        "twice per layer (each fused backward recomputing its own QK^T). transformers offers no "
+        "differential kernel: each call goes through ALL_ATTENTION_FUNCTIONS (eager, sdpa, "
+        "flash_attention_2, flex_attention) with head_dim_v == head_dim, which flash needs"
+    ]
