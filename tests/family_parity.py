@@ -89,11 +89,7 @@ def parity(model_type: str) -> Outcome:
         model = resolve(shrunk_config(model_type))
     except TuneproofError as e:
         return Outcome(model_type, {}, refused=e.message)
-    from tuneproof.flops.ledger import PEFT_MAMBA_REFUSED, PEFT_MAMBA_TYPES
-
-    targets = lora_targets(model.shape)
-    if model.shape.model_type in PEFT_MAMBA_TYPES:  # PEFT refuses these there
-        targets = [t for t in targets if t.rpartition(".")[2] not in PEFT_MAMBA_REFUSED]
+    targets = lora_targets(model.shape)  # without the modules PEFT refuses on Mamba models
     ratios: dict[str, float] = {}
     skipped: dict[str, str] = {}
     for mode, ckpt in MODES:

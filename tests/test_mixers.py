@@ -175,11 +175,15 @@ def test_ssd_flops_match_flop_counter_on_transformers_own_scan(length: int) -> N
     assert core == forward.get_total_flops() and core_back == backward.get_total_flops()
 
 
-def test_lora_on_mamba_out_proj_is_refused_as_peft_refuses_it() -> None:
+def test_lora_on_mamba_out_proj_is_refused_as_peft_refuses_it_and_all_linear_leaves_it_out() -> None:
     from tiny_models import shrunk_config
     from tuneproof.errors import TuneproofError
+    from tuneproof.model import lora_targets
 
     shape = resolve(shrunk_config("mamba2")).shape
     with pytest.raises(TuneproofError, match="PEFT refuses LoRA on out_proj"):
-        flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4))  # all-linear includes out_proj
-    flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4, lora_targets=("in_proj",)))
+        flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4, lora_targets=("out_proj",)))
+    every = flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4)).performed
+    named = flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4, lora_targets=("in_proj",)))
+    assert every.total == named.performed.total  # all-linear here is in_proj alone: out_proj is left out
+    assert lora_targets(shape) == ["mixer.in_proj"]

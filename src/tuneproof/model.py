@@ -139,8 +139,13 @@ def peft_target_regex(targets: list[str]) -> str:
 
 
 def lora_targets(shape: ModelShape) -> list[str]:
-    """Every nn.Linear but the LM head, as module paths relative to a layer (or the model)."""
-    return sorted({lin.name for lin in shape.linears() if lin.adaptable})
+    """Every nn.Linear LoRA adapts under "all-linear" (not the LM head, nor the modules PEFT refuses
+    on Mamba models), as module paths relative to a layer (or the model)."""
+    from tuneproof.flops.ledger import lora_adapts
+
+    return sorted(
+        {lin.name for lin in shape.linears() if lora_adapts(shape.model_type, lin, ("all-linear",))}
+    )
 
 
 def apply_lora(model: Any, targets: list[str], rank: int, target_parameters: tuple[str, ...] = ()) -> Any:

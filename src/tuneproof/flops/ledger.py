@@ -154,7 +154,7 @@ class _Walker:
         self.ledger = Ledger()
 
     def adapted(self, lin: Linear) -> bool:
-        return self.run.mode == "lora" and lin.adaptable and _matches(lin.name, self.run.lora_targets)
+        return self.run.mode == "lora" and lora_adapts(self.shape.model_type, lin, self.run.lora_targets)
 
     def node(self, layer: int | None, name: str) -> str:
         if layer is None or (name.startswith(("model:", "L")) and ":" in name):
@@ -290,6 +290,15 @@ PEFT_MAMBA_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "n
 PEFT_MAMBA_REFUSED = frozenset({"out_proj", "conv1d"})
 
 
+def lora_adapts(model_type: str, lin: Linear, targets: tuple[str, ...]) -> bool:
+    """Whether LoRA on `targets` (PEFT target_modules semantics) wraps `lin`. "all-linear" is every
+    adaptable module but those PEFT refuses on Mamba models (named explicitly, they are refused by
+    `check_targets`; PEFT's own all-linear would raise on them)."""
+    if not (lin.adaptable and _matches(lin.name, targets)):
+        return False
+    return not (model_type in PEFT_MAMBA_TYPES and lin.name.rpartition(".")[2] in PEFT_MAMBA_REFUSED)
+
+
 def check_targets(shape: ModelShape, run: RunSpec) -> None:
     """PEFT raises when a target matches no module; so do we (in every mode: a typo is a typo). Under
     LoRA a rank above min(in_features, out_features) of every adapted module (a fused expert
@@ -306,12 +315,13 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
             )
     if run.mode != "lora":
         return
+    named = tuple(t for t in run.lora_targets if t != "all-linear")
     if shape.model_type in PEFT_MAMBA_TYPES:
         hit = sorted(
             {
                 lin.name.rpartition(".")[2]
                 for lin in shape.linears()
-                if lin.adaptable and _matches(lin.name, run.lora_targets)
+                if lin.adaptable and _matches(lin.name, named)
             }
             & PEFT_MAMBA_REFUSED
         )
@@ -326,7 +336,7 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
         (
             min(lin.in_features, lin.out_features)
             for lin in shape.linears()
-            if (lin.adaptable and _matches(lin.name, run.lora_targets)) or adapted_in_place(lin, run)
+            if lora_adapts(shape.model_type, lin, run.lora_targets) or adapted_in_place(lin, run)
         ),
         default=None,
     )
