@@ -1,0 +1,99 @@
+"""The device a trace ran on, read from the trace itself: CUDA with its compute capability, ROCm with
+its gfx architecture, or none (a CPU-only trace), and the device's own limits.
+
+Kineto writes `deviceProperties` (older versions `computeProperties`, with `major`, `minor`,
+`multiProcessorCount`) from cudaGetDeviceProperties on CUDA and from hipGetDeviceProperties
+on ROCm with the same keys, so a ROCm trace carries `computeMajor`/`computeMinor` too: HIP's
+major.minor, 9.0 for every gfx9 part (gfx900, gfx906, gfx908, gfx90a all report it), which is not a
+CUDA compute capability. A device is ROCm when its entry names a `gcnArchName`, its name is an AMD one,
+its warp is 64 wide (CUDA warps are 32) or the trace's runtime calls are hip* ones. The sm-tag
+arch-mismatch rule applies only to CUDA.
+
+`limits` keeps the trace's own numbers (`sharedMemPerBlockOptin`, `numSms`, `totalGlobalMem`, ...):
+later code uses them over hardware.py's tables (`smem_limit_bytes` below feeds
+attention.kernel_options.choose's `smem_limit_bytes`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+LIMIT_KEYS = (
+    "totalGlobalMem",
+    "numSms",
+    "sharedMemPerBlock",
+    "sharedMemPerBlockOptin",
+    "sharedMemPerMultiprocessor",
+    "maxSharedMemoryPerMultiProcessor",
+    "regsPerBlock",
+    "regsPerMultiprocessor",
+    "warpSize",
+    "maxThreadsPerBlock",
+    "maxThreadsPerMultiprocessor",
+)
+# Kineto before PyTorch 1.10 wrote `computeProperties` with CUDA's own field names
+OLD_KEYS = {"major": "computeMajor", "minor": "computeMinor", "multiProcessorCount": "numSms"}
+_AMD_NAME = re.compile(r"\b(amd|radeon|instinct)\b", re.I)
+_GFX = re.compile(r"gfx[0-9a-f]+", re.I)
+
+
+def _entry(props: Any, events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The deviceProperties entry of the device most kernels ran on (the first entry otherwise)."""
+    if not isinstance(props, list):
+        return None
+    entries = [p for p in props if isinstance(p, dict)]
+    if not entries:
+        return None
+    used = Counter(e["args"].get("device") for e in events if isinstance(e.get("args"), dict))
+    for dev, _ in used.most_common():
+        match = next((p for p in entries if p.get("id") == dev), None)
+        if match is not None:
+            return match
+    return entries[0]
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def device_info(meta: dict[str, Any], events: list[dict[str, Any]], source: str) -> dict[str, Any]:
+    """What the table says about the device: platform ("cuda" | "rocm" | "cpu"), arch, a one-line
+    description, the trace's limits, and (CUDA only) computeMajor/computeMinor."""
+    dev = _entry(meta.get("deviceProperties") or meta.get("computeProperties"), events)
+    if dev is None:
+        why = "no deviceProperties in the trace" + ("" if source == "device" else " and no device rows")
+        return {"platform": "cpu" if source != "device" else None, "description": f"CPU only ({why})"}
+    name = str(dev.get("name", "?"))
+    dev = {OLD_KEYS.get(k, k): v for k, v in dev.items()}
+    major, minor = dev.get("computeMajor"), dev.get("computeMinor")
+    gcn = dev.get("gcnArchName")
+    runtime = (meta.get("_read") or {}).get("runtime")
+    rocm = bool(gcn) or bool(_AMD_NAME.search(name)) or dev.get("warpSize") == 64 or runtime == "hip"
+    out: dict[str, Any] = {"name": name, "id": dev.get("id")}
+    out["limits"] = {k: dev[k] for k in LIMIT_KEYS if _is_int(dev.get(k))}
+    if rocm:
+        m = _GFX.search(str(gcn or ""))
+        out["platform"] = "rocm"
+        out["arch"] = m.group(0).lower() if m else None
+        out["hip_version_major_minor"] = f"{major}.{minor}" if _is_int(major) else None
+        family = f"gfx{major}" if _is_int(major) else "gfx?"
+        arch = out["arch"] or (
+            f"{family} family: the trace gives no gcnArchName, and HIP's {major}.{minor} does not say which"
+        )
+        out["description"] = f"{name} (ROCm, {arch})"
+    else:
+        out["platform"] = "cuda"
+        if _is_int(major) and _is_int(minor):
+            out.update(computeMajor=major, computeMinor=minor, arch=f"sm{major}{minor}")
+            out["description"] = f"{name} (compute capability {major}.{minor})"
+        else:
+            out["arch"] = None
+            out["description"] = f"{name} (compute capability not in the trace)"
+    return out
+
+
+def smem_limit_bytes(device: dict[str, Any] | None) -> int | None:
+    """The trace's per-block opt-in shared memory (sharedMemPerBlockOptin), None when it has none."""
+    return ((device or {}).get("limits") or {}).get("sharedMemPerBlockOptin")
