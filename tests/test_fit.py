@@ -159,11 +159,15 @@ def test_example_a_burst_no_longer_fakes_a_constant() -> None:
     assert sum(t.num_outliers for t in inter.timings.values()) == 2  # the burst's two repeats, set aside
 
 
-def test_three_rows_give_shares_but_no_interval() -> None:
+def test_three_rows_are_decided_from_the_two_term_residuals() -> None:
+    """Three noise-free rows on t = A*w + B*w^2: the old fit gave no interval ('needs 6') and an
+    undetermined constant; the two-term fit's residual (zero) now shows the constant absent."""
     fit = fit_scaling(*case_points(repeats=1, noise=0.0))
-    assert fit.quad_share_ci is None and "needs 6" in (fit.ci_reason or "")
-    assert fit.constant.verdict == "undetermined" and "add repeats" in fit.constant.reason
+    assert fit.constant.verdict == "absent" and not fit.constant_in_model
     assert fit.quad_share[16384.0] == pytest.approx(0.678, abs=0.001)
+    assert fit.quad_share_ci is not None and fit.ci_reason is None
+    lo, hi = fit.quad_share_ci[16384.0]
+    assert hi - lo < 1e-6 and lo == pytest.approx(fit.quad_share[16384.0], abs=1e-6)
 
 
 def test_shares_at_extra_widths_and_nonnegativity() -> None:

@@ -160,6 +160,10 @@ CASES = {
     "fit_constant_outlier": ["fit", "--points", str(DATA / "points_constant_outlier.csv")],
     "fit_undetermined": ["fit", "--points", str(DATA / "points_undetermined.csv"), "--at", "32768"],
     "fit_three_repeats": ["fit", "--points", str(DATA / "points_three_repeats.csv")],
+    # fewer than 6 repeats decided from the pooled residuals: a constant present from 3 repeats, and the
+    # reference run's three points (one step per width) with the constant absent
+    "fit_constant_three": ["fit", "--points", str(DATA / "points_constant_three.csv")],
+    "fit_reference_three": ["fit", "--points", str(DATA / "points_reference_three.csv")],
     "kernels_zoo": ["kernels", "--trace", str(DATA / "zoo_sm90.json.gz"), "--top", "2"],
 }
 

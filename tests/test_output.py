@@ -31,11 +31,11 @@ def test_dumps_writes_null_for_non_finite_numbers() -> None:
 
 def test_unknowns_are_null_with_their_reason(tmp_path: Path, capsys) -> None:
     points = tmp_path / "p.csv"
-    points.write_text("width,seconds\n1024,1\n2048,2.5\n4096,7\n")  # one row per width: no interval
+    points.write_text("width,seconds\n1024,1\n2048,2.5\n4096,8\n")  # 3 rows, 3 coefficients: no interval
     assert main(["fit", "--points", str(points), "--json"]) == 0
     d = strict_loads(capsys.readouterr().out)
-    assert d["quad_share_ci"] is None and "needs 6" in d["ci_reason"]
-    assert d["constant"]["interval"] is None and "add repeats" in d["constant"]["reason"]
+    assert d["quad_share_ci"] is None and "no residual is left" in d["ci_reason"]
+    assert d["ci_method"] is None and d["constant"]["verdict"] == "undetermined"
     assert main(["flops", "--seq-len", "64", "--json"]) == 0
     mfu = strict_loads(capsys.readouterr().out)["mfu"]
     assert mfu["intended"] is None and mfu["reason"] == "no step time given"

@@ -1,13 +1,18 @@
 """The constant-term test of the step-time fit: does t = C + A*w + B*w^2 need its C?
 
-C's 95 % interval is judged against a margin (10 % of the smallest width's step, `fit.CONSTANT_MARGIN`):
-present (above it: per-step overhead, launch- or host-bound), absent (inside +-margin: too small to
-matter), or undetermined (too wide to say, with about how many repeats would decide).
+Equivalence logic on C's 95 % interval against a negligible band of +-margin (10 % of the smallest
+width's step, `fit.CONSTANT_MARGIN`: a constant that small cannot make a run launch-bound):
+present (the whole interval above +margin: per-step overhead, launch- or host-bound), absent (the
+whole interval inside the band: too small to matter), or undetermined (too wide to say, with about
+how many repeats per width would decide it). The interval comes from the bootstrap with 6 or more
+kept repeats per width and from the pooled residuals (`measure.pooled`) with fewer, so any number of
+repeats gets an answer.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuneproof.measure import robust
@@ -49,11 +54,30 @@ class ConstantTerm:
         }
 
 
+def square_law(repeats: int, half: float) -> Callable[[float], int | None]:
+    """Repeats per width that shrink a half-width `half` (measured at `repeats`) below a target, by
+    the 1/sqrt(n) law of a resampling interval; None past MAX_REPEATS_ADVICE."""
+
+    def needed(target: float) -> int | None:
+        n = math.ceil(repeats * (half / target) ** 2) if target > 0 else None
+        return n if n is not None and n <= MAX_REPEATS_ADVICE else None
+
+    return needed
+
+
 def judge_constant(
-    c: float, interval: tuple[float, float] | None, margin: float, repeats: int
+    c: float,
+    interval: tuple[float, float] | None,
+    margin: float,
+    repeats: int,
+    to_decide: Callable[[float], int | None] | None = None,
+    basis: str = "",
 ) -> ConstantTerm:
-    """Present if the whole interval lies above +margin; absent if it lies inside [-margin, +margin];
-    otherwise undetermined, with about how many repeats per width would decide it if the noise stays."""
+    """Equivalence logic on C's 95 % interval against the negligible band [-margin, +margin]:
+    present if the whole interval lies above +margin; absent if it lies inside the band; otherwise
+    undetermined, naming about how many repeats per width would decide it if the noise stays.
+    `to_decide(target)` gives the repeats that shrink the interval's half-width below `target`
+    (default: `square_law`); `basis` names how the interval was made."""
     if interval is None:
         return ConstantTerm(
             "undetermined",
@@ -67,8 +91,9 @@ def judge_constant(
         )
     lo, hi = interval
     where = (
-        f"C = {c:.3g} s (unconstrained fit), 95 % interval [{lo:.3g}, {hi:.3g}] s vs a margin of "
-        f"{margin:.3g} s (10 % of the smallest step)"
+        f"C = {c:.3g} s (unconstrained fit), 95 % interval [{lo:.3g}, {hi:.3g}] s"
+        + (f" ({basis})" if basis else "")
+        + f" vs a margin of {margin:.3g} s (10 % of the smallest step)"
     )
     if lo > margin:
         return ConstantTerm(
@@ -99,15 +124,13 @@ def judge_constant(
             "these timings",
         )
     half = (hi - lo) / 2
-    needed = []
-    if abs(c) < margin:  # to call it absent, the half-width must shrink to margin - |C|
-        needed.append(repeats * (half / (margin - abs(c))) ** 2)
-    if c > margin:  # to call it present, it must shrink to C - margin
-        needed.append(repeats * (half / (c - margin)) ** 2)
-    n = math.ceil(min(needed)) if needed else None
-    if n is not None and n > MAX_REPEATS_ADVICE:
+    decide = to_decide or square_law(repeats, half)
+    targets = [margin - abs(c)] if abs(c) < margin else []  # absent: the half-width must shrink to this
+    targets += [c - margin] if c > margin else []  # present: to this
+    counts = [k for k in map(decide, targets) if k is not None]
+    n = min(counts) if counts else None
+    if targets and n is None:
         advice = f"more than {MAX_REPEATS_ADVICE} repeats per width would be needed: quieten the machine"
-        n = None
     elif n is not None:
         advice = f"about {n} repeats per width would decide it if the noise stays as it is"
     elif c < 0:

@@ -8,35 +8,37 @@ How the numbers are made:
   the fit runs on the per-width medians, so one wild repeat cannot bend it. Medians are weighted by
   1/median (relative residuals: step-time noise scales with the step).
 - Point estimate: non-negative least squares (scipy.optimize.nnls): A, B >= 0.
-- Intervals: percentile bootstrap (scipy.stats.bootstrap) resampling the repeats within each width.
-  Inside the bootstrap the coefficients are unconstrained and each share is clipped to [0, 1] only at
-  the end, so a B at the NNLS boundary gets an interval [0, upper] that says how much quadratic work
-  the noise still allows, never a false [0, 0]. A width with one row gives no interval (said so).
-- The constant test fits t = C + A*w + B*w^2 and judges C's 95 % interval against a margin of 10 % of
-  the smallest width's step: "present" (C above the margin: per-step overhead, launch- or
-  host-bound), "absent" (the interval lies inside +-margin: any overhead is too small to matter,
-  the launch-bound hypothesis is refuted), or "undetermined" (the interval is too wide to say; it
-  says about how many repeats would decide). Only an absent constant is dropped from the model:
-  otherwise the shares come from t = C + A*w + B*w^2, so an unproven "no overhead" cannot bias them.
+- Intervals, 6 or more kept repeats at every width: percentile bootstrap (scipy.stats.bootstrap)
+  resampling the repeats within each width. Inside the bootstrap the coefficients are unconstrained
+  and each share is clipped to [0, 1] only at the end, so a B at the NNLS boundary gets an interval
+  [0, upper] that says how much quadratic work the noise still allows, never a false [0, 0].
+- Intervals, fewer repeats: t intervals on the pooled residuals (`measure.pooled`, which says why
+  not a residual bootstrap), Fieller's for the shares; exact for no noise. Three rows for three
+  coefficients leave no residual: no share interval, said so.
+- The constant test fits t = C + A*w + B*w^2 and judges C's 95 % interval (from either method, so
+  any number of repeats) by equivalence against a negligible band of +-10 % of the smallest width's
+  step (`measure.constant`): "present", "absent" or "undetermined" with the repeats per width that
+  would decide it. Only an absent constant is dropped from the model: otherwise the shares come from
+  t = C + A*w + B*w^2, so an unproven "no overhead" cannot bias them; `model_reason` says which.
+- For other callers: `share_interval(widths, seconds, width)` and `ScalingFit.share_ci(width)` give
+  one share's interval and how it was made, or None and why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tuneproof import validate
-from tuneproof.errors import TuneproofError
-from tuneproof.measure import robust
-from tuneproof.measure.constant import ConstantTerm, judge_constant
-from tuneproof.measure.points import MAX_SECONDS, MAX_WIDTH, MIN_SECONDS, read_points
+from tuneproof.measure import pooled, robust
+from tuneproof.measure.constant import MAX_REPEATS_ADVICE, ConstantTerm, judge_constant
+from tuneproof.measure.points import MIN_SPAN, MIN_WIDTHS, Samples, read_points  # noqa: F401 (re-exported)
 from tuneproof.verdict import NoWarnings, Verdict
 
-MIN_WIDTHS = 3
-MIN_SPAN = 4.0
 BOOTSTRAP = 2000
 CONFIDENCE = 0.95
 CONSTANT_MARGIN = 0.10  # of the smallest width's step time: a smaller constant cannot make a run launch-bound
@@ -114,10 +116,21 @@ class ScalingFit(NoWarnings):
     constant: ConstantTerm
     num_rows: int
     num_bootstrap: int
+    ci_method: str | None = None  # how the share intervals were made
+    model_reason: str = ""  # which model the shares come from, and why
 
     @property
     def model(self) -> str:
         return "t = C + A*w + B*w^2" if self.constant_in_model else "t = A*w + B*w^2"
+
+    def share_ci(self, width: float) -> tuple[tuple[float, float] | None, str]:
+        """The 95 % interval of the quadratic share at a reported width (KeyError for others):
+        ((lo, hi), how it was made) or (None, why there is none)."""
+        if width not in self.quad_share:
+            raise KeyError(width)
+        if self.quad_share_ci is None:
+            return None, self.ci_reason or "no interval"
+        return self.quad_share_ci[width], self.ci_method or ""
 
     def fitted(self, w: float) -> float:
         return self.c + self.a * w + self.b * w * w
@@ -150,64 +163,12 @@ class ScalingFit(NoWarnings):
                 {key(w): list(ci) for w, ci in self.quad_share_ci.items()} if self.quad_share_ci else None
             ),
             "ci_reason": self.ci_reason,
+            "ci_method": self.ci_method,
+            "model_reason": self.model_reason,
             "constant": self.constant.to_dict(),
             "num_rows": self.num_rows,
             "num_bootstrap": self.num_bootstrap,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Samples:
-    """Kept repeats per width (outliers set aside), the unit every resampling works on."""
-
-    widths: np.ndarray  # distinct widths, ascending
-    kept: list[np.ndarray]
-    outliers: list[np.ndarray]
-
-    @classmethod
-    def of(cls, widths: np.ndarray, seconds: np.ndarray) -> Samples:
-        w, t = np.asarray(widths, dtype=float), np.asarray(seconds, dtype=float)
-        if w.shape != t.shape or w.ndim != 1:
-            raise TuneproofError(
-                "widths and seconds must be two lists of the same length", "one width per time"
-            )
-        if not (np.isfinite(w).all() and np.isfinite(t).all()) or (w <= 0).any() or (t <= 0).any():
-            raise TuneproofError(
-                "widths and seconds must be finite and > 0", "drop or re-measure the bad rows"
-            )
-        if (w > MAX_WIDTH).any() or (t > MAX_SECONDS).any() or (t < MIN_SECONDS).any():
-            raise TuneproofError(
-                f"widths must be <= {MAX_WIDTH:,} and seconds in [{MIN_SECONDS:g}, {MAX_SECONDS:g}]",
-                "check the units of the rows",
-            )
-        distinct = np.unique(w)
-        if len(distinct) < MIN_WIDTHS:
-            raise TuneproofError(
-                f"{len(distinct)} distinct width(s): the fit needs at least {MIN_WIDTHS}",
-                "time more widths, e.g. 2048, 8192, 16384",
-            )
-        span = distinct[-1] / distinct[0]
-        if span < MIN_SPAN:
-            raise TuneproofError(
-                f"widths span {span:.2f}x: the fit needs at least {MIN_SPAN:g}x",
-                f"add a width below {distinct[-1] / MIN_SPAN:g} or above {distinct[0] * MIN_SPAN:g}",
-            )
-        kept, out = [], []
-        for x in distinct:
-            rows = t[w == x]
-            flags = robust.outliers(rows)
-            kept.append(rows[~flags])
-            out.append(rows[flags])
-        return cls(distinct, kept, out)
-
-    @property
-    def medians(self) -> np.ndarray:
-        return np.array([np.median(k) for k in self.kept])
-
-    @property
-    def resamplable(self) -> bool:
-        """Every width has the repeats a 95 % interval of its median needs."""
-        return all(k.size >= robust.MIN_FOR_INTERVAL for k in self.kept)
 
 
 def bootstrap(
@@ -237,15 +198,22 @@ def bootstrap(
     return np.asarray(res.confidence_interval.low), np.asarray(res.confidence_interval.high)
 
 
-def fit_scaling(
-    widths: np.ndarray, seconds: np.ndarray, at: list[float] | None = None, seed: int = 0
-) -> ScalingFit:
-    """Fit t = A*w + B*w^2 to rows of (width, seconds) and report quadratic shares with 95 % intervals."""
-    s = Samples.of(widths, seconds)
-    w, med = s.widths, s.medians
-    report_at = np.array(sorted({*w.tolist(), *(float(x) for x in at or [])}), dtype=float)
+ShareCI = tuple[dict[float, tuple[float, float]] | None, str | None, str | None]  # (intervals, why none, how)
+_NAMES = ("C", "A", "B")
 
-    m_at = len(report_at)
+
+def _contradicted(negative: list[str], with_c: bool) -> str:
+    return (
+        f"{' and '.join(negative)} negative beyond the noise: the timings do not follow "
+        f"{'C + ' if with_c else ''}A*w + B*w^2, so no interval is given"
+    )
+
+
+def _bootstrap_path(
+    s: Samples, report_at: np.ndarray, margin: float, seed: int
+) -> tuple[ConstantTerm, Callable[[bool], ShareCI]]:
+    """6 or more kept repeats per width: percentile bootstrap of the medians (module docstring)."""
+    w, med, m_at = s.widths, s.medians, len(report_at)
 
     def statistic(*data: np.ndarray) -> np.ndarray:
         m = np.stack([np.median(d, axis=-1) for d in data], axis=-1)  # (..., k)
@@ -254,13 +222,100 @@ def fit_scaling(
             [shares(two, report_at, False), shares(three, report_at, True), two, three], axis=-1
         )
 
-    margin = CONSTANT_MARGIN * float(med[0])
-    c_point = float(solve(w, med, True)[0])
-    repeats = min(x.size for x in s.kept)
-    bounds = bootstrap(s.kept, statistic, seed) if s.resamplable else None
+    lo, hi = bootstrap(s.kept, statistic, seed)
     c_at = 2 * m_at + 2  # C's column in the statistic
-    constant = judge_constant(
-        c_point, (float(bounds[0][c_at]), float(bounds[1][c_at])) if bounds else None, margin, repeats
+    repeats = min(x.size for x in s.kept)
+    interval = (float(lo[c_at]), float(hi[c_at]))
+    constant = judge_constant(float(solve(w, med, True)[0]), interval, margin, repeats)
+    how = f"95 % percentile bootstrap ({BOOTSTRAP} resamples of the repeats)"
+
+    def share_ci(with_c: bool) -> ShareCI:
+        first = m_at if with_c else 0  # the statistic's shares for the model used
+        coef_at = {"C": c_at, "A": c_at + 1, "B": c_at + 2} if with_c else {"A": 2 * m_at, "B": 2 * m_at + 1}
+        negative = [n for n, i in coef_at.items() if hi[i] < 0]
+        if negative:
+            return None, _contradicted(negative, with_c), None
+        return (
+            {float(x): (float(lo[first + i]), float(hi[first + i])) for i, x in enumerate(report_at)},
+            None,
+            how,
+        )
+
+    return constant, share_ci
+
+
+def _pooled_path(
+    s: Samples, report_at: np.ndarray, margin: float
+) -> tuple[ConstantTerm, Callable[[bool], ShareCI]]:
+    """Fewer than 6 kept repeats at a width: t intervals on the pooled residuals (`measure.pooled`)."""
+    w, med = s.widths, s.medians
+    three = pooled.fit_rows(w, s.kept, med, True)
+    scale_from = three if three.has_scale else pooled.fit_rows(w, s.kept, med, False)
+    basis = f"t, pooled residuals, df {scale_from.df}" + (
+        "" if three.has_scale else " of the two-term fit: no residual is left for three coefficients"
+    )
+    form = np.array([1.0, 0.0, 0.0])
+    half = three.halfwidth(form, scale_from.s, scale_from.df)
+    c = float(three.coef[0])
+
+    def to_decide(target: float) -> int | None:
+        return three.repeats_to_shrink(form, target, scale_from.s, MAX_REPEATS_ADVICE)
+
+    constant = judge_constant(c, (c - half, c + half), margin, three.rows_per_width, to_decide, basis)
+    if not three.has_scale and constant.verdict == "undetermined":
+        constant = replace(
+            constant,
+            reason=constant.reason + " (the two-term fit's residual, used as the noise here, holds any "
+            "real constant too: a second repeat per width gives the noise its own estimate and may decide "
+            "it sooner)",
+        )
+
+    def share_ci(with_c: bool) -> ShareCI:
+        pf = three if with_c else pooled.fit_rows(w, s.kept, med, False)
+        if not pf.has_scale:
+            return (
+                None,
+                (
+                    f"{pf.df + len(pf.coef)} rows for {len(pf.coef)} coefficients: no residual is left to "
+                    "estimate the noise (time a second repeat per width, or another width)"
+                ),
+                None,
+            )
+        names = _NAMES if with_c else _NAMES[1:]
+        negative = [n for j, n in enumerate(names) if pf.coef_interval(j)[1] < 0]
+        if negative:
+            return None, _contradicted(negative, with_c), None
+        how = (
+            f"95 % t interval from the pooled residuals (df {pf.df}; "
+            f"fewer than {robust.MIN_FOR_INTERVAL} repeats at a width)"
+        )
+        return {float(x): pf.share_interval(float(x)) for x in report_at}, None, how
+
+    return constant, share_ci
+
+
+def _model_reason(constant: ConstantTerm, two_term: float, widest: float) -> str:
+    """Which model the shares come from, and why (the constant test decides)."""
+    if constant.verdict == "absent":
+        return "two-term model t = A*w + B*w^2: the constant is absent (negligible), so it is dropped"
+    if constant.verdict == "present":
+        return "three-term model t = C + A*w + B*w^2: the constant is present"
+    return (
+        "three-term model t = C + A*w + B*w^2: the constant is undetermined and an unproven "
+        f"'no overhead' is not assumed (the two-term model would give {100 * two_term:.1f} % at {widest:g})"
+    )
+
+
+def fit_scaling(
+    widths: np.ndarray, seconds: np.ndarray, at: list[float] | None = None, seed: int = 0
+) -> ScalingFit:
+    """Fit t = A*w + B*w^2 to rows of (width, seconds) and report quadratic shares with 95 % intervals."""
+    s = Samples.of(widths, seconds)
+    w, med = s.widths, s.medians
+    report_at = np.array(sorted({*w.tolist(), *(float(x) for x in at or [])}), dtype=float)
+    margin = CONSTANT_MARGIN * float(med[0])
+    constant, share_ci = (
+        _bootstrap_path(s, report_at, margin, seed) if s.resamplable else _pooled_path(s, report_at, margin)
     )
     # a constant is assumed away only once it is shown to be negligible; present or undetermined, the
     # shares come from the model that carries it (unbiased either way, wider intervals when unneeded)
@@ -270,25 +325,8 @@ def fit_scaling(
         (float(coef[0]), float(coef[1]), float(coef[2])) if with_c else (0.0, float(coef[0]), float(coef[1]))
     )
     point = shares(coef, report_at, with_c)
-    ci = None
-    if bounds is None:
-        ci_reason: str | None = (
-            f"fewer than {robust.MIN_FOR_INTERVAL} kept repeats at a width: no interval "
-            f"(a median's 95 % interval needs {robust.MIN_FOR_INTERVAL})"
-        )
-    else:
-        lo, hi = bounds
-        first = m_at if with_c else 0  # the statistic's shares for the model used
-        coef_at = {"C": c_at, "A": c_at + 1, "B": c_at + 2} if with_c else {"A": 2 * m_at, "B": 2 * m_at + 1}
-        negative = [n for n, i in coef_at.items() if hi[i] < 0]
-        if negative:
-            ci_reason = (
-                f"{' and '.join(negative)} negative beyond the noise: the timings do not follow "
-                f"{'C + ' if with_c else ''}A*w + B*w^2, so no interval is given"
-            )
-        else:
-            ci_reason = None
-            ci = {float(x): (float(lo[first + i]), float(hi[first + i])) for i, x in enumerate(report_at)}
+    ci, ci_reason, ci_method = share_ci(with_c)
+    two_term = float(shares(nonneg(w, med, False), report_at[-1:], False)[0])
     fitted = c + a * w + b * w * w
     return ScalingFit(
         a,
@@ -305,8 +343,19 @@ def fit_scaling(
         ci_reason,
         constant,
         int(sum(kk.size + o.size for kk, o in zip(s.kept, s.outliers, strict=True))),
-        BOOTSTRAP if ci else 0,
+        BOOTSTRAP if ci and s.resamplable else 0,
+        ci_method,
+        _model_reason(constant, two_term, float(report_at[-1])),
     )
+
+
+def share_interval(
+    widths: np.ndarray, seconds: np.ndarray, width: float, seed: int = 0
+) -> tuple[tuple[float, float] | None, str]:
+    """The 95 % interval of the quadratic share B*w^2 / t(w) at `width` (measured or not) from the fit
+    of these timed rows (one per repeat), in the model the constant test picks: ((lo, hi), how it was
+    made) or (None, why there is none). Shares are clipped to [0, 1]."""
+    return fit_scaling(widths, seconds, at=[float(width)], seed=seed).share_ci(float(width))
 
 
 # ---- the front door: `tuneproof fit` -------------------------------------------------------------

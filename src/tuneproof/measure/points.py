@@ -1,19 +1,24 @@
 """Timed points: a `width,seconds` CSV, one row per timed repeat (what `tuneproof probe --out` writes
-and `tuneproof fit` and `tuneproof plan --points` read), and the units a point must be in."""
+and `tuneproof fit` and `tuneproof plan --points` read), the units a point must be in, and the
+kept repeats per width (`Samples`) every fit and resampling works on."""
 
 from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tuneproof.errors import TuneproofError
 from tuneproof.io import input_file
+from tuneproof.measure import robust
 
 MAX_WIDTH = 1 << 30  # tokens: beyond any context length, and w^2 stays far from float overflow
 MIN_SECONDS, MAX_SECONDS = 1e-9, 1e7  # a nanosecond to four months per step: outside is a unit mistake
+MIN_WIDTHS = 3  # the fit's coefficients
+MIN_SPAN = 4.0  # narrowest to widest: closer widths cannot tell w from w^2
 
 
 def read_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -74,3 +79,57 @@ def _number(text: object) -> float | None:
     except ValueError:
         return None
     return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Samples:
+    """Kept repeats per width (outliers set aside), the unit every resampling works on."""
+
+    widths: np.ndarray  # distinct widths, ascending
+    kept: list[np.ndarray]
+    outliers: list[np.ndarray]
+
+    @classmethod
+    def of(cls, widths: np.ndarray, seconds: np.ndarray) -> Samples:
+        w, t = np.asarray(widths, dtype=float), np.asarray(seconds, dtype=float)
+        if w.shape != t.shape or w.ndim != 1:
+            raise TuneproofError(
+                "widths and seconds must be two lists of the same length", "one width per time"
+            )
+        if not (np.isfinite(w).all() and np.isfinite(t).all()) or (w <= 0).any() or (t <= 0).any():
+            raise TuneproofError(
+                "widths and seconds must be finite and > 0", "drop or re-measure the bad rows"
+            )
+        if (w > MAX_WIDTH).any() or (t > MAX_SECONDS).any() or (t < MIN_SECONDS).any():
+            raise TuneproofError(
+                f"widths must be <= {MAX_WIDTH:,} and seconds in [{MIN_SECONDS:g}, {MAX_SECONDS:g}]",
+                "check the units of the rows",
+            )
+        distinct = np.unique(w)
+        if len(distinct) < MIN_WIDTHS:
+            raise TuneproofError(
+                f"{len(distinct)} distinct width(s): the fit needs at least {MIN_WIDTHS}",
+                "time more widths, e.g. 2048, 8192, 16384",
+            )
+        span = distinct[-1] / distinct[0]
+        if span < MIN_SPAN:
+            raise TuneproofError(
+                f"widths span {span:.2f}x: the fit needs at least {MIN_SPAN:g}x",
+                f"add a width below {distinct[-1] / MIN_SPAN:g} or above {distinct[0] * MIN_SPAN:g}",
+            )
+        kept, out = [], []
+        for x in distinct:
+            rows = t[w == x]
+            flags = robust.outliers(rows)
+            kept.append(rows[~flags])
+            out.append(rows[flags])
+        return cls(distinct, kept, out)
+
+    @property
+    def medians(self) -> np.ndarray:
+        return np.array([np.median(k) for k in self.kept])
+
+    @property
+    def resamplable(self) -> bool:
+        """Every width has the repeats a 95 % interval of its median needs."""
+        return all(k.size >= robust.MIN_FOR_INTERVAL for k in self.kept)

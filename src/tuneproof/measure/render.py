@@ -69,11 +69,8 @@ def render_fit(fit: ScalingFit, console: Console) -> None:
         f"{fit.model}, NNLS on per-width medians of {fit.num_rows} rows: A = {fit.a:.4g} s/token, "
         f"B = {fit.b:.4g} s/token^2" + (f", C = {fit.c:.4g} s" if fit.constant_in_model else "")
     )
-    title = "quadratic share B*w^2 / t(w)" + (
-        f", 95 % bootstrap interval ({fit.num_bootstrap} resamples of the repeats)"
-        if fit.quad_share_ci
-        else ""
-    )
+    console.print(f"model: {escape(fit.model_reason)}")
+    title = "quadratic share B*w^2 / t(w)" + (f", {fit.ci_method}" if fit.quad_share_ci else "")
     table = Table(title=title)
     for col in ("width", "rows", "median t (s)", "fit t (s)", "quadratic share", "95 % interval"):
         table.add_column(col, justify="right")

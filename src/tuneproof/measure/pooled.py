@@ -1,0 +1,123 @@
+"""Intervals from the pooled residuals: the fit's intervals when a width has fewer than 6 kept repeats.
+
+With fewer than 6 repeats a width's median has no distribution-free interval and resampling 3 repeats
+gives at most 10 distinct medians, so the percentile bootstrap cannot say how wide the noise is. The
+noise is then read from every row at once:
+
+- Model: each kept row t_ij = [C +] A*w_i + B*w_i^2 + m_i * e_ij, with m_i the width's median and
+  e_ij independent N(0, sigma^2): relative noise, as the medians' weights 1/median assume elsewhere.
+  Rows are divided by m_i and fitted by ordinary least squares (widths scaled by the largest one).
+- sigma from the pooled residuals: s^2 = RSS / df, df = rows - coefficients. The residuals hold the
+  within-width spread and any lack of fit across widths, so a model the timings do not follow widens
+  the intervals instead of hiding. With one row per width and more widths than coefficients, s is
+  the fit residuals' own scale.
+- Coefficients: estimate +- t(0.975, df) * s * sqrt((X'X)^-1_jj), Student's t because s itself comes
+  from few degrees of freedom (df 6 for 3 widths x 3 repeats: t = 2.45, not 1.96).
+- A share B*w^2 / t(w) is a ratio of two linear forms of the coefficients: its interval is Fieller's
+  (the shares s0 whose linear form B*w^2 - s0*t(w) a t-test cannot tell from 0), exact under the
+  model, clipped to [0, 1]; a t(w) not distinguishable from 0 gives [0, 1].
+- Why not a residual bootstrap: at 9 rows the resampled residuals are shrunk (each has variance
+  sigma^2 * (1 - h_ii)) and the percentile interval ignores that sigma is estimated from 6 degrees of
+  freedom, so it under-covers exactly where it is used; the t interval accounts for both, and it is
+  exact at the two ends: no noise gives s = 0 and the interval [estimate, estimate], tiny noise a
+  tiny interval around the truth (tests/test_fit.py checks both, and 95 % coverage by simulation).
+- Three rows for three coefficients (three widths, one row each) leave no residual for C's own
+  model; C's interval then takes s from the two-term model (df 1). A real C inflates that s, so the
+  interval only widens: it can show C absent (three points on a curve through the origin within the
+  noise), never present. Worked through: Ĉ is then a fixed multiple of the one residual, the
+  interval is Ĉ +- 12.7 |Ĉ|, and under |C| = margin the chance to call it absent is at most 3.5 %.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+
+
+def t_quantile(df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + CONFIDENCE / 2, df))
+
+
+@dataclass(frozen=True, slots=True)
+class PooledFit:
+    """Least squares of the relative rows with its pooled residual scale (coefficients on w / ref)."""
+
+    coef: np.ndarray  # [C,] A, B on the scaled widths
+    cov_unit: np.ndarray  # (X'X)^-1: times s^2, the coefficients' covariance
+    s: float  # pooled residual standard error (relative), NaN when df = 0
+    df: int
+    ref: float
+    constant: bool
+    rows_per_width: int  # the fewest kept rows at a width (what "repeats" means for the advice)
+    num_widths: int
+
+    @property
+    def has_scale(self) -> bool:
+        return self.df > 0 and math.isfinite(self.s)
+
+    def halfwidth(self, form: np.ndarray, s: float | None = None, df: int | None = None) -> float:
+        """t * s * sqrt(form' (X'X)^-1 form): the 95 % half-width of a linear form of the coefficients."""
+        scale = self.s if s is None else s
+        return (
+            t_quantile(self.df if df is None else df) * scale * math.sqrt(float(form @ self.cov_unit @ form))
+        )
+
+    def coef_interval(self, j: int) -> tuple[float, float]:
+        """The 95 % interval of coefficient j, in the units of the unscaled widths."""
+        form = np.zeros(len(self.coef))
+        form[j] = 1.0
+        h = self.halfwidth(form)
+        factor = self.ref ** -(j + (0 if self.constant else 1))  # C, A, B: w^0, w^-1, w^-2
+        c = float(self.coef[j])
+        return (c - h) * factor, (c + h) * factor
+
+    def share_interval(self, width: float) -> tuple[float, float]:
+        """Fieller's 95 % interval of B*w^2 / t(w) at `width`, clipped to [0, 1] (module docstring)."""
+        u = width / self.ref
+        tau = np.array(([1.0] if self.constant else []) + [u, u * u])
+        q = np.zeros_like(tau)
+        q[-1] = u * u
+        k = t_quantile(self.df) ** 2 * self.s**2
+        qq, tt = float(q @ self.coef), float(tau @ self.coef)
+        vqq, vqt, vtt = (float(x @ self.cov_unit @ y) for x, y in ((q, q), (q, tau), (tau, tau)))
+        a, b, c = tt * tt - k * vtt, qq * tt - k * vqt, qq * qq - k * vqq
+        if a <= 0:  # t(w) not distinguishable from 0: the ratio is unbounded
+            return 0.0, 1.0
+        root = math.sqrt(max(b * b - a * c, 0.0))  # >= 0 but for rounding: the estimate is in the set
+        lo, hi = (b - root) / a, (b + root) / a
+        return min(max(lo, 0.0), 1.0), min(max(hi, 0.0), 1.0)
+
+    def repeats_to_shrink(self, form: np.ndarray, target: float, s: float, limit: int) -> int | None:
+        """The fewest repeats per width whose 95 % half-width of `form` is below `target`, the noise
+        per row staying s (half-width ~ t(df_n) * s / sqrt(n / n_now)); None past `limit`."""
+        if target <= 0:
+            return None
+        base = math.sqrt(float(form @ self.cov_unit @ form)) * s * math.sqrt(self.rows_per_width)
+        p = len(self.coef)
+        for n in range(self.rows_per_width + 1, limit + 1):
+            df = self.num_widths * n - p
+            if df > 0 and t_quantile(df) * base / math.sqrt(n) < target:
+                return n
+        return None
+
+
+def fit_rows(widths: np.ndarray, kept: list[np.ndarray], medians: np.ndarray, constant: bool) -> PooledFit:
+    """Least squares of every kept row, each divided by its width's median (module docstring)."""
+    ref = float(widths.max())
+    w = np.concatenate([np.full(k.size, x / ref) for x, k in zip(widths, kept, strict=True)])
+    m = np.concatenate([np.full(k.size, mm) for mm, k in zip(medians, kept, strict=True)])
+    y = np.concatenate(kept) / m
+    cols = ([np.ones_like(w)] if constant else []) + [w, w * w]
+    x = np.stack(cols, axis=-1) / m[:, None]
+    cov_unit = np.linalg.inv(x.T @ x)
+    coef = cov_unit @ (x.T @ y)
+    resid = y - x @ coef
+    df = int(y.size - x.shape[1])
+    s = math.sqrt(float(resid @ resid) / df) if df > 0 else math.nan
+    return PooledFit(coef, cov_unit, s, df, ref, constant, min(k.size for k in kept), len(widths))
