@@ -648,6 +648,7 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
         "kernels",
         "cross_check",
         "flops",
+        "derived",
         "files",
     ]
     assert saved["model"] == TINY.name and saved["skipped"] == []
@@ -962,7 +963,7 @@ def test_a_share_outside_its_own_interval_is_unstable_not_agreement(monkeypatch)
     """Under load a probe printed quad_share_fit 0.9045 beside its interval [0.162, 0.876]: the shown
     (sign-constrained) share and the bootstrap's part ways, so the cross-check cannot judge."""
     import tuneproof.measure.crosscheck as cc_module
-    from tuneproof.measure.crosscheck import OUTPUTS
+    from tuneproof.measure.crosscheck import OUTPUTS, TERMS
 
     rng = np.random.default_rng(0)
     widths = [2048.0, 8192.0, 16384.0]
@@ -970,9 +971,10 @@ def test_a_share_outside_its_own_interval_is_unstable_not_agreement(monkeypatch)
     fit_at = OUTPUTS.index("quad_share_fit")
 
     def narrow(samples, statistic, seed):  # type: ignore[no-untyped-def]
-        lo = np.full(len(OUTPUTS), -1.0)
-        hi = np.full(len(OUTPUTS), 1.0)
-        lo[-1], hi[-1] = -0.001, 0.001  # the gap's interval alone would say "agree"
+        lo = np.full(len(OUTPUTS) + len(TERMS), -1.0)
+        hi = np.full(len(OUTPUTS) + len(TERMS), 1.0)
+        gap_at = len(OUTPUTS) + TERMS.index("timer_vs_profiler")
+        lo[gap_at], hi[gap_at] = -0.001, 0.001  # the gap's interval alone would say "agree"
         lo[fit_at], hi[fit_at] = 0.10, 0.20  # the fit's share (0.678) lies far outside
         return lo, hi
 

@@ -97,11 +97,18 @@ class DoctorReport(NoWarnings):
     def verdict(self) -> None:
         return None  # a diagnosis: each section says what it found
 
+    def summary(self) -> list[Any]:
+        """The probe's derived numbers (MFU, quadratic shares, the cross-check's gap, the reference run's
+        comparison), each with its 95 % interval or the reason it has none; empty without a probe."""
+        probe = self.sections.get("probe")
+        return list(probe.result.derived) if isinstance(probe, ProbeSection) else []
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "notes": self.notes,
             "sections": {k: v.to_dict() for k, v in self.sections.items()},
+            "summary": {k: x for d in self.summary() for k, x in d.to_dict().items()},
         }
 
     def plots(self) -> list[Plot]:
@@ -119,6 +126,12 @@ class DoctorReport(NoWarnings):
         for name, section in self.sections.items():
             console.rule(name)
             section.render(console)
+        if summary := self.summary():
+            console.rule("summary (95 % intervals from the timed repeats and profiles)")
+            from rich.markup import escape
+
+            for d in summary:
+                console.print(escape(d.text()))
 
 
 def flops_section(shape: ModelShape) -> FlopsSection:
@@ -408,6 +421,7 @@ def run(plan: DoctorPlan, progress: Callable[[str], None] | None = None) -> Doct
         summary = [
             f"Model: {plan.model.name}.",
             "Every number below is in report.json; every plot's series too.",
+            *(d.text() + "." for d in report.summary()),
         ]
         write_report(spec.report_dir, TITLE, report.to_dict(), report.plots(), summary)
         report.written.append(f"report (markdown, JSON, plots) written to {spec.report_dir}")

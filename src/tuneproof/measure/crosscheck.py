@@ -104,6 +104,7 @@ class CrossCheck:
     verdict: Agreement
     notes: list[str] = field(default_factory=list)
     attributable: bool = True  # the profiled time's unconstrained fit is inside the model
+    comparison: Comparison | None = None  # the reference run's comparison with its terms' intervals
 
     @property
     def explanation(self) -> list[str]:
@@ -116,10 +117,6 @@ class CrossCheck:
             if c != "attention" and abs(v[f"quadratic_{c}"]) >= 0.05
         }
         parts = ", ".join(f"{c} {x:+.1f}" for c, x in sorted(outside.items(), key=lambda kv: -abs(kv[1])))
-        fit_vs_prof = v["quad_share_fit"] - v["quad_share_kernels"]
-        case_gap = v["quad_share_fit"] - v["attention_share"]
-        rest = case_gap - fit_vs_prof - v["quadratic_outside_attention"] + v["attention_linear"]
-        rest += v["attention_constant"]
         summed = sum(v[f"quadratic_{c}"] for c in PROFILE_COLUMNS)
         whose = (
             f"of the profiler's {summed:.1f} % quadratic share (the fit without the sign constraint, whose "
@@ -134,13 +131,9 @@ class CrossCheck:
             f"attention kernels take {v['attention_share']:.1f} % of profiled time at width {self.width}: "
             f"{v['quadratic_attention']:.1f} points quadratic in width, {v['attention_linear']:.1f} linear"
             + (f", {v['attention_constant']:.1f} constant" if v["attention_constant"] else ""),
-            f"the reference run's comparison, quadratic share (fit) {v['quad_share_fit']:.1f} % "
-            "vs attention share "
-            f"(kernels) {v['attention_share']:.1f} %: gap {case_gap:+.1f} points = "
-            f"{fit_vs_prof:+.1f} timer vs profiler "
-            f"{v['quadratic_outside_attention']:+.1f} quadratic outside attention "
-            f"{-v['attention_linear'] - v['attention_constant']:+.1f} attention's non-quadratic part"
-            + (f" {rest:+.1f} fit residual" if abs(rest) >= 0.05 else ""),
+            (self.comparison or Comparison.of(self.values, None, self.notes, self.verdict.tolerance)).line(
+                v["quad_share_fit"], v["attention_share"]
+            ),
         ]
 
     def line(self) -> str:
@@ -162,6 +155,7 @@ class CrossCheck:
             "verdict": self.verdict.outcome,
             "reason": self.verdict.reason,
             "explanation": self.explanation,
+            "comparison": self.comparison.to_dict() if self.comparison else None,
             "notes": self.notes,
         }
 
@@ -213,8 +207,8 @@ def cross_check(
         out = [q_fit, q_kern, *quad, sum(quad) - quad[att]]
         out += [coef[att][..., -2] * at / denom]  # attention's linear part
         out += [coef[att][..., 0] / denom if constant else np.zeros_like(denom)]
-        out += [m_c[..., j, att] / denom, q_fit - q_kern]
-        return np.stack(out, axis=-1)
+        out += [m_c[..., j, att] / denom]
+        return np.stack(out + comparison_terms(out[0], out[1], *out[-4:]), axis=-1)
 
     picks = [np.arange(p.shape[0], dtype=float) for p in per]
     point = statistic(*timed, *picks)
@@ -240,7 +234,7 @@ def cross_check(
     few = [int(w[i]) for i, t in enumerate(timed) if t.size < MIN_REPEATS]
     thin = [int(w[i]) for i, p in enumerate(per) if p.shape[0] < MIN_PROFILES]
     if few or thin:
-        intervals = None
+        intervals, term_ci = None, None
         verdict = judge_agreement(gap, None, tolerance)
         if few:
             notes.append(f"widths {few} have fewer than {MIN_REPEATS} kept repeats: no interval")
@@ -249,9 +243,88 @@ def cross_check(
     else:
         lo, hi = bootstrap([*timed, *picks], statistic, seed)
         intervals = {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(OUTPUTS)}
-        verdict = judge_agreement(gap, (100 * float(lo[-1]), 100 * float(hi[-1])), tolerance)
+        term_ci = {n: (100 * float(lo[len(OUTPUTS) + i]), 100 * float(hi[len(OUTPUTS) + i]))
+                   for i, n in enumerate(TERMS)}  # fmt: skip
+        verdict = judge_agreement(gap, term_ci["timer_vs_profiler"], tolerance)
         verdict = _unstable(values, intervals, verdict, notes)
-    return CrossCheck(int(at), values, intervals, verdict, notes, attributable)
+    comparison = Comparison.of(values, term_ci, notes, tolerance)
+    return CrossCheck(int(at), values, intervals, verdict, notes, attributable, comparison)
+
+
+# The reference run's comparison, quad share (fit) - attention share (kernels), and its terms, which add
+# up to it exactly (in every bootstrap resample too, so each term's interval is of the same resamples).
+TERMS = ("comparison_gap", "timer_vs_profiler", "quadratic_outside_attention",
+         "attention_non_quadratic", "fit_residual")  # fmt: skip
+TERM_LABELS = {
+    "timer_vs_profiler": "timer vs profiler",
+    "quadratic_outside_attention": "quadratic outside attention",
+    "attention_non_quadratic": "attention's non-quadratic part",
+    "fit_residual": "fit residual",
+}
+
+
+def comparison_terms(
+    q_fit: Any, q_kern: Any, outside: Any, linear: Any, constant: Any, attention: Any
+) -> list[Any]:
+    """[gap, its terms] (shares, 0-1): gap = q_fit - attention = (q_fit - q_kern) + outside
+    - (linear + constant) + residual, the residual being what the class fits leave of the profiler's."""
+    gap, timer = q_fit - attention, q_fit - q_kern
+    rest = -(linear + constant)
+    return [gap, timer, outside, rest, gap - timer - outside - rest]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """The reference run's comparison in points: the gap, each term, their 95 % intervals (None with
+    `no_interval_reason`), and a verdict on the gap (inside the noise: inconclusive)."""
+
+    points: dict[str, float]  # TERMS -> points
+    intervals: dict[str, tuple[float, float]] | None
+    verdict: Agreement
+    no_interval_reason: str | None
+
+    @classmethod
+    def of(
+        cls,
+        values: dict[str, float],
+        intervals: dict[str, tuple[float, float]] | None,
+        notes: list[str],
+        tolerance: float,
+    ) -> Comparison:
+        v = values
+        names = ("quad_share_fit", "quad_share_kernels", "quadratic_outside_attention", "attention_linear",
+                 "attention_constant", "attention_share")  # fmt: skip
+        terms = comparison_terms(*(v[n] for n in names))
+        points = {n: 100 * float(x) for n, x in zip(TERMS, terms, strict=True)}
+        gap_ci = intervals["comparison_gap"] if intervals else None
+        reason = None if intervals else "; ".join(n for n in notes if "no interval" in n) or "no interval"
+        return cls(points, intervals, judge_agreement(points["comparison_gap"], gap_ci, tolerance), reason)
+
+    def interval_text(self, name: str) -> str:
+        ci = self.intervals[name] if self.intervals else None
+        return f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else ""
+
+    def line(self, fit: float, attention: float) -> str:
+        p = self.points
+        parts = " ".join(
+            f"{p[n]:+.1f}{self.interval_text(n)} {label}"
+            for n, label in TERM_LABELS.items()
+            if n != "fit_residual" or abs(p[n]) >= 0.05
+        )
+        why = f" (no interval: {self.no_interval_reason})" if self.no_interval_reason else ""
+        return (
+            f"the reference run's comparison, quadratic share (fit) {fit:.1f} % vs attention share (kernels) "
+            f"{attention:.1f} %: gap {p['comparison_gap']:+.1f}{self.interval_text('comparison_gap')} points "
+            f"= {parts}; {self.verdict.outcome}{why} (95 % intervals in brackets)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for n in TERMS:
+            out[f"{n}_points"] = self.points[n]
+            out[f"{n}_interval"] = list(self.intervals[n]) if self.intervals else None
+        return {**out, "no_interval_reason": self.no_interval_reason, "verdict": self.verdict.outcome,
+                "reason": self.verdict.reason}  # fmt: skip
 
 
 def _unstable(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuneproof.measure import robust
 from tuneproof.measure.crosscheck import CrossCheck, cross_check
 from tuneproof.measure.fit import ScalingFit, fit_scaling
 from tuneproof.measure.kernels import PROFILE_COLUMNS, KernelTable
@@ -17,6 +18,78 @@ from tuneproof.verdict import NoWarnings, Verdict
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
     from tuneproof.measure.probe import ProbeSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """A number the probe derives from its measurements, with its 95 % interval, or None and the reason.
+    `unit`: "share" (0-1, shown as %) or "points" (percentage points)."""
+
+    name: str
+    value: float | None
+    interval: tuple[float, float] | None
+    no_interval_reason: str | None
+    unit: str = "share"
+
+    def text(self) -> str:
+        scale, sign = (100, "") if self.unit == "share" else (1, "+")
+        if self.value is None:
+            return f"{self.name}: unknown ({self.no_interval_reason})"
+        unit = " %" if self.unit == "share" else " points"
+        ci = self.interval
+        where = (f"95 % interval {scale * ci[0]:{sign}.1f} to {scale * ci[1]:{sign}.1f}{unit}" if ci
+                 else f"no interval: {self.no_interval_reason}")  # fmt: skip
+        return f"{self.name} = {scale * self.value:{sign}.1f}{unit} ({where})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            self.name: self.value,
+            f"{self.name}_interval": list(self.interval) if self.interval else None,
+            f"{self.name}_no_interval_reason": self.no_interval_reason,
+        }
+
+
+def step_interval_reason(t: Timing) -> str | None:
+    """Why a step time's median has no 95 % interval (None when it has one)."""
+    if t.median_interval is not None:
+        return None
+    if t.repeats == 1:
+        return "one repeat: no interval"
+    return f"{t.repeats} kept repeats: a median's 95 % interval needs {robust.MIN_FOR_INTERVAL}"
+
+
+def mfu_numbers(report: Any, t: Timing) -> list[Derived]:
+    """MFU intended and performed: flops / (step time * peak), so the interval is the step-time median's
+    interval mapped through 1/t (the peak and the FLOP count are constants, not measurements here)."""
+    m = report.mfu
+    out = []
+    for basis in ("intended", "performed"):
+        name, value = f"mfu_{m.dtype}_{basis}", getattr(m, basis)
+        if value is None:
+            out.append(Derived(name, None, None, f"no MFU: {m.reason}"))
+            continue
+        ci, why = t.median_interval, step_interval_reason(t)
+        interval = (value * m.step_time_s / ci[1], value * m.step_time_s / ci[0]) if ci else None
+        out.append(Derived(name, float(value), interval, why))
+    return out
+
+
+def derived_numbers(result: ProbeResult) -> list[Derived]:
+    """Every number the probe derives, each with its interval or the reason it has none: MFU, the
+    quadratic share per width (the fit's), the cross-check's gap and the reference run's comparison."""
+    fit, cross = result.fit, result.cross
+    out = mfu_numbers(result.flops, result.timings[result.profiled_width])
+    for w, share in fit.quad_share.items():
+        ci, how = fit.share_ci(w)  # (interval, its method) or (None, why there is none)
+        out.append(Derived(f"quad_share_{w:g}", share, ci, None if ci else how))
+    v = cross.verdict
+    why = None if v.interval else "; ".join(n for n in cross.notes if "interval" in n) or "no interval"
+    out.append(Derived("cross_check_gap", v.gap, v.interval, why, unit="points"))
+    if cross.comparison is not None:
+        c = cross.comparison
+        ci = c.intervals["comparison_gap"] if c.intervals else None
+        out.append(Derived("comparison_gap", c.points["comparison_gap"], ci, c.no_interval_reason, "points"))
+    return out
 
 
 @dataclass(slots=True)
@@ -45,6 +118,10 @@ class ProbeResult(NoWarnings):
         return self.cross.width
 
     @property
+    def derived(self) -> list[Derived]:
+        return derived_numbers(self)
+
+    @property
     def verdict(self) -> Verdict:
         """The cross-check's agreement (agree, disagree or inconclusive), exit code 0."""
         return self.cross.verdict.as_verdict()
@@ -66,6 +143,7 @@ class ProbeResult(NoWarnings):
             "kernels": self.kernels.to_dict(),
             "cross_check": self.cross.to_dict(),
             "flops": self.flops.to_dict(),
+            "derived": {k: x for d in self.derived for k, x in d.to_dict().items()},
             "files": self.files,
         }
 

@@ -111,11 +111,12 @@ def render_probe(result: ProbeResult, console: Console) -> None:
     timing = result.timing
     console.print(f"timing: widths interleaved round-robin; {timing.stopped} ({timing.seconds:.1f} s)")
     t = Table(title="step time per width (warm-up excluded, outliers set aside)")
-    for col in ("width", "median s", "95 % interval", "repeats", "outliers", "fit s", "quad share"):
+    for col in ("width", "median s", "95 % interval", "repeats", "outliers", "fit s", "quad share", "95 %"):
         t.add_column(col, justify="right")
     f = result.fit
     for w, tm in sorted(result.timings.items()):
         ci = tm.median_interval
+        q_ci = f.quad_share_ci.get(float(w)) if f.quad_share_ci else None
         t.add_row(
             str(w),
             f"{tm.median_s:.4f}",
@@ -124,8 +125,11 @@ def render_probe(result: ProbeResult, console: Console) -> None:
             str(tm.num_outliers),
             f"{f.fitted(w):.4f}",
             _pct(f.quad_share[float(w)]),
+            f"{100 * q_ci[0]:.1f}-{100 * q_ci[1]:.1f}" if q_ci else "-",
         )
     console.print(t)
+    if f.ci_reason:
+        console.print(f"quad share interval: {escape(f.ci_reason)}")
     for note in timing.notes:
         console.print(f"note: {escape(note)}")
     for w, reason in sorted(result.skipped.items()):
@@ -157,6 +161,9 @@ def render_probe(result: ProbeResult, console: Console) -> None:
         f"performed {rep.performed.total:.3e} (see `tuneproof flops` for the ledger)"
     )
     render_mfu(rep, console)
+    for d in result.derived:
+        if d.name.startswith("mfu_") and d.value is not None:
+            console.print(f"  {escape(d.text())}")
     for k, v in result.files.items():
         console.print(f"{k}: {escape(v)}")
 
