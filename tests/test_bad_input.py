@@ -132,6 +132,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("4", "--max-repeats 4 is below --min-repeats 6 (raise --max-repeats or lower --min-repeats)")
         ],
         "--budget": [("nan", "--budget must be a finite number"), ("0", "--budget must be > 0")],
+        "--over-budget": [("maybe", "'maybe' is not one of 'refuse', 'floor'")],
         "--target": [("inf", "--target must be a finite number"), ("2", "--target must be <= 1")],
         "--profiles": [("0", "--profiles must be >= 1")],
         "--seed": [("-1", "--seed must be >= 0")],

@@ -91,7 +91,7 @@ def test_probe_json_is_the_probe_result(monkeypatch, capsys, tmp_path: Path) -> 
     from tuneproof.measure import probe as area
 
     argv = ["probe", "--widths", "64,128,256", "--mode", "forward", "--budget", "1", "--profiles", "2",
-            "--out", str(tmp_path / "out")]  # fmt: skip
+            "--over-budget", "floor", "--out", str(tmp_path / "out")]  # fmt: skip
     out, printed = _command(monkeypatch, capsys, area, argv)
     assert out == _as_json(printed)
     assert json.loads((tmp_path / "out" / "probe.json").read_text()) == out  # the file says the same

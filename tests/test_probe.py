@@ -22,7 +22,7 @@ from tuneproof.measure.probe import ProbeSpec, run_probe
 from tuneproof.measure.timing import Skip
 
 TINY = resolve("tiny")
-FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2)
+FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2, over_budget="floor")
 
 
 @pytest.mark.slow
@@ -120,7 +120,8 @@ def test_widths_beyond_the_model_are_refused_before_building(capsys) -> None:
 
 @pytest.mark.slow
 def test_probe_command_json_and_errors(capsys, tmp_path: Path) -> None:
-    args = ["probe", "--widths", "64,128,256", "--mode", "forward", "--budget", "3", "--profiles", "2"]
+    args = ["probe", "--widths", "64,128,256", "--mode", "forward", "--budget", "3", "--profiles", "2",
+            "--over-budget", "floor"]  # fmt: skip
     assert main([*args, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert {"quad_share_fit", "quad_share_kernels", "gap_points", "verdict", "explanation"} <= d[
@@ -616,7 +617,9 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     monkeypatch.setattr(probe_mod, "_profile", fake_profile)
     monkeypatch.setattr(probe_mod, "probe_peak", lambda spec: peak)
     said: list[str] = []
-    spec = ProbeSpec(widths=(64, 128, 256), mode="forward", budget_s=1e-6, target=0.01, profiles=2)
+    spec = ProbeSpec(
+        widths=(64, 128, 256), mode="forward", budget_s=1e-6, target=0.01, profiles=2, over_budget="floor"
+    )
     r = run_probe(TINY, spec, out=tmp_path / "out", progress=said.append)
     assert r.timing.stopped == "the 1e-06 s budget ended after 3 rounds" and r.timing.target == 0.01
     assert {w: len(t.times_s) for w, t in r.timings.items()} == {64: 3, 128: 3, 256: 3}
@@ -668,6 +671,7 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
         "target": 0.01,
         "profiles": 2,
         "seed": 0,
+        "over_budget": "floor",
     }
     assert [p["width"] for p in saved["points"]] == [64, 128, 256]
     assert saved["points"][0] == json.loads(json.dumps({"width": 64, **r.timings[64].to_dict()}))
@@ -862,7 +866,8 @@ def test_profiles_outside_the_model_get_no_attribution() -> None:
         ),
         ({"max_repeats": 10_001}, "--max-repeats must be <= 10,000, got 10,001 (timing rounds at most)"),
         ({"max_repeats": "x"}, "--max-repeats must be an integer, got 'x' (timing rounds at most)"),
-        ({"budget_s": 0.0}, "--budget must be > 0, got 0 (seconds of timing)"),
+        ({"budget_s": 0.0}, "--budget must be > 0, got 0 (seconds for the whole probe)"),
+        ({"over_budget": "x"}, "--over-budget 'x' is not known (use one of: refuse, floor)"),
         ({"target": 0.0}, "--target must be > 0, got 0 (a median's relative 95 % half-width)"),
         ({"target": 1.5}, "--target must be <= 1, got 1.5 (a median's relative 95 % half-width)"),
         ({"profiles": 101}, "--profiles must be <= 100, got 101 (profiled steps per width)"),

@@ -223,7 +223,8 @@ def probe_section(
     from tuneproof.errors import TuneproofError
     from tuneproof.measure.probe import ProbeSpec, run_probe
 
-    spec = ProbeSpec(widths=PROBE_WIDTHS, batch=2, mode=PROBE_MODE, budget_s=budget_s)
+    # a diagnosis runs the probe's floor even past its budget, and the probe's notes say so
+    spec = ProbeSpec(widths=PROBE_WIDTHS, batch=2, mode=PROBE_MODE, budget_s=budget_s, over_budget="floor")
     try:
         return ProbeSection(run_probe(model, spec, progress=progress), PROBE_NOTE)
     except TuneproofError as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -46,7 +47,15 @@ from tuneproof.cli.common import (
     type=float,
     default=60.0,
     show_default=True,
-    help="Seconds of timing rounds (3 rounds always run); rounds stop earlier once every median is tight.",
+    help="Seconds for the whole probe (build, warm-up, timing rounds, profiles, peak); the estimate is "
+    "printed after the first round; rounds stop earlier once every median is tight.",
+)
+@click.option(
+    "--over-budget",
+    type=click.Choice(["refuse", "floor"]),
+    default="refuse",
+    show_default=True,
+    help="When the floor (3 rounds and the profiles) cannot fit the budget: refuse (exit 2), or run it.",
 )
 @click.option(
     "--target",
@@ -86,6 +95,7 @@ def probe(
     profiles: int,
     seed: int,
     out: Path | None,
+    over_budget: str,
     json_out: bool,
 ) -> int:
     """Time a step at several widths, fit t = A*w + B*w^2, profile every width, cross-check the two."""
@@ -94,9 +104,9 @@ def probe(
     spec = area.ProbeSpec(
         attn=attn, widths=int_list(widths, "--widths"), batch=batch, mode=mode, grad_ckpt=grad_ckpt,
         device=device, dtype=dtype, min_repeats=min_repeats, max_repeats=max_repeats, budget_s=budget_s,
-        target=target, profiles=profiles, seed=seed,
+        target=target, profiles=profiles, seed=seed, over_budget=over_budget,
     )  # fmt: skip
     plan = area.prepare(resolve_model(config), spec, out)
     with progress_bar() as update:
-        result = area.run(plan, update)
+        result = area.run(plan, update, notice=lambda line: print(line, file=sys.stderr))
     return finish(result, json_out)

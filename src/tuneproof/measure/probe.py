@@ -27,6 +27,7 @@ from tuneproof.attention.paths import names as path_names
 from tuneproof.attention.paths import path
 from tuneproof.errors import TuneproofError
 from tuneproof.flops.run import MODES
+from tuneproof.measure.budget import OVER_BUDGET, WholeBudget
 from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS
 from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS, KernelTable, kernel_table, load_trace
 from tuneproof.measure.probe_result import ProbeResult, analyse, timing_rows
@@ -41,9 +42,11 @@ DTYPES = ("fp32", "bf16", "fp16")
 class ProbeSpec:
     """What to probe and how hard to measure.
 
-    `min_repeats`/`max_repeats`/`budget_s`/`target`: timing rounds continue until every width's median
-    is known to +-target (needs `min_repeats`), up to `max_repeats` rounds or `budget_s` seconds of
-    timing. `profiles`: profiled steps per width (2 or more give the kernel side an interval)."""
+    `min_repeats`/`max_repeats`/`target`: timing rounds continue until every width's median is known
+    to +-target (needs `min_repeats`), up to `max_repeats` rounds or the budget. `budget_s`: seconds for
+    the whole probe (build, warm-up, rounds, profiles, peak; `tuneproof.measure.budget`); a floor that
+    cannot fit in it is refused (`over_budget` "refuse") or run alone ("floor"). `profiles`: profiled
+    steps per width (2 or more give the kernel side an interval)."""
 
     attn: str = "sdpa"
     widths: tuple[int, ...] = (512, 1024, 2048)
@@ -60,6 +63,7 @@ class ProbeSpec:
     target: float = 0.05
     profiles: int = 3
     seed: int = 0
+    over_budget: str = "refuse"
 
     def __post_init__(self) -> None:
         widths = validate.integers("widths", self.widths, low=2)
@@ -94,7 +98,8 @@ class ProbeSpec:
         validate.integer(
             "max_repeats", self.max_repeats, low=self.min_repeats, high=10_000, hint="timing rounds at most"
         )
-        validate.real("budget_s", self.budget_s, low=0.0, low_open=True, hint="seconds of timing")
+        validate.real("budget_s", self.budget_s, low=0.0, low_open=True, hint="seconds for the whole probe")
+        validate.choice("over_budget", self.over_budget, OVER_BUDGET)
         validate.real(
             "target",
             self.target,
@@ -175,13 +180,24 @@ def prepare(model: ResolvedModel, spec: ProbeSpec, out: Path | None = None) -> P
     return ProbePlan(model, spec, out)
 
 
-def run(plan: ProbePlan, progress: Callable[[str], None] | None = None) -> ProbeResult:
+def run(
+    plan: ProbePlan,
+    progress: Callable[[str], None] | None = None,
+    notice: Callable[[str], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> ProbeResult:
     """Time, fit, profile and cross-check. Widths that run out of memory are skipped and reported.
 
     The measuring half (a real model, `model_steps`, the timing harness, the profiler) feeds the
-    analysing half (`analyse`), which is a plain function of the measurements."""
+    analysing half (`analyse`), which is a plain function of the measurements. The whole run counts
+    against `spec.budget_s` on `clock` (default: the timing harness's); `notice` gets the estimate made
+    after the first timed round, before the other rounds run."""
+    from tuneproof.measure.timing import default_clock
+
     model, spec, out = plan.model, plan.spec, plan.out
-    steps, timing = time_widths(model, spec, progress)
+    clock = clock or default_clock
+    budget = WholeBudget(spec.budget_s, clock, clock(), spec.profiles, spec.over_budget, notice=notice)
+    steps, timing = time_widths(model, spec, progress, budget=budget)
     with tempfile.TemporaryDirectory() as tmp:
         keep = Path(tmp) / "trace.json"
         widths = sorted(timing.timings)
@@ -191,6 +207,7 @@ def run(plan: ProbePlan, progress: Callable[[str], None] | None = None) -> Probe
         if progress:
             progress("peak")
         result = analyse(model, spec, timing, kernel_ms, set_aside, first_table, probe_peak(spec))
+        timing.notes.extend([*budget.lines, budget.finish()])
         if out is not None:
             result.files.update(_keep(out, keep, timing, kernel_ms))
     if out is not None:
@@ -212,12 +229,19 @@ def run_probe(
 
 
 def time_widths(
-    model: ResolvedModel, spec: ProbeSpec, progress: Callable[[str], None] | None = None, net: Any = None
+    model: ResolvedModel,
+    spec: ProbeSpec,
+    progress: Callable[[str], None] | None = None,
+    net: Any = None,
+    budget: WholeBudget | None = None,
 ) -> tuple[dict[int, Callable[[], None]], Interleaved[int]]:
     """The timing half of the probe: (each width's step, the interleaved timing rounds), on `net` (a
     `probe_model`) or a model built here. Widths that run out of memory are skipped; fewer than three
-    left is an error naming why."""
+    left is an error naming why. `budget`: the whole probe's (None: `spec.budget_s` of timing alone)."""
     steps = model_steps(model, spec) if net is None else width_steps(net, spec, int(model.config.vocab_size))
+    timed: dict[str, Any] = {}
+    if budget is not None:
+        timed = {"after_first": budget.after_first_round, "clock": budget.clock}
     timing = time_interleaved(
         steps,
         warmup=1,
@@ -226,6 +250,7 @@ def time_widths(
         budget_s=spec.budget_s,
         target=spec.target,
         progress=progress,
+        **timed,
     )
     if len(timing.timings) < MIN_WIDTHS:
         raise TuneproofError(

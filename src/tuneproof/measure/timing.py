@@ -151,9 +151,12 @@ def time_interleaved(
     target: float = 0.05,
     clock: Callable[[], float] = default_clock,
     progress: Callable[[str], None] | None = None,
+    after_first: Callable[[dict[K, float], float], float] | None = None,
 ) -> Interleaved[K]:
     """Time every workload in `steps` round-robin (see the module docstring). `budget_s` None: no
-    budget, the rounds end at `max_repeats` or when every median is tight."""
+    budget, the rounds end at `max_repeats` or when every median is tight. `after_first`, given each
+    workload's first timed seconds and the seconds timed so far after round 1, returns the rounds'
+    budget from then on (the probe's whole budget, `tuneproof.measure.budget`); it may raise."""
     validate.integer("warmup", warmup, low=0, high=100)
     validate.integer("min_repeats", min_repeats, low=MIN_ROUNDS, high=10_000)
     validate.integer("max_repeats", max_repeats, low=min_repeats, high=10_000)
@@ -170,10 +173,11 @@ def time_interleaved(
     start = clock()
     rounds, last_round = 0, 0.0
     stopped = f"{max_repeats} rounds (the most allowed)"
+    asked = budget_s
     while rounds < max_repeats and keys:
         elapsed = clock() - start
         if budget_s is not None and rounds >= MIN_ROUNDS and elapsed + last_round > budget_s:
-            stopped = f"the {budget_s:g} s budget ended after {rounds} rounds"
+            stopped = f"the {asked or budget_s:g} s budget ended after {rounds} rounds"
             break
         round_start = clock()
         shift = rounds % len(keys)
@@ -192,6 +196,8 @@ def time_interleaved(
         keys = [k for k in keys if k in active]
         rounds += 1
         last_round = clock() - round_start
+        if rounds == 1 and after_first is not None:
+            budget_s = after_first({k: times[k][0] for k in keys}, clock() - start)
         current = {k: _timing(times[k], warmup) for k in keys}
         if rounds >= MIN_ROUNDS and current and all(_tight(t, min_repeats, target) for t in current.values()):
             stopped = f"every width's median known to +-{100 * target:g} % after {rounds} rounds"

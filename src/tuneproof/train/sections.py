@@ -83,6 +83,7 @@ def _probe(
             attn=attention, widths=widths, batch=recipe.optim.micro_batch, mode="lora",
             grad_ckpt=recipe.optim.grad_ckpt, device=device, lora_rank=recipe.lora.r, budget_s=budget,
             seed=recipe.optim.seed, lora_targets=run_targets(resolved, recipe.lora.targets),
+            over_budget="floor",  # a side measurement of the run: its floor runs, said over budget
         )  # fmt: skip
         if progress:
             progress(f"probing the step time at widths {', '.join(map(str, widths))} ({budget:g} s)")

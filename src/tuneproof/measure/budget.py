@@ -1,0 +1,119 @@
+"""The probe's `--budget` is the whole run: building the model, the warm-up, every timing round, the
+profiles and the peak, all on one clock started before the model is built.
+
+After the first timed round (every width's first timed step), `WholeBudget.after_first_round`
+estimates the whole run and says so before the remaining rounds start:
+
+    so far (build, warm-up, round 1) + (rounds - 1) x round + profiles x round x PROFILE_COST + peak
+
+The floor is what a probe needs to give a result at all: `timing.MIN_ROUNDS` rounds (outliers cannot
+be told from fewer) and `profiles` profiled steps per width. A floor that cannot fit is said with the
+budget that would fit it, and then, as the spec's `over_budget` asks: "refuse" (a `TuneproofError`,
+exit 2, one line) or "floor" (run the floor alone, saying it is over the budget). Otherwise the rounds
+get what the budget leaves after the profiles and the peak are set aside.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from tuneproof.errors import TuneproofError
+
+OVER_BUDGET = ("refuse", "floor")
+# A profiled step costs about this many plain steps: the profiler's start and stop, the Chrome trace
+# written and read back, the kernel table built. Measured: the tiny model's forward probe at widths
+# 512-2048 on a loaded 2-core CPU spent about 50 s on 9 profiles of 3.68 s rounds (4.5x); an estimate
+# low by half overran a 60 s budget by 31 s, so this errs high.
+PROFILE_COST = 5.0
+PEAK_SECONDS = 0.5  # `probe_peak` times each GEMM size for at most this (measure.peak.SIZES: 3 sizes)
+PEAK_SIZES = 3
+FIT_MARGIN = 1.25  # the budget suggested for a floor that does not fit: the estimate plus a quarter
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """The whole run, estimated after the first timed round (seconds)."""
+
+    so_far_s: float  # since the budget's clock started: build, warm-up, round 1
+    round_s: float  # one round: every width's first timed step
+    floor_rounds: int
+    profiles_s: float
+    peak_s: float
+    budget_s: float
+
+    @property
+    def floor_s(self) -> float:
+        return self.so_far_s + (self.floor_rounds - 1) * self.round_s + self.profiles_s + self.peak_s
+
+    @property
+    def fits(self) -> bool:
+        return self.floor_s <= self.budget_s
+
+    @property
+    def would_fit_s(self) -> int:
+        return math.ceil(FIT_MARGIN * self.floor_s)
+
+    def line(self) -> str:
+        head = (
+            f"estimate: the floor ({self.floor_rounds} timing rounds of {self.round_s:.3g} s, the profiles "
+            f"{self.profiles_s:.3g} s, the peak up to {self.peak_s:.3g} s, after {self.so_far_s:.3g} s of "
+            f"building and warm-up) takes about {self.floor_s:.3g} s of the {self.budget_s:g} s budget"
+        )
+        if self.fits:
+            rounds = 1 + int((self.budget_s - self.floor_s) // self.round_s) + self.floor_rounds - 1
+            return f"{head}; room for about {rounds} rounds in all"
+        return f"{head}: it does not fit; a budget of {self.would_fit_s} s would"
+
+
+@dataclass(slots=True)
+class WholeBudget:
+    """One probe's whole budget on `clock` (started at `started`). `after_first_round` is the
+    `time_interleaved` hook; `notice` receives the estimate line as soon as it is known."""
+
+    budget_s: float
+    clock: Callable[[], float]
+    started: float
+    profiles: int
+    over_budget: str = "refuse"
+    peak_s: float = PEAK_SECONDS * PEAK_SIZES
+    notice: Callable[[str], None] | None = None
+    estimate: Estimate | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def after_first_round(self, first: dict[Hashable, float], timing_elapsed_s: float) -> float:
+        """The estimate from the first timed step of every width; returns the seconds the timing rounds
+        may take in all (counted from their start), or raises when the floor cannot fit and the spec
+        says refuse."""
+        from tuneproof.measure.timing import MIN_ROUNDS
+
+        round_s = sum(first.values())
+        so_far = self.clock() - self.started
+        est = Estimate(
+            so_far, round_s, MIN_ROUNDS, self.profiles * round_s * PROFILE_COST, self.peak_s, self.budget_s
+        )
+        self.estimate = est
+        if not est.fits and self.over_budget == "refuse":
+            raise TuneproofError(
+                f"{{budget_s}} {self.budget_s:g} s cannot fit the probe's floor: {est.line()}",
+                f"give {{budget_s}} {est.would_fit_s} or more, fewer or narrower {{widths}}, "
+                "or {over_budget} floor to run the floor anyway",
+                fields=("budget_s", "widths", "over_budget"),
+            )
+        line = est.line() + ("; running the floor alone, as asked" if not est.fits else "")
+        self.say(line)
+        return self.budget_s - (so_far - timing_elapsed_s) - est.profiles_s - est.peak_s
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+        if self.notice:
+            self.notice(line)
+
+    def finish(self) -> str:
+        """The line that says what the whole run took against the budget."""
+        took = self.clock() - self.started
+        over = "over" if took > self.budget_s else "within"
+        line = f"the whole probe took {took:.1f} s, {over} the {self.budget_s:g} s budget"
+        self.lines.append(line)
+        return line

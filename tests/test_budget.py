@@ -1,0 +1,134 @@
+"""`--budget` is the whole probe: build, warm-up, every round, the profiles and the peak, on one clock.
+
+A fake clock that only the fake steps advance: no real timing here (issue 21: `probe --budget 15` on a
+0.5B model ran 137 s with no warning before it started)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tuneproof.arch import resolve
+from tuneproof.cli.app import main
+from tuneproof.errors import TuneproofError
+from tuneproof.hardware import Peak
+from tuneproof.measure import probe as probe_mod
+from tuneproof.measure.budget import PROFILE_COST
+from tuneproof.measure.probe import ProbeSpec, prepare, run
+
+TINY = resolve("tiny")
+WIDTHS = (64, 128, 256)
+STEP_S = {64: 1.0, 128: 2.0, 256: 4.0}  # one round: 7 s on the fake clock
+BUILD_S = 10.0
+PEAK_S = 1.5
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.calls: dict[int, int] = {}
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The model, its steps, the profiler and the peak faked; each advances `clock` by its cost."""
+    fake = FakeClock()
+
+    def fake_steps(model, spec):  # type: ignore[no-untyped-def]
+        fake.now += BUILD_S
+
+        def step(w: int):  # type: ignore[no-untyped-def]
+            def go() -> int:
+                fake.calls[w] = fake.calls.get(w, 0) + 1
+                fake.now += STEP_S[w]
+                return w
+
+            return go
+
+        return {w: step(w) for w in spec.widths}
+
+    def fake_profile(step, device, path):  # type: ignore[no-untyped-def]
+        w = step()
+        fake.now += (PROFILE_COST - 1) * STEP_S[w]
+        ev = [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": w * 10.0, "pid": 1, "tid": 1},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::_scaled_dot_product_flash_attention_for_cpu",
+             "ts": w * 10.0, "dur": w * w / 10.0, "pid": 1, "tid": 1},
+        ]  # fmt: skip
+        path.write_text(json.dumps({"traceEvents": ev}))
+
+    def fake_peak(spec):  # type: ignore[no-untyped-def]
+        fake.now += PEAK_S
+        return Peak(1.0, "given", "fp32")
+
+    monkeypatch.setattr(probe_mod, "model_steps", fake_steps)
+    monkeypatch.setattr(probe_mod, "_profile", fake_profile)
+    monkeypatch.setattr(probe_mod, "probe_peak", fake_peak)
+    return fake
+
+
+def _spec(**kw: object) -> ProbeSpec:
+    base: dict[str, object] = dict(widths=WIDTHS, mode="forward", profiles=2, min_repeats=30, max_repeats=30)
+    return ProbeSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+# the floor: build 10 + warm-up 7 + 3 rounds of 7 + 2 profiles x 7 x PROFILE_COST + the peak's 1.5
+FLOOR_S = BUILD_S + 7 + 3 * 7 + 2 * 7 * PROFILE_COST + PEAK_S
+
+
+def test_a_floor_that_cannot_fit_is_refused_after_the_first_round(clock: FakeClock) -> None:
+    said: list[str] = []
+    with pytest.raises(TuneproofError) as e:
+        run(prepare(TINY, _spec(budget_s=15.0)), said.append, said.append, clock=clock)
+    assert clock.calls == {w: 2 for w in WIDTHS}  # the warm-up and the first timed step, no more
+    msg = e.value.message
+    assert f"takes about {FLOOR_S:.3g} s of the 15 s budget: it does not fit" in msg
+    assert "a budget of 102 s would" in msg  # ceil(1.25 x 81.5)
+    assert not any(s.startswith("profile") for s in said)
+
+
+def test_the_budget_covers_the_whole_run_and_the_estimate_comes_first(clock: FakeClock) -> None:
+    said: list[str] = []
+    start = clock.now
+    r = run(prepare(TINY, _spec(budget_s=150.0)), said.append, said.append, clock=clock)
+    assert clock.now - start <= 150.0  # build, warm-up, rounds, profiles and peak, all inside
+    estimate = next(i for i, s in enumerate(said) if s.startswith("estimate:"))
+    assert said[estimate - 1].startswith("round 1: timing") and said[estimate + 1].startswith("round 2")
+    assert f"takes about {FLOOR_S:.3g} s of the 150 s budget; room for about" in said[estimate]
+    assert r.timing.rounds > 3 and "budget ended" in r.timing.stopped
+    assert r.timing.notes[-2] == said[estimate]
+    assert r.timing.notes[-1] == f"the whole probe took {clock.now - start:.1f} s, within the 150 s budget"
+
+
+def test_the_floor_runs_over_the_budget_only_when_asked(clock: FakeClock) -> None:
+    said: list[str] = []
+    r = run(prepare(TINY, _spec(budget_s=15.0, over_budget="floor")), None, said.append, clock=clock)
+    assert r.timing.rounds == 3 and said[0].endswith("running the floor alone, as asked")
+    assert "over the 15 s budget" in r.timing.notes[-1]
+
+
+def test_the_command_refuses_in_one_line_with_the_budget_that_would_fit(clock: FakeClock, capsys) -> None:
+    argv = ["probe", "--widths", "64,128,256", "--mode", "forward", "--profiles", "2", "--budget", "15"]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(probe_mod, "run", _with_clock(probe_mod.run, clock))
+        code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err  # one line: the error and its hint
+    assert err[0].startswith("error: --budget 15 s cannot fit the probe's floor")
+    assert "a budget of 102 s would" in err[0] and "--over-budget floor" in err[0]
+
+
+def test_over_budget_is_checked() -> None:
+    with pytest.raises(TuneproofError, match="over_budget"):
+        _spec(over_budget="maybe")
+
+
+def _with_clock(real, clock):  # type: ignore[no-untyped-def]
+    def wrapped(plan, progress=None, notice=None, clock_=None):  # type: ignore[no-untyped-def]
+        return real(plan, progress, notice, clock=clock)
+
+    return wrapped
