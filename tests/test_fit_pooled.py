@@ -174,3 +174,10 @@ def test_fit_json_says_how_the_intervals_were_made_and_which_model(capsys) -> No
     assert main(["fit", "--points", str(DATA / "points_reference_three.csv")]) == 0
     out = capsys.readouterr().out
     assert "model: two-term model" in out and "constant term: absent" in out
+
+
+def test_undetermined_beyond_any_sensible_count_says_quieten_the_machine() -> None:
+    w, t = _points(c=0.0, noise=0.25, repeats=3, seed=4)  # 25 % noise on 3 repeats
+    fit = fit_scaling(w, np.abs(t))
+    assert fit.constant.verdict == "undetermined" and fit.constant.repeats_to_decide is None
+    assert "more than 1000 repeats per width would be needed: quieten the machine" in fit.constant.reason
