@@ -185,3 +185,51 @@ def test_a_batch_past_a_million_rows_is_refused() -> None:
     RunSpec(seq_len=8, batch=1 << 20)
     with pytest.raises(TuneproofError, match="batch"):
         RunSpec(seq_len=8, batch=(1 << 20) + 1)
+
+
+# The trial's nonsense sizes of the newer mixers, each once exit 0 (DeepSeek-V3.2 with negative FLOPs)
+# or a ZeroDivisionError traceback (MiniMax block_size, Mamba-2 chunk_size).
+NAMED_SIZES = [
+    ("deepseek_v32", {"index_topk": -1}, "index_topk is -1"),
+    ("deepseek_v32", {"index_topk": 0}, "index_topk is 0"),
+    ("deepseek_v32", {"index_n_heads": 0}, "index_n_heads is 0"),
+    ("deepseek_v32", {"kv_lora_rank": 0}, "kv_lora_rank is 0"),
+    ("mamba", {"state_size": 0}, "state_size is 0"),
+    ("recurrent_gemma", {"attention_window_size": -1}, "attention_window_size is -1"),
+    ("minimax", {"block_size": 0}, "block_size is 0"),
+    ("mamba2", {"chunk_size": 0}, "chunk_size is 0"),
+    ("kimi_linear", {"linear_attn_config": {"head_dim": 0}}, "head_dim is 0"),
+]
+
+
+@pytest.mark.parametrize("model_type,fields,fragment", NAMED_SIZES, ids=[f for *_, f in NAMED_SIZES])
+def test_sizes_known_by_their_name_are_refused(model_type: str, fields: dict, fragment: str) -> None:
+    from tiny_models import shrunk_config
+
+    config = {**shrunk_config(model_type).to_dict(), **fields}
+    with pytest.raises(TuneproofError, match=fragment):
+        resolve(config)
+
+
+def test_zero_where_it_means_off_is_accepted() -> None:
+    from tuneproof.arch.values import check_values
+
+    check_values({"sliding_window": 0, "shared_intermediate_size": 0, "max_window_layers": 0}, "config")
+    check_values({"q_lora_rank": None, "num_experts": 0, "first_k_dense_replace": 0}, "config")
+
+
+@pytest.mark.parametrize(
+    "fields,fragment",
+    [
+        (
+            {"ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 16, "moe_top_k": 20}},
+            "moe_top_k 20 is above moe_num_experts 16",
+        ),
+        ({"num_experts": 256, "num_experts_per_token": 300}, "num_experts_per_token 300 is above"),
+    ],
+)
+def test_top_k_in_dbrx_and_kimi_spellings_is_checked(fields: dict, fragment: str) -> None:
+    from tuneproof.arch.values import check_values
+
+    with pytest.raises(TuneproofError, match=fragment):
+        check_values({"hidden_size": 64, **fields}, "config")

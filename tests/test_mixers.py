@@ -5,13 +5,16 @@ published config."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tuneproof.arch import resolve
-from tuneproof.arch.mixers import DELTA_CHUNK, delta_rule_backward, delta_rule_flops
-from tuneproof.arch.shape import AttentionSpec, DeltaRule
+from tuneproof.arch.lightning import Lightning
+from tuneproof.arch.mixers import DELTA_CHUNK, delta_rule_backward, delta_rule_flops, mixer_flops
+from tuneproof.arch.shape import AttentionSpec, DeltaRule, StateSpace
 from tuneproof.attention.paths import PATHS, Rows, chunk_pieces, intended_for, performed_for
+from tuneproof.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
@@ -187,3 +190,17 @@ def test_lora_on_mamba_out_proj_is_refused_as_peft_refuses_it_and_all_linear_lea
     named = flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4, lora_targets=("in_proj",)))
     assert every.total == named.performed.total  # all-linear here is in_proj alone: out_proj is left out
     assert lora_targets(shape) == ["mixer.in_proj"]
+
+
+@pytest.mark.parametrize(
+    "core",
+    [
+        StateSpace("q", "k", "v", "attn", 4, 8, 16, 0, 64, 4),
+        Lightning("q", "k", "v", "attn", 4, 8, 0),
+    ],
+    ids=["ssd chunk 0", "lightning block 0"],
+)
+def test_a_core_with_no_chunk_refuses_in_one_line(core: Any) -> None:
+    """Once a ZeroDivisionError traceback (Mamba-2 chunk_size 0, MiniMax block_size 0)."""
+    with pytest.raises(TuneproofError, match=r"mixer with (chunk|block) 0"):
+        mixer_flops(core, 64)

@@ -274,7 +274,15 @@ def ssd_flops(ssd: StateSpace, length: int) -> tuple[float, float]:
 
 def mixer_flops(step: Core, length: int) -> tuple[float, float, float]:
     """(forward core, forward convolution, backward core) FLOPs of a mixer core on one sequence
-    whose inputs need gradients, from the core's entry in CORE_COSTS."""
+    whose inputs need gradients, from the core's entry in CORE_COSTS. A core whose chunk, block or
+    state is not positive is refused (the costs divide by the first two)."""
+    for name in ("chunk", "block", "state"):
+        value = getattr(step, name, 1)
+        if not isinstance(value, int) or value < 1:
+            raise TuneproofError(
+                f"{type(step).__name__} mixer with {name} {value!r}",
+                "fix the config field it comes from: it must be a positive integer",
+            )
     return CORE_COSTS[type(step)](step, length)
 
 

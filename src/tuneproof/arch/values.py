@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
@@ -54,11 +55,27 @@ LISTS = {
     "moe_intermediate_size": "Ernie4_5_VLMoeTextConfig (text and vision experts)",
     "moe_topk": "HunYuanMoEV1Config (one per layer)",
 }
+# Every other size, recognised by its name: an int field named like these must be >= 1 unless null.
+# Published configs that set one (each a positive integer there): DeepSeek-V3.2 and GLM-MoE-DSA
+# `index_topk`, `index_n_heads`, `index_head_dim`; MLA `kv_lora_rank`, `qk_rope_head_dim`; Mamba
+# `state_size`, `time_step_rank`; Mamba-2 `chunk_size`; MiniMax `block_size`; RecurrentGemma
+# `attention_window_size`, `lru_width`, `conv1d_width`; Kimi-Linear `linear_attn_config.head_dim`.
+SIZE_NAMES = re.compile(r"(_size|_dim|_heads|_rank|topk|_width|window)$")
+# Sized-like fields where 0 means "off", each with the config that writes it so (checked on every
+# published config in tests/data/configs and every family's default config).
+ZERO_MEANS_OFF = {
+    "sliding_window": "Qwen2-MoE's save_pretrained (no window)",
+    "shared_intermediate_size": "MiniMax-M2 (no shared expert)",
+    "max_window_layers": "Qwen2 (a layer count: 0 = every layer sliding)",
+}
+# Sub-dicts that hold the text model's sizes (checked as part of their level).
+NESTED = {"ffn_config": "DBRX", "attn_config": "DBRX", "linear_attn_config": "Kimi-Linear"}
 # Grouped-query attention: each key/value head serves num_attention_heads / kv query heads.
 KV_HEADS = ("num_key_value_heads", "num_global_key_value_heads")  # Gemma 4's full-attention layers
 # Experts each token is routed to, and the experts there are (every pair a config sets is checked).
-TOP_K = ("num_experts_per_tok", "top_k_experts", "moe_topk")
-EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
+# (DBRX: ffn_config.moe_top_k of moe_num_experts; Kimi-Linear: num_experts_per_token).
+TOP_K = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_top_k")
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 # The layer count under the names transformers' attribute_map gives it (GPT-2 and Bloom: n_layer,
 # MPT: n_layers, GPT-Neo: num_layers).
 LAYERS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
@@ -79,13 +96,43 @@ def check_values(data: Mapping[str, Any], where: str) -> None:
             raise TuneproofError(
                 f"{where}: {key} is {value}", "fix that field: a config holds finite numbers"
             )
-    for key in POSITIVE_INTS:
-        if key in data:
-            _check_size(key, data[key], where)
+    for level, fields in _levels(data, where):
+        for key in POSITIVE_INTS:
+            if key in fields:
+                _check_size(key, fields[key], level)
+        _check_named_sizes(fields, level)
+    data = _flattened(data)
     _check_heads(data, where)
     _check_linear_heads(data, where)
     _check_top_k(data, where)
     _check_bounds(data, where)
+
+
+def _levels(data: Mapping[str, Any], where: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The level itself and each of its `NESTED` sub-dicts, with the name each is reported under."""
+    subs = [(f"{where} {key}", data[key]) for key in NESTED if isinstance(data.get(key), Mapping)]
+    return [(where, data), *subs]
+
+
+def _flattened(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The level's fields with its `NESTED` sub-dicts' fields added under their own names (a name the
+    level sets itself wins)."""
+    out: dict[str, Any] = {}
+    for key in NESTED:
+        if isinstance(sub := data.get(key), Mapping):
+            out.update(sub)
+    out.update(data)
+    return out
+
+
+def _check_named_sizes(data: Mapping[str, Any], where: str) -> None:
+    """`SIZE_NAMES` fields not in `POSITIVE_INTS`: an int there is >= 1 (0 where `ZERO_MEANS_OFF`)."""
+    for key, value in data.items():
+        if key in POSITIVE_INTS or not isinstance(value, int) or isinstance(value, bool):
+            continue
+        if not SIZE_NAMES.search(key) or value >= 1 or (value == 0 and key in ZERO_MEANS_OFF):
+            continue
+        raise TuneproofError(f"{where}: {key} is {value!r}", "fix that field: it must be a positive integer")
 
 
 def config_fields(config: Any) -> dict[str, Any]:
@@ -99,6 +146,11 @@ def config_fields(config: Any) -> dict[str, Any]:
             continue
         except Exception:  # Gemma 4: a per-layer field read globally raises; its layers are checked
             continue  # by the family reader
+    own = vars(config) if hasattr(config, "__dict__") else {}
+    out.update({k: v for k, v in own.items() if k not in out and SIZE_NAMES.search(k)})
+    for key in NESTED:  # DBRX's sub-configs are config objects
+        sub = own.get(key)
+        out[key] = sub.to_dict() if hasattr(sub, "to_dict") else sub
     return out
 
 
