@@ -65,3 +65,15 @@ def test_explainer_names_the_routed_attention_projections() -> None:
     shape = resolve(shrunk_config("jetmoe")).shape
     notes = explain(shape, Context(attn="sdpa", seq_len=64, batch=1), live=False).notes
     assert any("JetMoeParallelExperts" in n for n in notes)
+
+
+def test_transformers_default_jetmoe_config_is_read() -> None:
+    """transformers' own JetMoeConfig (hidden 2048, 16 kv heads x 128 kv_channels) makes the routed
+    query and output projections both 2048 x 2048: once refused as "not a routed query, a routed
+    output, a router and a kv projection" because the roles were told apart by shape."""
+    from transformers import JetMoeConfig
+
+    defaults = {**JetMoeConfig().to_dict(), "num_hidden_layers": 4}  # the trial's jetmoe_def.json
+    steps = {s.component: s for s in resolve(defaults).shape.layers[0].steps if isinstance(s, Linear)}
+    assert "input_linear" in steps["q_proj"].name and "output_linear" in steps["o_proj"].name
+    assert steps["q_proj"].out_features == steps["o_proj"].in_features == 2048

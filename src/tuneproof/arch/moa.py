@@ -31,6 +31,10 @@ MOA_MIXERS = frozenset({"JetMoeAttention"})
 # class name. Source: JetMoeParallelExperts.__init__ / forward.
 EXPERTS_OUT_IN = frozenset({"JetMoeParallelExperts"})
 
+# The routed projections' names in JetMoeMoA.__init__ (`input_linear`: queries, `output_linear`: the
+# output). transformers' default JetMoeConfig (hidden 2048, 16 kv heads of 128) makes both 2048 x 2048.
+EXPERT_ROLES = {"q": "input_linear", "o": "output_linear"}
+
 MOA_NOTE = (
     "{count} layers are JetMoE mixture-of-attention layers (JetMoeAttention): the query and output "
     "projections are routed experts (JetMoeParallelExperts, a torch loop of F.linear per expert on its "
@@ -53,8 +57,8 @@ def moa_steps(units: list[Unit], hidden: int, top_k: int, core: list[Step]) -> l
     routed output projection, and the gates from the router scaling it into "mid"."""
     by_role: dict[str, Unit] = {}
     for u in units:
-        if u.kind == "experts":
-            by_role["o" if u.out_features == hidden else "q"] = u
+        if u.kind == "experts":  # by name: with kv heads x kv_channels == hidden both are square
+            by_role["o" if EXPERT_ROLES["o"] in u.name else "q"] = u
         elif u.out_features == u.num_experts or "router" in u.name:
             by_role["router"] = u
         else:
