@@ -171,10 +171,16 @@ class _Collector:
     def add(self, items: list[Any]) -> None:
         """Check and keep or drop each of `items`, the next events in trace order."""
         cats, keep_cpu = self.cats, not self.device
-        for e in items:
-            i = self.count
-            self.count += 1
-            if not check_event(i, e):
+        start = self.count
+        self.count += len(items)
+        for i, e in enumerate(items, start):
+            if type(e) is not dict or e.get("ph") != "X" or "dur" not in e:
+                continue
+            ts: Any = e.get("ts")
+            dur: Any = e["dur"]
+            # finite, non-negative numbers and a str name; anything else goes to check_event's full test
+            fast = type(ts) in _NUMBER and type(dur) in _NUMBER and type(e.get("name")) is str
+            if not (fast and ts - ts == 0 and dur - dur == 0 and dur >= 0) and not check_event(i, e):
                 continue
             raw = e.get("cat")
             cat = cats.get(raw) if isinstance(raw, str) else None
