@@ -8,8 +8,6 @@ and the table says so. Durations in a Chrome trace are microseconds; the table r
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import re
 from collections import defaultdict
@@ -164,25 +162,11 @@ def run(plan: KernelsPlan, progress: Any = None) -> KernelTable:
 
 
 def load_trace(path: str | Path) -> dict[str, Any]:
-    """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a dict with `traceEvents`."""
-    import zlib
+    """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a dict with `traceEvents`:
+    streamed, keeping only the events the table reads and the top-level metadata (trace_read)."""
+    from tuneproof.measure.trace_read import read_trace
 
-    p = input_file(path, "trace", "pass a profiler Chrome trace (.json or .json.gz)")
-    try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise TuneproofError(
-            f"trace {p} is not a readable JSON trace: {type(e).__name__}: {str(e)[:120]}",
-            "pass the file export_chrome_trace or the tensorboard handler wrote",
-        ) from None
-    if isinstance(data, list):
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TuneproofError(f"trace {p} has no traceEvents list", "pass a PyTorch profiler Chrome trace")
-    return data
+    return read_trace(input_file(path, "trace", "pass a profiler Chrome trace (.json or .json.gz)"))
 
 
 def _timed_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
