@@ -42,6 +42,7 @@ class Estimate:
     profiles_s: float
     peak_s: float
     budget_s: float
+    max_rounds: int = 10_000
 
     @property
     def floor_s(self) -> float:
@@ -62,8 +63,10 @@ class Estimate:
             f"building and warm-up) takes about {self.floor_s:.3g} s of the {self.budget_s:g} s budget"
         )
         if self.fits:
-            rounds = 1 + int((self.budget_s - self.floor_s) // self.round_s) + self.floor_rounds - 1
-            return f"{head}; room for about {rounds} rounds in all"
+            spare = (self.budget_s - self.floor_s) // self.round_s if self.round_s else self.max_rounds
+            rounds = min(self.floor_rounds + int(spare), self.max_rounds)
+            most = " (the most allowed)" if rounds == self.max_rounds else ""
+            return f"{head}; room for about {rounds} rounds in all{most}"
         return f"{head}: it does not fit; a budget of {self.would_fit_s} s would"
 
 
@@ -77,6 +80,7 @@ class WholeBudget:
     started: float
     profiles: int
     over_budget: str = "refuse"
+    max_rounds: int = 10_000
     peak_s: float = PEAK_SECONDS * PEAK_SIZES
     notice: Callable[[str], None] | None = None
     estimate: Estimate | None = None
@@ -91,8 +95,9 @@ class WholeBudget:
         round_s = sum(first.values())
         so_far = self.clock() - self.started
         est = Estimate(
-            so_far, round_s, MIN_ROUNDS, self.profiles * round_s * PROFILE_COST, self.peak_s, self.budget_s
-        )
+            so_far, round_s, MIN_ROUNDS, self.profiles * round_s * PROFILE_COST, self.peak_s, self.budget_s,
+            self.max_rounds,
+        )  # fmt: skip
         self.estimate = est
         if not est.fits and self.over_budget == "refuse":
             raise TuneproofError(

@@ -196,7 +196,9 @@ def run(
 
     model, spec, out = plan.model, plan.spec, plan.out
     clock = clock or default_clock
-    budget = WholeBudget(spec.budget_s, clock, clock(), spec.profiles, spec.over_budget, notice=notice)
+    budget = WholeBudget(
+        spec.budget_s, clock, clock(), spec.profiles, spec.over_budget, spec.max_repeats, notice=notice
+    )
     steps, timing = time_widths(model, spec, progress, budget=budget)
     with tempfile.TemporaryDirectory() as tmp:
         keep = Path(tmp) / "trace.json"
