@@ -66,7 +66,11 @@ class Estimate:
             spare = (self.budget_s - self.floor_s) // self.round_s if self.round_s else self.max_rounds
             rounds = min(self.floor_rounds + int(spare), self.max_rounds)
             most = " (the most allowed)" if rounds == self.max_rounds else ""
-            return f"{head}; room for about {rounds} rounds in all{most}"
+            whole = self.floor_s + (rounds - self.floor_rounds) * self.round_s
+            return (
+                f"{head}; room for about {rounds} rounds in all{most}: the whole probe about "
+                f"{whole:.3g} s at most (less if the medians are tight sooner)"
+            )
         return f"{head}: it does not fit; a budget of {self.would_fit_s} s would"
 
 
