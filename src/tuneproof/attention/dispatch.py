@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tuneproof import validate
-from tuneproof.arch.shape import AttentionSpec, ModelShape
+from tuneproof.arch.shape import Attention, AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
 from tuneproof.attention.live import LIVE_LEN as LIVE_LEN
 from tuneproof.attention.live import device_present, version_notes
@@ -127,6 +127,9 @@ class LayerExplanation:
     refused: dict[str, str]
     kernel: str
     source: str  # "live" | "predicted"
+    # attention calls in these layers: 2 per layer for LongCat-Flash's two attention sub-layers and
+    # DiffLlama's differential pair, else num_layers
+    attention_calls: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -295,6 +298,7 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
                 refused,
                 kernel,
                 source,
+                sum(isinstance(s, Attention) for i in idxs for s in shape.layers[i].steps),
             )
         )
     from tuneproof.attention.mixer_notes import mixer_notes

@@ -5,7 +5,9 @@ mixture-of-attention heads, ZAYA's CCA convolutions and sparse-attention indexer
 
 from __future__ import annotations
 
-from tuneproof.arch.shape import ModelShape
+from collections import Counter
+
+from tuneproof.arch.shape import LayerShape, ModelShape
 
 
 def mixer_notes(shape: ModelShape, is_packed: bool) -> list[str]:
@@ -68,12 +70,20 @@ def linear_attention_notes(shape: ModelShape, is_packed: bool) -> list[str]:
     return notes + ssd_notes(shape, is_packed)
 
 
-def repeated_call_notes(shape: ModelShape) -> list[str]:
-    """Layers that call the attention interface more than once on the same q and k (DiffLlama's
-    differential attention, `tuneproof.arch.mixers.ATTENTION_CALLS`)."""
+def repeated_calls(layer: LayerShape) -> int:
+    """The mixer's own attention calls on one q and k (`tuneproof.arch.mixers.ATTENTION_CALLS`:
+    `MixerKind.core_steps` writes that many Attention steps reading the same q and k). Attention
+    sub-layers (LongCat-Flash, `tuneproof.arch.sublayers`) each read their own q and k: one call each."""
     from tuneproof.arch.shape import Attention
 
-    calls = [sum(isinstance(s, Attention) for s in layer.steps) for layer in shape.layers]
+    on_qk = Counter((s.q, s.k) for s in layer.steps if isinstance(s, Attention))
+    return max(on_qk.values(), default=0)
+
+
+def repeated_call_notes(shape: ModelShape) -> list[str]:
+    """Layers whose mixer calls the attention interface more than once on the same q and k
+    (DiffLlama's differential attention, `tuneproof.arch.mixers.ATTENTION_CALLS`)."""
+    calls = [repeated_calls(layer) for layer in shape.layers]
     if max(calls, default=0) < 2:
         return []
     return [

@@ -8,7 +8,13 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tuneproof.attention.adjudicate import Adjudication
-    from tuneproof.attention.dispatch import Explanation
+    from tuneproof.attention.dispatch import Explanation, LayerExplanation
+
+
+def _calls(x: LayerExplanation) -> str:
+    """ ", 56 attention calls" where the layers call attention more than once each (LongCat-Flash's
+    two attention sub-layers, DiffLlama's differential pair)."""
+    return f", {x.attention_calls} attention calls" if x.attention_calls > x.num_layers else ""
 
 
 def render_explanation(result: Explanation, console: Console) -> None:
@@ -24,7 +30,7 @@ def render_explanation(result: Explanation, console: Console) -> None:
     )
     for x in result.layers:
         console.print(
-            f"\n[bold]{x.layer_type} layers[/bold] ({x.num_layers}): head_dim {x.head_dim}, "
+            f"\n[bold]{x.layer_type} layers[/bold] ({x.num_layers}{_calls(x)}): head_dim {x.head_dim}, "
             f"{x.num_heads} heads / {x.num_kv_heads} kv heads ({x.source})"
         )
         console.print(
