@@ -78,3 +78,11 @@ def test_explainer_counts_two_attention_calls_per_layer_and_no_differential_atte
     result = explain(shape, Context(attn="sdpa", seq_len=64, batch=1), live=False)
     assert not any("differential" in n for n in result.notes)
     assert [(x.num_layers, x.attention_calls) for x in result.layers] == [(3, 6)]
+
+
+def test_num_layers_alone_gives_no_default_layer_count_warning() -> None:
+    """LongCat-Flash's checkpoint sets num_layers (num_hidden_layers is derived, 2 x num_layers): once
+    warned "num_hidden_layers not in the config: transformers' default 56 is used"."""
+    resolved = resolve({"model_type": "longcat_flash", **SIZES, "num_layers": 3, "n_routed_experts": 4})
+    assert resolved.shape.num_layers == 3
+    assert not any("num_hidden_layers" in n for n in resolved.notes)

@@ -274,9 +274,15 @@ def _known(model_type: str) -> bool:
 
 
 def _aliased(model_type: str, text_type: object, field: str, text: dict[str, Any]) -> bool:
+    """The config sets `field` under another name: its class's attribute_map, or the field the layer
+    count is derived from (LongCat-Flash: num_hidden_layers = 2 x num_layers, `LAYER_COUNT_FIELDS`)."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    from tuneproof.arch.sublayers import LAYER_COUNT_FIELDS
+
     for t in (str(text_type), model_type):
+        if field == "num_hidden_layers" and LAYER_COUNT_FIELDS.get(t) in text:
+            return True
         try:
             alias = getattr(CONFIG_MAPPING[t], "attribute_map", {}).get(field)
         except KeyError:
