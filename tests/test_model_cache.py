@@ -182,3 +182,40 @@ def test_a_warm_command_imports_neither_torch_nor_transformers(cache_folder: Pat
     assert {"torch", "transformers"} <= set(cold["loaded"])
     assert warm["loaded"] == []
     assert warm["report"] == cold["report"]
+
+
+_WARM_FAMILIES = """
+import json, sys
+from tuneproof.arch import resolve
+from tuneproof.flops import RunSpec, flop_report
+hits = {}
+for path in sys.argv[1:]:
+    model = resolve(path)
+    flop_report(model.shape, RunSpec(seq_len=64, mode="full"))
+    hits[path] = model._config is None
+loaded = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+print(json.dumps({"hits": hits, "loaded": loaded}))
+"""
+# Families whose mixer core is defined outside shape.py: their entries were once refused on every
+# read (the loader allowed shape.py's dataclasses only), so each run took the cold path again.
+CORE_FAMILIES = (
+    "mamba", "falcon_mamba", "jamba", "rwkv", "lfm2", "minimax", "kimi_linear", "recurrent_gemma",
+)  # fmt: skip
+
+
+def test_families_with_their_own_mixer_cores_hit_warm(cache_folder: Path, tmp_path: Path) -> None:
+    from tiny_models import shrunk_config
+
+    paths = []
+    for model_type in CORE_FAMILIES:
+        path = tmp_path / f"{model_type}.json"
+        path.write_text(json.dumps(shrunk_config(model_type).to_dict()))
+        assert resolve(path)._config is not None  # cold: writes the entry
+        paths.append(str(path))
+    env = {**os.environ, "TUNEPROOF_CACHE": str(cache_folder)}
+    run = subprocess.run(
+        [sys.executable, "-c", _WARM_FAMILIES, *paths], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    warm = json.loads(run.stdout)
+    assert warm["hits"] == dict.fromkeys(paths, True) and warm["loaded"] == []

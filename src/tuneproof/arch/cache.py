@@ -23,10 +23,11 @@ renamed. `TUNEPROOF_NO_CACHE=1` turns reading and writing off. The cache only ev
 entry that is missing, unreadable, damaged or not what its name says is ignored (and rewritten by the
 cold path), and a folder that cannot be written leaves the command as it was, never an error.
 
-Format: pickle, with a loader that builds only the dataclasses of `tuneproof.arch.shape` (and
-plain values) and refuses every other global, so an entry cannot run code when read (Python's
-"restricting globals"). JSON would need a reader per dataclass kept in step with shape.py; pickle
-follows shape.py as it changes (the source digest is in the key) and keeps identical layers shared.
+Format: pickle, with a loader that builds only the dataclasses of `tuneproof.arch.shape`, the mixer
+cores `tuneproof.arch.mixers.CORE_COSTS` costs (and plain values) and refuses every other global, so
+an entry cannot run code when read (Python's "restricting globals"). JSON would need a reader per
+dataclass kept in step with shape.py; pickle follows shape.py as it changes (the source digest is in
+the key) and keeps identical layers shared.
 """
 
 from __future__ import annotations
@@ -135,10 +136,23 @@ def store(key: str, entry: Entry) -> None:
         return
 
 
+@functools.cache
+def _mixer_cores() -> dict[tuple[str, str], type]:
+    """The Core subclasses defined outside shape.py (SelectiveScan, Lightning, RgLru, Wkv, ShortConv,
+    KimiDelta, MLstm, CcaConv, ...): every type `tuneproof.arch.mixers.CORE_COSTS` costs, by module and
+    name. Without them an entry of a Mamba, RWKV, LFM2, MiniMax, Kimi-Linear or RecurrentGemma shape
+    was refused on every read, so those families never hit."""
+    from tuneproof.arch.mixers import CORE_COSTS
+
+    return {(t.__module__, t.__qualname__): t for t in CORE_COSTS if is_dataclass(t)}
+
+
 class _ShapeUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module == _shape.__name__ and name in _ALLOWED:
             return _ALLOWED[name]
+        if (core := _mixer_cores().get((module, name))) is not None:
+            return core
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a model shape")
 
 
