@@ -452,9 +452,9 @@ def test_files_kept_by_the_probe(tmp_path: Path) -> None:
     lines = Path(files["kernels"]).read_text().splitlines()
     assert lines[0] == "width,profile," + ",".join(f"{c}_ms" for c in PROFILE_COLUMNS)
     assert lines[1:] == [
-        "64,0," + ",".join(["1.5"] * 6),
-        "128,0," + ",".join(["1.5"] * 6),
-        "128,1," + ",".join(["1.5"] * 6),
+        "64,0," + ",".join(["1.5"] * len(PROFILE_COLUMNS)),
+        "128,0," + ",".join(["1.5"] * len(PROFILE_COLUMNS)),
+        "128,1," + ",".join(["1.5"] * len(PROFILE_COLUMNS)),
     ]
     import gzip
 
@@ -775,6 +775,7 @@ def test_cross_check_values_are_exact_on_noiseless_measurements() -> None:
         "quad_share_kernels": 0.9 * B * 1e3 * at * at / total,
         "quadratic_attention": 0.9 * B * 1e3 * at * at / total,
         "quadratic_gemm": 0.0,
+        "quadratic_grouped_gemm": 0.0,
         "quadratic_communication": 0.0,
         "quadratic_memory": 0.0,
         "quadratic_other": 0.0,

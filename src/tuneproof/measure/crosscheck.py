@@ -5,7 +5,10 @@ width, at the profiled width w*:
 - the timer: the fit of the timed steps, B*w*^2 / t(w*);
 - the profiler: the same fit of the profiled time at every width (kernels plus the idle gaps between
   them, so that host overhead counts on both sides; per width, the median of the profiles),
-  b*w*^2 / T(w*).
+  b*w*^2 / T(w*). T is summed kernel time plus idle time (`PROFILE_BASIS`): on one stream that is the
+  wall time from the first kernel's start to the last one's end; with overlapping streams it exceeds
+  the wall time by the overlap, and the class shares stay shares of summed kernel time
+  (tuneproof.measure.timeline gives the wall-time view).
 They share no assumption but the model (both carry a constant term when the step fit does). The
 verdict is on their gap. The profiler then attributes the quadratic share: every kernel class is
 fitted the same way, with the same weights, so the classes' quadratic parts add up to the profiler's
@@ -40,6 +43,9 @@ from tuneproof.verdict import OK, Verdict
 # measurements agreed to 2.6 points; 5 points leaves room for the profiler's own overhead without
 # hiding a real disagreement.
 TOLERANCE_POINTS = 5.0
+# what the profiler's shares are of (KernelTable.ms per class is summed kernel time, idle_ms the window
+# minus the union of the kernels): the same as wall time on one stream
+PROFILE_BASIS = "summed kernel time plus idle gaps (wall time on one stream)"
 MIN_PROFILES = 2
 MIN_REPEATS = 6  # a 95 % interval of a median needs 6 values (tuneproof.measure.robust)
 
@@ -147,6 +153,7 @@ class CrossCheck:
     def to_dict(self) -> dict[str, Any]:
         return {
             "width": self.width,
+            "profiled_time_basis": PROFILE_BASIS,
             **self.values,
             "intervals": {k: list(ci) for k, ci in self.intervals.items()} if self.intervals else None,
             "gap_points": self.verdict.gap,

@@ -18,46 +18,16 @@ from typing import Any
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
 from tuneproof.io import input_file
+from tuneproof.measure.kernel_classes import CLASSES, RULES, UNCLASSIFIED_FLOOR, classify, rule_of
+from tuneproof.measure.timeline import RankSkew, Timeline, rank_skew, spans_of, sweep
 from tuneproof.verdict import Unjudged
 
-CLASSES = ("attention", "gemm", "communication", "memory", "other")
-# what a profile's time splits into: the busy classes and the idle gaps between them
+# what a profile's time splits into: the busy classes (summed kernel time) and the idle gaps between them
 PROFILE_COLUMNS = (*CLASSES, "idle")
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-
-# (class, pattern) on the lower-cased name; first match wins. Attention comes before GEMM because
-# attention kernels are CUTLASS/cuDNN kernels too; communication before memory because NCCL kernels
-# copy.
-RULES: tuple[tuple[str, str], ...] = (
-    ("attention", r"flash_fwd|flash_bwd|flash::|flashattn|flash_attn"),  # FlashAttention 2/3 (and SDPA flash)
-    ("attention", r"fmha"),  # memory-efficient SDPA (fmha_cutlassF/B_*), cuDNN/CUTLASS fmha
-    ("attention", r"cudnn.*sdpa|sdpa.*cudnn|cudnn_generated_fort_native_sdpa"),  # cuDNN SDPA
-    ("attention", r"flex_attention"),  # flex: triton_tem_fused_flex_attention*, CPU flex HOP
-    (
-        "attention",
-        r"scaled_dot_product|_efficient_attention|_flash_attention|attention_for_cpu",
-    ),  # aten SDPA ops
-    ("communication", r"nccl|c10d::|allreduce|all_reduce|allgather|all_gather|reduce_scatter|alltoall"),
-    ("memory", r"memcpy|memset|aten::copy_|aten::_to_copy|aten::fill_|aten::zero_|aten::clone|contiguous"),
-    ("gemm", r"grouped_mm|grouped_gemm|moe_gemm"),  # MoE grouped GEMMs
-    (
-        "gemm",
-        r"nvjet|sm\d+_xmma|xmma_gemm|gemm|gemv|cublas|cutlass|s\d+gemm|tensorop",
-    ),  # cuBLAS/CUTLASS kernels
-    ("gemm", r"triton_tem_fused_(mm|addmm|bmm)"),  # inductor GEMM templates
-    ("gemm", r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|dot)$"),  # CPU operator rows
-)
-_COMPILED = tuple((cls, re.compile(p)) for cls, p in RULES)
+__all__ = ["CLASSES", "PROFILE_COLUMNS", "RULES", "KernelTable", "classify", "kernel_table", "rank_skew"]
 # "sm80", "sm_90a", "sm120" and CUTLASS 2.x's "cutlass_80_" all name the architecture a kernel was built for
 ARCH_TAG = re.compile(r"(?:^|[^a-z0-9])(?:sm_?|cutlass_)(\d{2,3})[a-z]?(?:[^0-9]|$)")
-
-
-def classify(name: str) -> str:
-    n = name.lower()
-    for cls, pattern in _COMPILED:
-        if pattern.search(n):
-            return cls
-    return "other"
 
 
 def arch_tag(name: str) -> tuple[int, int] | None:
@@ -98,9 +68,15 @@ class ArchMismatch:
 
 @dataclass(slots=True)
 class KernelTable(Unjudged):
-    """Busy time per class (shares are of busy time), and the idle time between the first start and the
-    last end that no kernel (or CPU operator) covers: on a device, launch- or host-bound gaps; on the
-    CPU, Python and dispatch overhead between operators."""
+    """Kernel time per class and, on a device, the overlap-aware timeline.
+
+    `ms` per class is summed kernel time (every kernel's duration added up); `share(c)` is of summed
+    kernel time. With several streams the summed time exceeds the window (first start to last end), so
+    the wall-time view is separate: `timeline` (per-stream and union busy time, the window, overlap) and
+    `wall_share(c)`, the time at least one kernel of the class runs over the window. `idle_ms` is the
+    window minus the union busy time: on a device, launch- or host-bound gaps; on the CPU (source
+    cpu_ops, self times of operator rows, no timeline), Python and dispatch overhead between operators.
+    `unclassified`: names no rule in kernel_classes.RULES matched, above 1 % of summed kernel time."""
 
     source: str  # "device" | "cpu_ops"
     ms: dict[str, float]
@@ -108,23 +84,52 @@ class KernelTable(Unjudged):
     arch_mismatch: list[ArchMismatch] = field(default_factory=list)
     device: dict[str, Any] | None = None
     idle_ms: float = 0.0
+    timeline: Timeline | None = None
+    unclassified: list[tuple[str, float, int]] = field(default_factory=list)  # (name, ms, calls)
+    rank: str | None = None
 
     @property
     def total_ms(self) -> float:
+        """Summed kernel (or CPU self) time."""
         return sum(self.ms.values())
 
     def share(self, cls: str) -> float:
+        """Share of summed kernel time."""
         return self.ms.get(cls, 0.0) / self.total_ms if self.total_ms else 0.0
 
+    def wall_share(self, cls: str) -> float | None:
+        """Time at least one kernel of `cls` runs, over the window; None without a timeline."""
+        tl = self.timeline
+        if tl is None or not tl.window_ms:
+            return None
+        return tl.class_wall_ms.get(cls, 0.0) / tl.window_ms
+
     def to_dict(self) -> dict[str, Any]:
+        tl = self.timeline
+        classes = {
+            c: {
+                "ms": self.ms.get(c, 0.0),
+                "share": self.share(c),
+                "wall_ms": tl.class_wall_ms.get(c, 0.0) if tl else None,
+                "share_of_window": self.wall_share(c),
+            }
+            for c in CLASSES
+        }
         return {
             "source": self.source,
+            "rank": self.rank,
             "total_ms": self.total_ms,
-            "classes": {c: {"ms": self.ms.get(c, 0.0), "share": self.share(c)} for c in CLASSES},
+            "shares": "ms and share: summed kernel time; wall_ms and share_of_window: wall time",
+            "classes": classes,
             "top": {
                 c: [{"name": n, "ms": ms, "calls": k} for n, ms, k in rows] for c, rows in self.top.items()
             },
+            "unclassified": [
+                {"name": n, "ms": ms, "calls": k, "share_of_summed": ms / self.total_ms}
+                for n, ms, k in self.unclassified
+            ],
             "idle_ms": self.idle_ms,
+            "timeline": tl.to_dict() if tl else None,
             "arch_mismatch": [m.to_dict() for m in self.arch_mismatch],
             "device": self.device,
         }
@@ -133,6 +138,32 @@ class KernelTable(Unjudged):
         from tuneproof.measure.render import render_kernels
 
         render_kernels(self, console)
+
+
+@dataclass(slots=True)
+class RankTables(Unjudged):
+    """One kernel table per rank (one trace file each) and the skew of their union busy time."""
+
+    tables: list[KernelTable]
+    skew: RankSkew | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ranks": [t.to_dict() for t in self.tables],
+            "skew": self.skew.to_dict() if self.skew else None,
+        }
+
+    def render(self, console: Any) -> None:
+        from tuneproof.measure.render import render_ranks
+
+        render_ranks(self, console)
+
+
+def rank_tables(tables: list[KernelTable]) -> RankTables:
+    """Per-rank tables and their skew (union busy time; ranks without a timeline are left out of it)."""
+    timed = [t for t in tables if t.timeline is not None]
+    labels = [t.rank or str(i) for i, t in enumerate(timed)]
+    return RankTables(tables, rank_skew(labels, [t.timeline for t in timed if t.timeline is not None]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +223,7 @@ def _timed_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-INHERITED = ("attention", "gemm", "communication")
+INHERITED = ("attention", "gemm", "grouped_gemm", "communication")
 
 
 def _self_times(events: list[dict[str, Any]]) -> list[tuple[str, str, float]]:
@@ -242,12 +273,20 @@ def kernel_table(trace: dict[str, Any], top_n: int = 5) -> KernelTable:
     return _table(trace, top_n)
 
 
-def _table(trace: dict[str, Any], top_n: int) -> KernelTable:
-    events = _timed_events(trace)
+def _table(
+    trace: dict[str, Any] | list[dict[str, Any]], top_n: int, meta: dict[str, Any] | None = None
+) -> KernelTable:
+    """The table of one rank: from a loaded trace dict, or from its events and the trace's other
+    top-level keys (`meta`: deviceProperties, distributedInfo, ...)."""
+    if isinstance(trace, dict):
+        events, meta = _timed_events(trace), trace
+    else:
+        events, meta = _timed_events({"traceEvents": trace}), meta or {}
     device_rows = [e for e in events if str(e.get("cat", "")).lower() in DEVICE_CATS]
+    names: dict[str, str] = {}
     if device_rows:
         source = "device"
-        rows = [(e["name"], classify(e["name"]), float(e["dur"])) for e in device_rows]
+        rows = [(e["name"], _cached(names, e["name"]), float(e["dur"])) for e in device_rows]
     else:
         cpu = [e for e in events if str(e.get("cat", "")).lower() == "cpu_op"]
         source, rows = "cpu_ops", _self_times(cpu)
@@ -256,6 +295,36 @@ def _table(trace: dict[str, Any], top_n: int) -> KernelTable:
             "trace has no kernel or CPU operator events",
             "profile a step with torch.profiler (activities CPU and CUDA) and export it",
         )
+    ms, top, unclassified = _sums(rows, top_n)
+    if source == "device":
+        timeline = sweep(spans_of(device_rows, [cls for _, cls, _ in rows]))
+        table = KernelTable(source, ms, top, idle_ms=timeline.idle_ms, timeline=timeline)
+    else:
+        table = KernelTable(source, ms, top, idle_ms=_idle_ms(cpu))
+    table.unclassified = unclassified
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        table.rank = str(info["rank"])
+    props = meta.get("deviceProperties")
+    if source == "device" and isinstance(props, list) and props and isinstance(props[0], dict):
+        dev = props[0]
+        table.device = {k: dev.get(k) for k in ("name", "computeMajor", "computeMinor") if k in dev}
+        table.arch_mismatch = _mismatches([(n, us) for n, _, us in rows], dev, table.total_ms)
+    return table
+
+
+def _cached(cache: dict[str, str], name: str) -> str:
+    cls = cache.get(name)
+    if cls is None:
+        cls = cache[name] = classify(name)
+    return cls
+
+
+def _sums(
+    rows: list[tuple[str, str, float]], top_n: int
+) -> tuple[dict[str, float], dict[str, list[tuple[str, float, int]]], list[tuple[str, float, int]]]:
+    """Summed ms per class, the top kernels per class, and the names no rule matched above
+    UNCLASSIFIED_FLOOR of summed time (largest first)."""
     ms: dict[str, float] = defaultdict(float)
     per_name: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     for name, cls, us in rows:
@@ -263,22 +332,15 @@ def _table(trace: dict[str, Any], top_n: int) -> KernelTable:
         acc = per_name[(cls, name)]
         acc[0] += us / 1e3
         acc[1] += 1
+    total = sum(ms.values())
     top: dict[str, list[tuple[str, float, int]]] = {}
+    unclassified: list[tuple[str, float, int]] = []
     for (cls, name), (t, k) in sorted(per_name.items(), key=lambda kv: -kv[1][0]):
         if len(top.setdefault(cls, [])) < top_n:
             top[cls].append((name, t, int(k)))
-    timed = (
-        device_rows
-        if source == "device"
-        else [e for e in events if str(e.get("cat", "")).lower() == "cpu_op"]
-    )
-    table = KernelTable(source, dict(ms), top, idle_ms=_idle_ms(timed))
-    props = trace.get("deviceProperties")
-    if source == "device" and isinstance(props, list) and props and isinstance(props[0], dict):
-        dev = props[0]
-        table.device = {k: dev.get(k) for k in ("name", "computeMajor", "computeMinor") if k in dev}
-        table.arch_mismatch = _mismatches([(n, us) for n, _, us in rows], dev, table.total_ms)
-    return table
+        if cls == "other" and total and t / total > UNCLASSIFIED_FLOOR and rule_of(name) is None:
+            unclassified.append((name, t, int(k)))
+    return dict(ms), top, unclassified
 
 
 def _mismatches(rows: list[tuple[str, float]], dev: dict[str, Any], total_ms: float) -> list[ArchMismatch]:

@@ -13,9 +13,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tuneproof.measure.fit import ScalingFit
-    from tuneproof.measure.kernels import KernelTable
+    from tuneproof.measure.kernels import KernelTable, RankTables
     from tuneproof.measure.peak import MeasuredPeak
     from tuneproof.measure.probe_result import ProbeResult
+    from tuneproof.measure.timeline import Timeline
 
 
 def _pct(x: float) -> str:
@@ -36,23 +37,31 @@ def render_kernels(table: KernelTable, console: Console) -> None:
     where = (
         "device kernels" if table.source == "device" else "CPU operator rows (self time; no device kernels)"
     )
-    t = Table(title=f"time by kernel class, from {where}")
-    for col in ("class", "ms", "share", "top kernels (ms, calls)"):
-        t.add_column(col, justify="right" if col in ("ms", "share") else "left")
+    tl = table.timeline
+    multi = tl is not None and tl.num_streams > 1  # on one stream, summed time is busy (wall) time
+    rank = f" (rank {escape(table.rank)})" if table.rank else ""
+    t = Table(title=f"time by kernel class, from {where}{rank}")
+    cols = ["class", "ms summed", "share of summed"] + (["share of window"] if multi else [])
+    for col in (*cols, "top kernels (ms, calls)"):
+        t.add_column(col, justify="left" if col in ("class", "top kernels (ms, calls)") else "right")
     for cls in CLASSES:
         tops = "; ".join(f"{escape(_short(n))} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
-        t.add_row(cls, f"{table.ms.get(cls, 0.0):.1f}", _pct(table.share(cls)), tops or "-")
+        wall = table.wall_share(cls)
+        cells = [cls, f"{table.ms.get(cls, 0.0):.1f}", _pct(table.share(cls))]
+        t.add_row(*cells, *([_pct(wall) if wall is not None else "-"] if multi else []), tops or "-")
     console.print(t)
-    busy = table.total_ms
-    span = busy + table.idle_ms
-    console.print(
-        f"idle between them: {table.idle_ms:.3g} ms"
-        + (
-            f" ({100 * table.idle_ms / span:.1f} % of the {span:.4g} ms from first start to last end)"
-            if span
-            else ""
+    if tl is None:
+        span = table.total_ms + table.idle_ms  # CPU self times tile the operators' union
+        pct = f" ({100 * table.idle_ms / span:.1f} % of the {span:.4g} ms from first start to last end)"
+        console.print(f"idle between them: {table.idle_ms:.3g} ms" + (pct if span else ""))
+    else:
+        _render_timeline(tl, console)
+    if table.unclassified:
+        named = "; ".join(
+            f"{escape(_short(n))} ({_ms(ms)} ms, {_pct(ms / table.total_ms)})"
+            for n, ms, _ in table.unclassified
         )
-    )
+        console.print(f"unclassified (no rule matched, counted in other), over 1 % of summed time: {named}")
     if table.device:
         console.print(
             f"device: {escape(str(table.device.get('name')))} (compute capability "
@@ -60,6 +69,59 @@ def render_kernels(table: KernelTable, console: Console) -> None:
         )
     for m in table.arch_mismatch:
         console.print(f"[bold]finding:[/bold] {escape(m.finding)}; e.g. {escape(', '.join(m.examples))}")
+
+
+def _ms(x: float) -> str:
+    return f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
+
+
+def _render_timeline(tl: Timeline, console: Console) -> None:
+    w = tl.window_ms
+
+    def of_w(x: float) -> str:
+        return f"{100 * x / w:.1f} % of the window" if w else "no window"
+
+    if tl.num_streams == 1:
+        console.print(
+            f"window (first start to last end): {_ms(w)} ms on one stream; "
+            f"kernels busy {_ms(tl.union_ms)} ms "
+            f"({of_w(tl.union_ms)}), idle {_ms(tl.idle_ms)} ms ({of_w(tl.idle_ms)})"
+        )
+        return
+    console.print(
+        f"window (first start to last end): {_ms(w)} ms; summed kernel time {_ms(tl.summed_ms)} ms "
+        f"({tl.summed_ms / w if w else 0:.2f}x the window) on {tl.num_streams} streams; "
+        f"busy on any stream {_ms(tl.union_ms)} ms ({of_w(tl.union_ms)})"
+    )
+    console.print(f"idle (window minus busy): {_ms(tl.idle_ms)} ms ({of_w(tl.idle_ms)})")
+    streams = ", ".join(
+        f"{escape(k)} {_ms(v)} ms" for k, v in sorted(tl.stream_ms.items(), key=lambda kv: -kv[1])
+    )
+    console.print(f"busy per stream (device/stream): {streams}")
+    hidden = tl.comm_overlap_of_comm()
+    console.print(
+        f"overlap: compute with communication {_ms(tl.comm_compute_overlap_ms)} ms "
+        f"({of_w(tl.comm_compute_overlap_ms)}"
+        + (f"; {100 * hidden:.1f} % of communication time" if hidden is not None else "")
+        + f"), compute with compute on two or more streams {_ms(tl.compute_compute_overlap_ms)} ms "
+        f"({of_w(tl.compute_compute_overlap_ms)})"
+    )
+
+
+def render_ranks(ranks: RankTables, console: Console) -> None:
+    for table in ranks.tables:
+        render_kernels(table, console)
+        console.print("")
+    sk = ranks.skew
+    if sk is not None:
+        ratio = (
+            f"{sk.max_over_min:.3f}x" if sk.max_over_min is not None else "unknown (a rank has no busy time)"
+        )
+        busy = dict(zip(sk.ranks, sk.union_ms, strict=True))
+        console.print(
+            f"rank skew (busy on any stream): slowest rank {escape(sk.slowest)} {_ms(busy[sk.slowest])} ms, "
+            f"fastest rank {escape(sk.fastest)} {_ms(busy[sk.fastest])} ms, max/min {ratio}"
+        )
 
 
 def render_fit(fit: ScalingFit, console: Console) -> None:
