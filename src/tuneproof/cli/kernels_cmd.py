@@ -14,14 +14,16 @@ from tuneproof.cli.common import command, finish, json_option
     "--trace",
     type=click.Path(path_type=Path),
     required=True,
-    help="Chrome trace from torch.profiler (export_chrome_trace or tensorboard handler; .json or .json.gz).",
+    multiple=True,
+    help="Chrome trace from torch.profiler (export_chrome_trace or tensorboard handler; .json or .json.gz, "
+    "read streaming), or a folder of them; repeat it for one file per rank.",
 )
 @click.option(
     "--top", "top_n", type=int, default=5, show_default=True, help="Top kernels listed per class (>= 1)."
 )
 @json_option
-def kernels(trace: Path, top_n: int, json_out: bool) -> int:
+def kernels(trace: tuple[Path, ...], top_n: int, json_out: bool) -> int:
     """Sum device time by kernel class (attention, gemm, communication, memory, other) and read arch tags."""
     from tuneproof.measure import kernels as area
 
-    return finish(area.run(area.prepare(area.KernelsSpec(trace, top_n))), json_out)
+    return finish(area.run(area.prepare(area.KernelsSpec(trace[0], top_n, more=trace[1:]))), json_out)

@@ -170,8 +170,9 @@ def rank_tables(tables: list[KernelTable]) -> RankTables:
 class KernelsSpec:
     """`tuneproof kernels`: the Chrome trace to read and how many top kernels to list per class."""
 
-    trace: Path
+    trace: Path  # a trace file, or a folder of them (one per rank)
     top_n: int = 5
+    more: tuple[Path, ...] = ()  # further trace files or folders, one file per rank
 
     def __post_init__(self) -> None:
         validate.integer("top_n", self.top_n, high=10_000)
@@ -179,17 +180,37 @@ class KernelsSpec:
 
 @dataclass(frozen=True, slots=True)
 class KernelsPlan:
-    trace: dict[str, Any]  # the loaded Chrome trace
+    trace: dict[str, Any]  # the first rank's trace, as trace_read.read_trace keeps it
     top_n: int
+    ranks: tuple[tuple[str | None, dict[str, Any]], ...] = ()  # (rank label, trace) per file, all of them
 
 
 def prepare(spec: KernelsSpec) -> KernelsPlan:
-    """Read the trace (a missing, unreadable or event-less file is refused here)."""
-    return KernelsPlan(load_trace(spec.trace), spec.top_n)
+    """Read the traces, streaming (a missing, unreadable or event-less file is refused here)."""
+    from tuneproof.measure.trace_read import rank_of, trace_files
+
+    files = trace_files([spec.trace, *spec.more])
+    ranks = tuple((rank_of(t, p), t) for p in files for t in [load_trace(p)])
+    return KernelsPlan(ranks[0][1], spec.top_n, ranks)
 
 
-def run(plan: KernelsPlan, progress: Any = None) -> KernelTable:
-    return _table(plan.trace, plan.top_n)
+def run(plan: KernelsPlan, progress: Any = None) -> KernelTable | RankTables:
+    """One table for one trace; with several (one per rank), a table per rank and their skew."""
+    tables = [_ranked(label, trace, plan.top_n) for label, trace in plan.ranks or ((None, plan.trace),)]
+    return tables[0] if len(tables) == 1 else rank_tables(tables)
+
+
+def _ranked(label: str | None, trace: dict[str, Any], top_n: int) -> KernelTable:
+    """The rank's table with the device read from the trace itself (trace_device: CUDA capability, ROCm
+    gfx arch or CPU only, and the trace's limits); the sm-tag mismatch rule only on CUDA."""
+    from tuneproof.measure.trace_device import device_info
+
+    table = _table(trace, top_n)
+    table.rank = table.rank or label
+    table.device = device_info(trace, trace["traceEvents"], table.source)
+    if table.device.get("platform") != "cuda":
+        table.arch_mismatch = []
+    return table
 
 
 def load_trace(path: str | Path) -> dict[str, Any]:

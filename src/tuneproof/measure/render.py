@@ -62,11 +62,8 @@ def render_kernels(table: KernelTable, console: Console) -> None:
             for n, ms, _ in table.unclassified
         )
         console.print(f"unclassified (no rule matched, counted in other), over 1 % of summed time: {named}")
-    if table.device:
-        console.print(
-            f"device: {escape(str(table.device.get('name')))} (compute capability "
-            f"{table.device.get('computeMajor')}.{table.device.get('computeMinor')})"
-        )
+    if table.device:  # trace_device.device_info: CUDA capability, ROCm gfx arch or CPU only
+        console.print(f"device: {escape(str(table.device.get('description')))}")
     for m in table.arch_mismatch:
         console.print(f"[bold]finding:[/bold] {escape(m.finding)}; e.g. {escape(', '.join(m.examples))}")
 
