@@ -150,7 +150,8 @@ def config_fields(config: Any) -> dict[str, Any]:
     out.update({k: v for k, v in own.items() if k not in out and SIZE_NAMES.search(k)})
     for key in NESTED:  # DBRX's sub-configs are config objects
         sub = own.get(key)
-        out[key] = sub.to_dict() if hasattr(sub, "to_dict") else sub
+        to_dict = getattr(sub, "to_dict", None)
+        out[key] = to_dict() if callable(to_dict) else sub
     return out
 
 
