@@ -72,7 +72,7 @@ def test_mistral_slides_everywhere_and_llama_nowhere() -> None:
     [
         ({"model_type": "bert"}, "bert is a bidirectional encoder"),
         ({"model_type": "no_such_model"}, "unsupported model_type 'no_such_model'"),
-        ({"hidden_size": 8}, "unsupported model_type None"),
+        ({"hidden_size": 8}, "the config has no model_type"),
     ],
 )
 def test_bad_configs(cfg: dict, fragment: str) -> None:

@@ -233,3 +233,22 @@ def test_top_k_in_dbrx_and_kimi_spellings_is_checked(fields: dict, fragment: str
 
     with pytest.raises(TuneproofError, match=fragment):
         check_values({"hidden_size": 64, **fields}, "config")
+
+
+@pytest.mark.parametrize(
+    "config,fragment",
+    [  # each once an empty list, an empty reason or "model_type None"
+        ({"model_type": "dory"}, "holds none of hidden_size, num_hidden_layers"),
+        ({"model_type": "xlstm"}, "holds none of hidden_size, num_hidden_layers"),
+        ({**LLAMA, "hidden_size": None}, "'hidden_size': TypeError: Field 'hidden_size' expected int"),
+        (
+            {**LLAMA, "model_type": "lfm2", "layer_types": ["bogus"] * 2},
+            "validate_layer_type': ValueError: The `layer_types` entries must be in",
+        ),
+        ({k: v for k, v in LLAMA.items() if k != "model_type"}, "the config has no model_type"),
+    ],
+)
+def test_refusals_say_what_is_wrong(config: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(TuneproofError) as refused:
+        resolve(config)
+    assert fragment in refused.value.message and "\n" not in refused.value.message

@@ -156,7 +156,7 @@ def _from_dict(data: dict[str, Any], where: str) -> tuple[Any, tuple[str, ...]]:
     missing = [f for f in sizes if f not in text and not _aliased(model_type, text_type, f, text)]
     if len(missing) == len(sizes):
         raise TuneproofError(
-            f"{where} holds none of {', '.join(family.size_fields)}: every size would come from "
+            f"{where} holds none of {', '.join(sizes)}: every size would come from "
             f"transformers' {family.model_type} defaults, not your model",
             "pass the model's full config.json",
         )
@@ -166,7 +166,7 @@ def _from_dict(data: dict[str, Any], where: str) -> tuple[Any, tuple[str, ...]]:
     try:
         config = AutoConfig.for_model(model_type, **fields)
     except Exception as e:  # the config class's own validation (huggingface_hub's strict dataclasses too)
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        first = _validation_message(e)
         raise TuneproofError(
             f"invalid {model_type} config in {where}: {first}", "fix the named field"
         ) from None
@@ -178,6 +178,21 @@ def _from_dict(data: dict[str, Any], where: str) -> tuple[Any, tuple[str, ...]]:
         if v is not None
     )
     return config, notes
+
+
+def _validation_message(e: Exception) -> str:
+    """One line of a config class's refusal. huggingface_hub's strict dataclasses say "Validation
+    error for field 'hidden_size':" on the first line and why on the next ("TypeError: Field
+    'hidden_size' expected int, got NoneType"): both are kept, a reason over 300 characters cut in
+    its middle (LFM2's layer_types check lists every allowed type before what it got)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    if len(lines) > 1 and lines[0].endswith(":"):
+        head, got, tail = lines[1].partition(" but got ")
+        reason = lines[1] if len(lines[1]) <= 300 else f"{head[:160]} ...{got}{tail[:120]}"
+        return f"{lines[0]} {reason}"
+    return lines[0]
 
 
 def _default(config: Any, field: str) -> Any:
@@ -295,6 +310,11 @@ def _aliased(model_type: str, text_type: object, field: str, text: dict[str, Any
 def _unsupported(model_type: object) -> TuneproofError:
     import transformers
 
+    if model_type is None:
+        return TuneproofError(
+            "the config has no model_type",
+            "pass the model's own config.json: transformers reads its family from model_type",
+        )
     return TuneproofError(
         f"unsupported model_type {model_type!r}: transformers {transformers.__version__} has no config "
         "class for it",
