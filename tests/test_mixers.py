@@ -204,3 +204,14 @@ def test_a_core_with_no_chunk_refuses_in_one_line(core: Any) -> None:
     """Once a ZeroDivisionError traceback (Mamba-2 chunk_size 0, MiniMax block_size 0)."""
     with pytest.raises(TuneproofError, match=r"mixer with (chunk|block) 0"):
         mixer_flops(core, 64)
+
+
+def test_lora_on_mamba_dt_proj_says_its_weight_is_a_raw_matmul_and_names_the_models_own_targets() -> None:
+    """Once "matches no nn.Linear ... such as q_proj, v_proj, gate_proj": names Mamba does not have."""
+    from tiny_models import shrunk_config
+
+    shape = resolve(shrunk_config("mamba")).shape
+    with pytest.raises(TuneproofError) as refused:
+        flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4, lora_targets=("dt_proj",)))
+    assert "applies dt_proj as a raw matmul with its weight" in refused.value.message
+    assert refused.value.hint.endswith("this model's module names: in_proj, x_proj")

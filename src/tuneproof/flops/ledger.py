@@ -299,6 +299,33 @@ def lora_adapts(model_type: str, lin: Linear, targets: tuple[str, ...]) -> bool:
     return not (model_type in PEFT_MAMBA_TYPES and lin.name.rpartition(".")[2] in PEFT_MAMBA_REFUSED)
 
 
+def _why_not_adaptable(shape: ModelShape, target: str) -> str:
+    """Why a target naming a GEMM LoRA does not adapt gets nothing: the LM head, a routed expert's
+    fused parameter, or a module whose forward reads only its weight (Mamba-1's dt_proj,
+    LongCat-Flash's router classifier, RG-LRU's block-diagonal gates)."""
+    if target.endswith("lm_head"):
+        return " (the LM head is never adapted here)"
+    hit = [lin for lin in shape.linears() if not lin.adaptable and _matches(lin.name, (target,))]
+    if any(lin.num_experts > 1 for lin in hit):
+        return f": {target} is a routed expert's fused parameter (adapt it with --lora-target-parameters)"
+    if hit:
+        return (
+            f": transformers' forward applies {target} as a raw matmul with its weight (the module "
+            "itself is never called), so an adapter there would never run"
+        )
+    return ""
+
+
+def _own_names(shape: ModelShape) -> str:
+    """The module names all-linear adapts in this model (the first ten)."""
+    own = {
+        x.name.rpartition(".")[2]
+        for x in shape.linears()
+        if lora_adapts(shape.model_type, x, ("all-linear",))
+    }
+    return ", ".join(sorted(own)[:10]) or "none"
+
+
 def check_targets(shape: ModelShape, run: RunSpec) -> None:
     """PEFT raises when a target matches no module; so do we (in every mode: a typo is a typo). Under
     LoRA a rank above min(in_features, out_features) of every adapted module (a fused expert
@@ -310,8 +337,8 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
             raise field_error(
                 "lora_targets",
                 f"{t!r} matches no nn.Linear module LoRA can adapt in this {shape.model_type} model"
-                + (" (the LM head is never adapted here)" if t.endswith("lm_head") else ""),
-                "targets: all-linear or module names such as q_proj, v_proj, gate_proj",
+                + _why_not_adaptable(shape, t),
+                f"targets: all-linear or this model's module names: {_own_names(shape)}",
             )
     if run.mode != "lora":
         return
