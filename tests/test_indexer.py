@@ -10,7 +10,12 @@ import pytest
 
 from tiny_models import shrunk_config
 from tuneproof.arch import resolve
-from tuneproof.arch.indexer import forward_without_grad, index_pairs, index_score_flops
+from tuneproof.arch.indexer import (
+    forward_without_grad,
+    index_pairs,
+    index_score_flops,
+    indexed_attention_notes,
+)
 from tuneproof.arch.shape import AttentionSpec, IndexScores, Linear
 from tuneproof.attention.paths import PATHS, Rows, intended_for, performed_for
 from tuneproof.flops import RunSpec, flop_report
@@ -120,6 +125,8 @@ def test_shared_layers_reuse_the_top_k_without_index_scores() -> None:
     scored = [any(isinstance(s, IndexScores) for s in layer.steps) for layer in shape.layers]
     assert scored == [True, False, True, False]
     assert all(layer.attention.kind == "indexed" for layer in shape.layers)
+    (note,) = indexed_attention_notes(shape)
+    assert "2 run their own indexer, the other 2 reuse an earlier layer's top-k" in note
 
 
 def test_axk2_gated_norm_gemms_gate_the_block_after_them() -> None:
@@ -140,6 +147,9 @@ def test_the_dispatch_explainer_notes_the_indexer_and_the_dense_mask() -> None:
 
     result = explain(_shape("deepseek_v32"), Context(seq_len=64, batch=2, attn="sdpa"), live=False)
     assert any("flash-mla" in n and "indexer" in n for n in result.notes)
+    # every DeepSeek-V3.2 layer runs its own indexer: once "61 run their own indexer, the others reuse"
+    assert any("each runs its own indexer)" in n for n in result.notes)
+    assert not any("the others reuse" in n for n in result.notes)
 
 
 def test_hy_v4_hyper_connections_are_read_as_unadapted_gemms_on_the_streams() -> None:

@@ -93,12 +93,12 @@ def index_score_flops(step: IndexScores, pairs: int) -> float:
 
 
 _NOTE = (
-    "{count} indexed-attention layers ({label}; {scored} run their own indexer, the others reuse an "
-    "earlier layer's top-k): the indexer is torch matmuls under no_grad on every path (each query "
-    "against all keys of its row, then top-k). For eager and sdpa transformers folds the top-k into the "
-    "attention mask, so attention still computes the full square; only an attention function that takes "
-    "`indices=` (the flash-mla hub kernel, kernels-community/flash-mla) would skip the unpicked keys, and "
-    "this model class does not enable it yet (_supports_flash_attn is False)"
+    "{count} indexed-attention layers ({label}; {who}): the indexer is torch matmuls under no_grad on "
+    "every path (each query against all keys of its row, then top-k). For eager and sdpa transformers "
+    "folds the top-k into the attention mask, so attention still computes the full square; only an "
+    "attention function that takes `indices=` (the flash-mla hub kernel, kernels-community/flash-mla) "
+    "would skip the unpicked keys, and this model class does not enable it yet (_supports_flash_attn is "
+    "False)"
 )
 
 
@@ -109,5 +109,15 @@ def indexed_attention_notes(shape: ModelShape) -> list[str]:
         if shape.layers[idxs[0]].attention.kind != "indexed":
             continue
         scored = sum(1 for i in idxs if any(isinstance(s, IndexScores) for s in shape.layers[i].steps))
-        notes.append(_NOTE.format(count=len(idxs), label=label, scored=scored))
+        notes.append(_NOTE.format(count=len(idxs), label=label, who=_who_indexes(scored, len(idxs))))
     return notes
+
+
+def _who_indexes(scored: int, count: int) -> str:
+    """Which of the layers run their own indexer (GLM-MoE-DSA and HY-V4 layers marked "shared" in
+    `indexer_types` reuse an earlier top-k)."""
+    if scored == count:
+        return "each runs its own indexer"
+    if scored == 0:
+        return "each reuses an earlier layer's top-k"
+    return f"{scored} run their own indexer, the other {count - scored} reuse an earlier layer's top-k"
