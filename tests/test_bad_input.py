@@ -150,7 +150,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
     "kernels": {
         "--trace": [
             ("@missing", "trace not found"),
-            ("@folder", "is a folder, not a file"),
+            ("@folder", "holds no .json or .gz trace"),  # a folder is one trace per rank; this one is empty
             ("@not-json", "is not a readable JSON trace"),
             ("@bad-gzip", "is not a readable JSON trace"),
             ("@no-events", "has no traceEvents list"),
