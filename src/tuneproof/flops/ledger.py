@@ -307,7 +307,7 @@ def _why_not_adaptable(shape: ModelShape, target: str) -> str:
         return " (the LM head is never adapted here)"
     hit = [lin for lin in shape.linears() if not lin.adaptable and _matches(lin.name, (target,))]
     if any(lin.num_experts > 1 for lin in hit):
-        return f": {target} is a routed expert's fused parameter (adapt it with --lora-target-parameters)"
+        return f": {target} is a routed expert's fused parameter (adapt it through lora_target_parameters)"
     if hit:
         return (
             f": transformers' forward applies {target} as a raw matmul with its weight (the module "
