@@ -46,6 +46,8 @@ class Derived:
             self.name: self.value,
             f"{self.name}_interval": list(self.interval) if self.interval else None,
             f"{self.name}_no_interval_reason": self.no_interval_reason,
+            # shares are fractions 0-1, gaps percentage points: the key alone does not say which
+            f"{self.name}_unit": "fraction" if self.unit == "share" else "points",
         }
 
 
@@ -81,11 +83,16 @@ def derived_numbers(result: ProbeResult) -> list[Derived]:
     out = mfu_numbers(result.flops, result.timings[result.profiled_width])
     for w, share in fit.quad_share.items():
         ci, how = fit.share_ci(w)  # (interval, its method) or (None, why there is none)
+        if w in fit.unstable:
+            ci, how = None, "unstable: the fit's share lies outside its own interval at these widths"
         out.append(Derived(f"quad_share_{w:g}", share, ci, None if ci else how))
     v = cross.verdict
     why = None if v.interval else "; ".join(n for n in cross.notes if "interval" in n) or "no interval"
     out.append(Derived("cross_check_gap", v.gap, v.interval, why, unit="points"))
-    if cross.comparison is not None:
+    if not cross.attributable:  # the section prints no comparison: neither does the summary
+        why = "; ".join(n for n in cross.notes if "attribution" in n) or "no attribution by kernel class"
+        out.append(Derived("comparison_gap", None, None, f"no comparison: {why}", "points"))
+    elif cross.comparison is not None:
         c = cross.comparison
         ci = c.intervals["comparison_gap"] if c.intervals else None
         out.append(Derived("comparison_gap", c.points["comparison_gap"], ci, c.no_interval_reason, "points"))

@@ -140,7 +140,7 @@ def render_fit(fit: ScalingFit, console: Console) -> None:
             str(fit.rows.get(w, "-")),
             f"{fit.medians[w]:.4g}" if w in fit.medians else "-",
             f"{fit.fitted(w):.4g}",
-            _pct(share),
+            "unstable" if w in fit.unstable else _pct(share),
             f"{100 * ci[0]:.1f}-{100 * ci[1]:.1f} %" if ci else "-",
         )
     console.print(table)
@@ -183,12 +183,17 @@ def render_probe(result: ProbeResult, console: Console) -> None:
             str(tm.repeats),
             str(tm.num_outliers),
             f"{f.fitted(w):.4f}",
-            _pct(f.quad_share[float(w)]),
+            "unstable" if float(w) in f.unstable else _pct(f.quad_share[float(w)]),
             f"{100 * q_ci[0]:.1f}-{100 * q_ci[1]:.1f}" if q_ci else "-",
         )
     console.print(t)
     if f.ci_reason:
         console.print(f"quad share interval: {escape(f.ci_reason)}")
+    if f.unstable:
+        console.print(
+            f"quad share unstable at {', '.join(f'{x:g}' for x in f.unstable)}: the estimate lies "
+            "outside its own interval (the fit is unstable at these widths; time more repeats)"
+        )
     for note in timing.notes:
         console.print(f"note: {escape(note)}")
     for w, reason in sorted(result.skipped.items()):
