@@ -11,6 +11,7 @@ import pytest
 
 from tuneproof.cli.app import main
 from tuneproof.errors import TuneproofError
+from tuneproof.measure import kernels as area
 from tuneproof.measure.kernels import arch_tag, classify, kernel_table, load_trace
 
 DATA = Path(__file__).parent / "data"
@@ -153,3 +154,47 @@ def test_corrupt_gzip(tmp_path: Path) -> None:
     p.write_bytes(gzip.compress(b"{}")[:10])
     with pytest.raises(TuneproofError, match="is not a readable JSON trace"):
         load_trace(p)
+
+
+def _trace_of(names_us: list[tuple[str, float]], **meta: object) -> dict:
+    events, ts = [], 0.0
+    for name, dur in names_us:
+        events.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"stream": 7}})
+        ts += dur + 1
+    return {"traceEvents": events, **meta}
+
+
+def test_old_compute_properties_keep_the_arch_mismatch(tmp_path: Path) -> None:
+    """Kineto before PyTorch 1.10 wrote computeProperties (major/minor): the device read from it is
+    the one the sm-tag rule checks, so an sm80 kernel on a 9.0 device is still a finding."""
+    old = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "major": 9, "minor": 0}]
+    p = tmp_path / "old.json"
+    p.write_text(
+        json.dumps(_trace_of([("fmha_cutlassB_bf16_aligned_64x64_k128_sm80", 100.0)], computeProperties=old))
+    )
+    t = area.run(area.prepare(area.KernelsSpec(p)))
+    assert isinstance(t, area.KernelTable) and t.device and t.device["arch"] == "sm90"
+    assert [(m.tag, m.capability) for m in t.arch_mismatch] == [("sm80", "9.0")]
+
+
+def test_small_times_keep_significant_digits_and_cut_names_stay_distinct(capsys) -> None:
+    """A 30 us GEMM is 0.03 ms, not 0.0; three names alike for their first 60 characters show where
+    they differ, so no two rows read the same."""
+    from rich.console import Console
+
+    stem = "void at::native::vectorized_elementwise_kernel<4, at::native::"
+    names = [f"{stem}{f}Functor<float>, at::detail::Array<char*, 3> >(int)" for f in ("Add", "Mul", "Fill")]
+    t = kernel_table(
+        _trace_of([("sm90_xmma_gemm_bf16", 30.0), *[(n, 20.0 + i) for i, n in enumerate(names)]])
+    )
+    t.render(Console(width=400))
+    out = capsys.readouterr().out
+    gemm = next(ln for ln in out.splitlines() if ln.strip().startswith("gemm "))
+    assert gemm.split()[1] == "0.03" and "(0.03, 1)" in gemm
+    line = next(ln for ln in out.splitlines() if ln.startswith("unclassified"))
+    cuts = [c.split(" (")[0] for c in line.split(": ", 1)[1].split("; ")]
+    assert (
+        len(cuts) == 3
+        and len(set(cuts)) == 3
+        and all(f in c for f, c in zip(("Fill", "Mul", "Add"), cuts, strict=True))
+    )

@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 
 from tuneproof.cli.app import main
+from tuneproof.errors import TuneproofError
 from tuneproof.measure.kernels import _table, load_trace, rank_tables
-from tuneproof.measure.timeline import Span, sweep
+from tuneproof.measure.timeline import Span, rank_skew, sweep
 
 DATA = Path(__file__).parent / "data"
 DEEPSEEK = DATA / "deepseek_v3_train_h800.json.gz"
 HTA = DATA / "hta"
+MI250 = "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 
 
 def _kernel(name: str, ts_ms: float, dur_ms: float, stream: int) -> dict[str, Any]:
@@ -251,3 +253,26 @@ def test_cross_check_carries_grouped_gemm_and_says_its_basis() -> None:
     assert (
         cc.to_dict()["profiled_time_basis"] == "summed kernel time plus idle gaps (wall time on one stream)"
     )
+
+
+def test_the_skew_names_and_ratio_come_from_the_same_ranks(capsys) -> None:
+    """An unranked trace among ranked ones is '#<position>': it cannot take the label of rank 1, so
+    the slowest and fastest named are the ones the ratio was computed from."""
+    from rich.console import Console
+
+    names = ("sampled_rank-0.json.gz", MI250, "sampled_rank-1.json.gz")
+    tables = [_table(load_trace(HTA / name), 5) for name in names]
+    ranks = rank_tables(tables)
+    sk = ranks.skew
+    assert sk is not None and sk.ranks == ["0", "#1", "1"] and (sk.slowest, sk.fastest) == ("1", "#1")
+    assert sk.max_over_min == pytest.approx(max(sk.union_ms) / min(sk.union_ms))
+    ranks.render(Console(width=300))
+    out = capsys.readouterr().out
+    assert f"fastest rank #1 {min(sk.union_ms):.3g} ms" in out and "slowest rank 1 580.0 ms" in out
+
+
+def test_two_timelines_under_one_rank_are_refused() -> None:
+    tl = _table(load_trace(HTA / "sampled_rank-0.json.gz"), 5).timeline
+    assert tl is not None
+    with pytest.raises(TuneproofError, match="rank 0 appears twice"):
+        rank_skew(["0", "0"], [tl, tl])

@@ -212,3 +212,27 @@ def test_reader_keeps_only_compact_events() -> None:
         "runtime": "cuda",
         "path": str(DATA / "deepseek_v3_train_h800.json.gz"),
     }
+
+
+def test_one_rank_twice_or_mixed_devices_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """A skew across runs means nothing: the same file twice, two rank-0 files of different runs, or a
+    CUDA and a ROCm trace are refused before any table, naming both files."""
+    r0, mi250 = HTA / "sampled_rank-0.json.gz", HTA / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    assert main(["kernels", "--trace", str(r0), "--trace", str(r0)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{r0} and {r0} are both rank 0" in err
+    assert main(["kernels", "--trace", str(HTA / "ns_resolution_rank-0.json.gz"), "--trace", str(r0)]) == 2
+    assert "are both rank 0" in capsys.readouterr().err
+    assert main(["kernels", "--trace", str(r0), "--trace", str(mi250)]) == 2
+    err = capsys.readouterr().err
+    assert "ran on different devices" in err and "cuda" in err and "rocm" in err and str(mi250) in err
+
+
+def test_kernels_without_device_properties_are_not_cpu_only() -> None:
+    """HTA's sampled ranks have CUDA kernels on streams and cudaLaunchKernel rows but no
+    deviceProperties: a CUDA device whose properties the trace does not record."""
+    dev = _one(HTA / "sampled_rank-0.json.gz").device or {}
+    assert (
+        dev["platform"] == "cuda"
+        and dev["description"] == "CUDA device, properties not recorded in the trace"
+    )

@@ -161,9 +161,9 @@ class RankTables(Unjudged):
 
 def rank_tables(tables: list[KernelTable]) -> RankTables:
     """Per-rank tables and their skew (union busy time; ranks without a timeline are left out of it)."""
-    timed = [t for t in tables if t.timeline is not None]
-    labels = [t.rank or str(i) for i, t in enumerate(timed)]
-    return RankTables(tables, rank_skew(labels, [t.timeline for t in timed if t.timeline is not None]))
+    # an unranked trace is '#<position>', which no distributedInfo rank can equal
+    timed = [(t.rank or f"#{i}", t.timeline) for i, t in enumerate(tables) if t.timeline is not None]
+    return RankTables(tables, rank_skew([r for r, _ in timed], [tl for _, tl in timed if tl is not None]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +191,35 @@ def prepare(spec: KernelsSpec) -> KernelsPlan:
 
     files = trace_files([spec.trace, *spec.more])
     ranks = tuple((rank_of(t, p), t) for p in files for t in [load_trace(p)])
+    if len(files) > 1:
+        _one_run(files, ranks)
     return KernelsPlan(ranks[0][1], spec.top_n, ranks)
+
+
+def _one_run(files: list[Path], ranks: tuple[tuple[str | None, dict[str, Any]], ...]) -> None:
+    """A skew across traces means something only for one run: refuse two files of one rank (the same
+    file twice, or a folder mixing runs) and traces from different devices or platforms."""
+    from tuneproof.measure.trace_device import device_record, platform_of
+
+    first: dict[str, Path] = {}
+    for p, (r, _) in zip(files, ranks, strict=True):
+        if r is not None and r in first:
+            raise TuneproofError(
+                f"{first[r]} and {p} are both rank {r}", "pass one trace per rank, all from one run"
+            )
+        if r is not None:
+            first[r] = p
+    kinds: dict[tuple[str, Any], Path] = {}
+    for p, (_, t) in zip(files, ranks, strict=True):
+        dev = device_record(t, t["traceEvents"]) or {}
+        kinds.setdefault((platform_of(t, dev), dev.get("name")), p)
+    if len(kinds) > 1:
+        (k1, p1), (k2, p2) = list(kinds.items())[:2]
+        raise TuneproofError(
+            f"{p1} ({k1[0]}, {k1[1] or 'device not named'}) and {p2} ({k2[0]}, {k2[1] or 'device not named'})"
+            " ran on different devices",
+            "pass the traces of one run, one per rank",
+        )
 
 
 def run(plan: KernelsPlan, progress: Any = None) -> KernelTable | RankTables:
@@ -326,9 +354,10 @@ def _table(
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int):
         table.rank = str(info["rank"])
-    props = meta.get("deviceProperties")
-    if source == "device" and isinstance(props, list) and props and isinstance(props[0], dict):
-        dev = props[0]
+    from tuneproof.measure.trace_device import device_record
+
+    dev = device_record(meta, device_rows) if source == "device" else None
+    if dev is not None:  # deviceProperties, or the older computeProperties with its keys mapped
         table.device = {k: dev.get(k) for k in ("name", "computeMajor", "computeMinor") if k in dev}
         table.arch_mismatch = _mismatches([(n, us) for n, _, us in rows], dev, table.total_ms)
     return table

@@ -26,9 +26,32 @@ def _pct(x: float) -> str:
 KERNEL_NAME_CHARS = 60  # a kernel's name in the table; --json holds every name whole
 
 
-def _short(name: str) -> str:
-    """A long kernel name cut with a visible '...' (a cut that looks like the real name misleads)."""
-    return name if len(name) <= KERNEL_NAME_CHARS else name[: KERNEL_NAME_CHARS - 3] + "..."
+def _short(name: str, at: int | None = None) -> str:
+    """A long kernel name cut with a visible '...' (a cut that looks like the real name misleads): its
+    head and tail, or with `at`, its head and the part from `at` (where it differs from a neighbour)."""
+    n = KERNEL_NAME_CHARS
+    if len(name) <= n:
+        return name
+    if at is None or at < n // 2:
+        return name[: 3 * n // 5] + "..." + name[-(2 * n // 5 - 3) :]
+    end = at - 4 + n - n // 3 - 6
+    return name[: n // 3] + "..." + name[at - 4 : end] + ("..." if end < len(name) else "")
+
+
+def _common(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _shorts(names: list[str]) -> list[str]:
+    """Cut names that stay distinct: where two cut the same, each shows where it first differs from
+    the others that cut alike."""
+    cut = [_short(n) for n in names]
+    out = list(cut)
+    for i, n in enumerate(names):
+        alike = [m for j, m in enumerate(names) if cut[j] == cut[i] and m != n]
+        if alike:
+            out[i] = _short(n, max(_common(n, m) for m in alike))
+    return out
 
 
 def render_kernels(table: KernelTable, console: Console) -> None:
@@ -45,9 +68,11 @@ def render_kernels(table: KernelTable, console: Console) -> None:
     for col in (*cols, "top kernels (ms, calls)"):
         t.add_column(col, justify="left" if col in ("class", "top kernels (ms, calls)") else "right")
     for cls in CLASSES:
-        tops = "; ".join(f"{escape(_short(n))} ({ms:.1f}, {k})" for n, ms, k in table.top.get(cls, [])[:3])
+        rows = table.top.get(cls, [])[:3]
+        shorts = _shorts([n for n, _, _ in rows])
+        tops = "; ".join(f"{escape(c)} ({_ms(ms)}, {k})" for c, (_, ms, k) in zip(shorts, rows, strict=True))
         wall = table.wall_share(cls)
-        cells = [cls, f"{table.ms.get(cls, 0.0):.1f}", _pct(table.share(cls))]
+        cells = [cls, _ms(table.ms.get(cls, 0.0)), _pct(table.share(cls))]
         t.add_row(*cells, *([_pct(wall) if wall is not None else "-"] if multi else []), tops or "-")
     console.print(t)
     if tl is None:
@@ -57,9 +82,10 @@ def render_kernels(table: KernelTable, console: Console) -> None:
     else:
         _render_timeline(tl, console)
     if table.unclassified:
+        shorts = _shorts([n for n, _, _ in table.unclassified])
         named = "; ".join(
-            f"{escape(_short(n))} ({_ms(ms)} ms, {_pct(ms / table.total_ms)})"
-            for n, ms, _ in table.unclassified
+            f"{escape(c)} ({_ms(ms)} ms, {_pct(ms / table.total_ms)})"
+            for c, (_, ms, _) in zip(shorts, table.unclassified, strict=True)
         )
         console.print(f"unclassified (no rule matched, counted in other), over 1 % of summed time: {named}")
     if table.device:  # trace_device.device_info: CUDA capability, ROCm gfx arch or CPU only
@@ -114,10 +140,10 @@ def render_ranks(ranks: RankTables, console: Console) -> None:
         ratio = (
             f"{sk.max_over_min:.3f}x" if sk.max_over_min is not None else "unknown (a rank has no busy time)"
         )
-        busy = dict(zip(sk.ranks, sk.union_ms, strict=True))
+        slow, fast = max(sk.union_ms), min(sk.union_ms)  # the ratio's own numbers (labels are distinct)
         console.print(
-            f"rank skew (busy on any stream): slowest rank {escape(sk.slowest)} {_ms(busy[sk.slowest])} ms, "
-            f"fastest rank {escape(sk.fastest)} {_ms(busy[sk.fastest])} ms, max/min {ratio}"
+            f"rank skew (busy on any stream): slowest rank {escape(sk.slowest)} {_ms(slow)} ms, "
+            f"fastest rank {escape(sk.fastest)} {_ms(fast)} ms, max/min {ratio}"
         )
 
 

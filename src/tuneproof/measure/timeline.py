@@ -22,6 +22,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tuneproof.errors import TuneproofError
+
 NON_COMPUTE = ("communication", "memory")
 
 
@@ -177,9 +179,15 @@ class RankSkew:
 
 
 def rank_skew(ranks: Sequence[str], timelines: Sequence[Timeline]) -> RankSkew | None:
-    """Skew of union busy time over per-rank timelines; None for fewer than two ranks."""
+    """Skew of union busy time over per-rank timelines; None for fewer than two ranks. The ratio and
+    the names come from the same entries: two timelines under one label are refused, not merged."""
     if len(timelines) < 2:
         return None
+    seen = [r for i, r in enumerate(ranks) if r in ranks[:i]]
+    if seen:
+        raise TuneproofError(
+            f"rank {seen[0]} appears twice among the traces", "pass one trace per rank, all from one run"
+        )
     busy = [t.union_ms for t in timelines]
     hi = max(range(len(busy)), key=busy.__getitem__)
     lo = min(range(len(busy)), key=busy.__getitem__)

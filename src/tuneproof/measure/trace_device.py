@@ -58,19 +58,53 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def device_record(meta: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The trace's entry for the device most kernels ran on, from `deviceProperties` or the older
+    `computeProperties` (its CUDA field names mapped to today's); None when the trace has neither."""
+    dev = _entry(meta.get("deviceProperties") or meta.get("computeProperties"), events)
+    return None if dev is None else {OLD_KEYS.get(k, k): v for k, v in dev.items()}
+
+
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def platform_of(meta: dict[str, Any], dev: dict[str, Any] | None) -> str:
+    """The platform, "cuda" | "rocm", from the device record or the trace's runtime rows; "device" for
+    device rows with neither; "cpu" for a trace without device rows."""
+    runtime = (meta.get("_read") or {}).get("runtime")
+    if dev is not None:
+        name = str(dev.get("name", "?"))
+        amd = bool(dev.get("gcnArchName")) or bool(_AMD_NAME.search(name)) or dev.get("warpSize") == 64
+        return "rocm" if amd or runtime == "hip" else "cuda"
+    if runtime in ("cuda", "hip"):
+        return "rocm" if runtime == "hip" else "cuda"
+    events = meta.get("traceEvents") or []
+    on_device = any(str(e.get("cat", "")).lower() in DEVICE_CATS for e in events if isinstance(e, dict))
+    return "device" if on_device else "cpu"
+
+
+_NO_PROPS = {
+    "cuda": "CUDA device, properties not recorded in the trace",
+    "rocm": "ROCm device, properties not recorded in the trace",
+    "device": "a device (kernel rows), its platform and properties not recorded in the trace",
+}
+
+
 def device_info(meta: dict[str, Any], events: list[dict[str, Any]], source: str) -> dict[str, Any]:
     """What the table says about the device: platform ("cuda" | "rocm" | "cpu"), arch, a one-line
-    description, the trace's limits, and (CUDA only) computeMajor/computeMinor."""
-    dev = _entry(meta.get("deviceProperties") or meta.get("computeProperties"), events)
+    description, the trace's limits, and (CUDA only) computeMajor/computeMinor. Without device
+    properties the platform comes from the device and runtime rows; "CPU only" only without device rows."""
+    dev = device_record(meta, events)
     if dev is None:
-        why = "no deviceProperties in the trace" + ("" if source == "device" else " and no device rows")
-        return {"platform": "cpu" if source != "device" else None, "description": f"CPU only ({why})"}
+        platform = platform_of(meta, None) if source == "device" else "cpu"
+        if platform == "cpu":
+            why = "no deviceProperties in the trace and no device rows"
+            return {"platform": "cpu", "description": f"CPU only ({why})"}
+        return {"platform": None if platform == "device" else platform, "description": _NO_PROPS[platform]}
     name = str(dev.get("name", "?"))
-    dev = {OLD_KEYS.get(k, k): v for k, v in dev.items()}
     major, minor = dev.get("computeMajor"), dev.get("computeMinor")
     gcn = dev.get("gcnArchName")
-    runtime = (meta.get("_read") or {}).get("runtime")
-    rocm = bool(gcn) or bool(_AMD_NAME.search(name)) or dev.get("warpSize") == 64 or runtime == "hip"
+    rocm = platform_of(meta, dev) == "rocm"
     out: dict[str, Any] = {"name": name, "id": dev.get("id")}
     out["limits"] = {k: dev[k] for k in LIMIT_KEYS if _is_int(dev.get(k))}
     if rocm:
