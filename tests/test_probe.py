@@ -624,7 +624,9 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     assert r.timing.stopped == "the 1e-06 s budget ended after 3 rounds" and r.timing.target == 0.01
     assert {w: len(t.times_s) for w, t in r.timings.items()} == {64: 3, 128: 3, 256: 3}
     assert all(t.warmup == 1 for t in r.timings.values())
-    assert calls == {64: 1 + 3 + 2, 128: 1 + 3 + 2, 256: 1 + 3 + 2}  # warm-up, timed, profiled
+    # warm-up, timed, profiled, and the cheapest width (whichever timed fastest) profiled once more
+    # to measure the profiler's overhead for the budget's estimate
+    assert sorted(calls) == [64, 128, 256] and sorted(calls.values()) == [6, 6, 7]
     assert {w: len(p) for w, p in r.kernel_ms.items()} == {64: 2, 128: 2, 256: 2}
     assert r.kernel_ms[256][0]["attention"] == pytest.approx(256 * 256 / 1e4)
     assert said[0] == "warm-up 64" and "round 1: timing 64" in said

@@ -78,7 +78,7 @@ def probe_budget_option(what: str) -> Callable[[Callable[..., Any]], Any]:
         type=float,
         default=30.0,
         show_default=True,
-        help=f"Seconds of timing rounds for {what}.",
+        help=f"Seconds for the whole probe of {what}: model build, warm-up, timing rounds, profiles, peak.",
     )
 
 

@@ -243,6 +243,7 @@ def time_widths(
     steps = model_steps(model, spec) if net is None else width_steps(net, spec, int(model.config.vocab_size))
     timed: dict[str, Any] = {}
     if budget is not None:
+        budget.calibrate = lambda w: _time_profile(steps[w], spec.device, budget.clock)  # type: ignore[index]
         timed = {"after_first": budget.after_first_round, "clock": budget.clock}
     timing = time_interleaved(
         steps,
@@ -311,6 +312,17 @@ def _profile_widths(
     assert first is not None
     aside = {w: [sum(p.values()) for p in records[w] if p not in kept(w)] for w in widths}
     return {w: kept(w) for w in widths}, aside, first
+
+
+def _time_profile(step: Callable[[], None], device: str, clock: Callable[[], float]) -> float:
+    """Seconds of one profiled step as `_profile_widths` takes it (profile, trace read, kernel table):
+    what the budget's estimate of the profiles is made from (`measure.budget`)."""
+    start = clock()
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "calibrate.json"
+        _profile(step, device, trace)
+        kernel_table(load_trace(trace))
+    return clock() - start
 
 
 def _profile(step: Callable[[], None], device: str, path: Path) -> None:
