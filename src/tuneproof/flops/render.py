@@ -105,7 +105,8 @@ def render_report(report: FlopReport, console: Console) -> None:
         console.print(f"note: {escape(note)}")
 
 
-def render_mfu(report: FlopReport, console: Console) -> None:
+def render_mfu(report: FlopReport, console: Console, *, mfu_lines: bool = True) -> None:
+    """`mfu_lines` False: the achieved rate and the peak only (the probe prints MFU with its interval)."""
     m = report.mfu
     if m.intended is None or m.performed is None or m.step_time_s is None:
         console.print(f"MFU: unknown ({escape(m.reason or '')})")
@@ -115,6 +116,7 @@ def render_mfu(report: FlopReport, console: Console) -> None:
         f"achieved: {report.intended.total / t / 1e12:.3g} TFLOP/s intended, "
         f"{report.performed.total / t / 1e12:.3g} TFLOP/s performed (step {t:.4g} s)"
     )
-    console.print(f"mfu_{m.dtype}_intended  = {100 * m.intended:.1f} %")
-    console.print(f"mfu_{m.dtype}_performed = {100 * m.performed:.1f} %")
+    if mfu_lines:
+        console.print(f"mfu_{m.dtype}_intended  = {100 * m.intended:.1f} %")
+        console.print(f"mfu_{m.dtype}_performed = {100 * m.performed:.1f} %")
     console.print(f"peak: {m.peak_tflops:g} TFLOP/s dense {m.dtype} ({escape(m.peak_source or '')})")

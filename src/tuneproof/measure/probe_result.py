@@ -30,6 +30,7 @@ class Derived:
     interval: tuple[float, float] | None
     no_interval_reason: str | None
     unit: str = "share"
+    scope: str | None = None  # what the interval leaves out, said beside it
 
     def text(self) -> str:
         scale, sign = (100, "") if self.unit == "share" else (1, "+")
@@ -39,7 +40,8 @@ class Derived:
         ci = self.interval
         where = (f"95 % interval {scale * ci[0]:{sign}.1f} to {scale * ci[1]:{sign}.1f}{unit}" if ci
                  else f"no interval: {self.no_interval_reason}")  # fmt: skip
-        return f"{self.name} = {scale * self.value:{sign}.1f}{unit} ({where})"
+        scope = f"; {self.scope}" if self.scope and ci else ""
+        return f"{self.name} = {scale * self.value:{sign}.1f}{unit} ({where}{scope})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class Derived:
             f"{self.name}_no_interval_reason": self.no_interval_reason,
             # shares are fractions 0-1, gaps percentage points: the key alone does not say which
             f"{self.name}_unit": "fraction" if self.unit == "share" else "points",
+            **({f"{self.name}_interval_scope": self.scope} if self.scope else {}),
         }
 
 
@@ -62,9 +65,12 @@ def step_interval_reason(t: Timing) -> str | None:
 
 def mfu_numbers(report: Any, t: Timing) -> list[Derived]:
     """MFU intended and performed: flops / (step time * peak), so the interval is the step-time median's
-    interval mapped through 1/t (the peak and the FLOP count are constants, not measurements here)."""
+    interval mapped through 1/t (the FLOP count is exact). A measured peak has its own run-to-run
+    spread, which the interval does not hold: the line says so."""
     m = report.mfu
     out = []
+    measured = (m.peak_source or "").startswith("measured peak")
+    scope = "step time only: the measured peak's own run-to-run spread is not in it" if measured else None
     for basis in ("intended", "performed"):
         name, value = f"mfu_{m.dtype}_{basis}", getattr(m, basis)
         if value is None:
@@ -72,7 +78,7 @@ def mfu_numbers(report: Any, t: Timing) -> list[Derived]:
             continue
         ci, why = t.median_interval, step_interval_reason(t)
         interval = (value * m.step_time_s / ci[1], value * m.step_time_s / ci[0]) if ci else None
-        out.append(Derived(name, float(value), interval, why))
+        out.append(Derived(name, float(value), interval, why, scope=scope))
     return out
 
 

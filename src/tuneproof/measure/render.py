@@ -250,7 +250,7 @@ def render_probe(result: ProbeResult, console: Console) -> None:
         f"FLOPs at width {result.profiled_width}: intended {rep.intended.total:.3e}, "
         f"performed {rep.performed.total:.3e} (see `tuneproof flops` for the ledger)"
     )
-    render_mfu(rep, console)
+    render_mfu(rep, console, mfu_lines=False)  # MFU once, with its interval
     for d in result.derived:
         if d.name.startswith("mfu_") and d.value is not None:
             console.print(f"  {escape(d.text())}")
