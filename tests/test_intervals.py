@@ -48,7 +48,7 @@ def _report(t: float) -> SimpleNamespace:
     """What `mfu_numbers` reads of a FlopReport: its Mfu at step time `t`."""
     denom = t * PEAK_TFLOPS * 1e12
     mfu = SimpleNamespace(dtype="fp32", intended=FLOPS / 2 / denom, performed=FLOPS / denom, step_time_s=t,
-                          reason=None)  # fmt: skip
+                          reason=None, peak_source="table")  # fmt: skip
     return SimpleNamespace(mfu=mfu)
 
 
@@ -83,7 +83,12 @@ def test_mfu_without_enough_repeats_says_why() -> None:
     assert four.text().endswith("(no interval: 4 kept repeats: a median's 95 % interval needs 6)")
     assert four.to_dict()["mfu_fp32_performed_interval"] is None
     none = SimpleNamespace(
-        dtype="bf16", intended=None, performed=None, step_time_s=1.0, reason="no peak for this GPU"
+        dtype="bf16",
+        intended=None,
+        performed=None,
+        step_time_s=1.0,
+        reason="no peak for this GPU",
+        peak_source=None,
     )
     unknown = mfu_numbers(SimpleNamespace(mfu=none), Timing((1.0,) * 6, (False,) * 6, 1))
     assert [d.text() for d in unknown] == [
