@@ -15,7 +15,12 @@ from tuneproof.arch import resolve
 from tuneproof.arch.mixers import mixer_flops
 from tuneproof.arch.shape import Attention, Core, Join, Linear, StateSpace
 
-SCANS = ("nemotron_h.modeling_nemotron_h", "falcon_h1.modeling_falcon_h1", "zamba2.modeling_zamba2")
+SCANS = (
+    "mamba2.modeling_mamba2",
+    "nemotron_h.modeling_nemotron_h",
+    "falcon_h1.modeling_falcon_h1",
+    "zamba2.modeling_zamba2",
+)
 
 
 @pytest.mark.parametrize("module", SCANS)
