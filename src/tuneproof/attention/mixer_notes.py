@@ -6,6 +6,8 @@ mixture-of-attention heads, ZAYA's CCA convolutions and sparse-attention indexer
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 from tuneproof.arch.shape import LayerShape, ModelShape
 
@@ -37,36 +39,43 @@ _DELTA_PACKED = (
 )
 
 
-def linear_attention_notes(shape: ModelShape, is_packed: bool) -> list[str]:
-    """What runs for each linear-attention geometry (no mask, no SDPA backend)."""
+def _core_notes() -> dict[type, Callable[[Any, int, str, bool], str]]:
+    """Each mixer core's explainer line, (core, layer count, geometry label, packed) -> str. Mamba-2's
+    SSD is left to `ssd_notes`, which also counts the SSD cores inside attention layers."""
     from tuneproof.arch.kda import KimiDelta, kda_note
     from tuneproof.arch.lightning import Lightning, lightning_note
     from tuneproof.arch.mlstm import MLstm, mlstm_note
     from tuneproof.arch.recurrent import RgLru, Wkv, recurrent_note
     from tuneproof.arch.selective_scan import SelectiveScan, selective_scan_note
-    from tuneproof.arch.shape import StateSpace
+    from tuneproof.arch.shape import DeltaRule
     from tuneproof.arch.short_conv import ShortConv, short_conv_note
+
+    def delta(_: Any, count: int, label: str, packed: bool) -> str:
+        return _DELTA_PATHS.format(count=count, label=label, packed=_DELTA_PACKED if packed else "")
+
+    return {
+        DeltaRule: delta,
+        SelectiveScan: lambda _, n, label, packed: selective_scan_note(n, label, packed),
+        KimiDelta: lambda _, n, label, packed: kda_note(n, label, packed),
+        Lightning: lambda _, n, label, packed: lightning_note(n, label, packed),
+        ShortConv: lambda _, n, label, packed: short_conv_note(n, label, packed),
+        RgLru: recurrent_note,
+        Wkv: recurrent_note,
+        MLstm: mlstm_note,
+    }
+
+
+def linear_attention_notes(shape: ModelShape, is_packed: bool) -> list[str]:
+    """What runs for each linear-attention geometry (no mask, no SDPA backend): the line of its
+    layers' first core that `_core_notes` knows (a core it does not know gets no line)."""
     from tuneproof.arch.ssd_notes import ssd_notes
 
-    packed = _DELTA_PACKED if is_packed else ""
+    by_type = _core_notes()
     notes: list[str] = []
     for label, idxs in shape.mixer_groups().items():
-        if any(isinstance(s, SelectiveScan) for s in shape.layers[idxs[0]].steps):
-            notes.append(selective_scan_note(len(idxs), label, is_packed))
-        elif any(isinstance(s, KimiDelta) for s in shape.layers[idxs[0]].steps):
-            notes.append(kda_note(len(idxs), label, is_packed))
-        elif any(isinstance(s, Lightning) for s in shape.layers[idxs[0]].steps):
-            notes.append(lightning_note(len(idxs), label, is_packed))
-        elif recurrent := [s for s in shape.layers[idxs[0]].steps if isinstance(s, RgLru | Wkv)]:
-            notes.append(recurrent_note(recurrent[0], len(idxs), label, is_packed))
-        elif mlstm := [s for s in shape.layers[idxs[0]].steps if isinstance(s, MLstm)]:
-            notes.append(mlstm_note(mlstm[0], len(idxs), label, is_packed))
-        elif any(isinstance(s, ShortConv) for s in shape.layers[idxs[0]].steps):
-            notes.append(short_conv_note(len(idxs), label, is_packed))
-        elif any(isinstance(s, StateSpace) for s in shape.layers[idxs[0]].steps):
-            continue  # ssd_notes below, with the SSD cores inside attention layers
-        else:
-            notes.append(_DELTA_PATHS.format(count=len(idxs), label=label, packed=packed))
+        core = next((s for s in shape.layers[idxs[0]].steps if type(s) in by_type), None)
+        if core is not None:
+            notes.append(by_type[type(core)](core, len(idxs), label, is_packed))
     return notes + ssd_notes(shape, is_packed)
 
 
