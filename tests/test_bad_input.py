@@ -54,7 +54,7 @@ OUT_FILE = [
 ]
 ARM_FILES = [
     ("@missing", "arm file not found"),
-    ("@folder", "is a folder, not a file"),
+    ("@folder", "holds no lm-eval results_<date>.json or samples_<task>_<date>.jsonl"),
     ("@empty", "holds no responses"),
     ("@not-json", "not JSON"),
     ("@bad-gzip-arm", "cannot read"),

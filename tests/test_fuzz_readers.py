@@ -258,3 +258,46 @@ def test_spec_files(spec: dict) -> None:
             lines.append(f"[{table}]\n")
             lines += [f"{k} = {toml_value(v)}\n" for k, v in spec[table].items() if v is not None]
     _file_refused_or_ok(read_spec, "".join(lines).encode(), "spec.toml")
+
+
+bench_rows = st.dictionaries(
+    st.sampled_from(["doc_id", "filter", "metrics", "acc", "exact_match", "doc_hash", "resps", "id", "task"]),
+    json_values,
+    max_size=7,
+)
+
+
+@SETTINGS
+@given(rows=st.lists(bench_rows | json_values, max_size=8), results=json_values, kind=st.integers(0, 2))
+def test_benchmark_runs(rows: list[object], results: object, kind: int) -> None:
+    """lm-eval samples beside a fuzzed results file, a bare samples file, a per-example JSONL, a CSV."""
+    from tuneproof.gate.arms import read_arm
+    from tuneproof.gate.bench_lineup import line_up
+    from tuneproof.gate.spec import GateSpec
+
+    def both(p: Path) -> None:
+        arm = read_arm([p], "base")
+        line_up(list(arm.bench.values()), list(arm.bench.values()), GateSpec())
+
+    raw = "\n".join(json.dumps(r) for r in rows).encode()
+    date = "2026-01-01T00-00-00.000000"
+    with tempfile.TemporaryDirectory() as d:
+        folder = Path(d) / "run"
+        folder.mkdir()
+        (folder / f"samples_task_{date}.jsonl").write_bytes(raw)
+        if kind == 0:
+            (folder / f"results_{date}.json").write_text(json.dumps({"results": results}))
+            _refused_or_ok(both, folder)
+        elif kind == 1:
+            _refused_or_ok(both, folder / f"samples_task_{date}.jsonl")
+        else:
+            (folder / "r.jsonl").write_bytes(raw)
+            _refused_or_ok(both, folder / "r.jsonl")
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=200))
+def test_per_example_csv_bytes(raw: bytes) -> None:
+    from tuneproof.gate.arms import read_arm
+
+    _file_refused_or_ok(lambda p: read_arm([p], "base"), b"id,acc\n" + raw, "r.csv")

@@ -69,7 +69,7 @@ def test_lm_eval_log_samples_are_one_run_per_file(tmp_path: Path) -> None:
         (b"[1, 2]\n", "not a JSON object"),
         (b"{oops\n", "not JSON"),
         (b'{"prompt_id": "x", "run": 0, "sample": 0, "text": "a"}\n' * 2, "has sample 0 twice"),
-        (b'{"doc_id": 1, "resps": [[3]]}\n', "without string responses"),
+        (b'{"doc_id": 1, "resps": [[3]]}\n', "holds no scored documents"),
     ],
 )
 def test_bad_arm_rows_are_refused_with_the_line(tmp_path: Path, content: bytes, fragment: str) -> None:

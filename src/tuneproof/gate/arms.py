@@ -4,9 +4,10 @@ An arm file holds one row per response: `{"prompt_id": str, "run": int|str, "sam
 `run` is an independent repetition of the whole arm (another seed); `sample` numbers the responses to a
 prompt within a run. Extra keys are kept out of the way and ignored.
 
-lm-evaluation-harness `--log_samples` files (`samples_<task>_*.jsonl`, rows with `doc_id` and
-`filtered_resps` or `resps`) are read as well: each such file is one run, its prompt ids are
-`<task>/<doc_id>`, and each response string in the row is one sample.
+Benchmark runs are read as well, one run per input: an lm-eval output folder, results file or samples
+file (`gate/lm_eval.py`), or a per-example CSV or JSONL (`gate/per_example.py`). Their scores go to
+`Arm.bench`; the response texts of generation tasks become the run's prompts `<task>/<doc_id>`, each
+response string in the row one sample.
 
 Several files may make one arm; runs are then told apart by file (`<file name>:<run>`, the path where two
 files share a name). A file given twice is refused.
@@ -14,16 +15,20 @@ files share a name). A file given twice is refused.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuneproof.errors import TuneproofError
 from tuneproof.gate.inputs import jsonl_objects
+from tuneproof.io import input_file
+
+if TYPE_CHECKING:
+    from tuneproof.gate.bench_lineup import Lineup
+    from tuneproof.gate.lm_eval import BenchRun
 
 ARM_HINT = 'one JSON object per line: {"prompt_id": ..., "run": ..., "sample": ..., "text": ...}'
-_LM_EVAL_NAME = re.compile(r"^samples_(?P<task>.+?)_\d{4}-\d{2}-\d{2}T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,7 @@ class Arm:
     name: str
     sources: tuple[str, ...]
     runs: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    bench: dict[str, BenchRun] = field(default_factory=dict)  # benchmark runs by label
 
     @property
     def run_names(self) -> list[str]:
@@ -75,11 +81,11 @@ class Arm:
 
 
 def read_arm(paths: Sequence[str | Path], name: str) -> Arm:
-    """One arm from one or more files (tuneproof arm JSONL or lm-eval samples JSONL, optionally .gz)."""
+    """One arm from one or more inputs: tuneproof arm JSONL (runs inside), or benchmark runs, one per
+    input (an lm-eval output folder, results file or samples file; a per-example CSV or JSONL)."""
     if not paths:
         raise TuneproofError(f"no files given for the {name} arm", "pass at least one arm file")
     arm = Arm(name=name, sources=tuple(str(p) for p in paths))
-    keyed: dict[tuple[str, str], dict[int, str]] = {}
     files = [Path(x) for x in paths]
     seen: dict[str, Path] = {}
     for p in files:
@@ -87,39 +93,60 @@ def read_arm(paths: Sequence[str | Path], name: str) -> Arm:
         if key in seen:
             raise TuneproofError(f"{p} is given twice for the {name} arm", "give each file once")
         seen[key] = p
+    kinds = {p: _kind(p, name) for p in files}
+    if len(set(kinds.values())) > 1:
+        raise TuneproofError(
+            f"the {name} arm mixes tuneproof arm files with benchmark results ({', '.join(map(str, files))})",
+            "give an arm either response files or benchmark runs",
+        )
     names = [p.name for p in files]
+    keyed: dict[tuple[str, str], dict[int, str]] = {}
     for p in files:
         # runs from several files are told apart by file: its name, or its path where names repeat
         label = p.name if names.count(p.name) == 1 else str(p)
-        prefix = f"{label}:" if len(files) > 1 else ""
-        for row in _read_rows(p, name):
-            run = prefix + row.run
-            slots = keyed.setdefault((run, row.prompt_id), {})
-            if row.sample in slots:
-                if not row.run:  # lm-eval rows: the file is the run
-                    raise TuneproofError(
-                        f"{p}: {row.prompt_id!r} appears twice", "give each doc_id once per file"
-                    )
-                raise TuneproofError(
-                    f"{p}: prompt {row.prompt_id!r}, run {row.run!r} has sample {row.sample} twice",
-                    "number the samples of a prompt 0, 1, 2, ... within each run",
-                )
-            slots[row.sample] = row.text
-    if not keyed:
+        if kinds[p] == "text":
+            _text_rows(p, name, f"{label}:" if len(files) > 1 else "", keyed)
+            continue
+        from tuneproof.gate.lm_eval import read_run
+        from tuneproof.gate.per_example import read_per_example
+
+        run = read_run(p, name, label) if kinds[p] == "lm-eval" else read_per_example(p, label)
+        arm.bench[label] = run
+        for prompt_id, texts in run.texts.items():
+            keyed[(label, prompt_id)] = dict(enumerate(texts))
+    if not keyed and not arm.bench:
         raise TuneproofError(f"the {name} arm ({', '.join(arm.sources)}) holds no responses", ARM_HINT)
-    for (run, prompt_id), slots in keyed.items():
-        arm.runs.setdefault(run, {})[prompt_id] = [slots[s] for s in sorted(slots)]
+    for (run_name, prompt_id), slots in keyed.items():
+        arm.runs.setdefault(run_name, {})[prompt_id] = [slots[s] for s in sorted(slots)]
     return arm
 
 
-def _read_rows(p: Path, arm: str) -> Iterator[Response]:
-    lm_eval = _LM_EVAL_NAME.match(p.name)
-    task = lm_eval.group("task") if lm_eval else None
+def _kind(p: Path, arm: str) -> str:
+    """ "lm-eval", "per-example" or "text" (a tuneproof arm file)."""
+    from tuneproof.gate.lm_eval import is_lm_eval
+    from tuneproof.gate.per_example import is_per_example
+
+    if not p.is_dir():
+        input_file(p, f"{arm} arm file", ARM_HINT)
+    if is_lm_eval(p):
+        return "lm-eval"
+    if is_per_example(p):
+        return "per-example"
+    for _, row in jsonl_objects(p, f"{arm} arm file", ARM_HINT):
+        return "lm-eval" if "prompt_id" not in row and "doc_id" in row else "text"
+    return "text"
+
+
+def _text_rows(p: Path, arm: str, prefix: str, keyed: dict[tuple[str, str], dict[int, str]]) -> None:
     for line_no, row in jsonl_objects(p, f"{arm} arm file", ARM_HINT):
-        if "prompt_id" not in row and "doc_id" in row:
-            yield from _lm_eval_row(row, p, line_no, task)
-        else:
-            yield _arm_row(row, p, line_no)
+        r = _arm_row(row, p, line_no)
+        slots = keyed.setdefault((prefix + r.run, r.prompt_id), {})
+        if r.sample in slots:
+            raise TuneproofError(
+                f"{p}: prompt {r.prompt_id!r}, run {r.run!r} has sample {r.sample} twice",
+                "number the samples of a prompt 0, 1, 2, ... within each run",
+            )
+        slots[r.sample] = r.text
 
 
 def _arm_row(row: dict[str, object], p: Path, line_no: int) -> Response:
@@ -139,42 +166,13 @@ def _arm_row(row: dict[str, object], p: Path, line_no: int) -> Response:
     return Response(str(prompt_id), str(run), sample, text)
 
 
-def _lm_eval_row(row: dict[str, object], p: Path, line_no: int, task: str | None) -> Iterator[Response]:
-    """lm-eval `--log_samples`: `filtered_resps` is a list of strings (one per repeat), `resps` a list of
-    lists of strings; the file is one run."""
-    where = f"{p}, line {line_no}"
-    resps = row.get("filtered_resps", row.get("resps"))
-    texts = _flatten_strings(resps)
-    if texts is None:
-        raise TuneproofError(
-            f"{where}: lm-eval row without string responses in 'filtered_resps' or 'resps'",
-            "pass lm-eval log_samples files of a generation task (generate_until)",
-        )
-    prompt_id = f"{task}/{row['doc_id']}" if task else str(row["doc_id"])
-    for i, text in enumerate(texts):
-        yield Response(prompt_id, "", i, text)
-
-
-def _flatten_strings(value: object) -> list[str] | None:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and value:
-        out: list[str] = []
-        for v in value:
-            flat = _flatten_strings(v)
-            if flat is None:
-                return None
-            out.extend(flat)
-        return out
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class Pairing:
     """Two arms lined up on the prompts both answered in every run."""
 
     prompt_ids: list[str]
     num_dropped: int
+    lineup: Lineup | None = None  # the benchmark runs lined up, when the arms are benchmark runs
 
     def note(self) -> str | None:
         if not self.num_dropped:

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from tuneproof.errors import TuneproofError
 from tuneproof.gate.arms import Arm, Pairing, pair
 from tuneproof.gate.probes import Probe, probe_prompts
 from tuneproof.gate.spec import GateSpec
+
+if TYPE_CHECKING:
+    from tuneproof.gate.bench_lineup import Lineup
 
 
 def parse_floors(values: Sequence[str]) -> dict[str, float]:
@@ -40,8 +45,8 @@ def parse_floors(values: Sequence[str]) -> dict[str, float]:
 
 def floor_names(spec: GateSpec, attractors: bool, probes: Sequence[Probe]) -> list[str]:
     """The metrics that need a floor to be judged: the gated headline of each family, and each probe."""
-    names = ["diversity"] if spec.diversity.gate else []
-    if attractors and spec.attractors.gate:
+    names = ["diversity"] if spec.diversity.gate is not False else []
+    if attractors and spec.attractors.gate is not False:
         names.append("attractors")
     return names + [f"probe:{p.name}" for p in probes]
 
@@ -62,9 +67,18 @@ def check_inputs(
             "pass a local embedding model, or pick another diversity metric",
             fields=("embedder",),
         )
-    pairing = pair(base, tuned)
+    lineup = _benchmarks(base, tuned, spec)
+    spec = spec.for_benchmarks(lineup is not None)
+    if lineup is not None and not (base.runs and tuned.runs):
+        if probes:
+            raise TuneproofError(
+                "probes read response text, and the benchmark runs hold none (loglikelihood tasks)",
+                "leave the probes out, or give runs of generation tasks",
+            )
+        return Pairing([], 0, lineup)
+    pairing = replace(pair(base, tuned), lineup=lineup)
     for arm in (base, tuned):
-        if all(not r.text.strip() for r in arm.responses()):
+        if lineup is None and all(not r.text.strip() for r in arm.responses()):
             raise TuneproofError(
                 f"every response in the {arm.name} arm is empty: there is nothing to judge",
                 "check how the arm was generated (a stop token at the first step, a decoding error)",
@@ -93,6 +107,21 @@ def check_inputs(
                 fields=("floors",),
             )
     return pairing
+
+
+def _benchmarks(base: Arm, tuned: Arm, spec: GateSpec) -> Lineup | None:
+    """Both arms' benchmark runs lined up (`bench_lineup.line_up`); None when neither arm has any."""
+    if bool(base.bench) != bool(tuned.bench):
+        with_runs, without = (base, tuned) if base.bench else (tuned, base)
+        raise TuneproofError(
+            f"the {with_runs.name} arm holds benchmark runs and the {without.name} arm response files",
+            "give both arms the same kind of input",
+        )
+    if not base.bench:
+        return None
+    from tuneproof.gate.bench_lineup import line_up
+
+    return line_up(list(base.bench.values()), list(tuned.bench.values()), spec)
 
 
 def _part_names() -> dict[str, tuple[str, ...]]:

@@ -184,9 +184,22 @@ def _probes(report: GateReport, console: Console) -> None:
 
 
 def render_gate(report: GateReport, console: Console) -> None:
-    console.print(_header(report))
-    _metrics(report, console)
-    _inputs(report, console)
+    if report.benchmarks is not None:
+        from tuneproof.gate.bench_render import render_benchmarks
+
+        runs = report.inputs["benchmark_runs"]
+        docs = report.inputs["benchmark_documents"]
+        console.print(
+            f"benchmarks: tuned vs base on {sum(docs.values()):,} documents in {len(docs)} tasks "
+            f"({runs['base']} + {runs['tuned']} runs)"
+        )
+        render_benchmarks(report.benchmarks, console)
+    if all(m.extra.get("skipped") for m in report.metrics.values()) and report.benchmarks is not None:
+        console.print(f"response metrics: {escape(report.metrics['diversity'].reason)}")
+    else:
+        console.print(_header(report))
+        _metrics(report, console)
+        _inputs(report, console)
     if report.probes:
         _probes(report, console)
     for note in report.notes:

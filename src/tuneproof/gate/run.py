@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from tuneproof.gate.spec import GateSpec
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult, verdict_for
 from tuneproof.gate.tokens import Tokens
 from tuneproof.verdict import Verdict
+
+if TYPE_CHECKING:
+    from tuneproof.gate.benchmarks import Benchmarks
 
 SPAN_TEXTS = 20  # tuned responses whose corpus span is quoted (all are listed)
 
@@ -70,6 +73,7 @@ class GateReport:
     judgement: Verdict
     inputs: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    benchmarks: Benchmarks | None = None
 
     @property
     def verdict(self) -> str:
@@ -83,6 +87,13 @@ class GateReport:
         return {
             "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
             "probes": [p.to_dict() for p in self.probes],
+            "benchmarks": None
+            if self.benchmarks is None
+            else {
+                "gated": self.benchmarks.gated,
+                "lines": [line.to_dict() for line in self.benchmarks.lines],
+                "notes": self.benchmarks.notes,
+            },
             "verdict": self.verdict,
             "exit_code": self.exit_code,
             "inputs": self.inputs,
@@ -171,9 +182,28 @@ def measure(
     ids = pairing.prompt_ids
     notes = [n for n in [pairing.note()] if n]
     k = spec.floor_k
+    # beside benchmark runs, diversity is measured only when the spec's [diversity] says gate
+    diversity_asked = pairing.lineup is None or spec.diversity.gate is not None
+    spec = spec.for_benchmarks(pairing.lineup is not None)
+    benchmarks = None
+    if pairing.lineup is not None:
+        from tuneproof.gate.benchmarks import judge_benchmarks
 
-    say("diversity")
-    metrics = {"diversity": _diversity(base, tuned, ids, spec, embed, given, notes)}
+        say("benchmarks")
+        benchmarks = judge_benchmarks(pairing.lineup, spec)
+        if not ids:
+            no_text = "skipped: the benchmark runs hold no response text (loglikelihood tasks)"
+            metrics = {n: _skipped(n, "down", no_text) for n in ("diversity", "attractors", "memorisation")}
+            report = GateReport(metrics, [], overall(metrics, [], benchmarks), {}, notes, benchmarks)
+            report.inputs = _inputs(base, tuned, pairing, spec)
+            return report
+
+    if diversity_asked:
+        say("diversity")
+        metrics = {"diversity": _diversity(base, tuned, ids, spec, embed, given, notes)}
+    else:
+        why = "skipped: benchmark runs (the spec's [diversity] gate = true or false measures their responses)"
+        metrics = {"diversity": _skipped("diversity", "up", why)}
     if attractors is None:
         metrics["attractors"] = _skipped(
             "attractors",
@@ -204,7 +234,8 @@ def measure(
                 f"probe {probe.name}: {len(results[-1].missing)} of its prompts are not in both arms "
                 "(judged on the rest)"
             )
-    return GateReport(metrics, results, overall(metrics, results), _inputs(base, tuned, pairing, spec), notes)
+    judgement = overall(metrics, results, benchmarks)
+    return GateReport(metrics, results, judgement, _inputs(base, tuned, pairing, spec), notes, benchmarks)
 
 
 def _diversity(
@@ -221,7 +252,14 @@ def _diversity(
     if spec.diversity.wanted:
         wanted[spec.diversity.metric] = spec.diversity.wanted
     family = _family(
-        "diversity", div.scores, spec.diversity.metric, wanted, spec.floor_k, given, {}, spec.diversity.gate
+        "diversity",
+        div.scores,
+        spec.diversity.metric,
+        wanted,
+        spec.floor_k,
+        given,
+        {},
+        spec.diversity.gate is not False,
     )
     family.extra.update(
         matched_tokens_median=float(np.median(div.matched_lengths)) if div.matched_lengths.size else None,
@@ -263,7 +301,7 @@ def _attractors(
         spec.floor_k,
         given,
         {"share": "%", "per_1k_words": "/1k words"},
-        spec.attractors.gate,
+        spec.attractors.gate is not False,
     )
     family.extra.update(
         list_sha256=sha,
@@ -353,11 +391,15 @@ def memorisation(
     )  # fmt: skip
 
 
-def overall(metrics: Mapping[str, MetricResult], probes: Sequence[ProbeResult]) -> Verdict:
-    """FAIL when a gated metric or a probe fails; INCONCLUSIVE when none fails but one is undecided or
-    not judged, or nothing is gated; PASS when every one passes. The reason names the metrics."""
+def overall(
+    metrics: Mapping[str, MetricResult], probes: Sequence[ProbeResult], benchmarks: Benchmarks | None = None
+) -> Verdict:
+    """FAIL when a gated metric, a probe or a deciding benchmark line fails; INCONCLUSIVE when none fails
+    but one is undecided or not judged, or nothing is gated; PASS when every one passes. The reason names
+    them."""
     judged = {n: m for n, m in metrics.items() if m.extra.get("gated", True) and not m.extra.get("skipped")}
     judged.update({f"probe {p.probe.name}": p.result for p in probes})
+    judged.update({line.name: line.result for line in (benchmarks.deciding() if benchmarks else [])})
     failed = [n for n, m in judged.items() if m.verdict == FAIL]
     if failed:
         return verdict_for(FAIL, "failed: " + ", ".join(failed))
@@ -375,9 +417,12 @@ def _inputs(base: Arm, tuned: Arm, pairing: Pairing, spec: GateSpec) -> dict[str
         return {"files": list(a.sources), "runs": len(a.run_names), "responses": a.num_responses,
                 "responses_judged": judged}  # fmt: skip
 
+    lineup = pairing.lineup
     return {
         "base": arm(base),
         "tuned": arm(tuned),
+        "benchmark_runs": None if lineup is None else {"base": len(lineup.base), "tuned": len(lineup.tuned)},
+        "benchmark_documents": None if lineup is None else {t: len(d) for t, d in lineup.docs.items()},
         "prompts": len(pairing.prompt_ids),
         "prompts_dropped": pairing.num_dropped,
         "floor_k": spec.floor_k,

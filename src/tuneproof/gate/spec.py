@@ -15,10 +15,21 @@ The defaults are the reference run's: diversity (distinct-n, up), attractor shar
     [memorisation]
     threshold = 0.0        # percent of tuned responses allowed to hold a corpus k-gram
     k = 32
+    [benchmarks]           # benchmark runs (lm-eval, per-example files)
+    gate = true
+    hypothesis = "not-worse"   # not-worse | better
+    margin = 1.0           # "not worse by more than 1 point" (default 0: only a gain beyond the floor passes)
+    [benchmarks.task.gsm8k]    # per task or group: any key above but gate, and
+    metric = "exact_match"     # the deciding metric and filter (default: the task's first of each)
+    filter = "flexible-extract"
+    higher_is_better = true    # for metrics lm-eval does not describe (per-example files)
+
+With benchmark runs, diversity is reported as evidence unless the spec's [diversity] sets gate.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,9 +45,41 @@ ATTRACTOR_PARTS = ("share", "per_1k_words")
 SPEC_HINT = "docs/gate.md gives the spec format"
 
 
+HYPOTHESES = ("not-worse", "better")
+_TASK_KEYS = ("hypothesis", "margin", "metric", "filter", "higher_is_better")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """What one benchmark task (or group) must show; None: the [benchmarks] default, or lm-eval's."""
+
+    hypothesis: str | None = None
+    margin: float | None = None  # in the unit the table shows (points for fractions)
+    metric: str | None = None
+    filter: str | None = None
+    higher_is_better: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSpec:
+    gate: bool = True
+    hypothesis: str = "not-worse"
+    margin: float | None = None
+    tasks: tuple[tuple[str, TaskSpec], ...] = ()
+
+    def task(self, name: str) -> TaskSpec:
+        """The task's own settings over the [benchmarks] defaults."""
+        own = dict(self.tasks).get(name, TaskSpec())
+        return replace(
+            own,
+            hypothesis=own.hypothesis or self.hypothesis,
+            margin=own.margin if own.margin is not None else self.margin,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class FamilySpec:
-    gate: bool
+    gate: bool | None  # None: gated, except with benchmark runs (then evidence)
     metric: str
     wanted: str | None  # None: the metric's own direction (gzip down, the others up; attractors down)
 
@@ -44,11 +87,24 @@ class FamilySpec:
 @dataclass(frozen=True, slots=True)
 class GateSpec:
     floor_k: float = DEFAULT_FLOOR_K
-    diversity: FamilySpec = field(default_factory=lambda: FamilySpec(True, "distinct", None))
-    attractors: FamilySpec = field(default_factory=lambda: FamilySpec(True, "share", None))
+    diversity: FamilySpec = field(default_factory=lambda: FamilySpec(None, "distinct", None))
+    attractors: FamilySpec = field(default_factory=lambda: FamilySpec(None, "share", None))
     memorisation_gate: bool = True
     threshold: float = 0.0  # memorisation: percent of tuned responses allowed to hold a corpus span
     k: int = DEFAULT_K
+    benchmarks: BenchSpec = field(default_factory=BenchSpec)
+
+    def for_benchmarks(self, benchmarks: bool) -> GateSpec:
+        """Families whose gate the spec leaves open: gated on response arms, evidence beside benchmarks."""
+        return replace(
+            self,
+            diversity=replace(self.diversity, gate=self.diversity.gate is not False and not benchmarks)
+            if self.diversity.gate is None
+            else self.diversity,
+            attractors=replace(self.attractors, gate=not benchmarks)
+            if self.attractors.gate is None
+            else self.attractors,
+        )
 
     def __post_init__(self) -> None:
         validate.real("floor_k", self.floor_k, low=0, low_open=True, high=100)
@@ -70,7 +126,7 @@ def read_spec(path: str | Path) -> GateSpec:
     p = Path(path)
     data = read_toml(p, "the spec", SPEC_HINT)
     try:
-        _known(data, "the spec", ("floor_k", "diversity", "attractors", "memorisation"))
+        _known(data, "the spec", ("floor_k", "diversity", "attractors", "memorisation", "benchmarks"))
         spec = GateSpec()
         if "floor_k" in data:
             spec = replace(spec, floor_k=data["floor_k"])
@@ -86,9 +142,45 @@ def read_spec(path: str | Path) -> GateSpec:
             threshold=mem.get("threshold", spec.threshold),
             k=mem.get("k", spec.k),
         )
+        if "benchmarks" in data:
+            spec = replace(spec, benchmarks=_benchmarks(data["benchmarks"]))
     except TuneproofError as e:
         raise TuneproofError(f"{p}: {e.message}") from None
     return spec
+
+
+def _benchmarks(table: Any) -> BenchSpec:
+    _known(table, "[benchmarks]", ("gate", "hypothesis", "margin", "task"))
+    default = _task(table, "[benchmarks]", ("hypothesis", "margin"))
+    tasks = table.get("task", {})
+    _known(tasks, "[benchmarks.task]", tuple(tasks) if isinstance(tasks, dict) else ())
+    return BenchSpec(
+        gate=_bool(table.get("gate", True), "[benchmarks] gate"),
+        hypothesis=default.hypothesis or "not-worse",
+        margin=default.margin,
+        tasks=tuple((str(n), _task(t, f"[benchmarks.task.{n}]", _TASK_KEYS)) for n, t in tasks.items()),
+    )
+
+
+def _task(table: Any, where: str, keys: tuple[str, ...]) -> TaskSpec:
+    own = {k: v for k, v in table.items() if k in keys} if isinstance(table, dict) else table
+    _known(own, where, keys)
+    hypothesis = own.get("hypothesis")
+    if hypothesis is not None and hypothesis not in HYPOTHESES:
+        raise TuneproofError(f"{where} hypothesis = {hypothesis!r}", "use " + " or ".join(HYPOTHESES))
+    margin = own.get("margin")
+    if margin is not None:
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin < math.inf:
+            raise TuneproofError(f"{where} margin must be a number >= 0, got {margin!r}", SPEC_HINT)
+        margin = float(margin)
+    for key in ("metric", "filter"):
+        if key in own and (not isinstance(own[key], str) or not own[key].strip()):
+            raise TuneproofError(f"{where} {key} must be a non-empty string, got {own[key]!r}", SPEC_HINT)
+    higher = own.get("higher_is_better")
+    return TaskSpec(
+        hypothesis, margin, own.get("metric"), own.get("filter"),
+        None if higher is None else _bool(higher, f"{where} higher_is_better"),
+    )  # fmt: skip
 
 
 def _known(table: Any, where: str, keys: tuple[str, ...]) -> None:
@@ -110,7 +202,7 @@ def _bool(value: Any, name: str) -> bool:
 def _family(table: Any, default: FamilySpec, name: str) -> FamilySpec:
     _known(table, f"[{name}]", ("gate", "metric", "wanted"))
     return FamilySpec(
-        _bool(table.get("gate", default.gate), f"[{name}] gate"),
+        _bool(table["gate"], f"[{name}] gate") if "gate" in table else default.gate,
         table.get("metric", default.metric),
         table.get("wanted", default.wanted),
     )
