@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,20 @@ def test_the_python_example_gives_the_numbers_in_its_comment(tmp_path: Path) -> 
     shown = re.search(r"# (PASS [0-9. ]+)\n", (ROOT / "docs" / "conventions.md").read_text())
     assert shown is not None
     assert f"{report.verdict} {d.delta:.4f} {d.floor:.4f} {d.ratio:.2f}" == shown.group(1).strip()
+
+
+def test_the_benchmark_example_prints_what_the_docs_show(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    spec = importlib.util.spec_from_file_location("make_lm_eval_docs", EXAMPLE / "make_lm_eval.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_lm_eval_docs"] = module
+    spec.loader.exec_module(module)
+    module.main(tmp_path)
+    capsys.readouterr()
+    argv = ["gate", *(x for i in (1, 2) for x in ("--base", str(tmp_path / f"base-{i}"))),
+            *(x for i in (1, 2) for x in ("--tuned", str(tmp_path / f"tuned-{i}")))]  # fmt: skip
+    assert main(argv) == 1
+    readme = _readme()
+    start = readme.index("```\nbenchmarks: tuned vs base on 930 documents") + 4
+    assert capsys.readouterr().out == readme[start : readme.index("```", start)]
