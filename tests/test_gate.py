@@ -362,19 +362,22 @@ def test_floor_names_and_one_run_refusals_list_everything(tmp_path: Path, capsys
     assert code == 2 and "is given twice for the base arm" in err
 
 
-def test_same_named_lm_eval_files_in_two_folders_are_two_runs(tmp_path: Path) -> None:
+def test_same_named_files_in_two_folders_are_two_runs_and_an_lm_eval_copy_is_refused(tmp_path: Path) -> None:
+    from tuneproof.errors import TuneproofError
     from tuneproof.gate.arms import read_arm
 
-    name = "samples_task_2026-01-01T00-00-00.jsonl"
-    files = []
+    files, copies = [], []
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
-        files.append(tmp_path / folder / name)
-        files[-1].write_text(
-            "".join(json.dumps({"doc_id": i, "filtered_resps": ["x y"]}) + "\n" for i in range(3))
-        )
+        files.append(tmp_path / folder / "scores.csv")
+        files[-1].write_text("id,acc\n" + "".join(f"q{i},{(i + len(folder)) % 2}\n" for i in range(3)))
+        copies.append(tmp_path / folder / "samples_task_2026-01-01T00-00-00.jsonl")
+        copies[-1].write_text("".join(json.dumps({"doc_id": i, "resps": [["x y"]]}) + "\n" for i in range(3)))
     arm_ = read_arm(files, "base")
-    assert len(arm_.run_names) == 2 and arm_.prompt_ids == ["task/0", "task/1", "task/2"]
+    assert sorted(arm_.bench) == sorted(str(f) for f in files)  # told apart by path
+    # the same lm-eval file name (its date, to the microsecond) in two folders is one run copied
+    with pytest.raises(TuneproofError, match="are the same lm-eval run"):
+        read_arm(copies, "base")
 
 
 def test_a_probe_is_refused_before_the_corpus_is_indexed(tmp_path: Path, capsys, monkeypatch) -> None:

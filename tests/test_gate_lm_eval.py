@@ -131,7 +131,7 @@ def test_documents_that_do_not_match_between_arms_are_counted(tmp_path: Path, ca
 def test_runs_holding_other_tasks_are_refused(tmp_path: Path, capsys) -> None:
     b1 = _run(tmp_path / "b1")
     b2 = gen.write_run(
-        tmp_path / "b2", [gen.Task("arc", 40, "choice")], MODEL, 2, "2026-11-01T10-00-00.000000"
+        tmp_path / "b2", [gen.Task("arc", 40, "choice")], MODEL, 2, "2026-11-02T10-00-00.000000"
     )
     err = _refused(["--base", str(b1), "--base", str(b2), "--tuned", str(b1)], capsys)
     assert "run b2 of the base arm holds arc; run b1 of the base arm holds gsm8k" in err
@@ -200,7 +200,7 @@ def test_benchmark_runs_and_response_files_do_not_mix(tmp_path: Path, capsys) ->
         ('[benchmarks.task.mmlu]\nhypothesis = "better"\n', "names mmlu, which the runs do not hold"),
         (
             '[benchmarks.task.gsm8k]\nmetric = "acc"\n',
-            "names metric 'acc' filter None, which gsm8k does not have",
+            "names metric 'acc', which gsm8k does not judge (it has exact_match (strict-match)",
         ),
         ("[benchmarks.task.gsm8k]\nhigher_is_better = 1\n", "higher_is_better must be true or false"),
     ],
@@ -215,12 +215,20 @@ def test_bad_benchmark_specs_are_refused(tmp_path: Path, capsys, spec: str, frag
 @pytest.mark.parametrize(
     "name,content,fragment",
     [
-        ("r.csv", "id,exact_match\nq1,abc\n", "exact_match = 'abc' is not a number"),
+        ("r.csv", "id,exact_match\nq1,abc\n", "line 2: no metric column (a column of numbers)"),
+        ("r.csv", "id,exact_match\nq1,1\nq2,abc\n", "line 3: exact_match = 'abc' is not a number"),
+        ("r.csv", "id,exact_match\nq1,1\nq2,\n", "line 3: exact_match is missing"),
+        ("r.csv", "id,exact_match,exact_match\nq1,1,1\n", "the header names 'exact_match' twice"),
         ("r.csv", "id,exact_match\nq1,nan\n", "exact_match is nan"),
         ("r.csv", "id,exact_match\nq1,1\nq1,0\n", "id 'q1' appears twice"),
         ("r.csv", "id,exact_match\nq1,1,5\n", "line 2: 2 columns expected"),
         ("r.csv", "name,exact_match\nq1,1\n", "no header with an id column"),
-        ("r.jsonl", '{"id": "q1", "acc": [1]}\n', "acc = [1] is not a number"),
+        (
+            "r.jsonl",
+            '{"id": "q1", "acc": 1}\n{"id": "q2", "acc": [1]}\n',
+            "line 2: acc = [1] is not a number",
+        ),
+        ("r.jsonl", '{"id": "q1", "acc": 1}\n{"id": "q2", "acc": null}\n', "line 2: acc is missing"),
         ("r.jsonl", '{"id": "q1"}\n', "no metric column"),
     ],
 )
@@ -282,3 +290,89 @@ def test_a_lone_multiple_choice_samples_file_reads_acc_and_acc_norm() -> None:
     assert run.aggregates == {} and run.results_file is None
     report = run_gate(read_arm([samples], "base"), read_arm([samples], "tuned"))
     assert [x.result.delta for x in report.benchmarks.lines] == [0.0, 0.0]
+
+
+def test_out_never_overwrites_a_file_read_from_inside_an_input_folder(tmp_path: Path, capsys) -> None:
+    b = _run(tmp_path / "b")
+    for target in (next(b.glob("*/results_*.json")), _samples(b)):
+        before = target.read_bytes()
+        err = _refused(["--base", str(b), "--tuned", str(b), "--out", str(target)], capsys)
+        assert "is also an input of this command" in err and target.read_bytes() == before
+    results = next(b.glob("*/results_*.json"))  # the results file given, its samples file beside it as --out
+    err = _refused(["--base", str(results), "--tuned", str(results), "--out", str(_samples(b))], capsys)
+    assert "is also an input" in err
+
+
+def test_a_run_given_twice_or_copied_is_refused(tmp_path: Path, capsys) -> None:
+    b, t = _run(tmp_path / "b"), _run(tmp_path / "t", seed=2, date="2026-11-02T10-00-00.000000")
+    model_folder = next(b.iterdir())
+    err = _refused(["--base", str(b), "--base", str(model_folder), "--tuned", str(t)], capsys)
+    assert "of the base arm both read" in err
+    shutil.copytree(b, tmp_path / "copy")
+    err = _refused(["--base", str(b), "--base", str(tmp_path / "copy"), "--tuned", str(t)], capsys)
+    assert "are the same lm-eval run (date 2026-11-01T10-00-00.000000)" in err
+
+
+@pytest.mark.parametrize("value", ['"yes"', '"1.0"', "null", None])
+def test_a_metric_that_is_not_a_number_is_refused_with_its_line(tmp_path: Path, capsys, value) -> None:
+    b = _run(tmp_path / "b")
+    p = _samples(b)
+    lines = p.read_text().splitlines()
+    row = json.loads(lines[2])
+    if value is None:
+        del row["exact_match"]
+    else:
+        row["exact_match"] = json.loads(value)
+    lines[2] = json.dumps(row)
+    p.write_text("\n".join(lines) + "\n")
+    err = _refused(["--base", str(b), "--tuned", str(b)], capsys)
+    assert (
+        "line 3: exact_match of doc 2 is " + ("missing" if value is None else f"{json.loads(value)!r}") in err
+    )
+
+
+def test_an_empty_samples_file_is_named(tmp_path: Path, capsys) -> None:
+    b = _run(tmp_path / "b")
+    _samples(b).write_text("")
+    assert "the samples of gsm8k in" in _refused(["--base", str(b), "--tuned", str(b)], capsys)
+
+
+@pytest.mark.parametrize(
+    "spec,fragment",
+    [
+        (
+            '[benchmarks.task.gsm8k]\nfliter = "flexible-extract"\n',
+            "[benchmarks.task.gsm8k] has unknown key(s) fliter",
+        ),
+        ("[benchmarks]\nmargin = 500_000\n", "margin 500000 for gsm8k is more than its metrics' whole range"),
+        ("[benchmarks.task.gsm8k]\nmargin = 101\n", "margin 101 for gsm8k is more than"),
+    ],
+)
+def test_spec_typos_and_absurd_margins_are_refused(tmp_path: Path, capsys, spec: str, fragment: str) -> None:
+    b = _run(tmp_path / "b")
+    (tmp_path / "spec.toml").write_text(spec)
+    assert fragment in _refused(
+        ["--base", str(b), "--tuned", str(b), "--spec", str(tmp_path / "spec.toml")], capsys
+    )
+
+
+def test_a_given_diversity_floor_beside_benchmark_runs_is_refused(tmp_path: Path, capsys) -> None:
+    b = _run(tmp_path / "b")
+    err = _refused(["--base", str(b), "--tuned", str(b), "--floor", "diversity=0.01"], capsys)
+    assert "is for diversity, which is not measured beside benchmark runs" in err
+    assert "names no metric" in _refused(["--base", str(b), "--tuned", str(b), "--floor", "gsm8k=5"], capsys)
+
+
+def test_two_runs_against_one_use_the_paired_bootstrap_and_say_which_arm(tmp_path: Path) -> None:
+    b1, b2 = _run(tmp_path / "b1"), _run(tmp_path / "b2", seed=2, date="2026-11-02T10-00-00.000000")
+    t = _run(tmp_path / "t", seed=3, date="2026-11-03T10-00-00.000000")
+    report = run_gate(read_arm([b1, b2], "base"), read_arm([t], "tuned"))
+    line = report.benchmarks.lines[0]
+    assert line.test == "paired bootstrap" and "mcnemar_p" not in line.extra
+    assert "1 run in the tuned arm, so the paired bootstrap stands in" in line.result.reason
+
+
+def test_the_help_names_benchmark_runs(capsys) -> None:
+    assert main(["gate", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "benchmark results" in out and "lm-eval output folder" in out and "per-example CSV/JSONL" in out

@@ -18,11 +18,10 @@ _FILE = click.Path(path_type=Path)
     multiple=True,
     type=_FILE,
     required=True,
-    help="Base arm JSONL (repeat for lm-eval files: one per run).",
+    help="Base arm: a response JSONL, or one benchmark run per use (an lm-eval output folder, its "
+    "results_<date>.json or a samples file; a per-example CSV/JSONL).",
 )
-@click.option(
-    "--tuned", multiple=True, type=_FILE, required=True, help="Tuned arm JSONL (repeat like --base)."
-)
+@click.option("--tuned", multiple=True, type=_FILE, required=True, help="Tuned arm, as --base.")
 @click.option(
     "--attractors", type=_FILE, default=None, help="Stock phrases, one per line (its sha256 is reported)."
 )
@@ -61,7 +60,8 @@ _FILE = click.Path(path_type=Path)
     "--floor",
     "floors",
     multiple=True,
-    help="METRIC=VALUE: a given floor (e.g. diversity=0.008); needed with 1 run per arm.",
+    help="METRIC=VALUE: a given floor (e.g. diversity=0.008); response metrics need one with 1 run per arm "
+    "(benchmark lines take none).",
 )
 @click.option(
     "--floor-k", type=float, default=None, help="Floor = k x run-to-run SD (default 2, or the spec's)."
@@ -69,10 +69,11 @@ _FILE = click.Path(path_type=Path)
 @click.option("--out", type=_FILE, default=None, help="Also write the JSON report to this file.")
 @json_option
 def gate(json_out: bool, **flags: Any) -> int:
-    """Tuned vs base on diversity, attractor phrases, memorisation and probes. Every metric is judged
-    against the run-to-run noise of the same arm (>= 2 runs per arm): PASS, FAIL or INCONCLUSIVE, with
-    delta / floor, a paired 95 % interval and the minimum detectable effect. Exit 0 all pass, 1 any
-    fails, 3 some inconclusive, 2 bad input."""
+    """Tuned vs base on diversity, attractor phrases, memorisation, probes and benchmark results (lm-eval
+    runs or per-example files, judged per document). Every metric is judged against the run-to-run noise
+    of the same arm (>= 2 runs per arm; for benchmarks with 1 run, a paired per-document test stands in):
+    PASS, FAIL or INCONCLUSIVE, with delta / floor, a paired 95 % interval and the minimum detectable
+    effect. Exit 0 all pass, 1 any fails, 3 some inconclusive, 2 bad input."""
     from tuneproof.gate.plan import GateRequest, prepare, run
 
     warn_unused(("tokenizer", "k"), "--corpus", bool(flags["corpus"]))

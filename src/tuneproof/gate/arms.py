@@ -116,9 +116,38 @@ def read_arm(paths: Sequence[str | Path], name: str) -> Arm:
             keyed[(label, prompt_id)] = dict(enumerate(texts))
     if not keyed and not arm.bench:
         raise TuneproofError(f"the {name} arm ({', '.join(arm.sources)}) holds no responses", ARM_HINT)
+    _distinct_runs(arm)
     for (run_name, prompt_id), slots in keyed.items():
         arm.runs.setdefault(run_name, {})[prompt_id] = [slots[s] for s in sorted(slots)]
     return arm
+
+
+def _distinct_runs(arm: Arm) -> None:
+    """Two benchmark runs of one arm must be two runs: no file read by both, no lm-eval date twice (a copy
+    of a run would halve the arm's measured noise)."""
+    files: dict[str, str] = {}
+    dates: dict[str, str] = {}
+    for label, run in arm.bench.items():
+        for f in run.files:
+            if f in files:
+                raise TuneproofError(
+                    f"runs {files[f]} and {label} of the {arm.name} arm both read {f}", "give each run once"
+                )
+            files[f] = label
+        if run.date is not None and run.date in dates:
+            raise TuneproofError(
+                f"runs {dates[run.date]} and {label} of the {arm.name} arm are the same lm-eval run (date "
+                f"{run.date}): a copy is no second run",
+                "give each run once; a repeat is another lm-eval invocation (another seed)",
+            )
+        if run.date is not None:
+            dates[run.date] = label
+
+
+INPUT_HINT = (
+    "give a tuneproof arm JSONL, an lm-eval output folder or results_<date>.json, "
+    "or a per-example CSV or JSONL"
+)
 
 
 def _kind(p: Path, arm: str) -> str:
@@ -127,7 +156,7 @@ def _kind(p: Path, arm: str) -> str:
     from tuneproof.gate.per_example import is_per_example
 
     if not p.is_dir():
-        input_file(p, f"{arm} arm file", ARM_HINT)
+        input_file(p, f"{arm} arm file", INPUT_HINT)
     if is_lm_eval(p):
         return "lm-eval"
     if is_per_example(p):

@@ -86,9 +86,11 @@ class Lineup:
             if own.metric in (None, metric) and own.filter in (None, filt):
                 return filt, metric
         shown = ", ".join(f"{m} ({f})" for f, m in unit.rows)
+        named = " and ".join(f"{k} {v!r}" for k, v in (("metric", own.metric), ("filter", own.filter)) if v)
+        corpus = [m for (t, _, m) in self.base[0].corpus_level if t in unit.tasks and m == own.metric]
+        why = f": {own.metric} has no number per document (a corpus-level metric)" if corpus else ""
         raise TuneproofError(
-            f"the spec's [benchmarks.task.{unit.name}] names metric {own.metric!r} filter {own.filter!r}, "
-            f"which {unit.name} does not have",
+            f"the spec's [benchmarks.task.{unit.name}] names {named}, which {unit.name} does not judge{why}",
             f"it has {shown}",
         )
 
@@ -121,8 +123,26 @@ def line_up(base: Sequence[BenchRun], tuned: Sequence[BenchRun], spec: GateSpec)
             f"the spec's [benchmarks.task] names {', '.join(unknown)}, which the runs do not hold",
             f"the runs hold {_names({u.name for u in units})}",
         )
+    for unit in units:
+        margin = spec.benchmarks.task(unit.name).margin
+        fractions = all(
+            0 <= v <= 1
+            for t in unit.tasks
+            for (x, _, _), d in first.scores.items()
+            if x == t
+            for v in d.values()
+        )
+        if margin is not None and margin > 100 and fractions:
+            raise TuneproofError(
+                f"the spec's margin {margin:g} for {unit.name} is more than its metrics' whole range "
+                "(100 points)",
+                "give the margin in points, e.g. margin = 2.0",
+            )
     unjudged = sorted({(*key, why) for r in (*base, *tuned) for key, why in r.corpus_level.items()})
-    return Lineup(list(base), list(tuned), units, docs, unjudged)
+    lineup = Lineup(list(base), list(tuned), units, docs, unjudged)
+    for unit in units:
+        lineup.headline(unit, spec.benchmarks.task(unit.name))  # refuses a spec naming what is not there
+    return lineup
 
 
 def _names(tasks: set[str]) -> str:
@@ -133,22 +153,33 @@ def _names(tasks: set[str]) -> str:
 
 
 def _documents(runs: list[tuple[str, BenchRun]]) -> dict[str, list[str]]:
-    """Each task's documents; refuses a task whose documents differ between runs (saying how many)."""
+    """Each task's documents; refuses a task whose documents differ between its metrics in one run, or
+    between runs (saying how many)."""
     first_arm, first = runs[0]
     docs: dict[str, list[str]] = {}
-    for (task, _, _), values in first.scores.items():
-        docs.setdefault(task, list(values))
     for arm, run in runs:
+        own: dict[str, tuple[tuple[str, str, str], set[str]]] = {}
         for key, values in run.scores.items():
-            want = docs[key[0]]
-            if len(values) == len(want) and all(d in values for d in want):
-                continue
             have = set(values)
+            seen = own.setdefault(key[0], (key, have))
+            if seen[1] != have:
+                (_, f1, m1), (_, f2, m2) = seen[0], key
+                raise TuneproofError(
+                    f"{key[0]}: run {run.label} ({arm}) scores {len(seen[1])} documents for {m1} ({f1}) and "
+                    f"{len(have)} for {m2} ({f2})",
+                    "give every document a row under every filter, with every metric",
+                )
+            docs.setdefault(key[0], list(values))
+    for arm, run in runs:
+        for task, want in docs.items():
+            have = set(next(v for k, v in run.scores.items() if k[0] == task))
+            if have == set(want):
+                continue
             only_first, only_here = len(set(want) - have), len(have - set(want))
             where = "arms" if arm != first_arm else f"runs of the {arm} arm"
             raise TuneproofError(
-                f"{key[0]}: the documents do not match between the {where}: {len(want)} in run {first.label} "
-                f"({first_arm}), {len(values)} in run {run.label} ({arm}); {only_first} only in the first, "
+                f"{task}: the documents do not match between the {where}: {len(want)} in run {first.label} "
+                f"({first_arm}), {len(have)} in run {run.label} ({arm}); {only_first} only in the first, "
                 f"{only_here} only in the second",
                 "score both arms on the same documents (the same task version, split and limit)",
             )

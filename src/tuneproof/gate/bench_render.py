@@ -72,10 +72,13 @@ def render_benchmarks(bench: Benchmarks, console: Console) -> None:
             f"{escape(line.name)}: {_verdict(line.result, bench.gated)}: hypothesis {line.hypothesis}; "
             f"{escape(line.result.reason)}"
         )
-        console.print(f"  {_figures(line)}")
+        if any(f is not None for arm in line.lm_eval.values() for f in arm):
+            console.print(f"  {_figures(line)}")
         if line.power:
             console.print(f"  power: {escape(line.power)}")
         if "direction" in line.extra:
             console.print(f"  direction: {escape(line.extra['direction'])}")
+    if not bench.gated:
+        console.print("note: benchmarks reported, not gated (gate = false under [benchmarks] in the spec)")
     for note in bench.notes:
         console.print(f"note: {escape(note)}")

@@ -117,17 +117,23 @@ def judge_line(
     scale, unit_name = (100.0, "%") if percent else (1.0, "")
     b, t = b * scale, t * scale
     runs_ok = b.shape[0] >= 2 and t.shape[0] >= 2
+    single = " and ".join(arm for arm, x in (("base", b), ("tuned", t)) if x.shape[0] < 2)
+    single = "1 run per arm" if " and " in single else f"1 run in the {single} arm"
     if runs_ok:
         floor = stats.measured_floor(b, t, k, " pts" if percent else "")
+        floor = Floor(
+            floor.value, floor.source, floor.detail.replace("paired by prompt", "paired by document")
+        )
         test = "floor"
-    else:
-        test = "exact McNemar" if binary else "paired bootstrap"
-        floor = Floor(None, "none", f"1 run in an arm ({b.shape[0]} + {t.shape[0]}): the {test} stands in")
+    else:  # McNemar pairs one 0/1 outcome per document and arm: one run each
+        test = "exact McNemar" if binary and b.shape[0] == t.shape[0] == 1 else "paired bootstrap"
+        floor = Floor(None, "none", f"{single}: the {test} stands in for the floor")
     wanted = "down" if higher is False else "up"
-    name = f"{unit.name} {metric}"
+    name = f"{unit.name} {metric}" + ("" if filt == "none" else f" ({filt})")
     result = stats.judge_metric(name, wanted, b, t, floor, unit=unit_name)
     line = BenchLine(unit, metric, filt, False, hypothesis, margin, test, result, {})
     if result.delta is None or result.ci95 is None:
+        result.note = result.note.replace("prompt(s) have", "document(s) have")
         return line
     p_value = None
     if test == "exact McNemar":
@@ -139,7 +145,7 @@ def judge_line(
     lo, hi = sorted((sign * result.ci95[0], sign * result.ci95[1]))
     outcome, reason = _decide(hypothesis, gain, (lo, hi), floor.value, margin, p_value, result.unit)
     if not runs_ok:
-        reason += f"; 1 run per arm, so the {test} stands in for the run-to-run floor"
+        reason += f"; {single}, so the {test} stands in for the run-to-run floor"
     noise = floor.value
     result.judgement = verdict_for(outcome, reason, abs(gain) - noise if noise is not None else None, noise)
     result.note = ""
@@ -162,7 +168,8 @@ def _decide(
     pts = " pts" if unit == "%" else ""
     beyond = floor is None or abs(gain) > floor
     significant = p_value is None or p_value < 0.05
-    where = f"gain {gain:+.4g}{pts}, 95 % CI [{lo:+.4g}, {hi:+.4g}]"
+    past = "beyond the floor" if floor is not None else "the paired test rejects no change"
+    where = f"change {gain:+.4g}{pts} (+ is better), 95 % CI [{lo:+.4g}, {hi:+.4g}]"
     if floor is not None:
         where += f", floor {floor:.4g}"
     if p_value is not None:
@@ -171,18 +178,18 @@ def _decide(
         m = margin or 0.0
         if m > 0 and lo > -m:
             return PASS, f"not worse by more than {m:.4g}{pts}: the interval stays above -{m:.4g} ({where})"
-        if m == 0 and lo > 0 and beyond:
-            return PASS, f"not worse: better beyond the floor, the whole interval above 0 ({where})"
+        if m == 0 and lo > 0 and beyond and significant:
+            return PASS, f"not worse: better, {past}, the whole interval above 0 ({where})"
         if gain < 0 and beyond and hi < -m and significant:
-            return FAIL, f"worse{f' by more than {m:.4g}{pts}' if m else ''}, beyond the floor ({where})"
+            return FAIL, f"worse{f' by more than {m:.4g}{pts}' if m else ''}, {past} ({where})"
         if not beyond:
             return INCONCLUSIVE, f"inside the floor ({where})"
         return INCONCLUSIVE, f"not shown within {m:.4g}{pts} of the base, nor worse by more ({where})"
     m = margin or 0.0
     if gain > 0 and beyond and lo > m and significant:
-        return PASS, f"better{f' by more than {m:.4g}{pts}' if m else ''}, beyond the floor ({where})"
+        return PASS, f"better{f' by more than {m:.4g}{pts}' if m else ''}, {past} ({where})"
     if gain < 0 and beyond and hi < 0 and significant:
-        return FAIL, f"worse, beyond the floor ({where})"
+        return FAIL, f"worse, {past} ({where})"
     if not beyond:
         return INCONCLUSIVE, f"inside the floor ({where})"
     return INCONCLUSIVE, f"not shown better ({where})"
@@ -193,15 +200,23 @@ def _power(b: np.ndarray, t: np.ndarray, floor: float | None, margin: float | No
     effect = floor if floor else margin
     pts = " pts" if unit == "%" else ""
     if not effect:
-        return "no effect size to plan for: the floor is 0 and no margin is given (the spec can set one)"
+        why = (
+            "the floor is 0 (the runs agree exactly)" if floor == 0 else "there is no floor (1 run in an arm)"
+        )
+        return f"no effect size to plan for: {why} and no margin is given (the spec's margin sets one)"
     base_p, tuned_p = b.mean(axis=0), t.mean(axis=0)
     d = tuned_p - base_p
     n = d.size
     sd = float(np.std(d, ddof=1)) if n > 1 else 0.0
     what = "floor" if floor else "margin"
     if sd == 0:
-        return f"the documents agree exactly; a {effect:.3g}{pts} effect ({what}) would show on any number"
+        return "every document's difference is the same, so there is no spread to plan documents against"
     docs = math.ceil((stats.Z_ALPHA_POWER * sd / effect) ** 2)
+    if docs <= n:
+        return (
+            f"these {n:,} documents can detect a {effect:.3g}{pts} effect (the {what}; {docs:,} would do): "
+            "the change seen is smaller than that"
+        )
     text = f"to detect a {effect:.3g}{pts} effect (the {what}): about {docs:,} documents at these runs"
     text += f" (now {n:,})"
     if b.shape[0] < 2 or t.shape[0] < 2:

@@ -68,6 +68,7 @@ def check_inputs(
             fields=("embedder",),
         )
     lineup = _benchmarks(base, tuned, spec)
+    _known_floors(given, probes, lineup is not None and spec.diversity.gate is None)
     spec = spec.for_benchmarks(lineup is not None)
     if lineup is not None and not (base.runs and tuned.runs):
         if probes:
@@ -96,6 +97,12 @@ def check_inputs(
         )
     for probe in probes:
         probe_prompts(probe, pairing.prompt_ids)  # refuses a probe none of whose prompts is shared
+    return pairing
+
+
+def _known_floors(given: Mapping[str, float], probes: Sequence[Probe], no_diversity: bool) -> None:
+    """Every given floor names a measured metric (benchmark lines take none: their floor is measured, or
+    the paired test stands in)."""
     known = set(floor_names(GateSpec(), True, probes)) | {
         f"{fam}.{part}" for fam, parts in _part_names().items() for part in parts
     }
@@ -103,10 +110,16 @@ def check_inputs(
         if name not in known:
             raise TuneproofError(
                 f"{{floors}} {name}=... names no metric",
-                "use diversity, attractors, probe:NAME, or a part such as diversity.gzip",
+                "use diversity, attractors, probe:NAME, or a part such as diversity.gzip (benchmark lines "
+                "take no given floor)",
                 fields=("floors",),
             )
-    return pairing
+        if no_diversity and name.split(".")[0] == "diversity":
+            raise TuneproofError(
+                f"{{floors}} {name}=... is for diversity, which is not measured beside benchmark runs",
+                "leave it out, or set gate = true under [diversity] in the spec to measure it",
+                fields=("floors",),
+            )
 
 
 def _benchmarks(base: Arm, tuned: Arm, spec: GateSpec) -> Lineup | None:

@@ -41,6 +41,8 @@ class BenchRun:
 
     label: str
     source: str
+    files: list[str] = field(default_factory=list)  # every file read, resolved
+    date: str | None = None  # lm-eval's date id, from the file names
     scores: dict[Row, dict[str, float]] = field(default_factory=dict)
     corpus_level: dict[Row, str] = field(default_factory=dict)  # rows with no per-document number: why
     doc_hashes: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -73,6 +75,10 @@ def read_run(path: Path, arm: str, label: str) -> BenchRun:
         m = SAMPLES.match(path.name)
         results, samples = None, {m.group("task") if m else path.name.split(".")[0]: path}
     run = BenchRun(label, str(path))
+    run.files = [str(p.resolve()) for p in (results, *samples.values()) if p is not None]
+    first = results if results is not None else next(iter(samples.values()))
+    named = RESULTS.match(first.name) or SAMPLES.match(first.name)
+    run.date = named.group("date") if named else None
     data: dict[str, Any] = {}
     if results is not None:
         data = _results(results)
@@ -93,8 +99,12 @@ def read_run(path: Path, arm: str, label: str) -> BenchRun:
         config: dict[str, Any] = configs[task] if isinstance(configs.get(task), dict) else {}
         generates = config.get("output_type", "generate_until") == "generate_until"
         rows = _rows(samples[task]) if task in samples else _embedded(embedded[task], results)
+        count = 0
         for where, row in rows:
             _add_row(run, task, row, where, seen, generates)
+            count += 1
+        if not count:
+            raise TuneproofError(f"the samples of {task} in {path} hold no rows", LM_EVAL_HINT)
     if not run.scores and not run.corpus_level and not run.texts:
         raise TuneproofError(f"{path} holds no scored documents and no response text", LM_EVAL_HINT)
     return run
@@ -227,8 +237,15 @@ def _add_row(
                     "re-run or drop the run with a broken metric",
                 )
             run.scores.setdefault(key, {})[doc_id] = number
-        elif name in row:
+        elif isinstance(
+            value, list | dict
+        ):  # bleu's (reference, prediction) pairs: aggregated over the corpus
             run.corpus_level.setdefault(key, f"{type(value).__name__} per document (a corpus-level metric)")
+        else:
+            got = "missing" if name not in row else f"{value!r}, not a number"
+            raise TuneproofError(
+                f"{where}: {name} of doc {doc_id} is {got}", "re-run or drop the run with a broken metric"
+            )
     doc_hash = row.get("doc_hash")
     if isinstance(doc_hash, str):
         run.doc_hashes.setdefault((task, doc_id), doc_hash)

@@ -6,7 +6,8 @@ own scorer): one file is one run, one row per document.
 
 `id` names the document (paired by it across runs and arms); `task` is optional (default: the file's
 name without its extensions); `filter` is optional (default `none`); every other column is a metric, one
-number per document (true/false count as 1/0). An empty CSV cell is a missing value. Directions are not
+number per document (true/false count as 1/0); the first row decides which columns are metrics (a column
+of text, such as a prediction, is left alone), and every row needs a number in each. Directions are not
 in the file: a metric is higher-is-better unless the gate spec says otherwise.
 """
 
@@ -40,30 +41,41 @@ def is_per_example(path: Path) -> bool:
 
 
 def read_per_example(path: Path, label: str) -> BenchRun:
-    run = BenchRun(label, str(path))
+    run = BenchRun(label, str(path), files=[str(path.resolve())])
     default_task = path.name.split(".")[0]
+    metrics: list[str] | None = None
     for where, row in _rows(path):
         doc = row.get("id")
         if isinstance(doc, bool) or not isinstance(doc, int | str) or str(doc).strip() == "":
             raise TuneproofError(f"{where}: no id", HINT)
         task = str(row.get("task") or default_task)
         filt = str(row.get("filter") or "none")
-        metrics = [k for k in row if k not in _META]
-        if not metrics:
-            raise TuneproofError(f"{where}: no metric column", HINT)
+        if metrics is None:  # the first row's numbers name the metrics; its text columns are left alone
+            metrics = [k for k, v in row.items() if k not in _META and _is_number(v)]
+            if not metrics:
+                raise TuneproofError(f"{where}: no metric column (a column of numbers)", HINT)
         for name in metrics:
-            value = _number(row[name], where, name)
-            if value is None:
-                continue
             docs = run.scores.setdefault((task, filt, name), {})
             if str(doc) in docs:
                 raise TuneproofError(
                     f"{where}: id {doc!r} appears twice for {task} {name}", "give each document once per file"
                 )
-            docs[str(doc)] = value
+            docs[str(doc)] = _number(row.get(name), where, name)
     if not run.scores:
         raise TuneproofError(f"{path} holds no scored rows", HINT)
     return run
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, int | float):
+        return True
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return value.strip().lower() in ("true", "false")
+        return True
+    return False
 
 
 def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -71,6 +83,9 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         reader = csv.DictReader(io.StringIO(read_text(path, "results file", HINT)))
         if not reader.fieldnames or "id" not in reader.fieldnames:
             raise TuneproofError(f"{path}: no header with an id column", HINT)
+        twice = next((c for c in reader.fieldnames if reader.fieldnames.count(c) > 1), None)
+        if twice is not None:
+            raise TuneproofError(f"{path}: the header names {twice!r} twice", "give each column its own name")
         for line_no, row in enumerate(reader, start=2):
             if None in row or any(v is None for v in row.values()):
                 raise TuneproofError(
@@ -85,9 +100,9 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield f"{path}, line {line_no}", row
 
 
-def _number(value: Any, where: str, name: str) -> float | None:
-    if value is None:
-        return None
+def _number(value: Any, where: str, name: str) -> float:
+    if value is None or value == "":
+        raise TuneproofError(f"{where}: {name} is missing", "give every document a value for every metric")
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, str):

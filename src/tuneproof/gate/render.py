@@ -189,8 +189,9 @@ def render_gate(report: GateReport, console: Console) -> None:
 
         runs = report.inputs["benchmark_runs"]
         docs = report.inputs["benchmark_documents"]
+        n, k = sum(docs.values()), len(docs)
         console.print(
-            f"benchmarks: tuned vs base on {sum(docs.values()):,} documents in {len(docs)} tasks "
+            f"benchmarks: tuned vs base on {n:,} document{'s' * (n != 1)} in {k} task{'s' * (k != 1)} "
             f"({runs['base']} + {runs['tuned']} runs)"
         )
         render_benchmarks(report.benchmarks, console)

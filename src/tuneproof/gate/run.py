@@ -192,7 +192,9 @@ def measure(
         say("benchmarks")
         benchmarks = judge_benchmarks(pairing.lineup, spec)
         if not ids:
-            no_text = "skipped: the benchmark runs hold no response text (loglikelihood tasks)"
+            no_text = (
+                "skipped: the benchmark runs hold no response text (loglikelihood tasks, per-example files)"
+            )
             metrics = {n: _skipped(n, "down", no_text) for n in ("diversity", "attractors", "memorisation")}
             report = GateReport(metrics, [], overall(metrics, [], benchmarks), {}, notes, benchmarks)
             report.inputs = _inputs(base, tuned, pairing, spec)
@@ -202,7 +204,7 @@ def measure(
         say("diversity")
         metrics = {"diversity": _diversity(base, tuned, ids, spec, embed, given, notes)}
     else:
-        why = "skipped: benchmark runs (the spec's [diversity] gate = true or false measures their responses)"
+        why = "skipped beside benchmark runs (gate = true under [diversity] in the spec measures them)"
         metrics = {"diversity": _skipped("diversity", "up", why)}
     if attractors is None:
         metrics["attractors"] = _skipped(

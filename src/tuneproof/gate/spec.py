@@ -151,7 +151,11 @@ def read_spec(path: str | Path) -> GateSpec:
 
 def _benchmarks(table: Any) -> BenchSpec:
     _known(table, "[benchmarks]", ("gate", "hypothesis", "margin", "task"))
-    default = _task(table, "[benchmarks]", ("hypothesis", "margin"))
+    default = _task(
+        {k: v for k, v in table.items() if k not in ("gate", "task")},
+        "[benchmarks]",
+        ("hypothesis", "margin"),
+    )
     tasks = table.get("task", {})
     _known(tasks, "[benchmarks.task]", tuple(tasks) if isinstance(tasks, dict) else ())
     return BenchSpec(
@@ -163,7 +167,7 @@ def _benchmarks(table: Any) -> BenchSpec:
 
 
 def _task(table: Any, where: str, keys: tuple[str, ...]) -> TaskSpec:
-    own = {k: v for k, v in table.items() if k in keys} if isinstance(table, dict) else table
+    own = table
     _known(own, where, keys)
     hypothesis = own.get("hypothesis")
     if hypothesis is not None and hypothesis not in HYPOTHESES:
