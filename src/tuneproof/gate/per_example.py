@@ -80,21 +80,10 @@ def _is_number(value: Any) -> bool:
 
 def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     if path.name.removesuffix(".gz").endswith(".csv"):
-        reader = csv.DictReader(io.StringIO(read_text(path, "results file", HINT)))
-        if not reader.fieldnames or "id" not in reader.fieldnames:
-            raise TuneproofError(f"{path}: no header with an id column", HINT)
-        twice = next((c for c in reader.fieldnames if reader.fieldnames.count(c) > 1), None)
-        if twice is not None:
-            raise TuneproofError(f"{path}: the header names {twice!r} twice", "give each column its own name")
-        for line_no, row in enumerate(reader, start=2):
-            if None in row or any(v is None for v in row.values()):
-                raise TuneproofError(
-                    f"{path}, line {line_no}: {len(reader.fieldnames)} columns expected", HINT
-                )
-            yield (
-                f"{path}, line {line_no}",
-                {k: v for k, v in row.items() if not (v == "" and k not in _META)},
-            )
+        try:
+            yield from _csv_rows(path)
+        except csv.Error as e:
+            raise TuneproofError(f"{path} is not a readable CSV ({e})", HINT) from None
         return
     for line_no, row in jsonl_objects(path, "results file", HINT):
         yield f"{path}, line {line_no}", row
@@ -120,3 +109,16 @@ def _number(value: Any, where: str, name: str) -> float:
             f"{where}: {name} is {value}", "drop or re-score the document with a broken metric"
         )
     return float(value)
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    reader = csv.DictReader(io.StringIO(read_text(path, "results file", HINT), newline=""))
+    if not reader.fieldnames or "id" not in reader.fieldnames:
+        raise TuneproofError(f"{path}: no header with an id column", HINT)
+    twice = next((c for c in reader.fieldnames if reader.fieldnames.count(c) > 1), None)
+    if twice is not None:
+        raise TuneproofError(f"{path}: the header names {twice!r} twice", "give each column its own name")
+    for line_no, row in enumerate(reader, start=2):
+        if None in row or any(v is None for v in row.values()):
+            raise TuneproofError(f"{path}, line {line_no}: {len(reader.fieldnames)} columns expected", HINT)
+        yield f"{path}, line {line_no}", row
