@@ -95,14 +95,17 @@ class TuneproofCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         """Adapter health into the log and, with `record_base`, the base's fingerprint beside the
-        outputs (the file `tuneproof merge` checks the base against): on the main process only."""
+        outputs (the file `tuneproof merge` checks the base against): judged on every rank (FSDP2's
+        sharded weights are gathered for it), logged and written on the main process only."""
         if self._run is not None:
             for hook in self._run.hooks:
                 hook.remove()
             self._run.hooks.clear()
-        if model is None or not getattr(state, "is_world_process_zero", True):
+        if model is None:
             return
-        self.health = adapter_health(model)
+        self.health = adapter_health(model)  # on every rank: under FSDP2 reading a shard is a collective
+        if not getattr(state, "is_world_process_zero", True):
+            return
         if self.health is not None:
             print(f"tuneproof: adapter health: {self.health.summary()}", file=sys.stderr)
         if self.record_base and args.output_dir is not None:

@@ -380,7 +380,8 @@ def _facts(adapter: Adapter, base_config: dict[str, Any] | None, model: Any) -> 
 
 def live_health(model: Any) -> Health:
     """Health of the adapter inside a PEFT model in memory (its active adapter), for the end of training:
-    the same judgement as `check_adapter`, on the live tensors."""
+    the same judgement as `check_adapter`, on the live tensors (an FSDP2 shard gathered whole first, so
+    under FSDP2 every rank must call this, in the same order)."""
     from peft.tuners.lora import LoraLayer, ParamWrapper
 
     config = getattr(model, "peft_config", {})
@@ -392,11 +393,11 @@ def live_health(model: Any) -> Health:
             continue
         layer: Any = found
         if name in layer.lora_A:
-            a, b = layer.lora_A[name].weight.detach(), layer.lora_B[name].weight.detach()
+            a, b = _whole(layer.lora_A[name].weight), _whole(layer.lora_B[name].weight)
             experts = isinstance(layer, ParamWrapper) and layer.num_experts > 1
             kind = "experts" if experts else "linear"
         else:
-            a, b = layer.lora_embedding_A[name].detach(), layer.lora_embedding_B[name].detach()
+            a, b = _whole(layer.lora_embedding_A[name]), _whole(layer.lora_embedding_B[name])
             kind = "embedding"
         module = Module(
             path, kind, None, None, int(layer.r[name]), float(layer.scaling[name]), None,  # type: ignore[arg-type]
@@ -405,3 +406,10 @@ def live_health(model: Any) -> Health:
         modules.append(module_health(module, a.cpu(), b.cpu(), None, init in ZERO_B_INITS))
     judged = init in ZERO_B_INITS
     return Health(modules, judged, None if judged else f"init_lora_weights={init!r} starts B non-zero", init)
+
+
+def _whole(weight: Any) -> Any:
+    """The whole tensor of a parameter, detached: an FSDP2 shard (a DTensor) all-gathered, a collective."""
+    from torch.distributed.tensor import DTensor
+
+    return (weight.full_tensor() if isinstance(weight, DTensor) else weight).detach()

@@ -115,6 +115,7 @@ def run(
         for extra in callbacks or []:
             trainer.add_callback(extra)
         output = _train(plan, trainer, callback)
+        processes = _processes(trainer, callback)  # a collective: every rank, before any leaves
         adapter_dir = plan.out / "adapter"
         trainer.save_model(str(adapter_dir))  # the main process only (the Trainer's own rule)
         kept = dict(steps=int(output.global_step), loss=float(output.training_loss), attention=plan.attention,
@@ -123,7 +124,7 @@ def run(
             _leave_process_group(owned)
             return TrainResult(plan.out, adapter_dir, health=None, fingerprint=None, **kept)  # type: ignore[arg-type]
         result = _save(plan, trainer, callback, folder, adapter_dir, kept)
-        facts = _report_facts(trainer)
+        facts = _report_facts(trainer) | {"processes": processes}
         del trainer  # the probe builds its own model: free this one's memory first
         _free(plan.cuda)
         from tuneproof.train.sections import write_run_report
@@ -273,6 +274,36 @@ def _save(
     return TrainResult(
         plan.out, adapter_dir, health=health, fingerprint=fingerprint, health_file=health_file, **kept
     )
+
+
+def _processes(trainer: Any, callback: Any) -> dict[str, Any] | None:
+    """A run on several processes: how it was distributed (accelerate's distributed type, FSDP's
+    version, whether the weights are sharded) and what each rank's own callback billed: the steps of
+    its own micro-batches (their real tokens, token slots and FLOPs), gathered from every rank. None
+    on one process. Every rank must call it (an all-gather)."""
+    from dataclasses import asdict
+
+    import torch.distributed as dist
+
+    if not _in_process_group() or dist.get_world_size() == 1:
+        return None
+    mine = {"rank": dist.get_rank(), "steps": [asdict(s) for s in callback.history]}
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    for rank in ranks:
+        steps = rank["steps"]
+        rank.update({key: sum(s[key] for s in steps) for key in ("tokens", "slots", "intended", "performed")})
+    from torch.distributed.tensor import DTensor
+
+    state = trainer.accelerator.state
+    fsdp = getattr(state, "fsdp_plugin", None)
+    return {
+        "distributed_type": str(state.distributed_type).split(".")[-1],
+        "fsdp_version": int(fsdp.fsdp_version) if fsdp is not None else None,
+        "sharded": any(isinstance(p, DTensor) for p in trainer.model.parameters()),  # FSDP2's shards
+        "num_processes": dist.get_world_size(),
+        "ranks": ranks,
+    }
 
 
 def _report_facts(trainer: Any) -> dict[str, Any]:

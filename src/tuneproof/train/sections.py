@@ -115,10 +115,12 @@ def write_run_report(
     config: Any,
     lengths: list[int],
     log_history: list[dict[str, Any]],
+    processes: dict[str, Any] | None = None,
 ) -> Path:
     """report.md / report.json / PNGs in `folder`: loss and the two MFUs per logging step, every
     step's FLOPs (the callback's history), and the run's own FLOP waterfall, scaling fit, kernel
-    classes and samplers (`report_sections`). Returns report.md's path."""
+    classes and samplers (`report_sections`); on several processes, each rank's own billing
+    (`processes`: its micro-batches' tokens and FLOPs; `steps` are rank 0's). Returns report.md's path."""
     from dataclasses import asdict
 
     from tuneproof.report import train_plots, write_report
@@ -132,11 +134,25 @@ def write_run_report(
         "adapter_health": health,
         "sections": sections,
         "notes": notes,
+        "processes": processes,
     }
     summary = [
         f"Adapter health: {health or 'unknown'}.",
         *(f"Not measured: {note}." for note in notes),
+        *([_processes_line(processes)] if processes else []),
         "Every logged value, every step's FLOPs and every plot's data are in report.json.",
     ]
     write_report(folder, "tuneproof train", data, train_plots(log_history, sections), summary)
     return folder / "report.md"
+
+
+def _processes_line(processes: dict[str, Any]) -> str:
+    """One sentence on a run over several processes: how, and each rank's own real tokens."""
+    how = processes["distributed_type"]
+    if processes["fsdp_version"] is not None:
+        how += f" {processes['fsdp_version']}"
+    tokens = ", ".join(f"rank {r['rank']} {r['tokens']:,}" for r in processes["ranks"])
+    return (
+        f"Trained on {processes['num_processes']} processes ({how}); each rank billed its own "
+        f"micro-batches (real tokens: {tokens}); report.json has every rank's steps, its steps are rank 0's."
+    )

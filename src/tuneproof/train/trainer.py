@@ -57,18 +57,47 @@ def build_trainer(
     if not chat:
         from transformers import Trainer
 
-        return Trainer(model=model, args=args, train_dataset=RowsDataset(data))
+        return fsdp_on_cpu(Trainer(model=model, args=args, train_dataset=RowsDataset(data)))
     from datasets import Dataset
     from trl import SFTTrainer
 
     chats = Dataset.from_list([{"messages": r["messages"]} for r in data])
     try:
-        return SFTTrainer(model=model, args=args, train_dataset=chats, processing_class=tokenizer)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=chats, processing_class=tokenizer)
     except (ValueError, RuntimeError, IndexError, KeyError, TypeError) as e:
         raise TuneproofError(
             f"TRL's SFTTrainer cannot prepare the chat rows: {str(e).splitlines()[0][:200]}",
             "check the rows' 'messages' against the model's chat template",
         ) from None
+    return fsdp_on_cpu(trainer)
+
+
+def fsdp_on_cpu(trainer: Any) -> Any:
+    """An FSDP2 launch (`accelerate launch` with `distributed_type: FSDP`, `fsdp_version: 2`) honoured
+    on the CPU, where accelerate (1.15) silently trains with DDP instead: `AcceleratorState` picks FSDP
+    only on an accelerator's distributed types, never on MULTI_CPU, though `fully_shard` runs on the
+    CPU with gloo. The Trainer's accelerator is switched to FSDP with the plugin the launcher's
+    environment describes, before `train()` wraps the model. FSDP1 on the CPU is warned about and left
+    to DDP (not tried). Returns the trainer."""
+    import os
+
+    from accelerate.state import PartialState  # type: ignore[import-untyped]
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin  # type: ignore[import-untyped]
+
+    state = trainer.accelerator.state
+    asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if not asked or state.distributed_type != DistributedType.MULTI_CPU:
+        return trainer
+    plugin = FullyShardedDataParallelPlugin()  # read from the launcher's environment, as accelerate does
+    if plugin.fsdp_version != 2:
+        import warnings
+
+        warnings.warn("tuneproof: FSDP1 on the CPU trains with DDP (accelerate's choice)", stacklevel=3)
+        return trainer
+    state.fsdp_plugin = plugin
+    state.distributed_type = PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    trainer.is_fsdp_enabled = True
+    return trainer
 
 
 def quiet_logs(trainer: Any, bar: bool) -> None:
