@@ -1,6 +1,7 @@
 """`accelerate launch` with an FSDP2 config around `tuneproof train`, on the CPU (gloo, 2 processes):
 the LoRA trains with sharded weights, one whole adapter is saved, and each rank's callback bills
-its own micro-batches, checked against the sampler's plan for that rank."""
+its own micro-batches, checked against the sampler's plan for that rank. DeepSpeed ZeRO-3 is refused
+in one line (deepspeed is no dependency: its switch, transformers' own, is set by hand here)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-pytestmark = pytest.mark.slow  # two real Trainer processes
 
 # the accelerate config the docs show (docs/train.md); the layer class is the tiny model's decoder layer
 FSDP2_CONFIG = """\
@@ -49,6 +48,7 @@ def _planned_tokens(rank: int, num_steps: int) -> list[int]:
     return [sum(lengths[i] for batch in step for i in batch) for step in steps]
 
 
+@pytest.mark.slow  # two real Trainer processes
 def test_fsdp2_under_accelerate_launch_trains_saves_one_adapter_and_bills_each_rank(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
@@ -84,3 +84,15 @@ def test_fsdp2_under_accelerate_launch_trains_saves_one_adapter_and_bills_each_r
     tokens = f"rank 0 {ranks[0]['tokens']:,}, rank 1 {ranks[1]['tokens']:,}"
     said = f"Trained on 2 processes (FSDP 2); each rank billed its own micro-batches (real tokens: {tokens})"
     assert said in (run / "report" / "report.md").read_text()
+
+
+def test_deepspeed_zero3_is_refused_before_anything_is_written(tmp_path: Path, monkeypatch, capsys) -> None:
+    from transformers import integrations
+
+    from tuneproof.cli.app import main
+
+    monkeypatch.setattr(integrations, "is_deepspeed_zero3_enabled", lambda: True)
+    assert main(["train", "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: DeepSpeed ZeRO-3 is not supported by train") and "FSDP2" in err
+    assert not (tmp_path / "run").exists()

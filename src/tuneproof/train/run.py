@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuneproof.errors import TuneproofError
 from tuneproof.extras import require
 from tuneproof.train.base import attach_lora, base_model, base_tokenizer, check_lora_targets
 from tuneproof.train.data import check_chat_template, is_chat, read_records, tokenise
@@ -88,6 +89,7 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     owns_group = not _in_process_group()  # building the arguments starts it under torchrun
     args = training_args(recipe, out, chat, cuda, spec.quiet)
     owns_group = owns_group and _in_process_group()
+    _refuse_zero3()
     main = args.process_index == 0  # Trainer.is_world_process_zero, before the Trainer exists
     if main:  # under torchrun / accelerate, rank 0 alone writes (and so checks) the run folder
         check_output(out, recipe, spec.resume)
@@ -133,6 +135,21 @@ def run(
                                   result.health, progress, **facts)  # fmt: skip
     _leave_process_group(owned)
     return dataclasses.replace(result, report_file=report)
+
+
+def _refuse_zero3() -> None:
+    """DeepSpeed ZeRO-3 (from the launcher's config, seen once the arguments are built) is refused:
+    tried on the CPU with deepspeed 0.19.8, the LoRA-target check's meta-device skeleton fails inside
+    ZeRO-3's weight init ("Cannot copy out of meta tensor"), and past it the adapter's health reads
+    empty partitions (B "non-zero in 0 of 59") and the tiny base is saved as empty tensors."""
+    from transformers import integrations
+
+    if integrations.is_deepspeed_zero3_enabled():
+        raise TuneproofError(
+            "DeepSpeed ZeRO-3 is not supported by train: the adapter's health would be read from empty "
+            "partitions",
+            "launch with accelerate's FSDP2 config instead: docs/train.md shows one",
+        )
 
 
 def _in_process_group() -> bool:
