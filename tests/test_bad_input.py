@@ -310,6 +310,20 @@ SHIP_MODEL = [
     ("@corrupt-model", "not a valid safetensors file"),
     ("@file", "is not a folder"),
 ]
+BAD["preflight"] = {
+    "run_file": [
+        ("@missing", "run config not found"),
+        ("@folder", "is a folder, not a file"),
+        ("@not-json", "not a YAML or TOML file"),
+        ("@bad-yaml.yml", "line 3, column 1: not valid YAML"),
+        ("@quoted.yml", "sequence_len is the string '500_000', not a whole number"),
+        ("@conflict.yml", "conflicting attention options flash_attention: true and sdp_attention: true"),
+        ("@long.yml", "sequence_len 100000 exceeds the model's max_position_embeddings 4096"),
+        ("@uncached.yml", "holds no models--nobody--no-such-model"),
+    ],
+    "--gpu": [("Voodoo 5", "unknown GPU 'Voodoo 5' (--gpu)")],
+    "--fit": [("1e-4", "is not A,B"), ("-1e-4,1e-8", "--fit: step-cost term a is -0.0001")],
+}
 BAD["fingerprint"] = {
     "model_dir": SHIP_MODEL,
     "--out": [*OUT_FILE, ("@model/model.safetensors", "never overwritten"), ("@file", "never overwritten")],
@@ -379,6 +393,7 @@ BAD["train"] = {
 }
 
 REQUIRED = {
+    "preflight": ["@run.yml"],
     "flops": ["--seq-len", "64"],
     "explain": ["--seq-len", "64"],
     "fit": ["--points", "@points"],
@@ -391,6 +406,7 @@ REQUIRED = {
 }
 # options that need the command's other inputs left out (they are alternatives, not companions)
 REQUIRED_FOR = {
+    ("preflight", "run_file"): [],
     ("fingerprint", "model_dir"): [],
     ("fingerprint", "--compare"): [],
     ("quant-audit", "--checkpoint"): [],
@@ -483,6 +499,12 @@ def _ship_files(d: Path) -> None:
     config["quantization_config"] = {"quant_method": "bitsandbytes"}
     (d / "quantised-model" / "config.json").write_text(json.dumps(config))
     (d / "bad-fingerprint.json").write_text(json.dumps({"format": "other"}))
+    (d / "run.yml").write_text("base_model: tiny\nsequence_len: 64\n")
+    (d / "bad-yaml.yml").write_text("base_model: tiny\nsequence_len: [64\n")
+    (d / "quoted.yml").write_text('base_model: tiny\nsequence_len: "500_000"\n')
+    (d / "conflict.yml").write_text("base_model: tiny\nflash_attention: true\nsdp_attention: true\n")
+    (d / "long.yml").write_text("base_model: tiny\nsequence_len: 100000\n")
+    (d / "uncached.yml").write_text("base_model: nobody/no-such-model\n")
     (d / "recipe.yaml").write_text("s:\n  m:\n    QuantizationModifier: {targets: Linear, scheme: NVFP4}\n")
     (d / "no-modifier.yaml").write_text("s: {m: {AWQModifier: {}}}\n")
     (d / "no-model-type.json").write_text(json.dumps({"hidden_size": 8}))

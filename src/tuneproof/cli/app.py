@@ -23,6 +23,7 @@ from tuneproof.cli.generate_cmd import generate
 from tuneproof.cli.kernels_cmd import kernels
 from tuneproof.cli.peak_cmd import peak
 from tuneproof.cli.plan_cmd import plan
+from tuneproof.cli.preflight_cmd import preflight
 from tuneproof.cli.probe_cmd import probe
 from tuneproof.cli.ship_cmd import fingerprint, lora, merge, quant_audit
 from tuneproof.cli.train_cmd import train
@@ -55,6 +56,7 @@ app.add_command(merge)
 app.add_command(quant_audit)
 app.add_command(train)
 app.add_command(plan)
+app.add_command(preflight)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,32 @@
+"""`tuneproof preflight RUN`: what a run's own config will do, before launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tuneproof.cli.common import command, finish, json_option, progress_bar, step_fit
+
+
+@command()
+@click.argument("run_file", metavar="RUN", type=click.Path(path_type=Path))
+@click.option(
+    "--gpu", default=None, help="The card (name as torch or nvidia-smi reports it): dispatch, flex options."
+)
+@click.option("--fit", default=None, help="A,B or A,B,C step-time fit (tuneproof fit) for the wall time.")
+@json_option
+def preflight(run_file: Path, gpu: str | None, fit: str | None, json_out: bool) -> int:
+    """Read an Axolotl YAML or a tuneproof recipe and say, before launch, what will be slow or wrong:
+    the FLOP ledger at the run's width, the attention dispatch per layer type and why, padding or
+    packing on the real lengths of local datasets, flex kernel options for --gpu, the recompile risk,
+    LoRA coverage, merge and quantisation notes, and the wall time with --fit. Exit 0 clean, 1 findings,
+    2 bad input."""
+    from tuneproof.preflight import PreflightSpec, prepare, run
+
+    spec: Any = PreflightSpec(run_file, gpu, step_fit(fit, "--fit") if fit is not None else None)
+    plan = prepare(spec)
+    with progress_bar() as update:
+        result = run(plan, update)
+    return finish(result, json_out)

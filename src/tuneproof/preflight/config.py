@@ -1,0 +1,313 @@
+"""A run's own config, read as the trainer reads it: an Axolotl YAML (the schema of Axolotl 0.19, in
+`axolotl_keys.json`) or a tuneproof recipe TOML, into one `RunConfig`.
+
+Axolotl 0.19's rules, read from its source (axolotl/utils/schemas/config.py, enums.py, validation.py,
+loaders/patch_manager.py, utils/trainer.py):
+
+- Attention: `attn_implementation` (eager, sdpa, flash_attention_2/3/4, flash_attention_torch,
+  flex_attention, xformers, sage, fp8, or a hub kernel path with "/"); the legacy flags map to it
+  (xformers_attention, sage_attention, flex_attention, flash_attention, sdp_attention, eager_attention,
+  in that priority) and are refused beside it; the short forms flash, flex and sdp are refused.
+  `gemma4_hybrid_attn_impl` sets flash_attention_2 and gives every layer whose layer_types entry is not
+  sliding_attention the SDPA path `sdpa_global_packed`.
+- Packing: backends that take packed rows (flash, flex, xformers, sage and the kernels-community flash
+  kernels) get one row of micro_batch_size x sequence_len tokens; the others micro_batch_size rows.
+- Unknown keys are dropped silently by Axolotl's pydantic models (no `extra=`): here each is a finding,
+  with Axolotl's nearest name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+
+AXOLOTL_VERSION = "0.19.0"
+HINT = "docs/preflight.md lists what preflight reads"
+ATTN_VALUES = (
+    "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4", "flash_attention_torch",
+    "flex_attention", "xformers", "sage", "fp8",
+)  # fmt: skip
+LEGACY_ATTN = (
+    ("xformers_attention", "xformers"), ("sage_attention", "sage"), ("flex_attention", "flex_attention"),
+    ("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("eager_attention", "eager"),
+)  # fmt: skip
+SHORT_ATTN = {"flash": "flash_attention_2", "flex": "flex_attention", "sdp": "sdpa"}
+PACKS_ROWS = (
+    "flash_attention_2",
+    "flash_attention_3",
+    "flash_attention_4",
+    "flex_attention",
+    "xformers",
+    "sage",
+)
+INT_FIELDS = ("sequence_len", "micro_batch_size", "gradient_accumulation_steps", "lora_r", "lora_alpha")
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRef:
+    path: str
+    kind: str  # Axolotl's `type` (chat_template, alpaca, completion, ...) or "text"
+    local: Path | None  # the file or folder, when it exists here; None: a hub dataset (not read)
+    field: str | None = None  # the text or messages field, when the config names one
+
+
+@dataclass(slots=True)
+class RunConfig:
+    """What preflight needs from a run, whatever wrote it; `findings` are what is wrong in the config
+    itself (unknown keys), `notes` what was read and how."""
+
+    source: str
+    kind: str  # "axolotl" | "recipe"
+    base_model: str
+    seq_len: int
+    micro_batch: int = 1
+    grad_accum: int = 1
+    epochs: float = 1.0
+    packing: bool = False
+    pad_to_seq_len: bool | None = None
+    attn: str | None = None  # attn_implementation as the trainer passes it (None: transformers' default)
+    hybrid: bool = False  # gemma4_hybrid_attn_impl: non-sliding layers on SDPA
+    grad_ckpt: bool = False
+    offload: str | None = None
+    adapter: str | None = None  # "lora" | "qlora" | None (every weight trains)
+    lora_r: int = 8
+    targets: tuple[str, ...] = ()  # PEFT target_modules names (exact or "."-suffix)
+    target_regex: str | None = None  # a target_modules string: re.fullmatch on the full module name
+    target_linear: bool = False
+    target_parameters: tuple[str, ...] = ()
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    torch_compile: bool = False
+    plugins: tuple[str, ...] = ()
+    fused_loss: str | None = None  # a plugin's fused cross-entropy (cut_cross_entropy, liger)
+    fsdp: dict[str, Any] | None = None
+    deepspeed: str | None = None
+    dtype: str = "bf16"
+    datasets: tuple[DatasetRef, ...] = ()
+    findings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def packs_rows(self) -> bool:
+        """Axolotl packs micro_batch_size x sequence_len tokens into one row for this backend."""
+        attn = self.attn or ""
+        return self.packing and (attn in PACKS_ROWS or "flash-attn" in attn)
+
+
+@functools.cache
+def axolotl_schema() -> dict[str, Any]:
+    text = resources.files("tuneproof.preflight").joinpath("axolotl_keys.json").read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """The YAML's top-level mapping and the line of each key; a YAML error names its line and column."""
+    import yaml
+
+    from tuneproof.io import input_file
+
+    input_file(path, "run config", HINT)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except UnicodeDecodeError as e:
+        raise TuneproofError(f"{path}: invalid UTF-8 at byte {e.start}", "save it as UTF-8") from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise TuneproofError(f"{path}{where}: not valid YAML ({e.problem or e.context})", HINT) from None
+    except yaml.YAMLError as e:
+        raise TuneproofError(f"{path}: not valid YAML ({e})", HINT) from None
+    if not isinstance(data, dict):
+        raise TuneproofError(f"{path} is not a YAML mapping of Axolotl options", HINT)
+    lines = {}
+    if isinstance(node, yaml.MappingNode):
+        lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+    return {str(k): v for k, v in data.items()}, lines
+
+
+def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None = None) -> RunConfig:
+    """An Axolotl config (the YAML's mapping) as a RunConfig; refuses what Axolotl 0.19 refuses and
+    what cannot be checked (no base_model, a quoted number, conflicting attention options)."""
+    lines = lines or {}
+
+    def at(key: str) -> str:
+        return f"{source}, line {lines[key]}" if key in lines else source
+
+    schema = axolotl_schema()
+    base = data.get("base_model")
+    if not isinstance(base, str) or not base.strip():
+        raise TuneproofError(f"{source}: no base_model", "name the model: a local folder or a hub id")
+    for key in INT_FIELDS:
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            shown = f"the string {value!r}" if isinstance(value, str) else repr(value)
+            raise TuneproofError(
+                f"{at(key)}: {key} is {shown}, not a whole number",
+                f"write it unquoted, e.g. {key}: 4096 (YAML reads 500_000 unquoted as 500000)",
+            )
+        if value is not None and value < 1:
+            raise TuneproofError(f"{at(key)}: {key} = {value} must be at least 1", HINT)
+    run = RunConfig(source, "axolotl", base.strip(), data.get("sequence_len") or 512)
+    run.notes.append(f"read as Axolotl {AXOLOTL_VERSION}'s schema ({len(schema['keys'])} options)")
+    _unknown_keys(data, run, at, schema)
+    run.micro_batch = data.get("micro_batch_size") or 1
+    run.grad_accum = data.get("gradient_accumulation_steps") or 1
+    epochs = data.get("num_epochs")
+    run.epochs = float(epochs) if isinstance(epochs, int | float) and not isinstance(epochs, bool) else 1.0
+    run.packing = data.get("sample_packing") is True
+    pad = data.get("pad_to_sequence_len")
+    run.pad_to_seq_len = pad if isinstance(pad, bool) else None
+    _attention(data, run, at)
+    _training(data, run)
+    _adapter(data, run, at)
+    run.datasets = tuple(_datasets(data.get("datasets"), at("datasets")))
+    return run
+
+
+def _unknown_keys(data: dict[str, Any], run: RunConfig, at: Any, schema: dict[str, Any]) -> None:
+    plugin_keys = schema["plugin_keys"]
+    known = set(schema["keys"]) | set(schema["aliases"])
+    listed = " ".join(str(p) for p in data.get("plugins") or [])
+    for key in data:
+        if key in known:
+            continue
+        owner = plugin_keys.get(key, {}).get("plugin")
+        if owner is not None and owner in listed:
+            continue
+        if owner is not None:
+            run.findings.append(
+                f"{at(key)}: {key} belongs to Axolotl's {owner} plugin, which plugins does not list: "
+                "Axolotl ignores it"
+            )
+            continue
+        near = difflib.get_close_matches(key, [*known, *plugin_keys], n=1, cutoff=0.6)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        run.findings.append(
+            f"{at(key)}: {key} is no Axolotl {AXOLOTL_VERSION} option: Axolotl drops it{hint}"
+        )
+
+
+def _attention(data: dict[str, Any], run: RunConfig, at: Any) -> None:
+    legacy = [(k, v) for k, v in LEGACY_ATTN if data.get(k) is True]
+    given = data.get("attn_implementation")
+    if given is not None and not isinstance(given, str):
+        raise TuneproofError(f"{at('attn_implementation')}: attn_implementation must be a string", HINT)
+    if given and legacy:
+        raise TuneproofError(
+            f"{at('attn_implementation')}: attn_implementation {given!r} and "
+            f"{', '.join(k for k, _ in legacy)}: true are both set (Axolotl 0.19 refuses the two together)",
+            "keep attn_implementation and delete the legacy flag",
+        )
+    if len(legacy) > 1:
+        raise TuneproofError(
+            f"{at(legacy[1][0])}: conflicting attention options "
+            + " and ".join(k + ": true" for k, _ in legacy),
+            f"keep one: attn_implementation: {legacy[0][1]} (Axolotl would silently take {legacy[0][0]})",
+        )
+    attn = given or (legacy[0][1] if legacy else None)
+    if legacy:
+        run.notes.append(
+            f"{legacy[0][0]}: true is read as attn_implementation: {attn} (deprecated in Axolotl)"
+        )
+    if attn in SHORT_ATTN:
+        raise TuneproofError(
+            f"{at('attn_implementation')}: attn_implementation {attn!r} is a short form Axolotl refuses",
+            f"write attn_implementation: {SHORT_ATTN[attn]}",
+        )
+    if attn is not None and attn not in ATTN_VALUES and "/" not in attn:
+        raise TuneproofError(
+            f"{at('attn_implementation')}: attn_implementation {attn!r} is not one Axolotl takes",
+            "use one of " + ", ".join(ATTN_VALUES) + ", or a hub kernel path",
+        )
+    if data.get("gemma4_hybrid_attn_impl") is True:
+        if attn not in (None, "flash_attention_2"):
+            raise TuneproofError(
+                f"{at('gemma4_hybrid_attn_impl')}: gemma4_hybrid_attn_impl needs flash_attention_2, "
+                f"not {attn}",
+                "drop attn_implementation (the hybrid sets flash_attention_2) or the hybrid",
+            )
+        attn, run.hybrid = "flash_attention_2", True
+    run.attn = attn
+
+
+def _training(data: dict[str, Any], run: RunConfig) -> None:
+    ckpt = data.get("gradient_checkpointing")
+    offload = data.get("activation_offloading")
+    if ckpt in ("offload", "offload_disk"):  # Axolotl turns these into activation offloading
+        offload, ckpt = ("disk" if ckpt == "offload_disk" else True), True
+    run.grad_ckpt = bool(ckpt)
+    run.offload = None if not offload else str(offload)
+    run.torch_compile = data.get("torch_compile") in (True, "auto")
+    run.load_in_4bit = data.get("load_in_4bit") is True
+    run.load_in_8bit = data.get("load_in_8bit") is True
+    run.plugins = tuple(str(p) for p in data.get("plugins") or [])
+    plugins = " ".join(run.plugins)
+    if "cut_cross_entropy" in plugins and data.get("cut_cross_entropy") is not False:
+        run.fused_loss = "Cut Cross-Entropy (the plugin's default once listed)"
+    elif "liger" in plugins and data.get("liger_fused_linear_cross_entropy"):
+        run.fused_loss = "Liger fused linear cross-entropy"
+    fsdp = data.get("fsdp_config")
+    run.fsdp = fsdp if isinstance(fsdp, dict) else ({"fsdp": data["fsdp"]} if data.get("fsdp") else None)
+    ds = data.get("deepspeed")
+    run.deepspeed = None if ds is None else (ds if isinstance(ds, str) else "inline config")
+    run.dtype = "fp16" if data.get("fp16") is True and not data.get("bf16") else "bf16"
+
+
+def _adapter(data: dict[str, Any], run: RunConfig, at: Any) -> None:
+    adapter = data.get("adapter")
+    run.adapter = str(adapter) if adapter else None
+    r = data.get("lora_r")
+    run.lora_r = r if isinstance(r, int) else 8
+    modules = data.get("lora_target_modules")
+    if isinstance(modules, str):
+        run.target_regex = modules
+    elif isinstance(modules, list):
+        run.targets = tuple(str(m) for m in modules)
+    elif modules is not None:
+        raise TuneproofError(
+            f"{at('lora_target_modules')}: lora_target_modules must be a list or a string", HINT
+        )
+    run.target_linear = data.get("lora_target_linear") is True
+    params = data.get("lora_target_parameters")
+    run.target_parameters = (params,) if isinstance(params, str) else tuple(str(p) for p in params or [])
+    if run.target_regex is not None:
+        import re
+
+        try:
+            re.compile(run.target_regex)
+        except re.error as e:
+            raise TuneproofError(
+                f"{at('lora_target_modules')}: the regex does not compile ({e})", HINT
+            ) from None
+        if run.target_linear:  # Axolotl then lists the string with the linear names: no longer a regex
+            run.targets, run.target_regex = (run.target_regex,), None
+            run.findings.append(
+                f"{at('lora_target_linear')}: lora_target_linear with a lora_target_modules string makes "
+                "Axolotl match the string as a module name, not as a regex"
+            )
+
+
+def _datasets(value: Any, where: str) -> list[DatasetRef]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TuneproofError(f"{where}: datasets must be a list", HINT)
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+            raise TuneproofError(f"{where}: every datasets entry needs a path", HINT)
+        p = Path(item["path"]).expanduser()
+        kind = item.get("type")
+        out.append(DatasetRef(item["path"], str(kind) if kind else "text", p if p.exists() else None,
+                              item.get("field_messages") or item.get("field")))  # fmt: skip
+    return out

@@ -1,0 +1,197 @@
+"""`tuneproof preflight` as two library calls: `prepare(spec)` reads the run's config (an Axolotl YAML or a
+tuneproof recipe TOML) and its base model, refusing in one line what cannot be checked; `run(plan)`
+computes every section and returns a `PreflightResult`, whose verdict is FINDINGS (exit 1) when any
+section found something slow or wrong and CLEAN (exit 0) otherwise. `preflight_axolotl(cfg, source)`
+does both for a config already loaded (the Axolotl plugin's use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuneproof.errors import TuneproofError
+from tuneproof.preflight.config import RunConfig, from_axolotl, read_yaml
+from tuneproof.preflight.sections import Section
+from tuneproof.verdict import FINDING, OK, Verdict
+
+RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightSpec:
+    run_file: Path
+    gpu: str | None = None  # the card, for dispatch and flex kernel options ("auto" is not read here)
+    fit: Any = None  # a StepCost, for the wall time
+
+
+@dataclass(slots=True)
+class PreflightPlan:
+    run: RunConfig
+    model: Any  # ResolvedModel
+    config: dict[str, Any]  # the base's config.json
+    folder: Path | None  # the base's local folder (its tokenizer), when there is one
+    capability: tuple[int, int] | None
+    gpu: str | None
+    fit: Any
+
+
+@dataclass(slots=True)
+class PreflightResult:
+    run: RunConfig
+    sections: list[Section]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[str]:
+        return self.run.findings + [f for s in self.sections for f in s.findings]
+
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    @property
+    def verdict(self) -> Verdict:
+        n = len(self.findings)
+        if n:
+            return Verdict("FINDINGS", f"{n} finding{'s' * (n != 1)} before launch", FINDING)
+        return Verdict("CLEAN", "nothing found that will be slow or wrong", OK)
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.run
+        return {
+            "source": r.source,
+            "kind": r.kind,
+            "base_model": r.base_model,
+            "run": {
+                "sequence_len": r.seq_len,
+                "micro_batch_size": r.micro_batch,
+                "grad_accum": r.grad_accum,
+                "sample_packing": r.packing,
+                "pad_to_sequence_len": r.pad_to_seq_len,
+                "attn_implementation": r.attn,
+                "gemma4_hybrid_attn_impl": r.hybrid,
+                "gradient_checkpointing": r.grad_ckpt,
+                "adapter": r.adapter,
+                "lora_r": r.lora_r,
+                "torch_compile": r.torch_compile,
+                "fsdp": r.fsdp,
+                "deepspeed": r.deepspeed,
+            },
+            "sections": {s.name: {"lines": s.lines, **s.data, "findings": s.findings} for s in self.sections},
+            "findings": self.findings,
+            "notes": [*r.notes, *self.notes],
+            "verdict": self.verdict.outcome,
+            "exit_code": self.verdict.exit_code,
+        }
+
+    def render(self, console: Any) -> None:
+        from rich.markup import escape
+
+        r = self.run
+        console.print(f"preflight {escape(r.source)} ({r.kind}): base {escape(r.base_model)}", markup=True)
+        for note in r.notes + self.notes:
+            console.print(f"  note: {escape(note)}")
+        for s in self.sections:
+            console.print(f"{s.name}")
+            for line in s.lines:
+                console.print(f"  {escape(line)}")
+        if self.findings:
+            console.print("findings")
+            for f in self.findings:
+                console.print(f"  - {escape(f)}")
+        v = self.verdict
+        console.print(f"verdict: {v.outcome} ({v.reason}; exit {v.exit_code})")
+
+
+def read_run(path: Path) -> RunConfig:
+    from tuneproof.io import input_file
+
+    input_file(path, "run config", RUN_HINT)
+    suffix = path.suffix.lower()
+    if suffix in (".yml", ".yaml"):
+        data, lines = read_yaml(path)
+        return from_axolotl(data, str(path), lines)
+    if suffix == ".toml":
+        from tuneproof.preflight.recipe import from_recipe
+
+        return from_recipe(path)
+    raise TuneproofError(f"{path}: not a YAML or TOML file", RUN_HINT)
+
+
+def prepare(spec: PreflightSpec) -> PreflightPlan:
+    return _plan(read_run(spec.run_file), spec.gpu, spec.fit)
+
+
+def _plan(run: RunConfig, gpu: str | None, fit: Any) -> PreflightPlan:
+    from tuneproof.arch import resolve
+    from tuneproof.arch.locate import locate_config
+    from tuneproof.attention.dispatch import device_capability
+
+    capability = device_capability(None, gpu) if gpu else None
+    model = resolve("tiny" if run.base_model == "tiny" else run.base_model)
+    folder = None if run.base_model == "tiny" else locate_config(run.base_model).parent
+    problem = model.positions_problem(run.seq_len, "sequence_len")
+    if problem:
+        raise TuneproofError(
+            f"{run.source}: {problem}", "lower sequence_len, or extend the model's context first"
+        )
+    config = model.source if isinstance(model.source, dict) else {}
+    return PreflightPlan(run, model, config, folder, capability, gpu, fit)
+
+
+def run(plan: PreflightPlan, progress: Callable[[str], None] | None = None) -> PreflightResult:
+    from tuneproof.preflight import batches, sections
+    from tuneproof.preflight.coverage import coverage, inventory
+
+    say = progress or (lambda _m: None)
+    r = plan.run
+    notes: list[str] = []
+    lens, padding, distinct, widths = None, None, None, None
+    out: list[Section] = []
+    if r.datasets:
+        say("datasets")
+        lens, ds_notes = batches.lengths(r, batches.tokenizer_for(plan.folder))
+        notes.extend(ds_notes)
+    else:
+        notes.append("no datasets listed: padding and wall time need real lengths")
+    if lens is not None:
+        sec, padding, distinct, widths = batches.batching(r, lens)
+        out.append(sec)
+    say("FLOP ledger")
+    out.append(sections.ledger(r, plan.model, None if r.packing else padding))
+    say("attention dispatch")
+    out.append(sections.dispatch(r, plan.model, plan.capability))
+    out.append(sections.flex_options(plan.model, plan.capability, plan.gpu))
+    out.append(sections.recompiles(r, distinct))
+    if r.adapter and plan.config:
+        say("LoRA coverage")
+        out.append(_lora(r, coverage(r, inventory(plan.config))))
+    out.append(sections.ship(r, plan.config))
+    if plan.fit is not None and widths:
+        out.append(batches.wall_time(r, widths, plan.fit))
+    elif plan.fit is not None:
+        notes.append("a fit was given but no real lengths: no wall time")
+    return PreflightResult(r, out, notes)
+
+
+def _lora(r: RunConfig, cov: Any) -> Section:
+    s = Section("lora", data=cov.to_dict(), findings=list(cov.findings))
+    fams = ", ".join(f"{k} x{v}" for k, v in sorted(cov.families.items()))
+    s.lines.append(
+        f"{len(cov.adapted)} modules adapted ({fams or 'none'}), rank {r.lora_r}: "
+        f"{cov.adapter_params / 1e6:,.1f} M adapter parameters, "
+        f"{cov.adapter_params / max(cov.total_params, 1):.3%} "
+        f"of {cov.total_params / 1e9:,.2f} B"
+    )
+    if cov.experts_adapted:
+        s.lines.append(f"expert parameters adapted in place: {len(cov.experts_adapted)}")
+    return s
+
+
+def preflight_axolotl(cfg: Mapping[str, Any], source: str, gpu: str | None = None) -> PreflightResult:
+    """The pre-flight of an Axolotl config already loaded (a mapping of its options)."""
+    run_config = from_axolotl(dict(cfg), source)
+    return run(_plan(run_config, gpu, None))

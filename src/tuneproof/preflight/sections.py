@@ -1,0 +1,202 @@
+"""The pre-flight's sections, each from the library area that owns the number: the FLOP ledger at the
+run's width (`tuneproof.flops`), the dispatch per layer type (`tuneproof.attention.dispatch`), flex
+kernel options for the card (`attention.kernel_options`), the recompile risk from the widths the run
+will produce, LoRA coverage (`preflight.coverage`), merge and quantisation notes, and, from the real
+lengths of local datasets, padding and the wall-time projection (`preflight.batches`).
+
+Every section is lines to print, a JSON-able dict and its findings (what will be slow or wrong).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuneproof.preflight.config import RunConfig
+
+RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
+
+
+@dataclass(slots=True)
+class Section:
+    name: str
+    lines: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    findings: list[str] = field(default_factory=list)
+
+
+def path_of(run: RunConfig) -> tuple[str, str | None]:
+    """tuneproof's attention path for the run's implementation, and how it was mapped (None: as is)."""
+    attn = run.attn
+    if attn is None:
+        return "sdpa", "no attention option: transformers' default, sdpa"
+    if attn in ("sdpa", "eager", "flex_attention", "flash_attention_2"):
+        return attn, None
+    if attn.startswith("flash_attention") or "flash-attn" in attn:
+        return "flash_attention_2", f"{attn} is costed as flash_attention_2 (a fused kernel, no mask)"
+    return (
+        "flash_attention_2",
+        f"{attn} is not modelled: costed as a fused kernel (no mask), dispatch unknown",
+    )
+
+
+def widths(run: RunConfig) -> tuple[int, int]:
+    """(rows, width) of one micro-batch as the trainer builds it."""
+    if run.packs_rows:
+        return 1, run.micro_batch * run.seq_len
+    return run.micro_batch, run.seq_len
+
+
+def ledger(run: RunConfig, model: Any, padding: float | None) -> Section:
+    from tuneproof.flops import RunSpec
+    from tuneproof.flops.plan import FlopsSpec, prepare
+    from tuneproof.flops.plan import run as flops_run
+
+    rows, width = widths(run)
+    attn, mapped = path_of(run)
+    mode = "lora" if run.adapter else "full"
+    targets = ("all-linear",) if run.target_linear or run.target_regex else (run.targets or ("all-linear",))
+    spec = RunSpec(
+        seq_len=width, batch=rows, attn=attn, padding_fraction=padding or 0.0, mode=mode,
+        lora_rank=run.lora_r,
+        lora_targets=targets if mode == "lora" else ("all-linear",),
+        lora_target_parameters=run.target_parameters if mode == "lora" else (), grad_ckpt=run.grad_ckpt,
+    )  # fmt: skip
+    report = flops_run(prepare(FlopsSpec(spec), model))
+    d = report.to_dict()
+    intended, performed = d["intended"]["total"], d["performed"]["total"]
+    s = Section("flops", data={"width": width, "rows": rows, "attn": attn, "mode": mode, **d})
+    s.lines.append(
+        f"{rows} x {width} tokens per micro-batch, {mode}{', checkpointing' if run.grad_ckpt else ''}: "
+        "intended "
+        f"{intended / 1e12:,.1f} TFLOP, performed {performed / 1e12:,.1f} TFLOP ({performed / intended:.2f}x)"
+    )
+    if mapped:
+        s.lines.append(mapped)
+    if run.target_regex:
+        s.lines.append(
+            "LoRA FLOPs are costed on all-linear (the regex's exact coverage is in the LoRA section)"
+        )
+    for ex in d["excess"]:
+        share = ex["flops"] / performed
+        s.lines.append(f"excess {share:.0%}: {ex['name']}: {ex['why']}")
+        if share >= 0.05 and "checkpointing" not in ex["name"]:  # recompute is a choice, not a slow path
+            s.findings.append(f"FLOPs: {share:.0%} of the step is excess work: {ex['name']}: {ex['why']}")
+    return s
+
+
+def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> Section:
+    from tuneproof.attention.dispatch import Context, explain
+
+    rows, width = widths(run)
+    attn, _ = path_of(run)
+    padded = not run.packing and run.pad_to_seq_len is not True
+    s = Section("dispatch")
+    if capability is None:
+        s.lines.append(
+            "no card given (gpu): the dispatch below is this machine's CPU; pass the card for its own"
+        )
+
+    def ctx(path: str) -> Context:
+        return Context(seq_len=width, batch=rows, attn=path, padded=padded and rows > 1, packed=run.packing,
+                       dtype=run.dtype, training=True, capability=capability)  # fmt: skip
+
+    if run.hybrid:  # Axolotl's Gemma-4 hybrid: sliding layers on flash, the rest on SDPA
+        fast, slow = explain(model.shape, ctx("flash_attention_2")), explain(model.shape, ctx("sdpa"))
+        layers = [x for x in fast.layers if "sliding" in x.layer_type] + [
+            x for x in slow.layers if "sliding" not in x.layer_type
+        ]
+        advice = slow.advice
+        s.lines.append(
+            "gemma4_hybrid_attn_impl: sliding layers on flash_attention_2, every other layer on SDPA "
+            "(Axolotl's sdpa_global_packed; with packing it rebuilds a block-diagonal mask from position_ids)"
+        )
+    else:
+        e = explain(model.shape, ctx(attn))
+        layers, advice = e.layers, e.advice
+    for x in layers:
+        mask = "materialised" if x.mask_materialised else "none"
+        s.lines.append(
+            f"{x.layer_type} layers ({x.num_layers}): head_dim {x.head_dim}, mask {mask}"
+            f"{' (' + x.mask_reason + ')' if x.mask_materialised else ''}; {x.backend}: {x.kernel}"
+        )
+        for name, why in x.refused.items():
+            s.lines.append(f"  {name} refused: {why}")
+    s.data = {"rows": rows, "width": width, "packed": run.packing, "layers": [x.to_dict() for x in layers],
+              "advice": advice}  # fmt: skip
+    s.findings.extend(f"attention: {a}" for a in advice)
+    return s
+
+
+def flex_options(model: Any, capability: tuple[int, int] | None, gpu: str | None) -> Section:
+    from tuneproof.attention.kernel_options import choose_for_head_dims
+
+    s = Section("flex")
+    dims = sorted({x.attention.head_dim for x in model.shape.layers if x.attention.kind != "none"})
+    if capability is None or not dims:
+        s.lines.append("no card given (gpu): flex kernel options depend on its shared memory per block")
+        s.data = {"capability": None}
+        return s
+    for pass_ in ("fwd", "bwd"):
+        choice = choose_for_head_dims(dims, "bf16", capability=capability, pass_=pass_)
+        shown = choice.options or "{} (torch's defaults)"
+        s.lines.append(f"{pass_}: kernel_options {shown}: {choice.reason}")
+        s.data[pass_] = {"options": choice.options, "reason": choice.reason, "smem_bytes": choice.smem_bytes,
+                         "smem_limit": choice.smem_limit}  # fmt: skip
+    s.data["capability"] = list(capability)
+    s.data["gpu"] = gpu
+    return s
+
+
+def recompiles(run: RunConfig, widths_seen: int | None) -> Section:
+    """How many distinct widths the run will produce, against dynamo's recompile limit."""
+    s = Section("recompile")
+    attn = run.attn or ""
+    if run.packing or run.pad_to_seq_len is True:
+        n, why = 1, "packing or pad_to_sequence_len: every row has one width"
+    elif widths_seen is not None:
+        n, why = widths_seen, "distinct micro-batch widths on the real lengths"
+    elif run.pad_to_seq_len is None:
+        n = math.ceil(run.seq_len / 64)
+        why = f"rows padded to a multiple of 64 up to {run.seq_len}: up to {n} widths"
+    else:
+        n, why = run.seq_len, "rows padded to their longest: any width"
+    compiled = run.torch_compile or attn == "flex_attention"
+    s.data = {"widths": n, "why": why, "compiled": compiled, "limit": RECOMPILE_LIMIT}
+    s.lines.append(f"{n} distinct width{'s' * (n != 1)} ({why})")
+    if compiled and n > RECOMPILE_LIMIT:
+        what = (
+            "flex_attention compiles per width"
+            if attn == "flex_attention"
+            else "torch_compile compiles per width"
+        )
+        s.findings.append(
+            f"recompiles: {what}; {n} widths pass dynamo's recompile_limit of {RECOMPILE_LIMIT}, after which "
+            "it runs the rest uncompiled (eager flex materialises the full score matrix): pad to fewer "
+            "widths or pack"
+        )
+    return s
+
+
+def ship(run: RunConfig, config: dict[str, Any]) -> Section:
+    s = Section("ship")
+    quant = config.get("quantization_config")
+    if run.adapter == "qlora" or run.load_in_4bit:
+        s.lines.append(
+            "a QLoRA adapter trains against 4-bit weights: merge it into the bf16 base it was quantised from "
+            "(tuneproof merge checks the base's identity), not into the 4-bit weights"
+        )
+    if run.load_in_8bit:
+        s.lines.append("8-bit base: merge into the bf16 base, as for QLoRA")
+    if isinstance(quant, dict):
+        method = quant.get("quant_method") or quant.get("quant_algo") or "unknown"
+        s.lines.append(
+            f"the base is stored quantised ({method}): check the serving recipe's coverage with "
+            "tuneproof quant-audit before shipping; an adapter merges into the dequantised weights"
+        )
+        s.data["base_quantization"] = method
+    if run.fused_loss:
+        s.lines.append(f"loss: {run.fused_loss}: the ledger's LM-head row is the plain matmul either way")
+    s.data["adapter"] = run.adapter
+    return s

@@ -1,0 +1,230 @@
+"""`tuneproof preflight` on Axolotl's own example configs (tests/data/axolotl/examples, provenance in
+SOURCES.md) with a fake Hugging Face cache holding the published config.json of their base models, and
+on configs written here for each rule."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tuneproof.cli.app import main
+
+DATA = Path(__file__).parent / "data"
+EXAMPLES = sorted((DATA / "axolotl" / "examples").glob("*.y*ml"))
+BASES = {  # base_model -> its published config.json in tests/data/configs
+    "google/gemma-4-26B-A4B": "gemma-4-26b-a4b.json",
+    "nvidia/Gemma-4-26B-A4B-NVFP4": "gemma-4-26b-a4b-nvfp4.json",
+    "NousResearch/Meta-Llama-3.1-8B": "llama-3.1-8b.json",
+    "NousResearch/Llama-3.2-1B": "llama-3.2-1b.json",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b-v0.1.json",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b.json",
+    "Qwen/Qwen3.5-35B-A3B-Base": "qwen3.5-35b-a3b.json",
+    "Qwen/Qwen3-32B": "qwen3-32b.json",
+    "openai/gpt-oss-20b": "gpt-oss-20b.json",
+}
+SNAPSHOT = "0" * 40
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("hub")
+    for repo, name in BASES.items():
+        folder = cache / ("models--" + repo.replace("/", "--"))
+        (folder / "snapshots" / SNAPSHOT).mkdir(parents=True)
+        shutil.copy(DATA / "configs" / name, folder / "snapshots" / SNAPSHOT / "config.json")
+        (folder / "refs").mkdir()
+        (folder / "refs" / "main").write_text(SNAPSHOT)
+    return cache
+
+
+def _preflight(args: list[str], capsys, monkeypatch, hub: Path) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("COLUMNS", "200")
+    code = main(["preflight", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_axolotl_example_is_checked_or_refused_in_one_line(
+    example: Path, capsys, monkeypatch, hub
+) -> None:
+    code, out, err = _preflight([str(example)], capsys, monkeypatch, hub)
+    assert "Traceback" not in out + err
+    if code == 2:  # refused: only a base model the fake cache does not hold
+        assert err.count("\n") == 1 and "holds no models--" in err, err
+        assert example.read_text().split("base_model:")[1].split()[0] not in BASES
+    else:
+        assert code in (0, 1) and out.splitlines()[-1].startswith("verdict: "), out
+
+
+@pytest.mark.parametrize(
+    "name", ["gemma4__26b-a4b-moe-qlora@08fc7de87.yaml", "gemma4__26b-a4b-moe-qlora@149178ddb.yaml"]
+)
+def test_the_gemma4_sdp_attention_examples_name_the_head_dim_512_layers_and_the_mask(
+    name: str, capsys, monkeypatch, hub
+) -> None:
+    example = DATA / "axolotl" / "examples" / name
+    code, out, _ = _preflight([str(example), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    assert code == 1 and d["run"]["attn_implementation"] == "sdpa"
+    layers = {x["layer_type"]: x for x in d["sections"]["dispatch"]["layers"]}
+    assert layers["full"]["head_dim"] == 512 and layers["full"]["mask_materialised"]
+    assert "packed batch" in layers["full"]["mask_reason"]  # what packing does to the mask
+    assert layers["sliding"]["head_dim"] == 256 and "kv_length" in layers["sliding"]["mask_reason"]
+    assert any("head_dim > 128 on the memory-efficient backend" in f for f in d["findings"])
+
+
+def test_the_hybrid_gives_sliding_layers_flash_and_global_layers_sdpa(capsys, monkeypatch, hub) -> None:
+    example = DATA / "axolotl" / "examples" / "gemma4__26b-a4b-moe-qlora.yaml"
+    _, out, _ = _preflight([str(example), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    assert d["run"]["gemma4_hybrid_attn_impl"] and d["run"]["attn_implementation"] == "flash_attention_2"
+    layers = {x["layer_type"]: x for x in d["sections"]["dispatch"]["layers"]}
+    assert "flash" in layers["sliding"]["backend"] and not layers["sliding"]["mask_materialised"]
+    assert layers["full"]["mask_materialised"]  # SDPA with the block-diagonal mask of the packed row
+    assert d["sections"]["flops"]["rows"] == 1 and d["sections"]["flops"]["width"] == 2048  # one packed row
+    lora = d["sections"]["lora"]
+    assert lora["tower_modules_adapted"] == 0 and lora["families"]["q_proj"] == 30  # the regex's text layers
+    assert len(lora["expert_parameters_adapted"]) == 60
+
+
+def test_qwen3_moe_without_target_parameters_leaves_the_experts_out(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    run = tmp_path / "moe.yml"
+    run.write_text(
+        "base_model: Qwen/Qwen3.5-35B-A3B-Base\nadapter: lora\nlora_target_linear: true\nsequence_len: 1024\n"
+    )
+    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    assert code == 1 and any("routed experts" in f and "get no adapter" in f for f in d["findings"])
+
+
+def test_a_regex_that_matches_nothing_and_an_unknown_key_are_findings(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    run = tmp_path / "r.yml"
+    run.write_text(
+        "base_model: NousResearch/Llama-3.2-1B\nadapter: lora\n"
+        "lora_target_modules: 'model.language_model.*q_proj'\nsequence_length: 2048\n"
+    )
+    code, out, _ = _preflight([str(run)], capsys, monkeypatch, hub)
+    assert code == 1
+    assert (
+        "line 4: sequence_length is no Axolotl 0.19.0 option: Axolotl drops it (did you mean sequence_len?)"
+        in out
+    )
+    assert "adapt no module of this model: the adapter would train nothing" in out
+
+
+def test_flex_with_shuffled_padding_passes_the_recompile_limit(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    run = tmp_path / "r.yml"
+    run.write_text(
+        "base_model: NousResearch/Llama-3.2-1B\nattn_implementation: flex_attention\nsequence_len: 4096\n"
+    )
+    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    assert d["sections"]["recompile"]["widths"] == 64 and code == 1
+    assert any("recompile_limit of 8" in f for f in d["findings"])
+    run.write_text(run.read_text() + "sample_packing: true\n")
+    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
+    assert json.loads(out)["sections"]["recompile"]["widths"] == 1
+
+
+@pytest.mark.parametrize(
+    "body,fragment",
+    [
+        ("attn_implementation: flash\n", "'flash' is a short form Axolotl refuses"),
+        (
+            "attn_implementation: sdpa\nflash_attention: true\n",
+            "are both set (Axolotl 0.19 refuses the two together)",
+        ),
+        ("attn_implementation: sdpa\ngemma4_hybrid_attn_impl: true\n", "needs flash_attention_2, not sdpa"),
+        ("attn_implementation: magic\n", "'magic' is not one Axolotl takes"),
+        ("micro_batch_size: 0\n", "micro_batch_size = 0 must be at least 1"),
+        ("lora_target_modules: '(['\n", "the regex does not compile"),
+        ("datasets: {path: x}\n", "datasets must be a list"),
+    ],
+)
+def test_bad_axolotl_values_are_one_line(
+    tmp_path: Path, capsys, monkeypatch, hub, body: str, fragment: str
+) -> None:
+    run = tmp_path / "r.yml"
+    run.write_text("base_model: NousResearch/Llama-3.2-1B\n" + body)
+    code, _, err = _preflight([str(run)], capsys, monkeypatch, hub)
+    assert code == 2 and fragment in err and err.count("\n") == 1, err
+
+
+def test_a_tuneproof_recipe_is_read_as_train_will_run_it(tmp_path: Path, capsys, monkeypatch, hub) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        '[model]\nname = "NousResearch/Llama-3.2-1B"\n[data]\nmax_length = 1024\n[lora]\nr = 8\n'
+    )
+    code, out, _ = _preflight([str(recipe), "--json"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    assert d["kind"] == "recipe" and d["run"]["lora_r"] == 8 and d["sections"]["flops"]["width"] == 1024
+    assert code in (0, 1)
+
+
+def _local_model(tmp_path: Path) -> Path:
+    """A llama config and a word-level tokenizer in a folder: a base with real token lengths."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path / "base"
+    folder.mkdir()
+    cfg = json.loads((DATA / "configs" / "llama-3.2-1b.json").read_text())
+    (folder / "config.json").write_text(json.dumps(cfg))
+    vocab = {"[UNK]": 0, **{f"w{i}": i + 1 for i in range(50)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    return folder
+
+
+def test_local_datasets_give_real_lengths_padding_and_the_wall_time(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    folder = _local_model(tmp_path)
+    rows = [{"text": " ".join(f"w{j % 50}" for j in range(n))} for n in [20, 900, 30, 700, 25, 1000] * 20]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "r.yml"
+    run.write_text(
+        f"base_model: {folder}\nsequence_len: 1024\nmicro_batch_size: 2\n"
+        f"datasets:\n  - path: {data}\n    type: completion\n  - path: org/hub-set\n    type: alpaca\n"
+    )
+    code, out, _ = _preflight([str(run), "--json", "--fit", "6.87e-4,8.85e-8"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    b = d["sections"]["batches"]
+    assert b["rows"] == 120 and b["longest"] == 1000 and b["padding"] > 0.3
+    assert any(f.startswith("padding:") for f in d["findings"]) and code == 1
+    assert any("org/hub-set: not a local file: a hub dataset, not read" in n for n in d["notes"])
+    assert d["sections"]["wall time"]["micro_batches"] == 60 and d["sections"]["wall time"]["seconds"] > 0
+    run.write_text(run.read_text().replace("sequence_len: 1024", "sequence_len: 1024\nsample_packing: true"))
+    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
+    assert json.loads(out)["sections"]["batches"]["padding"] < 0.2
+
+
+def test_the_library_call_for_a_loaded_config(monkeypatch, hub) -> None:
+    from tuneproof.preflight import preflight_axolotl
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    result = preflight_axolotl({"base_model": "NousResearch/Llama-3.2-1B", "sequence_len": 512}, "loaded")
+    assert result.verdict.outcome in ("CLEAN", "FINDINGS") and isinstance(result.findings, list)
+    assert result.to_dict()["sections"]["flops"]["width"] == 512
+
+
+def test_the_docs_example_prints_what_the_page_shows(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.chdir(DATA.parent.parent)
+    assert main(["preflight", "examples/preflight/gemma4-26b-a4b-sdpa.yml", "--gpu", "H100"]) == 1
+    page = (DATA.parent.parent / "docs" / "preflight.md").read_text()
+    start = page.index("```\npreflight examples/preflight/gemma4-26b-a4b-sdpa.yml") + 4
+    assert capsys.readouterr().out == page[start : page.index("```", start)]
