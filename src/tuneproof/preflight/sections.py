@@ -190,7 +190,8 @@ def ship(run: RunConfig, config: dict[str, Any]) -> Section:
     if run.load_in_8bit:
         s.lines.append("8-bit base: merge into the bf16 base, as for QLoRA")
     if isinstance(quant, dict):
-        method = quant.get("quant_method") or quant.get("quant_algo") or "unknown"
+        algo = quant.get("quant_algo")
+        method = " ".join(str(x) for x in (quant.get("quant_method"), algo) if x) or "unknown"
         s.lines.append(
             f"the base is stored quantised ({method}): check the serving recipe's coverage with "
             "tuneproof quant-audit before shipping; an adapter merges into the dequantised weights"
