@@ -228,3 +228,24 @@ def test_the_docs_example_prints_what_the_page_shows(capsys, monkeypatch) -> Non
     page = (DATA.parent.parent / "docs" / "preflight.md").read_text()
     start = page.index("```\npreflight examples/preflight/gemma4-26b-a4b-sdpa.yml") + 4
     assert capsys.readouterr().out == page[start : page.index("```", start)]
+
+
+def test_a_malformed_local_dataset_is_one_line_and_a_parquet_one_is_named(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    folder = _local_model(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "w1 w2"}\n{oops\n')
+    run = tmp_path / "r.yml"
+    run.write_text(
+        f"base_model: {folder}\nsequence_len: 256\ndatasets:\n  - path: {bad}\n    type: completion\n"
+    )
+    code, _, err = _preflight([str(run)], capsys, monkeypatch, hub)
+    assert code == 2 and "bad.jsonl, line 2: not JSON" in err and err.count("\n") == 1
+    parquet = tmp_path / "d.parquet"
+    parquet.write_bytes(b"PAR1")
+    run.write_text(f"base_model: {folder}\nsequence_len: 256\ndatasets:\n  - path: {parquet}\n")
+    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
+    assert code in (0, 1) and any(
+        "only JSON and JSONL files are read here" in n for n in json.loads(out)["notes"]
+    )

@@ -38,6 +38,9 @@ def lengths(run: RunConfig, tokenizer: Any) -> tuple[np.ndarray | None, list[str
         if tokenizer is None:
             notes.append(f"dataset {ds.path}: no tokenizer for the base model here, so no token lengths")
             continue
+        if ds.local.is_file() and ds.local.suffix not in (".json", ".jsonl"):
+            notes.append(f"dataset {ds.path}: only JSON and JSONL files are read here, so no lengths from it")
+            continue
         texts = list(_texts(ds))
         if not texts:
             raise TuneproofError(f"dataset {ds.path} holds no rows with text", "check its path and fields")
@@ -55,19 +58,40 @@ def _texts(ds: DatasetRef) -> Any:
     files = sorted(x for x in p.rglob("*") if x.suffix in (".json", ".jsonl")) if p.is_dir() else [p]
     count = 0
     for f in files:
-        if f.suffix not in (".json", ".jsonl"):
-            raise TuneproofError(
-                f"dataset {f}: only JSON and JSONL files are read here", "convert it, or skip it"
-            )
-        text = f.read_text(encoding="utf-8-sig")
-        rows = json.loads(text) if f.suffix == ".json" and text.lstrip().startswith("[") else None
-        for row in rows if rows is not None else (json.loads(x) for x in text.splitlines() if x.strip()):
+        for row in _rows(f):
             joined = _row_text(row, ds.field)
             if joined:
                 yield joined
                 count += 1
             if count >= MAX_ROWS:
                 return
+
+
+def _rows(f: Path) -> Any:
+    """A JSON file's array (or its one object) or a JSONL file's objects, each error one line."""
+    try:
+        text = f.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TuneproofError(
+            f"dataset {f} cannot be read ({e})", "pass a readable UTF-8 JSON or JSONL file"
+        ) from None
+    if f.suffix == ".json" and text.lstrip()[:1] in ("[", "{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TuneproofError(
+                f"dataset {f}: not JSON ({e.msg}, line {e.lineno})", "fix the file"
+            ) from None
+        yield from data if isinstance(data, list) else [data]
+        return
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TuneproofError(
+                    f"dataset {f}, line {line_no}: not JSON ({e.msg})", "fix the line"
+                ) from None
 
 
 def _row_text(row: Any, field: str | None) -> str:
