@@ -249,3 +249,17 @@ def test_a_malformed_local_dataset_is_one_line_and_a_parquet_one_is_named(
     assert code in (0, 1) and any(
         "only JSON and JSONL files are read here" in n for n in json.loads(out)["notes"]
     )
+
+
+def test_flash_attention_on_gemma4_names_the_head_dim_512_layers_it_cannot_run(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    run = tmp_path / "r.yml"
+    run.write_text("base_model: google/gemma-4-26B-A4B\nflash_attention: true\nsequence_len: 4096\n")
+    code, out, _ = _preflight([str(run), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    wide = [f for f in d["findings"] if "past flash-attn's 256" in f]
+    assert code == 1 and len(wide) == 1 and "the 5 full layers have head_dim 512" in wide[0]
+    run.write_text(run.read_text() + "gemma4_hybrid_attn_impl: true\n")
+    code, out, _ = _preflight([str(run), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
+    assert not any("past flash-attn" in f for f in json.loads(out)["findings"])

@@ -16,6 +16,7 @@ from typing import Any
 from tuneproof.preflight.config import RunConfig
 
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
+FLASH_ATTN_MAX_HEAD_DIM = 256  # flash-attn 2/3: csrc/flash_attn/flash_api.cpp mha_fwd
 
 
 @dataclass(slots=True)
@@ -123,6 +124,15 @@ def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> 
         )
         for name, why in x.refused.items():
             s.lines.append(f"  {name} refused: {why}")
+    if attn == "flash_attention_2":  # the flash-attn package, not SDPA's own flash backend
+        wide = [x for x in layers if x.head_dim > FLASH_ATTN_MAX_HEAD_DIM and "flash" in x.backend]
+        for x in wide:
+            s.findings.append(
+                f"attention: the {x.num_layers} {x.layer_type} layers have head_dim {x.head_dim}, past "
+                f"flash-attn's {FLASH_ATTN_MAX_HEAD_DIM} (flash_api.cpp: 'FlashAttention forward only "
+                "supports head dimension at most 256'): the run fails there; keep flash on the narrower "
+                "layers (gemma4_hybrid_attn_impl) or use sdpa or flex_attention"
+            )
     s.data = {"rows": rows, "width": width, "packed": run.packing, "layers": [x.to_dict() for x in layers],
               "advice": advice}  # fmt: skip
     s.findings.extend(f"attention: {a}" for a in advice)
