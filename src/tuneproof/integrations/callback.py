@@ -84,7 +84,9 @@ class TuneproofCallback(TrainerCallback):
         self._run = read_run(model, args, self.gpu, self.peak_tflops)
         self._run.ledger.prewarm(self.widths)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        self._run.hooks.append(base.register_forward_pre_hook(self._record, with_kwargs=True))
+        # hooked on the model the Trainer calls, not on PEFT's base: peft 0.20 (Axolotl 0.19's pin) runs
+        # the base's `forward` directly, so a hook there never fired (0 TFLOP/s, NaN padding logged)
+        self._run.hooks.append(model.register_forward_pre_hook(self._record, with_kwargs=True))
         import torch
 
         device = next(base.parameters()).device
