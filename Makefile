@@ -8,7 +8,7 @@ TORCH_PIN   ?= torch==2.13.0
 WHEELS      := $(wildcard /opt/wheels)
 FIND_LINKS  := $(if $(WHEELS),--find-links $(WHEELS),)
 
-.PHONY: install demo test bench lint mutate clean
+.PHONY: install demo test test-axolotl bench lint mutate clean
 
 install: $(VENV)/.installed
 
@@ -23,6 +23,20 @@ demo: install
 
 test: install
 	$(PY) -m pytest
+
+# The Axolotl plugin against a real Axolotl, in its own venv (Axolotl 0.19 pins its own transformers,
+# peft and accelerate; 0.19 is the newest on Python 3.11); not part of `make test`, which skips that file.
+AX_VENV := .venv-axolotl
+AX_PY   := $(AX_VENV)/bin/python
+
+$(AX_VENV)/.installed: dev/axolotl-requirements.txt pyproject.toml Makefile
+	test -x $(AX_PY) || python3.11 -m venv $(AX_VENV)
+	$(AX_PY) -m pip install -q --disable-pip-version-check $(FIND_LINKS) "$(TORCH_PIN)"
+	$(AX_PY) -m pip install -q --disable-pip-version-check $(FIND_LINKS) -r dev/axolotl-requirements.txt -e '.[train]'
+	touch $@
+
+test-axolotl: $(AX_VENV)/.installed
+	AXOLOTL_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(AX_PY) -m pytest tests/test_axolotl_plugin.py
 
 bench: install
 	$(PY) bench/flops_vs_counter.py
