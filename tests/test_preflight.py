@@ -118,7 +118,7 @@ def test_a_regex_that_matches_nothing_and_an_unknown_key_are_findings(
         "line 4: sequence_length is no Axolotl 0.19.0 option: Axolotl drops it (did you mean sequence_len?)"
         in out
     )
-    assert "adapt no module of this model: the adapter would train nothing" in out
+    assert "adapts no module of this model: the adapter would train nothing" in out
 
 
 def test_flex_with_shuffled_padding_passes_the_recompile_limit(
@@ -263,3 +263,131 @@ def test_flash_attention_on_gemma4_names_the_head_dim_512_layers_it_cannot_run(
     run.write_text(run.read_text() + "gemma4_hybrid_attn_impl: true\n")
     code, out, _ = _preflight([str(run), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
     assert not any("past flash-attn" in f for f in json.loads(out)["findings"])
+
+
+@pytest.mark.parametrize(
+    "body,fragment",
+    [
+        ('sample_packing: "true"\n', "sample_packing is the string 'true'"),
+        ('gradient_checkpointing: "false"\n', "gradient_checkpointing is the string 'false'"),
+        ("gradient_checkpointing: offlaod\n", "write true or false or offload or offload_disk"),
+        ("sequence_len: 2048\nsequence_len: 8192\n", "line 3: sequence_len is given twice (lines 2 and 3)"),
+        ("adapter: qlora\n", "adapter qlora without load_in_4bit: true"),
+        ("num_epochs: -1\n", "num_epochs = -1 must be a number above 0"),
+        (
+            "adapter: lora\nload_in_4bit: true\nload_in_8bit: true\n",
+            "load_in_4bit and load_in_8bit are both true",
+        ),
+    ],
+)
+def test_values_axolotl_would_misread_or_refuse_are_one_line(
+    tmp_path: Path, capsys, monkeypatch, hub, body: str, fragment: str
+) -> None:
+    run = tmp_path / "r.yml"
+    run.write_text("base_model: NousResearch/Llama-3.2-1B\n" + body)
+    code, _, err = _preflight([str(run)], capsys, monkeypatch, hub)
+    assert code == 2 and fragment in err and err.count("\n") == 1, err
+
+
+def _findings(tmp_path: Path, body: str, capsys, monkeypatch, hub, *extra: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    run = tmp_path / "r.yml"
+    run.write_text(body)
+    code, out, err = _preflight([str(run), "--json", *extra], capsys, monkeypatch, hub)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def test_findings_for_runs_axolotl_accepts_but_do_not_do_what_they_say(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    llama = "base_model: NousResearch/Llama-3.2-1B\n"
+    _, d = _findings(tmp_path, llama + "adapter: lorax\n", capsys, monkeypatch, hub)
+    assert any("adapter 'lorax' is not lora or qlora" in f for f in d["findings"])
+    _, d = _findings(tmp_path, llama + "gemma4_hybrid_attn_impl: true\n", capsys, monkeypatch, hub)
+    assert any("this model has no sliding layers" in f for f in d["findings"])
+    _, d = _findings(
+        tmp_path, llama + "adapter: lora\nlora_target_modules: [q_proj, qq_proj]\n", capsys, monkeypatch, hub
+    )
+    assert any("target(s) qq_proj match no module" in f for f in d["findings"])
+    code, d = _findings(
+        tmp_path, llama + "adapter: lora\nlora_target_modules: [qq_proj]\n", capsys, monkeypatch, hub
+    )
+    assert code == 1 and any("adapts no module of this model" in f for f in d["findings"])
+    _, d = _findings(tmp_path, llama + "datasets:\n  - path: ./data/train.jsonl\n", capsys, monkeypatch, hub)
+    assert any("./data/train.jsonl: no such file from this folder" in f for f in d["findings"])
+    many = llama + "".join(f"unknown_{i}: 1\n" for i in range(30))
+    _, d = _findings(tmp_path, many, capsys, monkeypatch, hub)
+    assert (
+        sum("is no Axolotl" in f for f in d["findings"]) == 20
+        and "... and 10 more options" in d["findings"][-1]
+    )
+    _, d = _findings(tmp_path, llama + "attn_implementation: xformers\n", capsys, monkeypatch, hub)
+    assert (
+        d["sections"]["dispatch"]["layers"] == []
+        and "dispatch unknown" in d["sections"]["dispatch"]["lines"][0]
+    )
+
+
+def test_the_hybrid_raises_no_sliding_layer_advice(capsys, monkeypatch, hub) -> None:
+    example = DATA / "axolotl" / "examples" / "gemma4__26b-a4b-moe-qlora.yaml"
+    _, out, _ = _preflight([str(example), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
+    assert not any("sliding layers compute the full" in f for f in json.loads(out)["findings"])
+
+
+def test_qwen35_experts_are_the_expert_tensors_only(tmp_path: Path, capsys, monkeypatch, hub) -> None:
+    body = "base_model: Qwen/Qwen3.5-35B-A3B-Base\nadapter: lora\nlora_target_linear: true\n"
+    _, d = _findings(tmp_path, body, capsys, monkeypatch, hub)
+    experts = next(f for f in d["findings"] if "routed experts" in f)
+    assert "conv1d" not in experts and "80 fused expert tensors" in experts
+
+
+def test_a_capability_names_the_card_and_an_empty_one_is_refused(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    body = "base_model: NousResearch/Llama-3.2-1B\n"
+    _, d = _findings(tmp_path, body, capsys, monkeypatch, hub, "--gpu", "9.0")
+    assert d["sections"]["flex"]["capability"] == [9, 0]
+    code, _, err = _preflight([str(tmp_path / "r.yml"), "--gpu", ""], capsys, monkeypatch, hub)
+    assert code == 2 and "--gpu is empty" in err
+
+
+def test_a_fit_without_lengths_gives_the_micro_batch_time(tmp_path: Path, capsys, monkeypatch, hub) -> None:
+    body = "base_model: NousResearch/Llama-3.2-1B\nsequence_len: 2048\nmicro_batch_size: 2\n"
+    _, d = _findings(tmp_path, body, capsys, monkeypatch, hub, "--fit", "1e-4,1e-8")
+    wall = d["sections"]["wall time"]
+    assert wall["seconds_per_micro_batch"] == pytest.approx(2 * (1e-4 * 2048 + 1e-8 * 2048**2))
+
+
+def test_a_recipe_is_costed_as_train_runs_it(tmp_path: Path, capsys, monkeypatch, hub) -> None:
+    folder = _local_model(tmp_path)
+    data = tmp_path / "train.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": " ".join(["w1"] * n)}) + "\n" for n in [20, 900, 30, 700] * 30)
+    )
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'[model]\nname = "{folder}"\n[data]\npath = "{data}"\nmax_length = 1024\n')
+    code, out, _ = _preflight([str(recipe), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    assert d["run"]["attn_implementation"] == "flex_attention"  # attention auto on a CUDA card
+    assert d["sections"]["batches"]["padding"] < 0.05  # the bucketing sampler
+    assert not any(f.startswith("padding:") for f in d["findings"])
+    recipe.write_text(f'[model]\nname = "{folder}"\n[data]\nmax_length = 999999\n')
+    code, _, err = _preflight([str(recipe)], capsys, monkeypatch, hub)
+    assert code == 2 and "data.max_length 999999 exceeds" in err
+    recipe.write_text(f'[model]\nname = "{folder}"\n[data]\npath = "{tmp_path / "gone.jsonl"}"\n')
+    code, _, err = _preflight([str(recipe)], capsys, monkeypatch, hub)
+    assert code == 2 and "gone.jsonl not found" in err
+
+
+def test_with_real_lengths_the_ledger_prices_the_median_micro_batch(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    folder = _local_model(tmp_path)
+    data = tmp_path / "train.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": " ".join(["w1"] * n)}) + "\n" for n in [100, 200, 300, 400] * 30)
+    )
+    body = f"base_model: {folder}\nsequence_len: 2048\nmicro_batch_size: 2\ndatasets:\n  - path: {data}\n"
+    _, d = _findings(tmp_path, body, capsys, monkeypatch, hub)
+    assert d["sections"]["flops"]["width"] <= 448  # a real batch's width, not sequence_len's 2048
+    assert "the median micro-batch on the real lengths" in d["sections"]["flops"]["lines"][0]

@@ -24,12 +24,23 @@ from tuneproof.preflight.sections import Section
 MAX_ROWS = 200_000  # rows read per dataset: enough for the length mix
 
 
-def lengths(run: RunConfig, tokenizer: Any) -> tuple[np.ndarray | None, list[str]]:
-    """Token lengths of every local dataset's rows (capped at sequence_len as Axolotl truncates or drops),
-    and notes on what was skipped."""
-    notes = []
+def lengths(run: RunConfig, tokenizer: Any) -> tuple[np.ndarray | None, list[str], list[str]]:
+    """Token lengths of every local dataset's rows, notes on what was skipped, and findings (a dataset
+    written as a file path that is not here)."""
+    notes: list[str] = []
+    findings: list[str] = []
     out: list[int] = []
     for ds in run.datasets:
+        if ds.local is None and ds.meant_local:
+            if run.kind == "recipe":
+                raise TuneproofError(
+                    f"{run.source}: dataset {ds.path} not found", "give the data file's path"
+                )
+            findings.append(
+                f"dataset {ds.path}: no such file from this folder; Axolotl would look for it on the hub, "
+                "and fail"
+            )
+            continue
         if ds.local is None:
             notes.append(
                 f"dataset {ds.path}: not a local file: a hub dataset, not read (nothing is downloaded)"
@@ -48,8 +59,8 @@ def lengths(run: RunConfig, tokenizer: Any) -> tuple[np.ndarray | None, list[str
         out.extend(len(x) for x in ids)
         notes.append(f"dataset {ds.path}: {len(texts):,} rows tokenized (template tokens not counted)")
     if not out:
-        return None, notes
-    return np.array(out, dtype=np.int64), notes
+        return None, notes, findings
+    return np.array(out, dtype=np.int64), notes, findings
 
 
 def _texts(ds: DatasetRef) -> Any:
@@ -111,7 +122,17 @@ def batching(run: RunConfig, lens: np.ndarray, seed: int = 0) -> tuple[Section, 
     s = Section("batches")
     kept = np.minimum(lens, run.seq_len)
     over = int((lens > run.seq_len).sum())
-    if run.packing:
+    if run.kind == "recipe":  # tuneproof train: the bucketing sampler, each batch padded to its longest
+        from tuneproof.data import BucketBatchSampler
+
+        sampler = BucketBatchSampler(
+            kept, micro_batch_size=run.micro_batch, grad_accum=run.grad_accum, seed=seed
+        )
+        batches = sampler.global_plan()
+        widths = [int(kept[b].max()) for b in batches]
+        pad = 1.0 - float(kept.sum()) / sum(w * len(b) for w, b in zip(widths, batches, strict=True))
+        s.lines.append(f"{len(widths):,} bucketed micro-batches of {run.micro_batch}: {pad:.1%} padding")
+    elif run.packing:
         capacity = run.micro_batch * run.seq_len if run.packs_rows else run.seq_len
         bins = best_fit_decreasing(kept, capacity)
         fill = float(kept.sum()) / (len(bins) * capacity)
@@ -133,7 +154,7 @@ def batching(run: RunConfig, lens: np.ndarray, seed: int = 0) -> tuple[Section, 
             f"{len(widths):,} micro-batches of {run.micro_batch}, shuffled: {pad:.1%} of the token slots "
             "are padding"
         )
-        if pad > 0.10:
+        if pad > 0.10:  # Axolotl's shuffled batches
             s.findings.append(
                 f"padding: {pad:.0%} of every epoch's token slots are padding (shuffled batches padded "
                 f"{'to sequence_len' if run.pad_to_seq_len else 'per batch'}): sample_packing or tuneproof's "
@@ -154,8 +175,8 @@ def wall_time(run: RunConfig, widths: list[int], fit: Any) -> Section:
     seconds = float(fit(w, np.full(w.size, rows if run.packing else per)).sum()) * run.epochs
     s = Section("wall time", data={"seconds": seconds, "epochs": run.epochs, "micro_batches": len(widths)})
     s.lines.append(
-        f"{run.epochs:g} epoch(s), {len(widths):,} micro-batches: {seconds / 3600:.2f} h on one device at "
-        "the fit "
+        f"{run.epochs:g} epoch(s), {len(widths):,} micro-batches: {seconds:,.1f} s ({seconds / 3600:.2f} h) "
+        "on one device at the fit "
         f"(a={fit.a:.3g}, b={fit.b:.3g}, c={fit.c:.3g})"
     )
     return s
@@ -171,3 +192,15 @@ def tokenizer_for(folder: Path | None) -> Any:
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception:  # a tokenizer that will not load is reported as absent, with no lengths
         return None
+
+
+def step_time(run: RunConfig, fit: Any) -> Section:
+    """One micro-batch's seconds at the run's width, when no real lengths give the epoch."""
+    rows, width = (1, run.micro_batch * run.seq_len) if run.packs_rows else (run.micro_batch, run.seq_len)
+    seconds = float(fit(np.array([width], dtype=np.float64), np.array([rows]))[0])
+    s = Section("wall time", data={"seconds_per_micro_batch": seconds, "width": width, "rows": rows})
+    s.lines.append(
+        f"{seconds:.3g} s per micro-batch of {rows} x {width} at the fit; an epoch's total needs the real "
+        "lengths (a local dataset)"
+    )
+    return s

@@ -48,6 +48,15 @@ PACKS_ROWS = (
     "sage",
 )
 INT_FIELDS = ("sequence_len", "micro_batch_size", "gradient_accumulation_steps", "lora_r", "lora_alpha")
+BOOL_FIELDS = {  # the options read here that take true/false, and the strings Axolotl 0.19 also takes
+    "sample_packing": (), "pad_to_sequence_len": (), "gradient_checkpointing": ("offload", "offload_disk"),
+    "activation_offloading": ("legacy", "disk", "hidden_states"), "load_in_4bit": (), "load_in_8bit": (),
+    "lora_target_linear": (), "gemma4_hybrid_attn_impl": (), "torch_compile": ("auto",), "bf16": ("auto",),
+    "fp16": (), "flash_attention": (), "sdp_attention": (), "flex_attention": (), "eager_attention": (),
+    "xformers_attention": (), "sage_attention": (),
+}  # fmt: skip
+ADAPTERS = ("lora", "qlora")
+MAX_UNKNOWN_SHOWN = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,7 @@ class DatasetRef:
     kind: str  # Axolotl's `type` (chat_template, alpaca, completion, ...) or "text"
     local: Path | None  # the file or folder, when it exists here; None: a hub dataset (not read)
     field: str | None = None  # the text or messages field, when the config names one
+    meant_local: bool = False  # written as a file path (absolute, ./, a file suffix) but not found here
 
 
 @dataclass(slots=True)
@@ -93,6 +103,8 @@ class RunConfig:
     datasets: tuple[DatasetRef, ...] = ()
     findings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    seq_len_key: str = "sequence_len"  # how the source names the width (data.max_length in a recipe)
+    auto_attention: bool = False  # tuneproof train's auto: flex_attention on CUDA, sdpa on the CPU
 
     @property
     def packs_rows(self) -> bool:
@@ -129,9 +141,15 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         raise TuneproofError(f"{path}: not valid YAML ({e})", HINT) from None
     if not isinstance(data, dict):
         raise TuneproofError(f"{path} is not a YAML mapping of Axolotl options", HINT)
-    lines = {}
+    lines: dict[str, int] = {}
     if isinstance(node, yaml.MappingNode):
-        lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+        for k, _ in node.value:
+            key, line = str(k.value), k.start_mark.line + 1
+            if key in lines:  # PyYAML keeps the last silently; which one the user meant is unknown
+                raise TuneproofError(
+                    f"{path}, line {line}: {key} is given twice (lines {lines[key]} and {line})", "keep one"
+                )
+            lines[key] = line
     return {str(k): v for k, v in data.items()}, lines
 
 
@@ -144,9 +162,13 @@ def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None
         return f"{source}, line {lines[key]}" if key in lines else source
 
     schema = axolotl_schema()
-    base = data.get("base_model")
+    base = data.get("base_model_config") or data.get("base_model")  # Axolotl reads the config from the first
     if not isinstance(base, str) or not base.strip():
         raise TuneproofError(f"{source}: no base_model", "name the model: a local folder or a hub id")
+    revision = data.get("revision_of_model") or data.get("model_revision")
+    if isinstance(revision, str) and revision.strip() and "@" not in base:
+        base = f"{base.strip()}@{revision.strip()}"
+    _check_bools(data, at)
     for key in INT_FIELDS:
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -163,7 +185,11 @@ def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None
     run.micro_batch = data.get("micro_batch_size") or 1
     run.grad_accum = data.get("gradient_accumulation_steps") or 1
     epochs = data.get("num_epochs")
-    run.epochs = float(epochs) if isinstance(epochs, int | float) and not isinstance(epochs, bool) else 1.0
+    if epochs is not None and (
+        isinstance(epochs, bool) or not isinstance(epochs, int | float) or not epochs > 0
+    ):
+        raise TuneproofError(f"{at('num_epochs')}: num_epochs = {epochs!r} must be a number above 0", HINT)
+    run.epochs = float(epochs) if epochs is not None else 1.0
     run.packing = data.get("sample_packing") is True
     pad = data.get("pad_to_sequence_len")
     run.pad_to_seq_len = pad if isinstance(pad, bool) else None
@@ -174,10 +200,21 @@ def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None
     return run
 
 
+def _check_bools(data: dict[str, Any], at: Any) -> None:
+    for key, words in BOOL_FIELDS.items():
+        value = data.get(key)
+        if value is None or isinstance(value, bool) or value in words:
+            continue
+        shown = f"the string {value!r}" if isinstance(value, str) else repr(value)
+        takes = "true or false" + "".join(f" or {w}" for w in words)
+        raise TuneproofError(f"{at(key)}: {key} is {shown}", f"write {takes}, unquoted")
+
+
 def _unknown_keys(data: dict[str, Any], run: RunConfig, at: Any, schema: dict[str, Any]) -> None:
     plugin_keys = schema["plugin_keys"]
     known = set(schema["keys"]) | set(schema["aliases"])
     listed = " ".join(str(p) for p in data.get("plugins") or [])
+    unknown: list[str] = []
     for key in data:
         if key in known:
             continue
@@ -190,10 +227,17 @@ def _unknown_keys(data: dict[str, Any], run: RunConfig, at: Any, schema: dict[st
                 "Axolotl ignores it"
             )
             continue
+        unknown.append(key)
+        if len(unknown) > MAX_UNKNOWN_SHOWN:
+            continue
         near = difflib.get_close_matches(key, [*known, *plugin_keys], n=1, cutoff=0.6)
         hint = f" (did you mean {near[0]}?)" if near else ""
         run.findings.append(
             f"{at(key)}: {key} is no Axolotl {AXOLOTL_VERSION} option: Axolotl drops it{hint}"
+        )
+    if len(unknown) > MAX_UNKNOWN_SHOWN:
+        run.findings.append(
+            f"... and {len(unknown) - MAX_UNKNOWN_SHOWN} more options Axolotl {AXOLOTL_VERSION} does not know"
         )
 
 
@@ -250,6 +294,8 @@ def _training(data: dict[str, Any], run: RunConfig) -> None:
     run.torch_compile = data.get("torch_compile") in (True, "auto")
     run.load_in_4bit = data.get("load_in_4bit") is True
     run.load_in_8bit = data.get("load_in_8bit") is True
+    if run.load_in_4bit and run.load_in_8bit:
+        raise TuneproofError(f"{run.source}: load_in_4bit and load_in_8bit are both true", "keep one")
     run.plugins = tuple(str(p) for p in data.get("plugins") or [])
     plugins = " ".join(run.plugins)
     if "cut_cross_entropy" in plugins and data.get("cut_cross_entropy") is not False:
@@ -261,11 +307,25 @@ def _training(data: dict[str, Any], run: RunConfig) -> None:
     ds = data.get("deepspeed")
     run.deepspeed = None if ds is None else (ds if isinstance(ds, str) else "inline config")
     run.dtype = "fp16" if data.get("fp16") is True and not data.get("bf16") else "bf16"
+    if data.get("fp16") is True and data.get("bf16") is True:
+        run.findings.append(
+            f"{run.source}: bf16 and fp16 are both true: the run trains in one of them (bf16 here)"
+        )
 
 
 def _adapter(data: dict[str, Any], run: RunConfig, at: Any) -> None:
     adapter = data.get("adapter")
     run.adapter = str(adapter) if adapter else None
+    if run.adapter is not None and run.adapter not in ADAPTERS:
+        run.findings.append(
+            f"{at('adapter')}: adapter {run.adapter!r} is not lora or qlora: Axolotl refuses it unless a "
+            "plugin registers it; costed here as LoRA"
+        )
+    if run.adapter == "qlora" and data.get("load_in_4bit") is not True:
+        raise TuneproofError(
+            f"{at('adapter')}: adapter qlora without load_in_4bit: true (Axolotl 0.19 refuses it)",
+            "set load_in_4bit: true, or use adapter: lora",
+        )
     r = data.get("lora_r")
     run.lora_r = r if isinstance(r, int) else 8
     modules = data.get("lora_target_modules")
@@ -297,6 +357,12 @@ def _adapter(data: dict[str, Any], run: RunConfig, at: Any) -> None:
             )
 
 
+def looks_local(path: str) -> bool:
+    """A path written as a file (absolute, relative with ./ or ../, ~, or a data file's suffix)."""
+    suffixes = (".json", ".jsonl", ".parquet", ".csv", ".txt", ".arrow")
+    return path.startswith(("/", "./", "../", "~")) or path.lower().endswith(suffixes)
+
+
 def _datasets(value: Any, where: str) -> list[DatasetRef]:
     if value is None:
         return []
@@ -308,6 +374,11 @@ def _datasets(value: Any, where: str) -> list[DatasetRef]:
             raise TuneproofError(f"{where}: every datasets entry needs a path", HINT)
         p = Path(item["path"]).expanduser()
         kind = item.get("type")
-        out.append(DatasetRef(item["path"], str(kind) if kind else "text", p if p.exists() else None,
-                              item.get("field_messages") or item.get("field")))  # fmt: skip
+        field_name = item.get("field_messages") or item.get("field")
+        local = p if p.exists() else None
+        out.append(
+            DatasetRef(
+                item["path"], str(kind) if kind else "text", local, field_name, looks_local(item["path"])
+            )
+        )
     return out

@@ -105,7 +105,9 @@ def _build(config: dict[str, Any]) -> Inventory:
         for name, m in model.named_modules()
         if isinstance(m, torch.nn.Linear)
     )
-    experts = tuple((name, int(p.numel())) for name, p in model.named_parameters() if p.dim() == 3)
+    experts = tuple(
+        (name, int(p.numel())) for name, p in model.named_parameters() if p.dim() == 3 and "expert" in name
+    )  # routed experts' fused weights (a conv1d's 3-D weight is no expert)
     total = sum(int(p.numel()) for p in model.parameters())
     return Inventory(linears, experts, total)
 
@@ -143,9 +145,15 @@ def coverage(run: RunConfig, inv: Inventory) -> Coverage:
 
 
 def _findings(run: RunConfig, inv: Inventory, cov: Coverage) -> None:
+    names = [n for n, _, _ in inv.linears]
+    missing = [t for t in run.targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing and (cov.adapted or cov.experts_adapted):
+        cov.findings.append(f"LoRA: target(s) {', '.join(missing)} match no module of this model")
     if not cov.adapted and not cov.experts_adapted:
-        what = f"the regex {run.target_regex!r}" if run.target_regex else f"targets {list(run.targets)}"
-        cov.findings.append(f"LoRA: {what} adapt no module of this model: the adapter would train nothing")
+        what = (
+            f"the regex {run.target_regex!r}" if run.target_regex else f"the target list {list(run.targets)}"
+        )
+        cov.findings.append(f"LoRA: {what} adapts no module of this model: the adapter would train nothing")
     if cov.towers and (run.target_linear or not run.target_regex):
         cov.findings.append(
             f"LoRA: {cov.towers} of the {len(cov.adapted)} adapted modules sit in the vision/audio towers "
@@ -157,5 +165,6 @@ def _findings(run: RunConfig, inv: Inventory, cov: Coverage) -> None:
         cov.findings.append(
             f"LoRA: the routed experts ({share:.0%} of the parameters, {len(left)} fused expert tensors such "
             f"as {left[0].split('.')[-2]}.{left[0].split('.')[-1]}) get no adapter: give "
-            "lora_target_parameters (e.g. experts.gate_up_proj, experts.down_proj) to adapt them"
+            f"{'lora.target_parameters' if run.kind == 'recipe' else 'lora_target_parameters'} "
+            "(e.g. experts.gate_up_proj, experts.down_proj) to adapt them"
         )

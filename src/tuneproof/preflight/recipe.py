@@ -16,7 +16,8 @@ def from_recipe(path: Path) -> RunConfig:
     run.micro_batch, run.grad_accum, run.epochs = r.optim.micro_batch, r.optim.grad_accum, r.optim.epochs
     run.pad_to_seq_len = False  # the bucketing sampler pads each batch to its bucket's width
     attention = r.run.attention
-    run.attn = None if attention == "auto" else attention
+    run.attn, run.auto_attention = (None, True) if attention == "auto" else (attention, False)
+    run.seq_len_key = "data.max_length"
     run.grad_ckpt = r.optim.grad_ckpt
     run.adapter, run.lora_r = "lora", r.lora.r
     if r.lora.targets == "all-linear":
@@ -26,7 +27,7 @@ def from_recipe(path: Path) -> RunConfig:
     run.target_parameters = tuple(r.lora.target_parameters)
     if r.data.path != TINY:
         p = Path(r.data.path)
-        run.datasets = (DatasetRef(r.data.path, "text", p if p.exists() else None, r.data.text_field),)
+        run.datasets = (DatasetRef(r.data.path, "text", p if p.exists() else None, r.data.text_field, True),)
     run.notes.append(
         "read as a tuneproof train recipe: attention auto is flex_attention on CUDA, sdpa on the CPU"
     )

@@ -128,18 +128,36 @@ def prepare(spec: PreflightSpec) -> PreflightPlan:
 def _plan(run: RunConfig, gpu: str | None, fit: Any) -> PreflightPlan:
     from tuneproof.arch import resolve
     from tuneproof.arch.locate import locate_config
-    from tuneproof.attention.dispatch import device_capability
 
-    capability = device_capability(None, gpu) if gpu else None
+    capability = _capability(gpu)
     model = resolve("tiny" if run.base_model == "tiny" else run.base_model)
     folder = None if run.base_model == "tiny" else locate_config(run.base_model).parent
-    problem = model.positions_problem(run.seq_len, "sequence_len")
+    if run.auto_attention:  # tuneproof train's attention auto
+        run.attn = "flex_attention" if capability is not None else "sdpa"
+    problem = model.positions_problem(run.seq_len, run.seq_len_key)
     if problem:
         raise TuneproofError(
             f"{run.source}: {problem}", "lower sequence_len, or extend the model's context first"
         )
     config = model.source if isinstance(model.source, dict) else {}
     return PreflightPlan(run, model, config, folder, capability, gpu, fit)
+
+
+def _capability(gpu: str | None) -> tuple[int, int] | None:
+    """The card's capability from its name, or from a capability written as one (9.0, sm_90)."""
+    import re
+
+    from tuneproof.attention.dispatch import device_capability
+
+    if gpu is None:
+        return None
+    if not gpu.strip():
+        raise TuneproofError(
+            "{gpu} is empty", "name the card, e.g. H100, or its capability, e.g. 9.0", fields=("gpu",)
+        )
+    if re.fullmatch(r"\s*(\d+\.\d|sm_?\d+[a-z]?)\s*", gpu.lower()):
+        return device_capability(gpu, None)
+    return device_capability(None, gpu)
 
 
 def run(plan: PreflightPlan, progress: Callable[[str], None] | None = None) -> PreflightResult:
@@ -153,27 +171,29 @@ def run(plan: PreflightPlan, progress: Callable[[str], None] | None = None) -> P
     out: list[Section] = []
     if r.datasets:
         say("datasets")
-        lens, ds_notes = batches.lengths(r, batches.tokenizer_for(plan.folder))
+        lens, ds_notes, ds_findings = batches.lengths(r, batches.tokenizer_for(plan.folder))
         notes.extend(ds_notes)
+        r.findings.extend(ds_findings)
     else:
         notes.append("no datasets listed: padding and wall time need real lengths")
     if lens is not None:
         sec, padding, distinct, widths = batches.batching(r, lens)
         out.append(sec)
+    cov = coverage(r, inventory(plan.config)) if r.adapter and plan.config else None
     say("FLOP ledger")
-    out.append(sections.ledger(r, plan.model, None if r.packing else padding))
+    real = None if r.packing or not widths else int(sorted(widths)[len(widths) // 2])
+    out.append(sections.ledger(r, plan.model, None if r.packing else padding, real, cov))
     say("attention dispatch")
     out.append(sections.dispatch(r, plan.model, plan.capability))
     out.append(sections.flex_options(plan.model, plan.capability, plan.gpu))
     out.append(sections.recompiles(r, distinct))
-    if r.adapter and plan.config:
-        say("LoRA coverage")
-        out.append(_lora(r, coverage(r, inventory(plan.config))))
+    if cov is not None:
+        out.append(_lora(r, cov))
     out.append(sections.ship(r, plan.config))
     if plan.fit is not None and widths:
         out.append(batches.wall_time(r, widths, plan.fit))
     elif plan.fit is not None:
-        notes.append("a fit was given but no real lengths: no wall time")
+        out.append(batches.step_time(r, plan.fit))
     return PreflightResult(r, out, notes)
 
 

@@ -49,51 +49,66 @@ def widths(run: RunConfig) -> tuple[int, int]:
     return run.micro_batch, run.seq_len
 
 
-def ledger(run: RunConfig, model: Any, padding: float | None) -> Section:
+def ledger(run: RunConfig, model: Any, padding: float | None, real_width: int | None, cov: Any) -> Section:
+    """The ledger of one micro-batch: at the run's width, or with real lengths and no packing at the
+    median micro-batch's width; LoRA on the leaf names the targets really adapt (`cov`)."""
     from tuneproof.flops import RunSpec
     from tuneproof.flops.plan import FlopsSpec, prepare
     from tuneproof.flops.plan import run as flops_run
 
     rows, width = widths(run)
+    if real_width is not None:
+        width = real_width
     attn, mapped = path_of(run)
     mode = "lora" if run.adapter else "full"
-    targets = ("all-linear",) if run.target_linear or run.target_regex else (run.targets or ("all-linear",))
+    targets: tuple[str, ...] = ("all-linear",)
+    unmatched = mode == "lora" and cov is not None and not cov.families and not cov.experts_adapted
+    if mode == "lora" and cov is not None and not unmatched:
+        targets = tuple(sorted(cov.families))  # () with expert parameters only
     spec = RunSpec(
         seq_len=width, batch=rows, attn=attn, padding_fraction=padding or 0.0, mode=mode,
-        lora_rank=run.lora_r,
-        lora_targets=targets if mode == "lora" else ("all-linear",),
+        lora_rank=run.lora_r, lora_targets=targets,
         lora_target_parameters=run.target_parameters if mode == "lora" else (), grad_ckpt=run.grad_ckpt,
     )  # fmt: skip
     report = flops_run(prepare(FlopsSpec(spec), model))
     d = report.to_dict()
     intended, performed = d["intended"]["total"], d["performed"]["total"]
     s = Section("flops", data={"width": width, "rows": rows, "attn": attn, "mode": mode, **d})
+    where = (
+        f"the median micro-batch on the real lengths, {padding:.0%} padding"
+        if real_width
+        else "the run's width"
+    )
+    offload = "activation offloading" + ("" if run.offload in (None, "True") else f" ({run.offload})")
+    extras = [x for x, on in (("checkpointing", run.grad_ckpt), (offload, run.offload)) if on]
     s.lines.append(
-        f"{rows} x {width} tokens per micro-batch, {mode}{', checkpointing' if run.grad_ckpt else ''}: "
-        "intended "
-        f"{intended / 1e12:,.1f} TFLOP, performed {performed / 1e12:,.1f} TFLOP ({performed / intended:.2f}x)"
+        f"{rows} x {width} tokens per micro-batch ({where}), {mode}{''.join(', ' + x for x in extras)}: "
+        f"intended {intended / 1e12:,.1f} TFLOP, performed {performed / 1e12:,.1f} TFLOP "
+        f"({performed / intended:.2f}x)"
     )
     if mapped:
         s.lines.append(mapped)
-    if run.target_regex:
-        s.lines.append(
-            "LoRA FLOPs are costed on all-linear (the regex's exact coverage is in the LoRA section)"
-        )
+    if unmatched:
+        s.lines.append("LoRA costed on all-linear: the run's targets adapt nothing (the LoRA section)")
     for ex in d["excess"]:
         share = ex["flops"] / performed
-        s.lines.append(f"excess {share:.0%}: {ex['name']}: {ex['why']}")
+        s.lines.append(f"excess {share:.0%} of the performed FLOPs: {ex['name']}: {ex['why']}")
         if share >= 0.05 and "checkpointing" not in ex["name"]:  # recompute is a choice, not a slow path
             s.findings.append(f"FLOPs: {share:.0%} of the step is excess work: {ex['name']}: {ex['why']}")
     return s
 
 
 def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> Section:
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import Context, advise, explain
 
     rows, width = widths(run)
-    attn, _ = path_of(run)
+    attn, mapped = path_of(run)
     padded = not run.packing and run.pad_to_seq_len is not True
     s = Section("dispatch")
+    if mapped and "not modelled" in mapped:
+        s.lines.append(f"dispatch unknown: {run.attn} is not modelled here (no per-layer backend to name)")
+        s.data = {"layers": [], "advice": [], "attn": run.attn}
+        return s
     if capability is None:
         s.lines.append(
             "no card given (gpu): the dispatch below is this machine's CPU; pass the card for its own"
@@ -103,12 +118,18 @@ def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> 
         return Context(seq_len=width, batch=rows, attn=path, padded=padded and rows > 1, packed=run.packing,
                        dtype=run.dtype, training=True, capability=capability)  # fmt: skip
 
-    if run.hybrid:  # Axolotl's Gemma-4 hybrid: sliding layers on flash, the rest on SDPA
+    sliding = any(x.attention.kind == "sliding" for x in model.shape.layers)
+    if run.hybrid and not sliding:
+        s.findings.append(
+            "attention: gemma4_hybrid_attn_impl splits sliding from global layers, and this model has no "
+            "sliding layers: every layer stays on flash_attention_2"
+        )
+    if run.hybrid and sliding:  # Axolotl's Gemma-4 hybrid: sliding layers on flash, the rest on SDPA
         fast, slow = explain(model.shape, ctx("flash_attention_2")), explain(model.shape, ctx("sdpa"))
         layers = [x for x in fast.layers if "sliding" in x.layer_type] + [
             x for x in slow.layers if "sliding" not in x.layer_type
         ]
-        advice = slow.advice
+        advice = advise(model.shape, ctx("sdpa"), layers)
         s.lines.append(
             "gemma4_hybrid_attn_impl: sliding layers on flash_attention_2, every other layer on SDPA "
             "(Axolotl's sdpa_global_packed; with packing it rebuilds a block-diagonal mask from position_ids)"
@@ -116,6 +137,7 @@ def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> 
     else:
         e = explain(model.shape, ctx(attn))
         layers, advice = e.layers, e.advice
+        s.lines.extend(e.notes)
     for x in layers:
         mask = "materialised" if x.mask_materialised else "none"
         s.lines.append(
@@ -143,9 +165,15 @@ def flex_options(model: Any, capability: tuple[int, int] | None, gpu: str | None
     from tuneproof.attention.kernel_options import choose_for_head_dims
 
     s = Section("flex")
-    dims = sorted({x.attention.head_dim for x in model.shape.layers if x.attention.kind != "none"})
+    dims = sorted(
+        {
+            x.attention.head_dim
+            for x in model.shape.layers
+            if x.attention.kind in ("full", "sliding", "chunked")
+        }
+    )
     if capability is None or not dims:
-        s.lines.append("no card given (gpu): flex kernel options depend on its shared memory per block")
+        s.lines.append("no card named: flex kernel options depend on its shared memory per block")
         s.data = {"capability": None}
         return s
     for pass_ in ("fwd", "bwd"):
