@@ -1,143 +1,207 @@
-"""One prepared script for a GPU machine (the device tool lends one for ~15 minutes): the checks
-that cannot run on this CPU, in order of value, each bounded in time.
+"""The device check at the reference run's scale, for one lent CUDA device, under 9 minutes in all.
 
-1. Dispatch explainer: live (PyTorch's own can_use_* with debug reasons) vs the predicted rule
-   table, on this card, over a grid of head_dim x mask x training x dtype. Prints every mismatch.
-2. The CUDA-only tests (pytest skips them without a GPU).
-3. The probe on the embedded tiny model, training step, on CUDA: fit vs kernel table.
-4. bench/gpu_flex_vs_sdpa.py (flex with the chosen kernel options vs SDPA, 16k, head_dim 256/512).
-0. First, the acceptance gate's generator on CUDA: `tuneproof generate` on the tiny model, two arms,
-   then `tuneproof gate` on them (the same model twice: it must say INCONCLUSIVE, exit 3).
+A Gemma-4-shaped model (sliding layers head_dim 256 with a 1,024 window, a global layer head_dim 512,
+6 layers, dense MLP, random bf16 weights; `gpu_check_steps.model_config`) is built and saved once;
+then, each step in its own process with its own time limit (STEPS below):
+- dispatch: live dispatch equals the predicted one for every layer, at 2k-16k, padded and unpadded;
+- flex options: every option the chooser picks compiles and runs fwd and bwd; torch's defaults too;
+- probe: the fit's and the kernel table's quadratic shares cross-checked at 3 widths;
+- flex vs sdpa: the model's step time at 2k-16k;
+- train: `tuneproof train` with flex, the callback's FLOPs and MFU against FlopCounterMode's count.
+No step starts past the global deadline (those are listed as skipped). The summary table is printed
+and written to bench/results/gpu-<device>.txt.
 
-Each step has its own time limit and the script stops starting steps past DEADLINE_S, so that one call
-of the device tool (10 minutes at most) holds all of it.
-
-Run: python bench/gpu_check.py   (from the repository root, with the package installed)
+Run:  python bench/gpu_check.py            (from the repository root, on a CUDA machine)
+      python bench/gpu_check.py --dry-run  (anywhere: the steps, budgets and outputs; no CUDA)
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import re
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
-import torch
-
-
-def dispatch_grid() -> int:
-    from tuneproof.arch.shape import AttentionSpec
-    from tuneproof.attention.dispatch import Context, _live_sdpa, predict
-
-    cap = torch.cuda.get_device_capability()
-    mismatches = 0
-    for head_dim in (64, 128, 192, 256, 512):
-        for padded in (False, True):
-            for training in (False, True):
-                for dtype in ("bf16", "fp32"):
-                    ctx = Context(
-                        seq_len=4096, batch=2, padded=padded, training=training, dtype=dtype, capability=cap
-                    )
-                    spec = AttentionSpec("full", None, 16, 16, head_dim, head_dim)
-                    mask, _, backend, _, _ = predict(ctx, spec)
-                    live = _live_sdpa(ctx, spec, mask)
-                    assert live is not None
-                    ok = live[0] == backend
-                    mismatches += not ok
-                    print(
-                        f"{'ok  ' if ok else 'DIFF'} d={head_dim:3d} mask={mask!s:5s} train={training!s:5s} "
-                        f"{dtype}: predicted {backend:9s} live {live[0]:9s}"
-                        + ("" if ok else f"  live refusals: {live[1]}")
-                    )
-    return mismatches
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DEADLINE_S = 520  # no step starts after this; with the last step's limit clamped to it, under 9 min
+ROW = "ROW "  # a step's result line on stdout: ROW {"outcome": ..., "numbers": ...}
 
 
-DEADLINE_S = 480
-CLI = [sys.executable, "-c", "import sys; from tuneproof.cli.app import main; sys.exit(main(sys.argv[1:]))"]
+@dataclass(frozen=True, slots=True)
+class Step:
+    name: str
+    budget_s: int
+    does: str
 
 
-def gate_on_cuda() -> None:
-    import json
-    import tempfile
-    from pathlib import Path
-
-    folder = Path(tempfile.mkdtemp())
-    prompts = folder / "prompts.jsonl"
-    prompts.write_text(
-        "".join(json.dumps({"prompt_id": f"q{i}", "prompt": f"Tell me about {i}"}) + "\n" for i in range(16))
-    )
-    for name, seed in (("base", 0), ("tuned", 100)):
-        t0 = time.time()
-        args = [
-            "generate",
-            "--model",
-            "tiny",
-            "--prompts",
-            str(prompts),
-            "--runs",
-            "2",
-            "--samples",
-            "4",
-            "--max-new-tokens",
-            "48",
-            "--seed",
-            str(seed),
-            "--out",
-            str(folder / f"{name}.jsonl"),
-        ]
-        out = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, check=False)
-        meta = json.loads((folder / f"{name}.meta.json").read_text()) if out.returncode == 0 else {}
-        print(
-            f"generate {name}: exit {out.returncode} in {time.time() - t0:.1f} s, device "
-            f"{meta.get('generation', {}).get('device')}, {out.stdout.strip() or out.stderr[-500:]}"
-        )
-    gate = subprocess.run(
-        [*CLI, "gate", "--base", str(folder / "base.jsonl"), "--tuned", str(folder / "tuned.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    print(
-        gate.stdout[-1500:], gate.stderr[-500:], f"gate exit {gate.returncode} (3 expected: same model twice)"
-    )
+STEPS = (
+    Step(
+        "build",
+        45,
+        "build the model on CUDA (bf16, random), save it, a tokenizer and data to the work folder",
+    ),
+    Step("dispatch", 30, "live vs predicted dispatch per layer, widths 2k/4k/8k/16k, padded and unpadded"),
+    Step("flex_options", 130, "chosen flex options (fwd+bwd) and torch defaults compile and run, d=256/512"),
+    Step("probe", 100, "probe library: fit vs kernel table at 2k/4k/8k, SDPA training step"),
+    Step("flex_vs_sdpa", 120, "model fwd+bwd step time, SDPA vs flex, widths 2k/4k/8k/16k"),
+    Step("train", 95, "tuneproof train with flex, 4 steps; callback FLOPs/MFU vs FlopCounterMode"),
+)
 
 
-def main() -> None:
-    print(
-        f"{torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}, "
-        f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}"
-    )
-    t0 = time.time()
-    print("\n== 0. tuneproof generate on CUDA, then gate")
-    gate_on_cuda()
-    sys.stdout.flush()
-    print(f"\n== 1. dispatch: live vs predicted\n{dispatch_grid()} mismatches")
-    tests = [
-        "tests/test_probe.py",
-        "tests/test_attention_dispatch.py",
-        "tests/test_gate.py",
-        "-k",
-        "cuda or live",
+def slug(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+def dry_run() -> int:
+    print(f"gpu_check dry run: {len(STEPS)} steps, each in its own process; global deadline {DEADLINE_S} s")
+    print(f"{'step':14s} {'budget':>7s}  what")
+    for s in STEPS:
+        print(f"{s.name:14s} {s.budget_s:5d} s  {s.does}")
+    print(f"{'total':14s} {sum(s.budget_s for s in STEPS):5d} s  (no step starts past {DEADLINE_S} s)")
+    print(f"writes: {RESULTS.relative_to(ROOT)}/gpu-<device-name-slug>.txt (the summary table)")
+    print("work folder: a temporary folder (model, tokenizer, data, run), removed at the end")
+    return 0
+
+
+def run_step(step: Step, work: Path, limit_s: float) -> dict[str, object]:
+    """Run one step in a child process under `limit_s`; its last ROW line (or what went wrong)."""
+    cmd = [
+        sys.executable,
+        str(Path(__file__)),
+        "--step",
+        step.name,
+        "--work",
+        str(work),
+        "--budget",
+        str(limit_s),
     ]
-    probe = ["probe", "--device", "cuda", "--widths", "1024,2048,4096", "--batch", "2", "--budget", "60"]
-    steps = [
-        ("2. CUDA-only tests", [sys.executable, "-m", "pytest", "-q", "-p", "no:warnings", *tests], 200),
-        ("3. probe, training step on CUDA", [*CLI, *probe], 150),
-        ("4. flex vs SDPA at 16k", [sys.executable, "bench/gpu_flex_vs_sdpa.py"], 300),
-    ]
-    for title, cmd, limit in steps:
-        spent = time.time() - t0
-        if spent > DEADLINE_S:
-            print(f"\nstopped before {title}: {spent:.0f} s spent, past {DEADLINE_S} s")
-            break
-        print(f"\n== {title}", flush=True)
-        left = min(limit, 560 - spent)
-        try:
-            subprocess.run(cmd, check=False, timeout=left)
-        except subprocess.TimeoutExpired:
-            print(f"{title}: stopped at its limit of {left:.0f} s")
-    print(f"\ntotal {time.time() - t0:.0f} s")
+    t0 = time.perf_counter()
+    timed_out = False
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, check=False)
+        stdout, stderr, code = out.stdout, out.stderr, out.returncode
+    except subprocess.TimeoutExpired as e:
+        timed_out, code = True, None
+        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        stderr = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
+    (work / f"{step.name}.log").write_text(stdout + "\n--- stderr ---\n" + stderr)
+    rows = [json.loads(line[len(ROW) :]) for line in stdout.splitlines() if line.startswith(ROW)]
+    row: dict[str, object] = rows[-1] if rows else {"outcome": "fail", "numbers": ""}
+    if timed_out:
+        row = {"outcome": "timeout", "numbers": f"stopped at its limit of {limit_s:.0f} s; {row['numbers']}"}
+    elif code != 0:
+        lines = [x for x in stderr.strip().splitlines() if x.strip()]
+        errors = [x for x in lines if re.match(r"^[\w.]+(Error|Exception|Exit)\b", x)]
+        last = (errors or lines or ["no output"])[-1]
+        row = {"outcome": "fail", "numbers": f"exit {code}: {last[:300]}; {row['numbers']}".rstrip("; ")}
+    row["seconds"] = time.perf_counter() - t0
+    for line in stdout.splitlines():
+        if not line.startswith(ROW):
+            print(line)
+    return row
+
+
+def table(device: str, rows: dict[str, dict[str, object]], skipped: dict[str, str], total_s: float) -> str:
+    lines = [device, "", f"{'step':14s} {'outcome':8s} {'seconds':>7s}  numbers"]
+    for name, row in rows.items():
+        lines.append(f"{name:14s} {row['outcome']!s:8s} {float(row['seconds']):7.1f}  {row['numbers']}")  # type: ignore[arg-type]
+    for name, why in skipped.items():
+        lines.append(f"{name:14s} {'skipped':8s} {'':>7s}  not started: {why}")
+    lines.append(f"\ntotal {total_s:.0f} s (deadline {DEADLINE_S} s)")
+    return "\n".join(lines) + "\n"
+
+
+def device_line() -> str:
+    import torch
+    import transformers
+
+    cap = torch.cuda.get_device_capability(0)
+    from gpu_check_steps import smem_optin
+
+    smem = smem_optin()
+    return (
+        f"{torch.cuda.get_device_name(0)} sm_{cap[0]}{cap[1]} ({smem:,} B smem/block), "
+        f"torch {torch.__version__}, triton {_triton()}, transformers {transformers.__version__}, "
+        f"cuDNN {torch.backends.cudnn.version()}"
+    )
+
+
+def _triton() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("triton")
+    except PackageNotFoundError:
+        return "absent"
+
+
+def check_all() -> int:
+    import torch
+
+    device = device_line()
+    print(device, flush=True)
+    t0 = time.perf_counter()
+    rows: dict[str, dict[str, object]] = {}
+    skipped: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        for step in STEPS:
+            spent = time.perf_counter() - t0
+            if spent > DEADLINE_S:
+                skipped[step.name] = f"{spent:.0f} s spent, past the {DEADLINE_S} s deadline"
+                continue
+            if step.name != "build" and rows.get("build", {}).get("outcome") != "ok":
+                skipped[step.name] = "the build step failed: no model to check"
+                continue
+            print(
+                f"\n== {step.name} (limit {min(step.budget_s, DEADLINE_S - spent):.0f} s): {step.does}",
+                flush=True,
+            )
+            rows[step.name] = run_step(step, Path(tmp), max(10.0, min(step.budget_s, DEADLINE_S - spent)))
+    text = table(device, rows, skipped, time.perf_counter() - t0)
+    print("\n" + text)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"gpu-{slug(torch.cuda.get_device_name(0))}.txt"
+    out.write_text(text)
+    print(f"written to {out.relative_to(ROOT)}")
+    return 0
+
+
+def child(name: str, work: Path, budget_s: float) -> int:
+    """One step in this process (`--step`): its rows printed as ROW lines."""
+    import gpu_check_steps as steps
+
+    def emit(row: dict[str, object]) -> None:
+        print(ROW + json.dumps(row), flush=True)
+
+    getattr(steps, f"step_{name}")(work, budget_s, emit)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="list the steps and budgets; no CUDA")
+    parser.add_argument("--step", choices=[s.name for s in STEPS], help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--budget", type=float, default=60.0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        return dry_run()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: no CUDA device: this check runs on a GPU (--dry-run lists its steps)", file=sys.stderr)
+        return 2
+    if args.step:
+        return child(args.step, args.work, args.budget)
+    return check_all()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The steps of bench/gpu_check.py, one function each, run one per process by `gpu_check.py --step`.
+
+Each step gets the work folder (the model, tokenizer and data the `build` step saved there) and a
+budget in seconds, and reports through `emit(row)`: a dict with `outcome` ("ok", "DIFF", "fail",
+"partial") and `numbers` (a short text). A step may emit several times (the last row wins), so a step
+stopped at its time limit still leaves what it had measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+WIDTHS = (2048, 4096, 8192, 16384)
+PROBE_WIDTHS = (2048, 4096, 8192)
+WINDOW = 1024
+FLEX_T = 2048  # shared memory a flex kernel needs does not depend on the width: compile at a small one
+TRAIN_STEPS = 4
+TRAIN_ROW_WORDS = 2000  # each training row about this many tokens
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def model_config() -> dict[str, Any]:
+    """Gemma-4-shaped (examples/gemma4-26b-a4b-like/config.json's text config) with 6 layers (5
+    sliding, 1 global), a dense MLP instead of 128 experts (memory, and FlopCounterMode sees dense
+    GEMMs but not grouped_mm), and a 32k vocabulary (16k-token logits stay small)."""
+    src = Path(__file__).resolve().parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json"
+    text = dict(json.loads(src.read_text())["text_config"])
+    text.update(
+        num_hidden_layers=6,
+        layer_types=["sliding_attention"] * 5 + ["full_attention"],
+        enable_moe_block=False,
+        vocab_size=32768,
+        max_position_embeddings=32768,
+        pad_token_id=0,
+    )
+    for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+        text.pop(key, None)
+    return text
+
+
+def _cuda_facts() -> tuple[tuple[int, int], int]:
+    import torch
+
+    return torch.cuda.get_device_capability(0), smem_optin()
+
+
+def smem_optin() -> int:
+    """The device's opt-in shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin), read as
+    torch's inductor reads it (the attribute is missing from torch's type stubs and on ROCm)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return int(getattr(props, "shared_memory_per_block_optin", props.shared_memory_per_block))
+
+
+def _first_line(e: BaseException) -> str:
+    """The exception's type and first line; where Triton's out-of-resource text is buried in a wrapper's
+    message (inductor's, dynamo's), that text instead."""
+    message = str(e)
+    at = message.find("out of resource")
+    if at >= 0:
+        return f"{type(e).__name__}: ...{' '.join(message[at : at + 200].split())}"
+    text = message.strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+
+
+def step_build(work: Path, budget_s: float, emit: Emit) -> None:
+    """Build the model on CUDA in bf16 with random weights; save it, a word-level tokenizer and a
+    training set into `work` (what the other steps read)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from tuneproof.arch import resolve
+    from tuneproof.model import build_model
+
+    folder = work / "model"
+    model = resolve(model_config())
+    net = build_model(model, "sdpa", device="cuda", dtype="bf16", seed=0)
+    net.save_pretrained(folder)
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(500)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(
+        folder
+    )
+    rows = [
+        " ".join(f"w{(i * 7 + j) % 500}" for j in range(TRAIN_ROW_WORDS - 50 * (i % 4))) for i in range(32)
+    ]
+    (work / "train.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
+    params = sum(p.numel() for p in net.parameters())
+    cap, smem = _cuda_facts()
+    emit(
+        {
+            "outcome": "ok",
+            "numbers": f"{params / 1e6:.0f} M params, {torch.cuda.memory_allocated() / 2**30:.1f} GiB, "
+            f"sm_{cap[0]}{cap[1]}, {smem:,} B smem/block opt-in, head_dims "
+            f"{sorted({s.attention.head_dim for s in model.shape.layers})}",
+        }
+    )
+
+
+def step_dispatch(work: Path, budget_s: float, emit: Emit) -> None:
+    """Live dispatch (transformers' mask rule, torch's SDPA choice on this card) against the rule
+    table's prediction, per attention group (every layer), at every width, padded and unpadded."""
+    from tuneproof.arch import resolve
+    from tuneproof.attention.dispatch import Context, explain
+
+    shape = resolve(work / "model" / "config.json").shape
+    cap, _ = _cuda_facts()
+    diffs: list[str] = []
+    checked = 0
+    for width in WIDTHS:
+        for padded in (False, True):
+            ctx = Context(seq_len=width, batch=2, padded=padded, dtype="bf16", training=True, capability=cap)
+            live, predicted = explain(shape, ctx, live=True), explain(shape, ctx, live=False)
+            for got, want in zip(live.layers, predicted.layers, strict=True):
+                checked += got.num_layers
+                if got.source != "live":
+                    diffs.append(f"{width}/{padded}/{got.layer_type}: not asked live")
+                elif (got.mask_materialised, got.backend) != (want.mask_materialised, want.backend):
+                    diffs.append(
+                        f"{width} padded={padded} {got.layer_type} d={got.head_dim}: live "
+                        f"{got.backend} mask={got.mask_materialised} ({got.refused}), predicted "
+                        f"{want.backend} mask={want.mask_materialised}"
+                    )
+            print(
+                f"  {width} padded={padded}: " + ", ".join(f"{x.layer_type} {x.backend}" for x in live.layers)
+            )
+    emit(
+        {
+            "outcome": "ok" if not diffs else "DIFF",
+            "numbers": f"{checked} layer checks over {len(WIDTHS)} widths x padded/unpadded, "
+            f"{len(diffs)} differ" + ("".join(f"\n    {d}" for d in diffs)),
+        }
+    )
+
+
+def chosen_options(head_dims: list[int]) -> tuple[dict[str, int], list[str]]:
+    """The chooser's one kernel_options for every head_dim, fwd and bwd, for this card's limit."""
+    from tuneproof.attention.kernel_options import choose_for_head_dims
+
+    cap, smem = _cuda_facts()
+    options: dict[str, int] = {}
+    reasons = []
+    for p in ("fwd", "bwd"):
+        c = choose_for_head_dims(head_dims, "bf16", capability=cap, smem_limit_bytes=smem, pass_=p)
+        options.update(c.options)
+        reasons.append(f"{p}: {c.reason}")
+    return options, reasons
+
+
+def _flex_case(head_dim: int, sliding: bool, opts: dict[str, int], backward: bool) -> str:
+    """Compile and run flex forward (and backward) once at FLEX_T with `opts`; what happened, as text
+    (an out-of-resource failure with its Required/limit numbers is a result, not an error)."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from tuneproof.attention.flex import causal_block_mask, sliding_block_mask
+    from tuneproof.attention.kernel_options import parse_out_of_resource
+
+    torch._dynamo.reset()
+    q, k, v = (
+        torch.randn(1, 16, FLEX_T, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+    mask = sliding_block_mask(FLEX_T, WINDOW, "cuda") if sliding else causal_block_mask(FLEX_T, "cuda")
+    flex = torch.compile(flex_attention)
+    done = "fwd"
+    try:
+        out = flex(q, k, v, block_mask=mask, kernel_options=cast(Any, opts))
+        torch.cuda.synchronize()
+        if backward:
+            done = "bwd"
+            out.float().sum().backward()
+            torch.cuda.synchronize()
+    except Exception as e:  # Triton/inductor raise several types: every failure is recorded
+        parsed = parse_out_of_resource(str(e))
+        if parsed is not None:
+            return f"{done} out of resource: required {parsed[0]:,} B > limit {parsed[1]:,} B"
+        return f"{done} failed: {_first_line(e)}"
+    return "fwd+bwd ran" if backward else "fwd ran"
+
+
+def step_flex_options(work: Path, budget_s: float, emit: Emit) -> None:
+    """Every option the chooser picks compiles and runs fwd and bwd at head_dim 256 (sliding) and 512
+    (global); torch's defaults are run too (forward defaults; backward defaults behind the chosen
+    forward), their failures recorded with the numbers."""
+    options, reasons = chosen_options([256, 512])
+    for r in reasons:
+        print("  " + r)
+    fwd_only = {k: v for k, v in options.items() if k.startswith("fwd_")}
+    cases = [
+        ("chosen", options, True),
+        ("torch default fwd", {}, False),
+        ("torch default bwd", fwd_only, True),
+    ]
+    lines: list[str] = [f"options {options or 'torch defaults'}"]
+    chosen_ok = True
+    for label, opts, backward in cases:
+        for head_dim, sliding in ((256, True), (512, False)):
+            t0 = time.perf_counter()
+            what = _flex_case(head_dim, sliding, opts, backward)
+            chosen_ok &= label != "chosen" or what.endswith("ran")
+            lines.append(f"{label} d={head_dim}: {what} ({time.perf_counter() - t0:.0f} s)")
+            print("  " + lines[-1], flush=True)
+            emit({"outcome": "partial", "numbers": "\n    ".join(lines)})
+    emit({"outcome": "ok" if chosen_ok else "fail", "numbers": "\n    ".join(lines)})
+
+
+def step_probe(work: Path, budget_s: float, emit: Emit) -> None:
+    """`tuneproof probe`'s library call on the model, SDPA, training step, 3 widths: the fit's
+    quadratic share against the kernel table's at the profiled width."""
+    from tuneproof.arch import resolve
+    from tuneproof.measure.probe import ProbeSpec, run_probe
+
+    spec = ProbeSpec(
+        attn="sdpa", widths=PROBE_WIDTHS, batch=1, mode="full", device="cuda", dtype="bf16",
+        min_repeats=3, max_repeats=8, budget_s=max(budget_s - 25, 20), over_budget="floor", profiles=2,
+    )  # fmt: skip
+    result = run_probe(resolve(work / "model" / "config.json"), spec)
+    fit, cross = result.fit, result.cross
+    shares = ", ".join(f"{int(w)}: {100 * s:.1f} %" for w, s in sorted(fit.quad_share.items()))
+    emit(
+        {
+            "outcome": "ok" if cross.verdict.outcome == "agree" else cross.verdict.outcome,
+            "numbers": f"A={fit.a:.3g} s/token B={fit.b:.3g} s/token^2; fit quadratic share {shares}; at "
+            f"{cross.width}: fit {100 * cross.values['quad_share_fit']:.1f} % vs kernels "
+            f"{100 * cross.values['quad_share_kernels']:.1f} % (gap {cross.verdict.gap:+.1f} points, "
+            f"{cross.verdict.outcome}); skipped {result.skipped or 'none'}",
+        }
+    )
+
+
+def _median_step(net: Any, width: int, repeats: int = 3) -> float:
+    """Median seconds of forward + loss + backward at `width` (batch 1), after one warm-up call."""
+    import torch
+
+    from tuneproof.measure.timing import time_fn
+
+    ids = torch.randint(2, 500, (1, width), device="cuda")
+
+    def step() -> None:
+        net.zero_grad(set_to_none=True)
+        net(input_ids=ids, labels=ids).loss.backward()
+
+    return time_fn(step, repeats=repeats, warmup=1).median_s
+
+
+def step_flex_vs_sdpa(work: Path, budget_s: float, emit: Emit) -> None:
+    """Model step time (fwd+bwd, median of 3) under SDPA, then under flex with the chosen options
+    (`enable_flex`, the recompile guard sized for the widths), at every width."""
+    from tuneproof.arch import resolve
+    from tuneproof.attention.flex import enable_flex
+    from tuneproof.model import build_model
+
+    cap, _ = _cuda_facts()
+    model = resolve(work / "model" / "config.json")
+    net = build_model(model, "sdpa", device="cuda", dtype="bf16", seed=0).train()
+    lines: list[str] = []
+    for width in WIDTHS:
+        sdpa = _median_step(net, width)
+        try:
+            with enable_flex(net, WIDTHS, capability=cap, dtype="bf16", training=True):
+                flex = _median_step(net, width)
+            lines.append(
+                f"{width}: sdpa {sdpa * 1e3:.1f} ms, flex {flex * 1e3:.1f} ms, sdpa/flex {sdpa / flex:.2f}x"
+            )
+        except Exception as e:  # a flex failure is the result at this width; the others still run
+            lines.append(f"{width}: sdpa {sdpa * 1e3:.1f} ms, flex failed: {_first_line(e)}")
+        print("  " + lines[-1], flush=True)
+        emit({"outcome": "partial", "numbers": "\n    ".join(lines)})
+    emit(
+        {
+            "outcome": "ok" if all("failed" not in x for x in lines) else "fail",
+            "numbers": "\n    ".join(lines),
+        }
+    )
+
+
+class _CountAndCompare:
+    """A TrainerCallback: FlopCounterMode around each optimizer step; at train end, the
+    TuneproofCallback's per-step performed FLOPs and seconds (found among live objects: `train` does
+    not hand its callback out)."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+        self.ops: set[str] = set()  # the ops FlopCounterMode counted (is flex_attention among them?)
+        self.steps: list[Any] = []
+        self.peak: float | None = None
+        self._mode: Any = None
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._mode = FlopCounterMode(display=False)
+        self._mode.__enter__()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._mode.__exit__(None, None, None)
+        self.counts.append(int(self._mode.get_total_flops()))
+        self.ops |= {str(op) for op in self._mode.get_flop_counts().get("Global", {})}
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import gc
+
+        from tuneproof.integrations.callback import TuneproofCallback
+
+        ours = [o for o in gc.get_objects() if isinstance(o, TuneproofCallback)]
+        if ours:
+            self.steps = list(ours[-1].history)
+            run = ours[-1]._run
+            self.peak = getattr(run, "peak_tflops", None) if run is not None else None
+
+
+def _recipe(work: Path) -> Path:
+    path = work / "recipe.toml"
+    path.write_text(
+        f'[model]\nname = "{work / "model"}"\n'
+        f'[data]\npath = "{work / "train.jsonl"}"\ntext_field = "text"\nmax_length = 4096\n'
+        f"[optim]\nmax_steps = {TRAIN_STEPS}\nmicro_batch = 1\ngrad_accum = 1\n"
+        f'[run]\nattention = "flex_attention"\noutput_dir = "{work / "run"}"\n'
+        "logging_steps = 1\nsave_steps = 1000\nprobe_budget_s = 0\n"
+    )
+    return path
+
+
+def step_train(work: Path, budget_s: float, emit: Emit) -> None:
+    """`tuneproof train` (its library call, `tuneproof.train.run.train`) with flex for a few steps on
+    the saved model; per step, the callback's performed FLOPs and MFU against FlopCounterMode's count
+    of the same step over the callback's own step time."""
+    from transformers import TrainerCallback
+
+    from tuneproof.train.recipe import read_recipe
+    from tuneproof.train.run import train
+
+    counter = type("CountAndCompare", (_CountAndCompare, TrainerCallback), {})()
+    result = train(read_recipe(_recipe(work)), quiet=True, callbacks=[counter])
+    lines = [
+        f"{result.steps} steps, loss {result.loss:.3f}, attention {result.attention}, peak {counter.peak}",
+        "FlopCounterMode counted: " + ", ".join(sorted(counter.ops)),
+    ]
+    ratios = []
+    for s, counted in zip(counter.steps, counter.counts, strict=False):
+        ratios.append(s.performed / counted if counted else float("nan"))
+        mfu = (
+            f", MFU callback {s.performed / s.seconds / 1e12 / counter.peak:.3%} vs counter "
+            f"{counted / s.seconds / 1e12 / counter.peak:.3%}"
+            if counter.peak
+            else ""
+        )
+        lines.append(f"step {s.step}: performed {s.performed:.4g} vs counted {counted:.4g} FLOP "
+                     f"(ratio {ratios[-1]:.4f}), {s.seconds:.2f} s{mfu}")  # fmt: skip
+    ok = bool(ratios) and all(abs(r - 1) < 0.005 for r in ratios)
+    emit({"outcome": "ok" if ok else "DIFF", "numbers": "\n    ".join(lines)})
