@@ -9,15 +9,21 @@ Conventions:
 - Every row carries its source. Public tables disagree (the vendors' datasheets against secondary
   tables); where they do, the row says so in `note`.
 - An unknown GPU or dtype gives no peak, never a fallback: `lookup_gpu` raises, `Peak.for_dtype`
-  returns None with the reason.
+  returns None with the reason (a row's `absent` says why a dtype has none, e.g. no BF16 tensor cores).
+- A family name ("H100") fits its generic row only by assumption: `match_gpu` names the variant it
+  assumed and the others, and that note travels in the peak's source.
+- "auto" is this machine's CUDA device: its name picks the row, and its own capability and
+  `shared_memory_per_block_optin` replace the table's.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from tuneproof.device import device_facts as device_facts  # re-exported: the device's own facts
+from tuneproof.device import device_smem_limit as device_smem_limit
 from tuneproof.errors import TuneproofError
 
 # Per-block opt-in shared memory, bytes, per architecture (CUDA Programming Guide, compute
@@ -25,6 +31,10 @@ from tuneproof.errors import TuneproofError
 SMEM_SM80 = 166_912  # 163 KB, A100 (CUDA guide sec. 20.7.3; FlashAttention #190)
 SMEM_SM86_89_120 = 101_376  # 99 KB (CUDA guide; triton #384, pytorch #161376 RTX 5090 query)
 SMEM_SM90_100 = 232_448  # 227 KB (pytorch #132075 "Hardware limit: 232448"; Blackwell tuning guide)
+SMEM_SM70 = 98_304  # 96 KB, V100: a recorded Tesla V100-SXM2-32GB trace (tests/data/hta) says 98304
+SMEM_SM75 = 65_536  # 64 KB, T4 (CUDA guide, 7.5, as recalled; vLLM PR #39018's Turing 64 KB): unverified
+# AMD: LDS (local data share) per workgroup, what Triton on ROCm compares a kernel against.
+LDS_GFX942 = 65_536  # 64 KB, MI300X (AMD CDNA 3 Instruction Set Architecture guide)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +43,18 @@ class GpuSpec:
 
     name: str
     aliases: tuple[str, ...]  # lower-case substrings of torch/nvidia-smi device names
-    capability: tuple[int, int]
+    capability: tuple[int, int] | None  # CUDA compute capability; None for a ROCm GPU
     smem_per_block_optin: int
     peak_tflops: dict[str, float]
     source: str
     note: str | None = None
+    absent: dict[str, str] = field(default_factory=dict)  # dtype -> why the table has no peak for it
 
 
 # Ordering rule: more specific names first (an "h100 pcie" must match before "h100"); the first row
-# whose alias is contained in the normalised device name wins.
+# whose alias stands as whole words in the normalised device name wins, so "a10" never matches
+# "a100" or "a10g", nor "l4" "l40s". A row matched only by an alias that is part of another row's
+# alias ("h100" in "h100 pcie") is an assumption, reported as such by `match_gpu`.
 GPUS: tuple[GpuSpec, ...] = (
     GpuSpec(
         "H100 PCIe",
@@ -62,7 +75,7 @@ GPUS: tuple[GpuSpec, ...] = (
     ),
     GpuSpec(
         "H100 SXM",
-        ("h100",),
+        ("h100 sxm", "h100 80gb hbm3", "h100"),
         (9, 0),
         SMEM_SM90_100,
         {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
@@ -85,8 +98,8 @@ GPUS: tuple[GpuSpec, ...] = (
         "NVIDIA H200 datasheet (NVL column); nanochat get_peak_flops (836e12)",
     ),
     GpuSpec(
-        "H200",
-        ("h200",),
+        "H200 SXM",
+        ("h200 sxm", "nvidia h200", "h200"),
         (9, 0),
         SMEM_SM90_100,
         {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
@@ -99,7 +112,8 @@ GPUS: tuple[GpuSpec, ...] = (
         SMEM_SM90_100,
         {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp4": 10000.0},
         "NVIDIA DGX GB200 page (5 PF sparse BF16 per GPU); torchtitan, nanochat, verl",
-        note="contested: torchao lists 2250 (the B200 figure); NVL72 totals support 2500",
+        note="contested: NVIDIA's DGX GB200 page (via torchtitan) says 2,500 dense BF16 per GPU; torchao "
+        "lists 2250 (the B200 figure); NVL72 totals support 2500",
     ),
     GpuSpec(
         "B200",
@@ -119,7 +133,7 @@ GPUS: tuple[GpuSpec, ...] = (
     ),
     GpuSpec(
         "RTX PRO 6000 Blackwell",
-        ("rtx pro 6000 blackwell",),
+        ("rtx pro 6000 blackwell workstation", "rtx pro 6000 blackwell"),
         (12, 0),
         SMEM_SM86_89_120,
         {"bf16": 503.8, "fp16": 503.8},
@@ -168,12 +182,56 @@ GPUS: tuple[GpuSpec, ...] = (
         note="no NVIDIA A10G datasheet exists; this is the A10 figure, the A10G may run lower clocks",
     ),
     GpuSpec(
+        "A10",
+        ("a10",),
+        (8, 6),
+        SMEM_SM86_89_120,
+        {"bf16": 125.0, "fp16": 125.0},
+        "NVIDIA A10 datasheet (BF16/FP16 tensor 125 dense, 250 with sparsity)",
+    ),
+    GpuSpec(
         "A100",
         ("a100",),
         (8, 0),
         SMEM_SM80,
         {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0},
         "NVIDIA A100 datasheet; torchtitan get_peak_flops; Lightning _CUDA_FLOPS",
+    ),
+    GpuSpec(
+        "T4",
+        ("t4",),
+        (7, 5),
+        SMEM_SM75,
+        {"fp16": 65.0},
+        "NVIDIA T4 datasheet (mixed precision FP16/FP32 tensor 65 TFLOPS)",
+        absent={"bf16": "Turing (sm_75) has no BF16 tensor cores: the T4 datasheet lists FP16, INT8, INT4"},
+    ),
+    GpuSpec(
+        "V100 PCIe",
+        ("v100 pcie",),
+        (7, 0),
+        SMEM_SM70,
+        {"fp16": 112.0},
+        "NVIDIA V100 datasheet (PCIe column: tensor 112 TFLOPS, FP16 in, FP32 accumulate)",
+        absent={"bf16": "Volta (sm_70) has no BF16 tensor cores: the V100 datasheet lists FP16 only"},
+    ),
+    GpuSpec(
+        "V100 SXM2",
+        ("v100 sxm2", "v100"),
+        (7, 0),
+        SMEM_SM70,
+        {"fp16": 125.0},
+        "NVIDIA V100 datasheet (SXM2 column: tensor 125 TFLOPS, FP16 in, FP32 accumulate)",
+        absent={"bf16": "Volta (sm_70) has no BF16 tensor cores: the V100 datasheet lists FP16 only"},
+    ),
+    GpuSpec(
+        "MI300X",
+        ("mi300x",),
+        None,
+        LDS_GFX942,
+        {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
+        "AMD Instinct MI300X data sheet (dense matrix BF16/FP16 1307.4, FP8 2614.9; sparsity doubles)",
+        note="ROCm, gfx942: no CUDA compute capability; the shared-memory figure is LDS per workgroup",
     ),
 )
 
@@ -206,24 +264,107 @@ def known_gpu_names() -> list[str]:
     return [g.name for g in GPUS]
 
 
-def lookup_gpu(name: str, needed_for: str = "", instead: str | None = None, example: str = "") -> GpuSpec:
-    """Find a GPU by the name torch (`get_device_name`) or nvidia-smi reports, or by table name: the
-    first row (see the table's ordering rule) with an alias standing as whole words in the name.
+AUTO = "auto"  # the `gpu` value that means this machine's CUDA device
+# Laptop parts reuse the desktop number on another chip at OEM-set clocks: such a name matches no row.
+NOT_IN_TABLE = ("laptop", "mobile")
+
+
+def _has(name: str, alias: str) -> bool:
+    """`alias` stands as whole words in the normalised `name`."""
+    return re.search(rf"(^|\s){re.escape(_normalise_name(alias))}(\s|$)", name) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMatch:
+    """What a GPU name resolved to: the row, the name asked for, and the other rows it could be when
+    the name fits only by a family alias ("H100": SXM assumed, PCIe and NVL also match)."""
+
+    gpu: GpuSpec
+    asked: str
+    alternatives: tuple[str, ...] = ()
+    device: str | None = None  # the device's own name, for "auto"
+
+    @property
+    def note(self) -> str | None:
+        """One line: 'H100 -> H100 SXM (assumed; also H100 PCIe, H100 NVL: name the variant)'."""
+        asked = f"auto ({self.device})" if self.device else self.asked.strip()
+        row = (
+            self.gpu.name
+            if _normalise_name(asked) == _normalise_name(self.gpu.name)
+            else f"{asked} -> {self.gpu.name}"
+        )
+        if not self.alternatives:
+            return row if self.device else None
+        return f"{row} (assumed; also {', '.join(self.alternatives)}: name the variant)"
+
+
+def _alternatives(gpu: GpuSpec, hits: list[str]) -> tuple[str, ...]:
+    """Other rows whose aliases hold every alias `gpu` matched by: the variants a family name leaves open."""
+    return tuple(
+        g.name
+        for g in GPUS
+        if g is not gpu
+        and all(any(_has(_normalise_name(b), a) and _normalise_name(b) != a for b in g.aliases) for a in hits)
+    )
+
+
+def match_gpu(name: str, needed_for: str = "", instead: str | None = None, example: str = "") -> GpuMatch:
+    """Find a GPU by the name torch (`get_device_name`) or nvidia-smi reports, by table name, or "auto"
+    (this machine's CUDA device): the first row (see the table's ordering rule) with an alias standing
+    as whole words in the name. For "auto" the device's capability and shared memory replace the row's.
 
     Raises `TuneproofError` listing the known names when nothing matches: never a fallback.
     """
-    n = _normalise_name(name)
-    for gpu in GPUS:
-        if any(re.search(rf"(^|\s){re.escape(_normalise_name(a))}(\s|$)", n) for a in gpu.aliases):
-            return gpu
+    facts = device_facts() if _normalise_name(name) == AUTO else None
+    n = _normalise_name(facts.name if facts else name)
+    for gpu in GPUS if not any(_has(n, w) for w in NOT_IN_TABLE) else ():
+        hits = [_normalise_name(a) for a in gpu.aliases if _has(n, a)]
+        if hits:
+            alternatives = _alternatives(gpu, hits)
+            if facts is not None:
+                smem = facts.smem_per_block_optin or gpu.smem_per_block_optin
+                gpu = replace(gpu, capability=facts.capability, smem_per_block_optin=smem)
+            return GpuMatch(gpu, name, alternatives, facts.name if facts else None)
+    asked = f"{name!r}" if facts is None else f"{facts.name!r}, this device"
+    if any(_has(n, w) for w in NOT_IN_TABLE):
+        needed_for = "laptop parts are not in the table (another chip, OEM clocks)" + (
+            f"; {needed_for}" if needed_for else ""
+        )
     # `needed_for` says what the name was for; `instead` names the field that can replace it
     raise TuneproofError(
-        f"unknown GPU {name!r} ({{gpu}})" + (f": {needed_for}" if needed_for else ""),
+        f"unknown GPU {asked} ({{gpu}})" + (f": {needed_for}" if needed_for else ""),
         "use one of: "
         + ", ".join(known_gpu_names())
         + (f"; or give {{{instead}}}{example}" if instead else ""),
         fields=("gpu", instead) if instead else ("gpu",),
     )
+
+
+def lookup_gpu(name: str, needed_for: str = "", instead: str | None = None, example: str = "") -> GpuSpec:
+    """The row `match_gpu` finds (see there), without the note on an assumed variant."""
+    return match_gpu(name, needed_for, instead, example).gpu
+
+
+def capability_of(gpu: str) -> tuple[int, int]:
+    """The CUDA compute capability of a named GPU, or of this machine's device for "auto" (even one
+    the table does not know). A ROCm GPU has none: refused with the reason."""
+    if _normalise_name(gpu) == AUTO:
+        facts = device_facts()
+        if facts.capability is None:
+            raise TuneproofError(
+                f"{{gpu}} auto is {facts.name!r}, a ROCm device: it has no CUDA compute capability",
+                "give the CUDA card to explain for, or its capability",
+                fields=("gpu", "capability"),
+            )
+        return facts.capability
+    found = lookup_gpu(gpu, "its compute capability is not known", "capability", ", e.g. 9.0")
+    if found.capability is None:
+        raise TuneproofError(
+            f"{found.name} ({{gpu}}) is a ROCm GPU: it has no CUDA compute capability",
+            "give the CUDA card to explain for, or its capability",
+            fields=("gpu", "capability"),
+        )
+    return found.capability
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,15 +377,20 @@ class Peak:
     reason: str | None = field(default=None)
 
 
-def peak_for(gpu: GpuSpec, dtype: str) -> Peak:
+def peak_for(gpu: GpuSpec, dtype: str, variant: str | None = None) -> Peak:
+    """The row's peak for `dtype`; `variant` (a `GpuMatch.note`) leads the source, on one line."""
     d = normalise_dtype(dtype)
     value = gpu.peak_tflops.get(d)
     if value is None:
+        why = f": {gpu.absent[d]}" if d in gpu.absent else ""
         return Peak(
-            None, None, d, f"no dense {d} peak known for {gpu.name} (table has {sorted(gpu.peak_tflops)})"
+            None,
+            None,
+            d,
+            f"no dense {d} peak known for {gpu.name} (table has {sorted(gpu.peak_tflops)}){why}",
         )
     note = f" [note: {gpu.note}]" if gpu.note else ""
-    return Peak(value, f"{gpu.name}: {gpu.source}{note}", d)
+    return Peak(value, f"{variant or gpu.name}: {gpu.source}{note}", d)
 
 
 def resolve_peak(
@@ -270,7 +416,7 @@ def resolve_peak(
         )
         return Peak(value, "user-given peak", d)
     try:
-        found = lookup_gpu(gpu, "no MFU without a trusted peak", "peak_tflops") if gpu is not None else None
+        found = match_gpu(gpu, "no MFU without a trusted peak", "peak_tflops") if gpu is not None else None
     except TuneproofError:
         if measure is None:
             raise
@@ -281,7 +427,7 @@ def resolve_peak(
             measured.dtype,
             f"GPU {gpu!r} is not in the table: measured instead",
         )
-    table = peak_for(found, d) if found is not None else None
+    table = peak_for(found.gpu, d, found.note) if found is not None else None
     if table is not None and table.tflops is not None:
         return table
     why = table.reason if table is not None else "no GPU named"

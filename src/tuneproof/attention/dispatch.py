@@ -52,8 +52,8 @@ def parse_capability(text: str) -> tuple[int, int]:
 
 
 def device_capability(capability: str | None, gpu: str | None) -> tuple[int, int] | None:
-    """The CUDA capability to explain for: parsed from `capability`, or the table's for `gpu`, or None
-    (the CPU)."""
+    """The CUDA capability to explain for: parsed from `capability`, or the table's for `gpu` (the
+    device's own for "auto"), or None (the CPU)."""
     if capability is not None and gpu is not None:
         raise TuneproofError(
             "{capability} and {gpu} together", "give one of them", fields=("capability", "gpu")
@@ -61,9 +61,9 @@ def device_capability(capability: str | None, gpu: str | None) -> tuple[int, int
     if capability is not None:
         return parse_capability(capability)
     if gpu is not None:
-        from tuneproof.hardware import lookup_gpu
+        from tuneproof.hardware import capability_of
 
-        return lookup_gpu(gpu, "its compute capability is not known", "capability", ", e.g. 9.0").capability
+        return capability_of(gpu)  # "auto": this machine's device
     return None
 
 

@@ -25,7 +25,7 @@ from tuneproof.cli.common import command, config_option, finish, json_option, re
 @click.option(
     "--gpu",
     default=None,
-    help="GPU name (capability from the hardware table), e.g. 'RTX PRO 6000 Blackwell'.",
+    help="GPU name (capability from the hardware table), e.g. 'RTX PRO 6000 Blackwell'; auto: this device.",
 )
 @json_option
 def explain(

@@ -47,7 +47,11 @@ from tuneproof.cli.common import (
 )
 @click.option("--grad-ckpt", is_flag=True, help="Activation checkpointing on every decoder layer.")
 @click.option("--step-time", type=float, default=None, help="Measured seconds per micro-batch step, for MFU.")
-@click.option("--gpu", default=None, help="GPU name as torch or nvidia-smi reports it; gives the peak.")
+@click.option(
+    "--gpu",
+    default=None,
+    help="GPU name as torch or nvidia-smi reports it, or auto (this device); gives the peak.",
+)
 @click.option(
     "--dtype", default="bf16", show_default=True, help="Dtype of the peak: bf16, fp16, fp8, fp4, tf32."
 )

@@ -13,7 +13,9 @@ from tuneproof.cli.common import command, finish, json_option, progress_bar, ste
 @command()
 @click.argument("run_file", metavar="RUN", type=click.Path(path_type=Path))
 @click.option(
-    "--gpu", default=None, help="The card (name as torch or nvidia-smi reports it): dispatch, flex options."
+    "--gpu",
+    default=None,
+    help="The card (name as torch or nvidia-smi reports it, or auto: this device): dispatch, flex options.",
 )
 @click.option("--fit", default=None, help="A,B or A,B,C step-time fit (tuneproof fit) for the wall time.")
 @json_option

@@ -119,4 +119,7 @@ def render_mfu(report: FlopReport, console: Console, *, mfu_lines: bool = True) 
     if mfu_lines:
         console.print(f"mfu_{m.dtype}_intended  = {100 * m.intended:.1f} %")
         console.print(f"mfu_{m.dtype}_performed = {100 * m.performed:.1f} %")
-    console.print(f"peak: {m.peak_tflops:g} TFLOP/s dense {m.dtype} ({escape(m.peak_source or '')})")
+    # one line however long the source (an assumed variant leads it), for grep and logs
+    console.print(
+        f"peak: {m.peak_tflops:g} TFLOP/s dense {m.dtype} ({escape(m.peak_source or '')})", soft_wrap=True
+    )

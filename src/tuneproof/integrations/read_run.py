@@ -115,7 +115,9 @@ def _peak(gpu: str | None, given: float | None, dtype: Any, device: Any) -> tupl
 
     if given is not None:
         return float(given), f"given: {given:g} TFLOP/s"
-    name = gpu or (torch.cuda.get_device_name(device) if device.type == "cuda" else None)
+    # "auto" (or none given) is the device the model is on: its own name, not device 0's
+    auto = not gpu or gpu.strip().lower() == "auto"
+    name = (torch.cuda.get_device_name(device) if device.type == "cuda" else None) if auto else gpu
     if name is None:
         return None, f"no peak for a {device.type} device (pass gpu= or peak_tflops=)"
     from tuneproof.hardware import resolve_peak

@@ -129,5 +129,9 @@ def device_info(meta: dict[str, Any], events: list[dict[str, Any]], source: str)
 
 
 def smem_limit_bytes(device: dict[str, Any] | None) -> int | None:
-    """The trace's per-block opt-in shared memory (sharedMemPerBlockOptin), None when it has none."""
-    return ((device or {}).get("limits") or {}).get("sharedMemPerBlockOptin")
+    """The trace's per-block opt-in shared memory (sharedMemPerBlockOptin) in bytes, None when it has
+    none: the same number as `tuneproof.hardware.device_smem_limit` reads from the live device."""
+    value = ((device or {}).get("limits") or {}).get("sharedMemPerBlockOptin")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return int(value)

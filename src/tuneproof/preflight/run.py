@@ -23,7 +23,7 @@ RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
 @dataclass(frozen=True, slots=True)
 class PreflightSpec:
     run_file: Path
-    gpu: str | None = None  # the card, for dispatch and flex kernel options ("auto" is not read here)
+    gpu: str | None = None  # the card, for dispatch and flex kernel options ("auto": this device)
     fit: Any = None  # a StepCost, for the wall time
 
 
