@@ -165,6 +165,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("nan", "--max-seconds must be a finite number"),
             ("-1", "--max-seconds must be > 0"),
         ],
+        "--gpu": [("Voodoo 5", "unknown GPU 'Voodoo 5' (--gpu)"), ("H100", "--gpu 'H100' with --device cpu")],
     },
     "doctor": {
         "--config": CONFIG,

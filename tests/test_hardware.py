@@ -422,6 +422,36 @@ def test_a_traces_limit_reads_as_the_devices_does(monkeypatch) -> None:
     assert smem_limit_bytes(None) is None
 
 
+def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsys) -> None:
+    """`tuneproof peak --gpu`: the table peak (its assumed variant named) and the measured share of it;
+    the measurement itself is faked (a cuda GEMM here would need a GPU)."""
+    import json
+
+    from tuneproof.cli.app import main
+    from tuneproof.measure import peak as area
+
+    _fake_device(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0), 232_448)
+    fake = area.MeasuredPeak(741.75, "cuda", "bf16", 8192, 1.5e-3, 1e-5, 40)
+    monkeypatch.setattr(
+        area, "run", lambda plan, progress=None: area.replace(fake, table=area._table_peak(plan))
+    )
+    assert main(["peak", "--device", "cuda", "--gpu", "H100"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == (
+        "table peak: 989 TFLOP/s dense bf16 (H100 -> H100 SXM (assumed; also H100 PCIe, H100 NVL: name the "
+        "variant): NVIDIA H100 datasheet (SXM column); torchtitan get_peak_flops; torchao roofline_utils): "
+        "measured is 75.0 % of it"
+    )
+    assert main(["peak", "--device", "cuda", "--gpu", "auto", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["share_of_table"] == pytest.approx(0.75) and d["table_peak"]["source"].startswith(
+        "auto (NVIDIA H100 80GB HBM3) -> H100 SXM: "
+    )
+    assert main(["peak", "--device", "cuda", "--gpu", "T4"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("table peak: none (no dense bf16 peak known for T4 (table has ['fp16']): Turing")
+
+
 def test_the_callbacks_auto_is_the_device_the_model_is_on(monkeypatch) -> None:
     import torch
 

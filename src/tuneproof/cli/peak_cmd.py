@@ -17,9 +17,12 @@ from tuneproof.cli.common import command, finish, json_option
     show_default=True,
     help="Most seconds per GEMM size; each stops earlier once its IQR is within 10 % of the median.",
 )
+@click.option(
+    "--gpu", default=None, help="Also show this card's datasheet peak (table name, or auto: this device)."
+)
 @json_option
-def peak(device: str, dtype: str, max_seconds: float, json_out: bool) -> int:
+def peak(device: str, dtype: str, max_seconds: float, gpu: str | None, json_out: bool) -> int:
     """Measure achievable dense GEMM TFLOP/s: the MFU denominator for devices the table does not know."""
     from tuneproof.measure import peak as area
 
-    return finish(area.run(area.prepare(area.PeakSpec(device, dtype, max_seconds))), json_out)
+    return finish(area.run(area.prepare(area.PeakSpec(device, dtype, max_seconds, gpu=gpu))), json_out)

@@ -4,16 +4,19 @@
 Convention: square matmuls n x n x n, 2*n^3 FLOPs each; the best median over the sizes tried. Each
 size is timed by `torch.utils.benchmark.Timer.adaptive_autorange`, which synchronises the device and
 repeats until the interquartile range is within 10 % of the median (or `max_seconds` pass).
+
+With a `gpu` (a table name, or "auto" for this device) the result also carries that card's datasheet
+peak from `tuneproof.hardware` and the measured share of it; the two are never mixed up.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tuneproof import validate
 from tuneproof.errors import TuneproofError
-from tuneproof.hardware import Peak, normalise_dtype
+from tuneproof.hardware import Peak, normalise_dtype, resolve_peak
 from tuneproof.verdict import Unjudged
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
@@ -31,6 +34,12 @@ class MeasuredPeak(Unjudged):
     iqr_s: float
     runs: int
     label: str = "measured peak"
+    table: Peak | None = None  # the named card's datasheet peak, beside the measurement
+
+    @property
+    def share_of_table(self) -> float | None:
+        """Measured / datasheet, where both exist."""
+        return self.tflops / self.table.tflops if self.table and self.table.tflops else None
 
     @property
     def source(self) -> str:
@@ -49,6 +58,10 @@ class MeasuredPeak(Unjudged):
             "median_s": self.median_s,
             "iqr_s": self.iqr_s,
             "runs": self.runs,
+            "table_peak": None
+            if self.table is None
+            else {"tflops": self.table.tflops, "source": self.table.source, "reason": self.table.reason},
+            "share_of_table": self.share_of_table,
         }
 
     def render(self, console: Any) -> None:
@@ -59,13 +72,14 @@ class MeasuredPeak(Unjudged):
 
 @dataclass(frozen=True, slots=True)
 class PeakSpec:
-    """`tuneproof peak`: the device, the dtype (any of its names), the most seconds per GEMM size, and
-    the sizes (None: `SIZES[device]`)."""
+    """`tuneproof peak`: the device, the dtype (any of its names), the most seconds per GEMM size, the
+    sizes (None: `SIZES[device]`), and the card whose datasheet peak to set beside it (None: none)."""
 
     device: str = "cpu"
     dtype: str = "bf16"
     max_seconds: float = 2.0
     sizes: tuple[int, ...] | None = None
+    gpu: str | None = None
 
     def __post_init__(self) -> None:
         validate.choice("dtype", normalise_dtype(self.dtype), TORCH_DTYPES)
@@ -74,12 +88,25 @@ class PeakSpec:
 
 
 def prepare(spec: PeakSpec) -> PeakSpec:
-    """The device must exist: cuda needs torch to see a CUDA device."""
+    """The device must exist: cuda needs torch to see a CUDA device. A `gpu` must be in the table, and
+    its datasheet is set only beside a measurement on cuda."""
     import torch
 
+    _table_peak(spec)
+    if spec.gpu is not None and spec.device != "cuda":
+        raise TuneproofError(
+            f"{{gpu}} {spec.gpu!r} with {{device}} {spec.device}: a GPU's datasheet peak is no yardstick "
+            "for a CPU measurement",
+            "measure on cuda, or leave gpu out",
+            fields=("gpu", "device"),
+        )
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise TuneproofError("{device} cuda but torch sees no CUDA device", "use cpu", fields=("device",))
     return spec
+
+
+def _table_peak(spec: PeakSpec) -> Peak | None:
+    return None if spec.gpu is None else resolve_peak(spec.gpu, normalise_dtype(spec.dtype))
 
 
 def measure_peak(
@@ -117,4 +144,4 @@ def run(plan: PeakSpec, progress: Any = None) -> MeasuredPeak:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     assert best is not None
-    return best
+    return replace(best, table=_table_peak(plan))

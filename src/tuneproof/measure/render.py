@@ -264,3 +264,12 @@ def render_peak(result: MeasuredPeak, console: Console) -> None:
         f"({result.size}^3 GEMM, median {result.median_s * 1e3:.3f} ms, IQR {result.iqr_s * 1e3:.3f} ms, "
         f"{result.runs} runs)"
     )
+    t = result.table
+    if t is not None and t.tflops is not None:
+        share = f": measured is {100 * (result.share_of_table or 0):.1f} % of it"
+        console.print(
+            f"table peak: {t.tflops:g} TFLOP/s dense {t.dtype} ({escape(t.source or '')}){share}",
+            soft_wrap=True,
+        )
+    elif t is not None:
+        console.print(f"table peak: none ({escape(t.reason or '')})", soft_wrap=True)
