@@ -143,6 +143,7 @@ def step_dispatch(work: Path, budget_s: float, emit: Emit) -> None:
 
 def chosen_options(head_dims: list[int]) -> tuple[dict[str, int], list[str]]:
     """The chooser's one kernel_options for every head_dim, fwd and bwd, for this card's limit."""
+    from tuneproof.attention.kernel_measure import choose_measured
     from tuneproof.attention.kernel_options import choose_for_head_dims
 
     cap, smem = _cuda_facts()
@@ -150,8 +151,10 @@ def chosen_options(head_dims: list[int]) -> tuple[dict[str, int], list[str]]:
     reasons = []
     for p in ("fwd", "bwd"):
         c = choose_for_head_dims(head_dims, "bf16", capability=cap, smem_limit_bytes=smem, pass_=p)
-        options.update(c.options)
-        reasons.append(f"{p}: {c.reason}")
+        reasons.append(f"{p} estimated: {c.options or 'defaults'}: {c.reason}")
+        m = choose_measured(head_dims, "bf16", p, capability=cap)  # torch's defaults, then the estimate's
+        options.update(m.options)
+        reasons.append(f"{p} measured: {m.options or 'defaults'}: {m.reason}")
     return options, reasons
 
 

@@ -20,6 +20,7 @@ from tuneproof.attention.flex import (
 from tuneproof.attention.kernel_options import (
     choose_for_head_dims,
     choose_kernel_options,
+    default_fwd,
     parse_out_of_resource,
     run_with_smem_fallback,
     smem_bwd,
@@ -29,9 +30,17 @@ from tuneproof.errors import TuneproofError
 
 
 def test_estimate_reproduces_the_published_data_points() -> None:
-    assert smem_fwd(64, 32, 512, "bf16") == 102_400  # CASE: 64x32 at head_dim 512
-    assert smem_fwd(64, 32, 256, "fp32") == 106_496  # pytorch#143832
-    assert smem_bwd(64, 64, 256, "bf16") == 114_688  # pytorch#198224, sm_12x backward default
+    assert smem_fwd(64, 32, 512, "bf16", 1) == 102_400  # the reference run: 64x32 at head_dim 512, sm_120
+    assert smem_fwd(64, 32, 256, "fp32", 1) == 106_496  # pytorch#143832 (inductor's 1-stage retry)
+    assert smem_bwd(64, 64, 256, "bf16", 1) == 114_688  # pytorch#198224, sm_12x backward default (1 stage)
+    # the H200 device check: torch's default fwd at head_dim 512 is 64x32 x 3 stages, "Required: 26x,xxx"
+    assert default_fwd(512, "bf16", (9, 0)) == (64, 32, 3, 4)
+    h200 = smem_fwd(64, 32, 512, "bf16", 3)
+    assert h200 == 262_144 and 260_000 <= h200 < 270_000 and h200 > 232_448
+    assert (
+        smem_fwd(64, 32, 512, "bf16", 3) > smem_fwd(64, 32, 512, "bf16", 2) > smem_fwd(64, 32, 512, "bf16", 1)
+    )
+    assert smem_bwd(64, 64, 256, "bf16", 2) > smem_bwd(64, 64, 256, "bf16", 1)
     assert smem_fwd(32, 32, 384, "bf16") == smem_fwd(
         32, 32, 512, "bf16"
     )  # head_dim rounds up to a power of 2
@@ -40,12 +49,25 @@ def test_estimate_reproduces_the_published_data_points() -> None:
 def test_sm120_head_dim_512_forward_gets_32x32_with_the_bytes() -> None:
     c = choose_kernel_options(512, "bf16", capability=(12, 0), pass_="fwd")
     assert c.options["fwd_BLOCK_M"] == 32 and c.options["fwd_BLOCK_N"] == 32
-    assert "102,400 B > 101,376 B" in c.reason and "32x32 needs 67,584 B" in c.reason
+    assert c.options["fwd_num_stages"] == 1  # 64x32 at 1 stage (102,400 B) is still past 101,376 B
+    assert "262,144 B > 101,376 B" in c.reason and "32x32 x 1 stage needs 67,584 B" in c.reason
 
 
-def test_sm90_head_dim_512_keeps_the_default() -> None:
+def test_sm90_head_dim_512_refuses_the_default_and_keeps_two_stages() -> None:
     c = choose_kernel_options(512, "bf16", capability=(9, 0), pass_="fwd")
-    assert c.options == {} and "102,400 B <= 232,448 B" in c.reason
+    assert "default 64x32 x 3 stages" in c.reason and "262,144 B > 232,448 B" in c.reason
+    assert c.options == {"fwd_BLOCK_M": 64, "fwd_BLOCK_N": 32, "fwd_num_stages": 2, "fwd_num_warps": 4}
+    assert c.smem_bytes == 196_608 and c.source == "estimated"
+
+
+@pytest.mark.parametrize("cap", [(9, 0), (12, 0)])
+def test_the_chooser_never_keeps_a_default_past_the_limit(cap: tuple[int, int]) -> None:
+    for pass_ in ("fwd", "bwd"):
+        for head_dim in (64, 128, 256, 512):
+            c = choose_kernel_options(head_dim, "bf16", capability=cap, pass_=pass_)
+            assert c.smem_bytes <= c.smem_limit
+    c = choose_kernel_options(512, "bf16", capability=cap, pass_="fwd")
+    assert c.options  # head_dim 512: the defaults are refused on both
 
 
 def test_sm120_backward_head_dim_256_needs_smaller_blocks() -> None:
@@ -280,25 +302,26 @@ def test_shared_memory_limit_per_card(cap: tuple[int, int], limit: int) -> None:
 def test_unknown_shared_memory_limit_is_refused() -> None:
     from tuneproof.attention.kernel_options import smem_limit
 
-    with pytest.raises(TuneproofError, match=r"no shared-memory limit known for capability 7\.5"):
-        smem_limit((7, 5))
+    with pytest.raises(TuneproofError, match=r"no shared-memory limit known for capability 6\.1"):
+        smem_limit((6, 1))
+    assert smem_limit((7, 0)) == 98_304 and smem_limit((7, 5)) == 65_536  # V100 (a recorded trace), T4
 
 
 def test_kernel_choice_reasons_and_options_in_full() -> None:
     keep = choose_kernel_options(128, "bf16", capability=(9, 0), pass_="fwd")
     assert keep.options == {} and (keep.smem_bytes, keep.smem_limit) == (
-        2 * (128 * 128 + 64 * 128 + 128 * 64),
+        2 * (128 * 128 + 3 * 2 * 64 * 128),  # Q tile + 3 stages of K and V tiles
         232_448,
     )
     assert keep.reason == (
-        "default 128x64 (fwd, head_dim 128, bf16) needs 65,536 B <= 232,448 B per block (capability 9.0): "
-        "keep torch's defaults"
+        "default 128x64 x 3 stages (fwd, head_dim 128, bf16) needs 131,072 B <= 232,448 B per block "
+        "(capability 9.0): keep torch's defaults"
     )
     shrink = choose_kernel_options(512, "bf16", capability=(12, 0), pass_="fwd")
     assert shrink.options == {"fwd_BLOCK_M": 32, "fwd_BLOCK_N": 32, "fwd_num_stages": 1, "fwd_num_warps": 4}
     assert shrink.reason == (
-        "default 64x32 (fwd, head_dim 512, bf16) needs 102,400 B > 101,376 B per block (capability 12.0); "
-        "32x32 needs 67,584 B"
+        "default 64x32 x 3 stages (fwd, head_dim 512, bf16) needs 262,144 B > 101,376 B per block "
+        "(capability 12.0); 32x32 x 1 stage needs 67,584 B"
     )
     bwd = choose_kernel_options(256, "bf16", smem_limit_bytes=100_000, pass_="bwd")
     assert bwd.options == {  # 64x32: 2 x (32x256 + 2x64x256 + 2x64x32) = 90,112 B fits 100,000
@@ -339,7 +362,9 @@ def test_one_setting_for_all_head_dims_keeps_defaults_when_all_fit() -> None:
     )
     mixed = choose_for_head_dims([256, 512], "bf16", capability=(12, 0), pass_="fwd")
     assert mixed.options["fwd_BLOCK_M"] == 32 and mixed.options["fwd_BLOCK_N"] == 32
-    assert mixed.reason.endswith("one setting for head_dims [256, 512]: 32x32 needs at most 67,584 B")
+    assert mixed.reason.endswith(
+        "one setting for head_dims [256, 512]: 32x32 x 1 stage needs at most 67,584 B"
+    )
     with pytest.raises(TuneproofError, match="no flex block size fits 1,000 B for head_dim 64 bf16 bwd"):
         choose_for_head_dims([64], "bf16", smem_limit_bytes=1000, pass_="bwd")
 
@@ -387,3 +412,57 @@ def test_enable_flex_refuses_a_model_whose_class_does_not_support_flex() -> None
     ):
         pass
     assert model.config._attn_implementation == "sdpa"
+
+
+H200_ERROR = (
+    "torch._inductor.exc.InductorError: RuntimeError: No valid triton configs. OutOfMemoryError: out of "
+    "resource: triton_tem_fused_flex_attention_0\nRequired: 262144 Hardware limit:232448 Reducing block "
+    "sizes or `num_stages` may help."
+)
+
+
+def test_the_measured_path_takes_tritons_own_answer(tmp_path, monkeypatch) -> None:
+    """A fake device: the injected compile step raises Triton's real error text for torch's defaults at
+    head_dim 512 and for any 3-stage 64x32, and compiles everything else."""
+    from tuneproof.attention.kernel_measure import choose_measured, measure
+
+    monkeypatch.setenv("TUNEPROOF_CACHE", str(tmp_path))
+    compiled: list[tuple[int, dict[str, int]]] = []
+
+    def fake_compile(head_dim: int, dtype: str, pass_: str, options: dict[str, int]) -> None:
+        compiled.append((head_dim, dict(options)))
+        if head_dim == 512 and (not options or options.get("fwd_num_stages") == 3):
+            raise RuntimeError(H200_ERROR)
+
+    c = choose_measured(
+        [256, 512], "bf16", "fwd", capability=(9, 0), compile_step=fake_compile, device_key="H200"
+    )
+    assert c.source == "measured" and c.options == {
+        "fwd_BLOCK_M": 64, "fwd_BLOCK_N": 32, "fwd_num_stages": 2, "fwd_num_warps": 4,
+    }  # fmt: skip
+    assert "torch's defaults: needs 262,144 B > 232,448 B" in c.reason and "compiled and ran" in c.reason
+    # cached per (device, head_dim, dtype, pass, options): asking again compiles nothing
+    n = len(compiled)
+    again = measure(512, "bf16", "fwd", {}, compile_step=fake_compile, device_key="H200")
+    assert len(compiled) == n and again.cached and not again.fits and again.required == 262_144
+    other = measure(512, "bf16", "fwd", {}, compile_step=lambda *a: None, device_key="another card")
+    assert other.fits and not other.cached
+
+
+def test_the_measured_path_lets_other_errors_through(tmp_path, monkeypatch) -> None:
+    from tuneproof.attention.kernel_measure import measure
+
+    monkeypatch.setenv("TUNEPROOF_CACHE", str(tmp_path))
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        measure(256, "bf16", "fwd", {}, compile_step=broken, device_key="x")
+
+
+def test_without_a_device_every_answer_says_estimated() -> None:
+    from tuneproof.attention.kernel_measure import best_choice
+
+    c = best_choice([256, 512], "bf16", (9, 0), "fwd")
+    assert c.source == "estimated" and c.options["fwd_num_stages"] == 2

@@ -361,15 +361,15 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
     if dense_sliding:
         opts = ""
         if ctx.capability is not None:
-            from tuneproof.attention.kernel_options import choose_for_head_dims
+            from tuneproof.attention.kernel_measure import best_choice
 
             dims = {x.head_dim for x in layers}
             picked: dict[str, int] = {}
             reasons = []
             for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-                choice = choose_for_head_dims(dims, ctx.dtype, capability=ctx.capability, pass_=p)
+                choice = best_choice(dims, ctx.dtype, ctx.capability, p)
                 picked.update(choice.options)
-                reasons.append(f"{p}: {choice.reason}")
+                reasons.append(f"{p}, {choice.source}: {choice.reason}")
             opts = f" with kernel_options {picked or '{} (defaults fit)'} ({'; '.join(reasons)})"
         where = " on a CUDA device (it has no backward on the CPU)" if _flex_training_on_cpu(ctx) else ""
         out.append(

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneproof import validate
-from tuneproof.attention.kernel_options import KernelChoice, choose_for_head_dims
+from tuneproof.attention.kernel_measure import best_choice
+from tuneproof.attention.kernel_options import KernelChoice
 from tuneproof.errors import TuneproofError
 
 EAGER_FLEX_WARNING = "flex_attention called without torch.compile()"
@@ -225,7 +226,7 @@ def enable_flex(
     if capability is not None:
         dims = {s.attention.head_dim for s in softmax}
         for p in ("fwd", "bwd") if training else ("fwd",):
-            choice = choose_for_head_dims(dims, dtype, capability=capability, pass_=p)
+            choice = best_choice(dims, dtype, capability, p)  # measured on this CUDA device
             choices[p] = choice
             options.update(choice.options)
     previous = getattr(model.config, "_attn_implementation", None) or "sdpa"

@@ -1,15 +1,22 @@
 """flex_attention kernel options that fit the card's shared memory, chosen with their reason.
 
-Shared-memory estimate (bytes, element size e, head_dim rounded up to a power of two D, as the
-kernel stages it):
-- forward, blocks (BLOCK_M, BLOCK_N): e * (BLOCK_M*D + BLOCK_N*D + BLOCK_M*BLOCK_N)
-  (Q tile, K/V tile, score tile);
-- backward, blocks (BLOCK_M1, BLOCK_N1): e * (BLOCK_N1*D + 2*BLOCK_M1*D + 2*BLOCK_M1*BLOCK_N1)
-  (K tile; Q and dO tiles; P and dS tiles).
-It reproduces the three published data points exactly: fwd 64x32 bf16 head_dim 512 = 102,400 B
-(docs/reference-run.md), fwd 64x32 fp32 head_dim 256 = 106,496 B (pytorch#143832), bwd 64x64 bf16
-head_dim 256 = 114,688 B (pytorch#198224). It is an estimate: `run_with_smem_fallback` also catches
-Triton's out-of-resource error and retries smaller.
+Shared-memory estimate (bytes, element size e, head_dim rounded up to a power of two D), stage-aware.
+The loop of the flex template loads a K and a V tile (forward) or a Q and a dO tile (backward) per
+iteration; Triton's software pipelining (`num_stages` S > 1) keeps S copies of each in flight, while
+with S = 1 nothing is prefetched and the buffers of tiles not live at once are shared:
+- forward, blocks (BLOCK_M, BLOCK_N):
+  S = 1: e * (BLOCK_M*D + BLOCK_N*D + BLOCK_M*BLOCK_N) (Q tile, one K/V tile, the score tile);
+  S > 1: e * (BLOCK_M*D + S * 2*BLOCK_N*D) (Q tile, S K and V tiles; the scores stay in registers);
+- backward, blocks (BLOCK_M1, BLOCK_N1):
+  S = 1: e * (BLOCK_N1*D + 2*BLOCK_M1*D + 2*BLOCK_M1*BLOCK_N1) (K tile; Q and dO tiles; P and dS);
+  S > 1: e * (BLOCK_N1*D + S * 2*BLOCK_M1*D + 2*BLOCK_M1*BLOCK_N1).
+It reproduces every known point: fwd 64x32 bf16 head_dim 512 at 1 stage = 102,400 B (the reference
+run, sm_120), fwd 64x32 fp32 head_dim 256 at 1 stage = 106,496 B (pytorch#143832: inductor retries a
+failing config with num_stages=1, `compile_by_disabling_pipelining`, so the reported figure is the
+1-stage one), bwd 64x64 bf16 head_dim 256 at 1 stage = 114,688 B (pytorch#198224, the sm_12x default),
+and torch's H200 default fwd 64x32 x 3 stages at head_dim 512 = 262,144 B > 232,448 B (the device
+check's "Required: 26x,xxx"). It is an estimate: `kernel_measure` compiles the choice on a CUDA
+device and reads Triton's own answer, and `run_with_smem_fallback` catches the error and retries.
 
 Defaults mirror torch 2.13's `_inductor/template_heuristics/triton.py` (CUDAConfigHeuristic
 get_flex_attn_fwd_configs / get_flex_attn_bwd_configs).
@@ -18,7 +25,7 @@ get_flex_attn_fwd_configs / get_flex_attn_bwd_configs).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +33,7 @@ from tuneproof import validate
 from tuneproof.attention.pairs import FLEX_BLOCK
 from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES
 from tuneproof.errors import TuneproofError
-from tuneproof.hardware import SMEM_SM80, SMEM_SM86_89_120, SMEM_SM90_100
+from tuneproof.hardware import SMEM_SM70, SMEM_SM75, SMEM_SM80, SMEM_SM86_89_120, SMEM_SM90_100
 
 DTYPE_BYTES = {s: BY_SHORT[s].bytes for s in MODEL_DTYPES}
 
@@ -40,6 +47,10 @@ def smem_limit(capability: tuple[int, int]) -> int:
         return SMEM_SM80
     if major in (8, 11, 12):
         return SMEM_SM86_89_120
+    if (major, minor) == (7, 0):
+        return SMEM_SM70
+    if (major, minor) == (7, 5):
+        return SMEM_SM75
     raise TuneproofError(
         f"no shared-memory limit known for capability {major}.{minor}", "pass smem_limit explicitly"
     )
@@ -49,14 +60,16 @@ def _pow2(d: int) -> int:
     return 1 << (d - 1).bit_length()
 
 
-def smem_fwd(block_m: int, block_n: int, head_dim: int, dtype: str) -> int:
-    d = _pow2(head_dim)
-    return DTYPE_BYTES[dtype] * (block_m * d + block_n * d + block_m * block_n)
+def smem_fwd(block_m: int, block_n: int, head_dim: int, dtype: str, stages: int = 1) -> int:
+    d, e = _pow2(head_dim), DTYPE_BYTES[dtype]
+    if stages > 1:
+        return e * (block_m * d + stages * 2 * block_n * d)
+    return e * (block_m * d + block_n * d + block_m * block_n)
 
 
-def smem_bwd(block_m: int, block_n: int, head_dim: int, dtype: str) -> int:
+def smem_bwd(block_m: int, block_n: int, head_dim: int, dtype: str, stages: int = 1) -> int:
     d = _pow2(head_dim)
-    return DTYPE_BYTES[dtype] * (block_n * d + 2 * block_m * d + 2 * block_m * block_n)
+    return DTYPE_BYTES[dtype] * (block_n * d + max(stages, 1) * 2 * block_m * d + 2 * block_m * block_n)
 
 
 # torch 2.13 CUDAConfigHeuristic forward tables, keyed by (dtype, head_dim) exactly as the flex lowering
@@ -143,6 +156,7 @@ class KernelChoice:
     smem_bytes: int
     smem_limit: int
     attempts: list[str] = field(default_factory=list)
+    source: str = "estimated"  # "estimated" (the formulas above) | "measured" (compiled on the device)
 
 
 def choose_kernel_options(
@@ -161,33 +175,27 @@ def choose_kernel_options(
         raise TuneproofError("no device given", "pass capability=(major, minor) or smem_limit_bytes")
     cap = capability or (8, 0)
     limit = smem_limit_bytes if smem_limit_bytes is not None else smem_limit(cap)
-    if pass_ == "fwd":
-        bm, bn, _stages, warps = default_fwd(head_dim, dtype, cap)
-        need = smem_fwd(bm, bn, head_dim, dtype)
-        estimate = smem_fwd
-    else:
-        bm, bn, _stages, warps = default_bwd(head_dim, dtype, cap)
-        need = smem_bwd(bm, bn, head_dim, dtype)
-        estimate = smem_bwd
+    bm, bn, stages, warps = (default_fwd if pass_ == "fwd" else default_bwd)(head_dim, dtype, cap)
+    estimate = smem_fwd if pass_ == "fwd" else smem_bwd
+    need = estimate(bm, bn, head_dim, dtype, stages)
     where = f"capability {cap[0]}.{cap[1]}" if capability else "given limit"
+    default = (
+        f"default {bm}x{bn} x {stages} stage{'s' * (stages > 1)} ({pass_}, head_dim {head_dim}, {dtype})"
+    )
     if need <= limit:
         return KernelChoice(
             {},
-            f"default {bm}x{bn} ({pass_}, head_dim {head_dim}, {dtype}) needs {need:,} B <= "
-            f"{limit:,} B per block ({where}): keep torch's defaults",
+            f"{default} needs {need:,} B <= {limit:,} B per block ({where}): keep torch's defaults",
             need,
             limit,
         )
-    for m, n in CANDIDATES:
-        if m > bm or n > bn:
-            continue
-        got = estimate(m, n, head_dim, dtype)
-        if got <= limit and m <= FLEX_BLOCK and n <= FLEX_BLOCK:  # blocks must divide the BlockMask block
-            opts = _options(pass_, m, n, 1, warps)
+    for m, n, st in fitting_order((bm, bn), stages):
+        got = estimate(m, n, head_dim, dtype, st)
+        if got <= limit:
             return KernelChoice(
-                opts,
-                f"default {bm}x{bn} ({pass_}, head_dim {head_dim}, {dtype}) needs {need:,} B > "
-                f"{limit:,} B per block ({where}); {m}x{n} needs {got:,} B",
+                _options(pass_, m, n, st, warps),
+                f"{default} needs {need:,} B > {limit:,} B per block ({where}); {m}x{n} x {st} "
+                f"stage{'s' * (st > 1)} needs {got:,} B",
                 got,
                 limit,
             )
@@ -195,6 +203,18 @@ def choose_kernel_options(
         f"no flex block size fits {limit:,} B for head_dim {head_dim} {dtype} {pass_}",
         "use a smaller head_dim or another backend",
     )
+
+
+def fitting_order(default: tuple[int, int], stages: int) -> Iterator[tuple[int, int, int]]:
+    """Candidates largest first: the default blocks with fewer stages, then each smaller block size
+    (never past the default's, always dividing the BlockMask block) from the default's stages down."""
+    bm, bn = default
+    for st in range(stages - 1, 0, -1):
+        yield bm, bn, st
+    for m, n in CANDIDATES:
+        if (m, n) != (bm, bn) and m <= bm and n <= bn and m <= FLEX_BLOCK and n <= FLEX_BLOCK:
+            for st in range(stages, 0, -1):
+                yield m, n, st
 
 
 def _options(pass_: str, m: int, n: int, stages: int, warps: int) -> dict[str, int]:
@@ -278,13 +298,18 @@ def choose_for_head_dims(
         return KernelChoice({}, "; ".join(c.reason for c in per.values()), worst.smem_bytes, worst.smem_limit)
     limit = next(iter(per.values())).smem_limit
     estimate = smem_fwd if pass_ == "fwd" else smem_bwd
-    for m, n in CANDIDATES:
-        need = max(estimate(m, n, d, dtype) for d in dims)
+    cap = capability or (8, 0)
+    default = default_fwd if pass_ == "fwd" else default_bwd
+    widest = max(dims, key=lambda d: per[d].smem_bytes if per[d].options else 0)  # the one past the limit
+    bm, bn, stages, _ = default(widest, dtype, cap)
+    for m, n, st in fitting_order((bm, bn), stages):
+        need = max(estimate(m, n, d, dtype, st) for d in dims)
         if need <= limit:
             over = [c.reason for c in per.values() if c.options]
             return KernelChoice(
-                _options(pass_, m, n, 1, 4),
-                f"{'; '.join(over)}; one setting for head_dims {dims}: {m}x{n} needs at most {need:,} B",
+                _options(pass_, m, n, st, 4),
+                f"{'; '.join(over)}; one setting for head_dims {dims}: {m}x{n} x {st} stage{'s' * (st > 1)} "
+                f"needs at most {need:,} B",
                 need,
                 limit,
             )

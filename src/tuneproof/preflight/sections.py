@@ -162,7 +162,7 @@ def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> 
 
 
 def flex_options(model: Any, capability: tuple[int, int] | None, gpu: str | None) -> Section:
-    from tuneproof.attention.kernel_options import choose_for_head_dims
+    from tuneproof.attention.kernel_measure import best_choice
 
     s = Section("flex")
     dims = sorted(
@@ -177,11 +177,11 @@ def flex_options(model: Any, capability: tuple[int, int] | None, gpu: str | None
         s.data = {"capability": None}
         return s
     for pass_ in ("fwd", "bwd"):
-        choice = choose_for_head_dims(dims, "bf16", capability=capability, pass_=pass_)
+        choice = best_choice(dims, "bf16", capability, pass_)
         shown = choice.options or "{} (torch's defaults)"
-        s.lines.append(f"{pass_}: kernel_options {shown}: {choice.reason}")
+        s.lines.append(f"{pass_}: kernel_options {shown} ({choice.source}): {choice.reason}")
         s.data[pass_] = {"options": choice.options, "reason": choice.reason, "smem_bytes": choice.smem_bytes,
-                         "smem_limit": choice.smem_limit}  # fmt: skip
+                         "smem_limit": choice.smem_limit, "source": choice.source}  # fmt: skip
     s.data["capability"] = list(capability)
     s.data["gpu"] = gpu
     return s
