@@ -179,3 +179,17 @@ def test_a_trainer_step_probe_names_the_train_extra_before_any_work(monkeypatch)
     lengths, _ = synthetic_lengths()
     with pytest.raises(TuneproofError, match=r"needs accelerate.*pip install 'tuneproof\[train\]'"):
         probe_spec(resolve("tiny"), "sdpa", "full", 2, 5.0, 0, lengths)
+
+
+def test_timings_that_do_not_grow_with_width_say_so(tmp_path: Path, capsys) -> None:
+    """Under load a short probe can time every width alike: the fit's A and B come out 0, and the refusal
+    says what that means, not "step-cost terms a and b are both 0"."""
+    points = tmp_path / "points.csv"
+    points.write_text(
+        "width,seconds\n"
+        + "".join(f"{w},{0.5 - 1e-6 * w + 1e-5 * i}\n" for i, w in enumerate([512, 1024, 2048] * 4))
+    )
+    (tmp_path / "l.txt").write_text("".join(f"{n}\n" for n in range(20, 260, 3)))
+    code = main(["plan", "--points", str(points), "--lengths", str(tmp_path / "l.txt"), "--sampler", "ours"])
+    err = capsys.readouterr().err
+    assert code == 2 and "do not grow with width across 512-2,048 tokens" in err and err.count("\n") == 1

@@ -43,6 +43,13 @@ class StepModel:
         fit = fit_scaling(widths, seconds, seed=seed)
         samples = Samples.of(widths, seconds)
         with_c = fit.constant_in_model
+        if fit.a <= 0 and fit.b <= 0:  # the timings show no growth with width: noise, or too short a probe
+            across = f"{int(np.min(widths)):,}-{int(np.max(widths)):,}"
+            raise TuneproofError(
+                f"the step times ({source}) do not grow with width across {across} tokens (the fit's linear "
+                "and quadratic terms are both 0): the timing noise covers the width's effect",
+                "time longer or on a quieter machine (a larger probe budget), or over a wider span of widths",
+            )
         cost = StepCost(fit.a, fit.b, fit.c if with_c else 0.0, batch)
         replicates = []
         if samples.resamplable:
