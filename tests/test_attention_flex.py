@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -466,3 +467,56 @@ def test_without_a_device_every_answer_says_estimated() -> None:
 
     c = best_choice([256, 512], "bf16", (9, 0), "fwd")
     assert c.source == "estimated" and c.options["fwd_num_stages"] == 2
+
+
+@pytest.mark.parametrize(
+    "kw,fragment",
+    [
+        ({"capability": 9.0}, "capability 9.0 is not (major, minor)"),
+        ({"capability": "9.0"}, "capability '9.0' is not (major, minor)"),
+        ({"capability": (9,)}, "is not (major, minor)"),
+        ({"smem_limit_bytes": "100000"}, "smem_limit_bytes must be an integer"),
+        ({"smem_limit_bytes": 0}, "smem_limit_bytes must be >= 1"),
+        ({"smem_limit_bytes": 100000.5}, "smem_limit_bytes must be an integer"),
+    ],
+)
+def test_bad_devices_are_tuneproof_errors(kw: dict, fragment: str) -> None:
+    with pytest.raises(TuneproofError, match=re.escape(fragment)):
+        choose_kernel_options(256, "bf16", **kw)
+
+
+@pytest.mark.parametrize(
+    "dims,fragment",
+    [([], "no head_dims given"), (256, "is not a list"), ([256, "x"], "head_dim must be an integer")],
+)
+def test_bad_head_dim_lists_are_tuneproof_errors(dims: object, fragment: str) -> None:
+    with pytest.raises(TuneproofError, match=re.escape(fragment)):
+        choose_for_head_dims(dims, "bf16", capability=(9, 0))  # type: ignore[arg-type]
+
+
+def test_bf16_below_sm80_is_refused_by_the_memory_efficient_backend() -> None:
+    from tuneproof.arch.shape import AttentionSpec
+    from tuneproof.attention.dispatch import Context, predict
+
+    spec = AttentionSpec("full", None, 32, 8, 128, 128)
+    for cap, arch in (((7, 5), "sm75"), ((7, 0), "sm70")):
+        _, _, backend, refused, kernel = predict(
+            Context(seq_len=4096, batch=1, capability=cap, dtype="bf16"), spec
+        )
+        assert backend == "math" and "bf16 on capability" in refused["efficient"]
+        _, _, backend, _, kernel = predict(Context(seq_len=4096, batch=1, capability=cap, dtype="fp16"), spec)
+        assert backend == "efficient" and kernel.endswith(f"_{arch} (kMaxK 128)")
+
+
+def test_explaining_flex_names_its_kernel_options() -> None:
+    from tuneproof.arch import resolve
+    from tuneproof.attention.dispatch import Context, explain
+
+    shape = resolve(str(Path(__file__).parent / "data" / "configs" / "gemma-4-26b-a4b.json")).shape
+    e = explain(
+        shape,
+        Context(seq_len=8192, batch=1, attn="flex_attention", capability=(9, 0), training=True),
+        live=False,
+    )
+    flex = [a for a in e.advice if a.startswith("flex_attention: pass kernel_options")]
+    assert len(flex) == 1 and "'fwd_num_stages': 2" in flex[0] and "estimated" in flex[0]

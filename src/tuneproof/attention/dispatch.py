@@ -207,6 +207,8 @@ def predict_sdpa_cuda(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[st
         checks["efficient"] = f"capability {capstr} ({R.SOURCES['efficient_capability']})"
     elif d % align:
         checks["efficient"] = f"head_dim {d} not a multiple of {align} ({R.SOURCES['efficient_align']})"
+    elif ctx.dtype == "bf16" and cap < (8, 0):
+        checks["efficient"] = f"bf16 on capability {capstr} ({R.SOURCES['efficient_dtype']})"
     else:
         checks["efficient"] = None
     cudnn_pref = cap[0] in R.CUDNN_PREFERRED_MAJORS
@@ -232,7 +234,7 @@ def predict_sdpa_cuda(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[st
         refused["cudnn"] = f"not preferred on capability {capstr} ({R.SOURCES['cudnn_preference']})" + (
             f"; would also refuse: {checks['cudnn']}" if checks["cudnn"] else ""
         )
-    return backend, refused, R.sdpa_kernel(backend, d)
+    return backend, refused, R.sdpa_kernel(backend, d, cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +352,22 @@ def _flex_training_on_cpu(ctx: Context) -> bool:
     return ctx.training and cpu and not PATHS["flex_attention"].backward_on_cpu
 
 
+def _flex_options(layers: list[LayerExplanation], ctx: Context) -> tuple[str, str]:
+    """The one kernel_options flex needs for every head_dim here (measured on this device when it is the
+    one explained, else estimated), and why, per pass."""
+    from tuneproof.attention.kernel_measure import best_choice
+
+    assert ctx.capability is not None
+    dims = {x.head_dim for x in layers}
+    picked: dict[str, int] = {}
+    reasons = []
+    for p in ("fwd", "bwd") if ctx.training else ("fwd",):
+        choice = best_choice(dims, ctx.dtype, ctx.capability, p)
+        picked.update(choice.options)
+        reasons.append(f"{p}, {choice.source}: {choice.reason}")
+    return str(picked or "{} (defaults fit)"), "; ".join(reasons)
+
+
 def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> list[str]:
     """Concrete next steps, from what the layers get."""
     out: list[str] = []
@@ -358,19 +376,14 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
         for x in layers
         if x.layer_type == "sliding" and x.mask_materialised and ctx.attn != "flex_attention"
     ]
+    if ctx.attn == "flex_attention" and ctx.capability is not None and layers:
+        picked, why = _flex_options(layers, ctx)
+        out.append(f"flex_attention: pass kernel_options {picked} ({why})")
     if dense_sliding:
         opts = ""
         if ctx.capability is not None:
-            from tuneproof.attention.kernel_measure import best_choice
-
-            dims = {x.head_dim for x in layers}
-            picked: dict[str, int] = {}
-            reasons = []
-            for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-                choice = best_choice(dims, ctx.dtype, ctx.capability, p)
-                picked.update(choice.options)
-                reasons.append(f"{p}, {choice.source}: {choice.reason}")
-            opts = f" with kernel_options {picked or '{} (defaults fit)'} ({'; '.join(reasons)})"
+            picked, why = _flex_options(layers, ctx)
+            opts = f" with kernel_options {picked} ({why})"
         where = " on a CUDA device (it has no backward on the CPU)" if _flex_training_on_cpu(ctx) else ""
         out.append(
             f"{FLEX_ADVICE}{opts}{where}: the sliding layers compute the full {ctx.seq_len}x{ctx.seq_len} "

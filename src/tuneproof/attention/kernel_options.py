@@ -43,7 +43,7 @@ def smem_limit(capability: tuple[int, int]) -> int:
     major, minor = capability
     if major in (9, 10):
         return SMEM_SM90_100
-    if (major, minor) == (8, 0):
+    if (major, minor) in ((8, 0), (8, 7)):  # Jetson Orin (8.7) takes sm80's 163 KB per block
         return SMEM_SM80
     if major in (8, 11, 12):
         return SMEM_SM86_89_120
@@ -52,7 +52,7 @@ def smem_limit(capability: tuple[int, int]) -> int:
     if (major, minor) == (7, 5):
         return SMEM_SM75
     raise TuneproofError(
-        f"no shared-memory limit known for capability {major}.{minor}", "pass smem_limit explicitly"
+        f"no shared-memory limit known for capability {major}.{minor}", "pass smem_limit_bytes explicitly"
     )
 
 
@@ -171,9 +171,8 @@ def choose_kernel_options(
     validate.integer("head_dim", head_dim, high=65536)
     validate.choice("dtype", dtype, DTYPE_BYTES)
     validate.choice("pass_", pass_, ("fwd", "bwd"))
-    if capability is None and smem_limit_bytes is None:
-        raise TuneproofError("no device given", "pass capability=(major, minor) or smem_limit_bytes")
-    cap = capability or (8, 0)
+    _check_device(capability, smem_limit_bytes)
+    cap = (int(capability[0]), int(capability[1])) if capability is not None else (8, 0)
     limit = smem_limit_bytes if smem_limit_bytes is not None else smem_limit(cap)
     bm, bn, stages, warps = (default_fwd if pass_ == "fwd" else default_bwd)(head_dim, dtype, cap)
     estimate = smem_fwd if pass_ == "fwd" else smem_bwd
@@ -203,6 +202,20 @@ def choose_kernel_options(
         f"no flex block size fits {limit:,} B for head_dim {head_dim} {dtype} {pass_}",
         "use a smaller head_dim or another backend",
     )
+
+
+def _check_device(capability: object, smem_limit_bytes: object) -> None:
+    """A capability as (major, minor) integers, a limit as a positive whole number of bytes, one given."""
+    if capability is None and smem_limit_bytes is None:
+        raise TuneproofError("no device given", "pass capability=(major, minor) or smem_limit_bytes")
+    if capability is not None and not (
+        isinstance(capability, tuple | list)
+        and len(capability) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in capability)
+    ):
+        raise TuneproofError(f"capability {capability!r} is not (major, minor)", "e.g. capability=(9, 0)")
+    if smem_limit_bytes is not None:
+        validate.integer("smem_limit_bytes", smem_limit_bytes, low=1, high=1 << 30, hint="bytes per block")
 
 
 def fitting_order(default: tuple[int, int], stages: int) -> Iterator[tuple[int, int, int]]:
@@ -285,8 +298,16 @@ def choose_for_head_dims(
 ) -> KernelChoice:
     """One set of options for every head_dim of a model: transformers passes a single `kernel_options`
     to all layers. Keeps the defaults when every head_dim's default fits; else the largest blocks
-    that fit all of them."""
-    dims = sorted(set(head_dims))
+    that fit all of them (blocks before stages: the default's blocks with fewer stages, then smaller
+    blocks)."""
+    if isinstance(head_dims, int | str) or not isinstance(head_dims, Iterable):
+        raise TuneproofError(f"head_dims {head_dims!r} is not a list of head_dims", "e.g. [256, 512]")
+    given = list(head_dims)
+    for d in given:
+        validate.integer("head_dim", d, high=65536)
+    if not given:
+        raise TuneproofError("no head_dims given", "pass the model's head_dims, e.g. [256, 512]")
+    dims = sorted(set(given))
     per = {
         d: choose_kernel_options(
             d, dtype, capability=capability, smem_limit_bytes=smem_limit_bytes, pass_=pass_
@@ -298,7 +319,7 @@ def choose_for_head_dims(
         return KernelChoice({}, "; ".join(c.reason for c in per.values()), worst.smem_bytes, worst.smem_limit)
     limit = next(iter(per.values())).smem_limit
     estimate = smem_fwd if pass_ == "fwd" else smem_bwd
-    cap = capability or (8, 0)
+    cap = (int(capability[0]), int(capability[1])) if capability is not None else (8, 0)
     default = default_fwd if pass_ == "fwd" else default_bwd
     widest = max(dims, key=lambda d: per[d].smem_bytes if per[d].options else 0)  # the one past the limit
     bm, bn, stages, _ = default(widest, dtype, cap)

@@ -49,6 +49,8 @@ SOURCES = {
     "flash_dtype": "cuda/sdp_utils.cpp check_dtypes_flash_attention: fp16/bf16 only",
     "flash_gt192": "cuda/sdp_utils.cpp check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120",
     "efficient_capability": "cuda/sdp_utils.cpp check_mem_efficient_hardware_support: sm50-sm121",
+    "efficient_dtype": "cuda/sdp_utils.cpp use_mem_efficient_attention: less_than_sm80_mem_efficient_dtypes "
+    "are fp16 and fp32 (bf16 from sm80)",
     "efficient_align": "cuda/sdp_utils.cpp check_head_dim_size_mem_efficient: head_dim a multiple of 8 "
     "(fp16/bf16) or 4 (fp32)",
     "cudnn_capability": "cuda/sdp_utils.cpp can_use_cudnn_attention: sm80-sm121",
@@ -69,19 +71,28 @@ SDPA_KERNELS = {
 }
 
 
-def sdpa_kernel(backend: str, head_dim: int) -> str:
+def sdpa_kernel(backend: str, head_dim: int, capability: tuple[int, int] = (8, 0)) -> str:
     """The kernel SDPA's `backend` runs for `head_dim`."""
-    return efficient_kernel(head_dim) if backend == "efficient" else SDPA_KERNELS[backend]
+    return efficient_kernel(head_dim, capability) if backend == "efficient" else SDPA_KERNELS[backend]
 
 
-def efficient_kernel(head_dim: int) -> str:
-    """Memory-efficient forward kernel tier for bf16/fp16 on sm80+ (mem_eff_attention/kernels/cutlassF.h)."""
-    # the CUTLASS kernels are built for sm80 and run as such on every later architecture
+def efficient_kernel(head_dim: int, capability: tuple[int, int] = (8, 0)) -> str:
+    """Memory-efficient forward kernel tier (mem_eff_attention/kernels/cutlassF.h): built for sm50, sm70,
+    sm75 and sm80, each card running the newest at or below its capability (sm80's on every later one)."""
+    arch = (
+        "sm80"
+        if capability >= (8, 0)
+        else "sm75"
+        if capability >= (7, 5)
+        else "sm70"
+        if capability >= (7, 0)
+        else "sm50"
+    )
     if head_dim <= 64:
-        return "memory-efficient fmha_cutlassF_*_64x64_rf_sm80 (kMaxK 64)"
+        return f"memory-efficient fmha_cutlassF_*_64x64_rf_{arch} (kMaxK 64)"
     if head_dim <= 128:
-        return "memory-efficient fmha_cutlassF_*_64x128_rf_sm80 (kMaxK 128)"
+        return f"memory-efficient fmha_cutlassF_*_64x128_rf_{arch} (kMaxK 128)"
     return (
-        "memory-efficient fmha_cutlassF_*_32x128_gmem_sm80 (kMaxK 65536): the gmem tier for head_dim > 128, "
-        "its slowest"
+        f"memory-efficient fmha_cutlassF_*_32x128_gmem_{arch} (kMaxK 65536): the gmem tier for head_dim > "
+        "128, its slowest"
     )
