@@ -520,3 +520,19 @@ def test_explaining_flex_names_its_kernel_options() -> None:
     )
     flex = [a for a in e.advice if a.startswith("flex_attention: pass kernel_options")]
     assert len(flex) == 1 and "'fwd_num_stages': 2" in flex[0] and "estimated" in flex[0]
+
+
+def test_the_explainers_json_carries_the_kernel_options_as_data() -> None:
+    from tuneproof.arch import resolve
+    from tuneproof.attention.dispatch import Context, explain
+
+    shape = resolve(str(Path(__file__).parent / "data" / "configs" / "gemma-4-26b-a4b.json")).shape
+    d = explain(shape, Context(seq_len=8192, batch=1, capability=(9, 0), training=True), live=False).to_dict()
+    fwd = d["flex_kernel_options"]["fwd"]
+    assert (
+        fwd["options"]["fwd_num_stages"] == 2
+        and fwd["smem_bytes"] == 196_608
+        and fwd["source"] == "estimated"
+    )
+    assert set(d["flex_kernel_options"]) == {"fwd", "bwd"}
+    assert explain(shape, Context(seq_len=8192, batch=1), live=False).to_dict()["flex_kernel_options"] is None

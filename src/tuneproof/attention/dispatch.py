@@ -141,6 +141,7 @@ class Explanation(NoWarnings):
     layers: list[LayerExplanation]
     advice: list[str]
     notes: list[str] = field(default_factory=list)
+    kernel_options: dict[str, Any] | None = None  # flex's options for the card, per pass (`_kernel_options`)
 
     @property
     def verdict(self) -> None:
@@ -167,6 +168,7 @@ class Explanation(NoWarnings):
             "layers": [layer.to_dict() for layer in self.layers],
             "advice": self.advice,
             "notes": self.notes,
+            "flex_kernel_options": self.kernel_options,
         }
 
 
@@ -312,7 +314,22 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
             f"transformers will not run {ctx.attn} for {shape.model_type} "
             f"({shape.attn_refused[ctx.attn]}): this explains what it would do",
         )
-    return Explanation(ctx, layers, advise(shape, ctx, layers), notes)
+    return Explanation(ctx, layers, advise(shape, ctx, layers), notes, _kernel_options(ctx, layers))
+
+
+def _kernel_options(ctx: Context, layers: list[LayerExplanation]) -> dict[str, Any] | None:
+    """flex's kernel_options for this card per pass, as data (None on the CPU or without softmax layers)."""
+    if ctx.capability is None or not layers:
+        return None
+    from tuneproof.attention.kernel_measure import best_choice
+
+    dims = {x.head_dim for x in layers}
+    out: dict[str, Any] = {}
+    for p in ("fwd", "bwd") if ctx.training else ("fwd",):
+        c = best_choice(dims, ctx.dtype, ctx.capability, p)
+        out[p] = {"options": c.options, "smem_bytes": c.smem_bytes, "smem_limit": c.smem_limit,
+                  "source": c.source, "reason": c.reason}  # fmt: skip
+    return out
 
 
 @dataclass(frozen=True, slots=True)
