@@ -202,7 +202,10 @@ def test_peak_for_reports_source_note_and_missing_dtypes() -> None:
     assert p.source == f"H100 SXM: {h100.source}"
     missing = peak_for(lookup_gpu("RTX PRO 6000 Blackwell"), "fp8")
     assert missing.tflops is None and missing.source is None and missing.dtype == "fp8"
-    assert missing.reason == "no dense fp8 peak known for RTX PRO 6000 Blackwell (table has ['bf16', 'fp16'])"
+    assert (
+        missing.reason
+        == "no dense fp8 peak known for RTX PRO 6000 Blackwell (its table has bf16 503.8, fp16 503.8 TFLOP/s)"
+    )
 
 
 def test_resolve_peak_returns_exactly_what_it_says() -> None:
@@ -449,7 +452,9 @@ def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsy
     )
     assert main(["peak", "--device", "cuda", "--gpu", "T4"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("table peak: none (no dense bf16 peak known for T4 (table has ['fp16']): Turing")
+    assert last.startswith(
+        "table peak: none (no dense bf16 peak known for T4 (its table has fp16 65 TFLOP/s): Turing"
+    )
 
 
 def test_the_callbacks_auto_is_the_device_the_model_is_on(monkeypatch) -> None:

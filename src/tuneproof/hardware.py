@@ -387,7 +387,9 @@ def peak_for(gpu: GpuSpec, dtype: str, variant: str | None = None) -> Peak:
             None,
             None,
             d,
-            f"no dense {d} peak known for {gpu.name} (table has {sorted(gpu.peak_tflops)}){why}",
+            f"no dense {d} peak known for {gpu.name} (its table has "
+            + ", ".join(f"{k} {v:g}" for k, v in sorted(gpu.peak_tflops.items()))
+            + f" TFLOP/s){why}",
         )
     note = f" [note: {gpu.note}]" if gpu.note else ""
     return Peak(value, f"{variant or gpu.name}: {gpu.source}{note}", d)
