@@ -48,7 +48,7 @@ def test_the_extras_table_matches_pyproject() -> None:
         names = [r.split(">")[0].split("=")[0].split("[")[0].strip().lower() for r in declared[extra]]
         assert sorted(dist_to_module.get(n, n.replace("-", "_")) for n in names) == sorted(modules)
     assert declared["all"] == ["tuneproof[train,quant,embed]"]
-    assert set(EXTRAS) == {"train", "quant", "embed", "sentence"}
+    assert set(EXTRAS) == {"train", "quant", "embed", "sentence", "axolotl"}
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:

@@ -17,6 +17,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "quant": ("compressed_tensors", "yaml"),  # quant-audit: compressed-tensors' matcher, YAML recipes
     "embed": ("model2vec",),  # the gate's diversity metric on a local static embedder
     "sentence": ("sentence_transformers",),  # the same metric on a local sentence-transformers folder
+    "axolotl": ("axolotl",),  # the Axolotl plugin runs inside Axolotl (tuneproof.integrations.axolotl)
 }
 
 
