@@ -95,12 +95,10 @@ def test_the_hybrid_gives_sliding_layers_flash_and_global_layers_sdpa(capsys, mo
 def test_qwen3_moe_without_target_parameters_leaves_the_experts_out(
     tmp_path: Path, capsys, monkeypatch, hub
 ) -> None:
-    run = tmp_path / "moe.yml"
-    run.write_text(
+    body = (
         "base_model: Qwen/Qwen3.5-35B-A3B-Base\nadapter: lora\nlora_target_linear: true\nsequence_len: 1024\n"
     )
-    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
-    d = json.loads(out)
+    code, d = _findings(tmp_path, body, capsys, monkeypatch, hub)
     assert code == 1 and any("routed experts" in f and "get no adapter" in f for f in d["findings"])
 
 
@@ -124,17 +122,12 @@ def test_a_regex_that_matches_nothing_and_an_unknown_key_are_findings(
 def test_flex_with_shuffled_padding_passes_the_recompile_limit(
     tmp_path: Path, capsys, monkeypatch, hub
 ) -> None:
-    run = tmp_path / "r.yml"
-    run.write_text(
-        "base_model: NousResearch/Llama-3.2-1B\nattn_implementation: flex_attention\nsequence_len: 4096\n"
-    )
-    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
-    d = json.loads(out)
+    body = "base_model: NousResearch/Llama-3.2-1B\nattn_implementation: flex_attention\nsequence_len: 4096\n"
+    code, d = _findings(tmp_path, body, capsys, monkeypatch, hub)
     assert d["sections"]["recompile"]["widths"] == 64 and code == 1
     assert any("recompile_limit of 8" in f for f in d["findings"])
-    run.write_text(run.read_text() + "sample_packing: true\n")
-    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
-    assert json.loads(out)["sections"]["recompile"]["widths"] == 1
+    _, d = _findings(tmp_path, body + "sample_packing: true\n", capsys, monkeypatch, hub)
+    assert d["sections"]["recompile"]["widths"] == 1
 
 
 @pytest.mark.parametrize(

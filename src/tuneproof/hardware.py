@@ -350,21 +350,17 @@ def capability_of(gpu: str) -> tuple[int, int]:
     the table does not know). A ROCm GPU has none: refused with the reason."""
     if _normalise_name(gpu) == AUTO:
         facts = device_facts()
-        if facts.capability is None:
-            raise TuneproofError(
-                f"{{gpu}} auto is {facts.name!r}, a ROCm device: it has no CUDA compute capability",
-                "give the CUDA card to explain for, or its capability",
-                fields=("gpu", "capability"),
-            )
-        return facts.capability
-    found = lookup_gpu(gpu, "its compute capability is not known", "capability", ", e.g. 9.0")
-    if found.capability is None:
+        name, capability = f"auto ({facts.name})", facts.capability
+    else:
+        found = lookup_gpu(gpu, "its compute capability is not known", "capability", ", e.g. 9.0")
+        name, capability = found.name, found.capability
+    if capability is None:
         raise TuneproofError(
-            f"{found.name} ({{gpu}}) is a ROCm GPU: it has no CUDA compute capability",
+            f"{name} ({{gpu}}) is a ROCm GPU: it has no CUDA compute capability",
             "give the CUDA card to explain for, or its capability",
             fields=("gpu", "capability"),
         )
-    return found.capability
+    return capability
 
 
 @dataclass(frozen=True, slots=True)
