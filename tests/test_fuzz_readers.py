@@ -269,6 +269,7 @@ bench_rows = st.dictionaries(
 
 @SETTINGS
 @given(rows=st.lists(bench_rows | json_values, max_size=8), results=json_values, kind=st.integers(0, 2))
+@example(rows=[{"metrics": [[]], "doc_id": 0}], results=None, kind=1)  # a list as a metric name: a traceback
 def test_benchmark_runs(rows: list[object], results: object, kind: int) -> None:
     """lm-eval samples beside a fuzzed results file, a bare samples file, a per-example JSONL, a CSV."""
     from tuneproof.gate.arms import read_arm

@@ -227,7 +227,12 @@ def _add_row(
     if not isinstance(names, list):  # rows before lm-eval 0.4.2 list no names: every other key is a metric
         names = [k for k in row if k not in _ROW_KEYS]
     for name in names:
-        key = (task, filt, str(name))
+        if not isinstance(name, str):
+            raise TuneproofError(
+                f"{where}: metrics of doc {doc_id} names {name!r}, not a metric name",
+                "give metrics as a list of the row's metric keys",
+            )
+        key = (task, filt, name)
         value = row.get(name)
         if isinstance(value, int | float):  # bool is an int
             number = float(value)
