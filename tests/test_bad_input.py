@@ -112,6 +112,14 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--dtype": [("fp8", "--dtype 'fp8' is not known")],
         "--capability": [("13.5", "unknown --capability '13.5'"), ("", "unknown --capability ''")],
         "--gpu": [("Voodoo", "unknown GPU 'Voodoo' (--gpu)")],
+        "--trace": [
+            ("@missing", "trace not found"),
+            ("@folder", "is a folder, not a file"),
+            ("@not-json", "is not a readable JSON trace"),
+            ("@bad-gzip", "is not a readable JSON trace"),
+            ("@no-events", "has no traceEvents list"),
+            ("@trace", "properties not recorded in the trace: no CUDA compute capability to explain for"),
+        ],
     },
     "probe": {
         "--config": CONFIG,

@@ -53,18 +53,10 @@ def parse_capability(text: str) -> tuple[int, int]:
 
 def device_capability(capability: str | None, gpu: str | None) -> tuple[int, int] | None:
     """The CUDA capability to explain for: parsed from `capability`, or the table's for `gpu` (the
-    device's own for "auto"), or None (the CPU)."""
-    if capability is not None and gpu is not None:
-        raise TuneproofError(
-            "{capability} and {gpu} together", "give one of them", fields=("capability", "gpu")
-        )
-    if capability is not None:
-        return parse_capability(capability)
-    if gpu is not None:
-        from tuneproof.hardware import capability_of
+    device's own for "auto"), or None (the CPU). `target.device_target` gives the shared memory too."""
+    from tuneproof.attention.target import device_target
 
-        return capability_of(gpu)  # "auto": this machine's device
-    return None
+    return device_target(capability, gpu).capability
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +71,8 @@ class Context:
     dtype: str = "bf16"
     training: bool = False
     capability: tuple[int, int] | None = None  # CUDA compute capability; None = CPU
+    smem_limit: int | None = None  # the device's shared memory per block; None: the capability's table
+    smem_source: str | None = None  # where smem_limit came from (`target.DeviceTarget`)
 
     def __post_init__(self) -> None:
         validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
@@ -93,6 +87,8 @@ class Context:
             )
         if self.packed and self.seq_len < 2:
             raise TuneproofError("a packed row of width 1 holds one document", "pack rows of width 2 or more")
+        if self.smem_limit is not None:
+            validate.integer("smem_limit", self.smem_limit, low=1, high=1 << 30, hint="bytes per block")
         if self.capability is not None and self.capability not in R.KNOWN_CAPABILITIES:
             raise TuneproofError(
                 f"unknown {{capability}} {self.capability}", "use MAJOR.MINOR", fields=("capability",)
@@ -164,6 +160,8 @@ class Explanation(NoWarnings):
                 "dtype": c.dtype,
                 "training": c.training,
                 "device": c.device,
+                "smem_limit": c.smem_limit,
+                "smem_source": c.smem_source,
             },
             "layers": [layer.to_dict() for layer in self.layers],
             "advice": self.advice,
@@ -326,7 +324,7 @@ def _kernel_options(ctx: Context, layers: list[LayerExplanation]) -> dict[str, A
     dims = {x.head_dim for x in layers}
     out: dict[str, Any] = {}
     for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-        c = best_choice(dims, ctx.dtype, ctx.capability, p)
+        c = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
         out[p] = {"options": c.options, "smem_bytes": c.smem_bytes, "smem_limit": c.smem_limit,
                   "source": c.source, "reason": c.reason}  # fmt: skip
     return out
@@ -379,7 +377,7 @@ def _flex_options(layers: list[LayerExplanation], ctx: Context) -> tuple[str, st
     picked: dict[str, int] = {}
     reasons = []
     for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-        choice = best_choice(dims, ctx.dtype, ctx.capability, p)
+        choice = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
         picked.update(choice.options)
         reasons.append(f"{p}, {choice.source}: {choice.reason}")
     return str(picked or "{} (defaults fit)"), "; ".join(reasons)

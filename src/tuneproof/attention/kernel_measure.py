@@ -113,11 +113,14 @@ def measure(
 def choose_measured(
     head_dims: Iterable[int], dtype: str, pass_: str, *, capability: tuple[int, int],
     compile_step: CompileStep | None = None, device_key: str | None = None,
+    smem_limit_bytes: int | None = None,
 ) -> KernelChoice:  # fmt: skip
     """The first candidate every head_dim compiles with, largest first: torch's defaults, the estimate's
     own choice, then each smaller block size from the default's stages down to one."""
     dims = sorted(set(head_dims))
-    estimated = choose_for_head_dims(dims, dtype, capability=capability, pass_=pass_)
+    estimated = choose_for_head_dims(
+        dims, dtype, capability=capability, pass_=pass_, smem_limit_bytes=smem_limit_bytes
+    )
     default = default_fwd if pass_ == "fwd" else default_bwd
     stages = max(default(d, dtype, capability)[2] for d in dims)
     tries: list[dict[str, int]] = [{}, estimated.options]
@@ -147,15 +150,22 @@ def choose_measured(
 
 
 def best_choice(
-    head_dims: Iterable[int], dtype: str, capability: tuple[int, int], pass_: str
-) -> KernelChoice:
+    head_dims: Iterable[int], dtype: str, capability: tuple[int, int], pass_: str,
+    smem_limit_bytes: int | None = None,
+) -> KernelChoice:  # fmt: skip
     """Measured when this process has a CUDA device of `capability` (and torch is already imported: no
-    import for a caller that does not need it), else the estimate."""
+    import for a caller that does not need it), else the estimate against `smem_limit_bytes` (the
+    device's own, from torch or a trace; None: the capability's table)."""
     torch: Any = sys.modules.get("torch")
     if (
         torch is not None
         and torch.cuda.is_available()
         and torch.cuda.get_device_capability() == tuple(capability)
     ):
-        return choose_measured(head_dims, dtype, pass_, capability=capability)
-    return choose_for_head_dims(head_dims, dtype, capability=capability, pass_=pass_)
+        from tuneproof.device import device_smem_limit
+
+        limit = device_smem_limit() or smem_limit_bytes
+        return choose_measured(head_dims, dtype, pass_, capability=capability, smem_limit_bytes=limit)
+    return choose_for_head_dims(
+        head_dims, dtype, capability=capability, pass_=pass_, smem_limit_bytes=smem_limit_bytes
+    )

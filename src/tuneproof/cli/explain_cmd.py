@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from tuneproof.attention.paths import PATHS
@@ -27,6 +29,13 @@ from tuneproof.cli.common import command, config_option, finish, json_option, re
     default=None,
     help="GPU name (capability from the hardware table), e.g. 'RTX PRO 6000 Blackwell'; auto: this device.",
 )
+@click.option(
+    "--trace",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A torch.profiler trace: explain for the CUDA device it ran on (its capability and "
+    "sharedMemPerBlockOptin).",
+)
 @json_option
 def explain(
     config: str,
@@ -39,13 +48,17 @@ def explain(
     training: bool,
     capability: str | None,
     gpu: str | None,
+    trace: Path | None,
     json_out: bool,
 ) -> int:
     """Per attention layer type: is a mask materialised, which SDPA backend runs, what each refusal was."""
-    from tuneproof.attention.dispatch import Context, device_capability, prepare, run
+    from tuneproof.attention.dispatch import Context, prepare, run
+    from tuneproof.attention.target import device_target
 
+    target = device_target(capability, gpu, trace)
     ctx = Context(
         seq_len=seq_len, batch=batch, attn=attn, padded=padded, packed=packed, dtype=dtype,
-        training=training, capability=device_capability(capability, gpu),
+        training=training, capability=target.capability, smem_limit=target.smem_limit,
+        smem_source=target.smem_source,
     )  # fmt: skip
     return finish(run(prepare(ctx, resolve_model(config))), json_out)

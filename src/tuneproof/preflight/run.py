@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneproof.attention.target import DeviceTarget
 from tuneproof.errors import TuneproofError
 from tuneproof.preflight.config import RunConfig, from_axolotl, read_yaml
 from tuneproof.preflight.sections import Section
@@ -33,7 +34,7 @@ class PreflightPlan:
     model: Any  # ResolvedModel
     config: dict[str, Any]  # the base's config.json
     folder: Path | None  # the base's local folder (its tokenizer), when there is one
-    capability: tuple[int, int] | None
+    target: DeviceTarget  # the card: capability and shared memory (none: the CPU)
     gpu: str | None
     fit: Any
 
@@ -129,35 +130,36 @@ def _plan(run: RunConfig, gpu: str | None, fit: Any) -> PreflightPlan:
     from tuneproof.arch import resolve
     from tuneproof.arch.locate import locate_config
 
-    capability = _capability(gpu)
+    target = _target(gpu)
     model = resolve("tiny" if run.base_model == "tiny" else run.base_model)
     folder = None if run.base_model == "tiny" else locate_config(run.base_model).parent
     if run.auto_attention:  # tuneproof train's attention auto
-        run.attn = "flex_attention" if capability is not None else "sdpa"
+        run.attn = "flex_attention" if target.capability is not None else "sdpa"
     problem = model.positions_problem(run.seq_len, run.seq_len_key)
     if problem:
         raise TuneproofError(
             f"{run.source}: {problem}", "lower sequence_len, or extend the model's context first"
         )
     config = model.source if isinstance(model.source, dict) else {}
-    return PreflightPlan(run, model, config, folder, capability, gpu, fit)
+    return PreflightPlan(run, model, config, folder, target, gpu, fit)
 
 
-def _capability(gpu: str | None) -> tuple[int, int] | None:
-    """The card's capability from its name, or from a capability written as one (9.0, sm_90)."""
+def _target(gpu: str | None) -> DeviceTarget:
+    """The card from its name (its row's shared memory; "auto": this device's), or from a capability
+    written as one (9.0, sm_90: the capability's table)."""
     import re
 
-    from tuneproof.attention.dispatch import device_capability
+    from tuneproof.attention.target import device_target
 
     if gpu is None:
-        return None
+        return DeviceTarget()
     if not gpu.strip():
         raise TuneproofError(
             "{gpu} is empty", "name the card, e.g. H100, or its capability, e.g. 9.0", fields=("gpu",)
         )
     if re.fullmatch(r"\s*(\d+\.\d|sm_?\d+[a-z]?)\s*", gpu.lower()):
-        return device_capability(gpu, None)
-    return device_capability(None, gpu)
+        return device_target(gpu, None)
+    return device_target(None, gpu)
 
 
 def run(plan: PreflightPlan, progress: Callable[[str], None] | None = None) -> PreflightResult:
@@ -184,8 +186,8 @@ def run(plan: PreflightPlan, progress: Callable[[str], None] | None = None) -> P
     real = None if r.packing or not widths else int(sorted(widths)[len(widths) // 2])
     out.append(sections.ledger(r, plan.model, None if r.packing else padding, real, cov))
     say("attention dispatch")
-    out.append(sections.dispatch(r, plan.model, plan.capability))
-    out.append(sections.flex_options(plan.model, plan.capability, plan.gpu))
+    out.append(sections.dispatch(r, plan.model, plan.target))
+    out.append(sections.flex_options(plan.model, plan.target, plan.gpu))
     out.append(sections.recompiles(r, distinct))
     if cov is not None:
         out.append(_lora(r, cov))

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneproof.attention.target import DeviceTarget
 from tuneproof.preflight.config import RunConfig
 
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
@@ -98,7 +99,7 @@ def ledger(run: RunConfig, model: Any, padding: float | None, real_width: int | 
     return s
 
 
-def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> Section:
+def dispatch(run: RunConfig, model: Any, target: DeviceTarget) -> Section:
     from tuneproof.attention.dispatch import Context, advise, explain
 
     rows, width = widths(run)
@@ -109,6 +110,7 @@ def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> 
         s.lines.append(f"dispatch unknown: {run.attn} is not modelled here (no per-layer backend to name)")
         s.data = {"layers": [], "advice": [], "attn": run.attn}
         return s
+    capability = target.capability
     if capability is None:
         s.lines.append(
             "no card given (gpu): the dispatch below is this machine's CPU; pass the card for its own"
@@ -116,7 +118,8 @@ def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> 
 
     def ctx(path: str) -> Context:
         return Context(seq_len=width, batch=rows, attn=path, padded=padded and rows > 1, packed=run.packing,
-                       dtype=run.dtype, training=True, capability=capability)  # fmt: skip
+                       dtype=run.dtype, training=True, capability=capability, smem_limit=target.smem_limit,
+                       smem_source=target.smem_source)  # fmt: skip
 
     sliding = any(x.attention.kind == "sliding" for x in model.shape.layers)
     if run.hybrid and not sliding:
@@ -161,7 +164,7 @@ def dispatch(run: RunConfig, model: Any, capability: tuple[int, int] | None) -> 
     return s
 
 
-def flex_options(model: Any, capability: tuple[int, int] | None, gpu: str | None) -> Section:
+def flex_options(model: Any, target: DeviceTarget, gpu: str | None) -> Section:
     from tuneproof.attention.kernel_measure import best_choice
 
     s = Section("flex")
@@ -172,18 +175,22 @@ def flex_options(model: Any, capability: tuple[int, int] | None, gpu: str | None
             if x.attention.kind in ("full", "sliding", "chunked")
         }
     )
+    capability = target.capability
     if capability is None or not dims:
         s.lines.append("no card named: flex kernel options depend on its shared memory per block")
         s.data = {"capability": None}
         return s
     for pass_ in ("fwd", "bwd"):
-        choice = best_choice(dims, "bf16", capability, pass_)
+        choice = best_choice(dims, "bf16", capability, pass_, smem_limit_bytes=target.smem_limit)
         shown = choice.options or "{} (torch's defaults)"
         s.lines.append(f"{pass_}: kernel_options {shown} ({choice.source}): {choice.reason}")
         s.data[pass_] = {"options": choice.options, "reason": choice.reason, "smem_bytes": choice.smem_bytes,
                          "smem_limit": choice.smem_limit, "source": choice.source}  # fmt: skip
+    if target.limit_note:
+        s.lines.insert(0, target.limit_note)
     s.data["capability"] = list(capability)
     s.data["gpu"] = gpu
+    s.data["smem_limit"], s.data["smem_source"] = target.smem_limit, target.smem_source
     return s
 
 

@@ -1,0 +1,121 @@
+"""The device an explanation is for and the shared memory flex's options must fit: from a capability, a
+GPU name, "auto" or a profiler trace's deviceProperties (real traces from tests/data)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tuneproof.attention.kernel_measure import best_choice
+from tuneproof.attention.target import DeviceTarget, device_target, trace_target
+from tuneproof.cli.app import main
+from tuneproof.errors import TuneproofError
+
+DATA = Path(__file__).parent / "data"
+H800 = DATA / "deepseek_v3_train_h800.json.gz"  # DeepSeek's published V3 training trace: 9.0, 232,448 B
+V100 = DATA / "hta" / "ns_resolution_rank-0.json.gz"  # HTA's test trace, a Tesla V100: 7.0, 98,304 B
+
+
+def _trace_like(tmp_path: Path, source: Path, **changes: object) -> Path:
+    """`source`'s deviceProperties with `changes`, and one kernel row on its device."""
+    with gzip.open(source, "rt") as f:
+        props = json.load(f)["deviceProperties"]
+    props = [{**p, **changes} for p in props]
+    out = tmp_path / "trace.json"
+    event = {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 5, "args": {"device": props[0]["id"]}}
+    out.write_text(json.dumps({"deviceProperties": props, "traceEvents": [event]}))
+    return out
+
+
+def test_real_traces_give_their_cards_capability_and_limit() -> None:
+    h800 = trace_target(H800)
+    assert (h800.capability, h800.smem_limit) == ((9, 0), 232_448)
+    assert h800.smem_source == "trace deepseek_v3_train_h800.json.gz, NVIDIA H800: sharedMemPerBlockOptin"
+    v100 = trace_target(V100)
+    assert (v100.capability, v100.smem_limit) == ((7, 0), 98_304)
+    assert "Tesla V100" in (v100.smem_source or "")
+
+
+def test_the_traces_limit_decides_the_estimate(tmp_path) -> None:
+    """A 9.0 card whose trace says 101,376 B per block (not the table's 232,448 B) gets smaller tiles."""
+    small = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=101_376))
+    assert small.capability == (9, 0) and small.smem_limit == 101_376
+    table = best_choice({512}, "bf16", (9, 0), "fwd")
+    traced = best_choice({512}, "bf16", (9, 0), "fwd", smem_limit_bytes=small.smem_limit)
+    assert table.smem_limit == 232_448 and traced.smem_limit == 101_376
+    assert traced.options != table.options and traced.smem_bytes is not None
+    assert traced.smem_bytes <= 101_376 < table.smem_bytes
+    assert "capability 9.0, the device's limit" in traced.reason
+
+
+def test_explain_with_a_trace_prints_the_limit_and_sizes_flex_by_it(tmp_path, capsys) -> None:
+    tight = _trace_like(tmp_path, H800, sharedMemPerBlockOptin=20_000)
+    argv = ["explain", "--config", "tiny", "--seq-len", "256", "--attn", "flex_attention", "--training"]
+    assert main([*argv, "--trace", str(tight), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["context"]["device"] == "cuda sm_90" and out["context"]["smem_limit"] == 20_000
+    assert out["context"]["smem_source"] == "trace trace.json, NVIDIA H800: sharedMemPerBlockOptin"
+    for p in ("fwd", "bwd"):
+        got = out["flex_kernel_options"][p]
+        assert got["smem_limit"] == 20_000 and got["options"] and got["smem_bytes"] <= 20_000
+    assert main([*argv, "--trace", str(H800)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "shared memory per block: 232,448 B (trace deepseek_v3_train_h800.json.gz, NVIDIA H800" in text
+
+
+def test_a_trace_without_the_limit_keeps_the_table(tmp_path) -> None:
+    t = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=None))
+    assert t == DeviceTarget((9, 0))
+    assert best_choice({512}, "bf16", (9, 0), "fwd").smem_limit == 232_448
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        (DATA / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", "(ROCm, gfx9 family"),
+        (DATA / "cpu_tiny_sdpa.json.gz", "CPU only (no deviceProperties in the trace and no device rows)"),
+    ],
+)
+def test_a_trace_from_no_cuda_device_is_refused(path: Path, message: str) -> None:
+    with pytest.raises(TuneproofError) as e:
+        trace_target(path)
+    assert message in e.value.message and "no CUDA compute capability to explain for" in e.value.message
+
+
+def test_a_trace_from_a_capability_without_rules_names_the_trace(tmp_path) -> None:
+    pascal = _trace_like(tmp_path, V100, computeMajor=6, computeMinor=1, name="Tesla P40")
+    with pytest.raises(TuneproofError) as e:
+        trace_target(pascal)
+    assert e.value.fields == ("trace", "capability")
+    assert e.value.message.startswith(
+        "trace trace.json ran on Tesla P40 (compute capability 6.1), a capability tuneproof has no rules for"
+    )
+
+
+def test_one_device_source_at_a_time_and_the_named_rows_limit(monkeypatch) -> None:
+    with pytest.raises(TuneproofError, match=r"gpu and trace together \(give one of them\)"):
+        device_target(None, "H100", H800)
+    with pytest.raises(TuneproofError, match=r"capability and gpu and trace together"):
+        device_target("9.0", "H100", H800)
+    assert device_target(None, None) == DeviceTarget()
+    assert device_target("sm_90", None) == DeviceTarget((9, 0))
+    row = device_target(None, "L4")
+    assert (row.capability, row.smem_limit, row.smem_source) == (
+        (8, 9),
+        101_376,
+        "the L4 row of the GPU table",
+    )
+
+
+def test_auto_takes_the_devices_own_limit(monkeypatch) -> None:
+    from test_hardware import _fake_device
+
+    _fake_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
+    t = device_target(None, "auto")
+    assert (t.capability, t.smem_limit) == ((8, 9), 101_000)
+    assert t.smem_source == "this device: torch's shared_memory_per_block_optin"
+    _fake_device(monkeypatch, "Tesla T4", (7, 5), None)  # torch without the field: the table's limit
+    assert device_target(None, "auto") == DeviceTarget((7, 5))
