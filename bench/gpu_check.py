@@ -7,7 +7,8 @@ then, each step in its own process with its own time limit (STEPS below):
 - flex options: every option the chooser picks compiles and runs fwd and bwd; torch's defaults too;
 - probe: the fit's and the kernel table's quadratic shares cross-checked at 3 widths;
 - flex vs sdpa: the model's step time at 2k-16k;
-- train: `tuneproof train` with flex, the callback's FLOPs and MFU against FlopCounterMode's count.
+- train: `tuneproof train` with flex, the callback's FLOPs and MFU against FlopCounterMode's count
+  (outside attention they must agree; attention side by side: torch counts flex's full square).
 No step starts past the global deadline (those are listed as skipped). The summary table is printed
 and written to bench/results/gpu-<device>.txt.
 
