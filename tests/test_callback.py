@@ -358,3 +358,40 @@ def test_flop_advice_is_given_only_when_its_excess_is_material(monkeypatch) -> N
     assert all("% of the micro-batch's FLOPs are attention excess" in x for x in lines)
     monkeypatch.setattr(cb, "SLOW_PATH_WARN", 0.99)  # a model where attention is a sliver of the step
     assert cb.first_step_warnings(run, step, pending) == []
+
+
+def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread() -> None:
+    """Padding past every row of a micro-batch is the collator's multiple (Axolotl pads to 64): bucketing
+    cannot remove it, and the warning says so; the spread inside micro-batches is what bucketing fixes."""
+    import torch
+
+    from tuneproof.flops.microbatch import StepFlops
+    from tuneproof.integrations.advice import padding_line
+
+    def step(batches: list[tuple[int, int, list[int]]]) -> tuple[StepFlops, list]:
+        tokens = sum(sum(rows) for _, _, rows in batches)
+        slots = sum(b * w for b, w, _ in batches)
+        pending = [(b, w, torch.tensor(rows)) for b, w, rows in batches]
+        return StepFlops(1, 0.0, 0.0, 1.0, tokens, slots, len(batches)), pending
+
+    collator = padding_line(*step([(2, 128, [60, 64]), (2, 128, [70, 72])]), bucketed=True)
+    assert collator == (
+        "48 % of the first step's token slots are padding, 47 points of it past each micro-batch's longest "
+        "row: the collator pads to a multiple (pad_to_multiple_of; Axolotl pads to 64): lower the multiple, "
+        "or pack"
+    )
+    spread = step([(2, 64, [64, 10])])
+    assert padding_line(*spread, bucketed=False) == (
+        "42 % of the first step's token slots are padding: bucket by length "
+        "(tuneproof.integrations.hf.use_bucketing) or pack"
+    )
+    assert padding_line(*spread, bucketed=True) == (
+        "42 % of the first step's token slots are padding although the batches are bucketed: narrower "
+        "buckets, or pack"
+    )
+    assert padding_line(*step([(2, 64, [64, 60])]), bucketed=False) is None  # 3 %: below the warning
+    no_mask = StepFlops(1, 0.0, 0.0, 1.0, 100, 128, 1), [(2, 64, None)]  # no mask: every row full
+    assert padding_line(*no_mask, bucketed=False) == (
+        "22 % of the first step's token slots are padding: bucket by length "
+        "(tuneproof.integrations.hf.use_bucketing) or pack"
+    )

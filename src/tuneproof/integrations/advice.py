@@ -22,13 +22,7 @@ def first_step_warnings(
     batches on global layers), and padding above 10 %. `run` is the callback's reading of the run
     (`read_run`); `pending` the step's micro-batches `(batch, width, row lengths or None)`. `bucketed`:
     the batches come from the bucketing sampler already, so advice to bucket is left out."""
-    out = []
-    padding = 1 - step.tokens / step.slots if step.slots else 0.0
-    if padding > PADDING_WARN:
-        out.append(
-            f"{100 * padding:.0f} % of the first step's token slots are padding: bucket by length "
-            "(tuneproof.integrations.hf.use_bucketing) or pack"
-        )
+    out = [] if (line := padding_line(step, pending, bucketed)) is None else [line]
     if not pending:
         return out
     from tuneproof.attention.dispatch import BUCKET_ADVICE, FLEX_ADVICE, Context, explain
@@ -54,6 +48,26 @@ def first_step_warnings(
         f"attention excess): {line}"
         for line in advice
     ]
+
+
+def padding_line(step: StepFlops, pending: list[tuple[int, int, Any]], bucketed: bool) -> str | None:
+    """The first step's padding above PADDING_WARN, and what to do about it: padding past each
+    micro-batch's longest row is the collator's (a pad_to_multiple_of, Axolotl pads to 64), which
+    bucketing cannot remove; the rest is the length spread inside micro-batches, which it can."""
+    padding = 1 - step.tokens / step.slots if step.slots else 0.0
+    if padding <= PADDING_WARN:
+        return None
+    head = f"{100 * padding:.0f} % of the first step's token slots are padding"
+    past = sum(b * (w - max(rows_of(b, w, n))) for b, w, n in pending)  # slots past the longest row
+    collator = past / step.slots if step.slots else 0.0
+    if collator > padding / 2:
+        return (
+            f"{head}, {100 * collator:.0f} points of it past each micro-batch's longest row: the collator "
+            "pads to a multiple (pad_to_multiple_of; Axolotl pads to 64): lower the multiple, or pack"
+        )
+    if bucketed:
+        return f"{head} although the batches are bucketed: narrower buckets, or pack"
+    return f"{head}: bucket by length (tuneproof.integrations.hf.use_bucketing) or pack"
 
 
 def _attention_excess_share(run: Any, batch: int, width: int, rows: tuple[int, ...]) -> float:
