@@ -390,8 +390,34 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
         "buckets, or pack"
     )
     assert padding_line(*step([(2, 64, [64, 60])]), bucketed=False) is None  # 3 %: below the warning
+    both = step([(2, 192, [8, 150])])  # a spread of 8/150, padded to 192 (a multiple of 64)
+    assert padding_line(*both, bucketed=False) == (
+        "59 % of the first step's token slots are padding: bucket by length "
+        "(tuneproof.integrations.hf.use_bucketing) or pack; 22 points of it past each micro-batch's longest "
+        "row: the collator pads to a multiple (pad_to_multiple_of; Axolotl pads to 64)"
+    )
     no_mask = StepFlops(1, 0.0, 0.0, 1.0, 100, 128, 1), [(2, 64, None)]  # no mask: every row full
     assert padding_line(*no_mask, bucketed=False) == (
         "22 % of the first step's token slots are padding: bucket by length "
         "(tuneproof.integrations.hf.use_bucketing) or pack"
     )
+
+
+def test_padding_the_collator_adds_gets_no_advice_to_bucket() -> None:
+    """The slow-path warning's "bucket to avoid padding" is left out where the padding is past every row
+    (the collator's multiple): bucketing would not remove it."""
+    import torch
+
+    from tuneproof.attention.dispatch import BUCKET_ADVICE
+    from tuneproof.flops.microbatch import StepFlops
+    from tuneproof.integrations.advice import first_step_warnings
+
+    run = _tiny_run()
+    rows = [60, 62]  # one length spread of 2, padded to 128 by a multiple-of-64 collator
+    step = StepFlops(1, 0.0, 0.0, 1.0, sum(rows), 2 * 128, 1)
+    lines = first_step_warnings(run, step, [(2, 128, torch.tensor(rows))])
+    assert any("past each micro-batch's longest row" in x for x in lines)
+    assert not any(BUCKET_ADVICE in x for x in lines), lines
+    spread = StepFlops(1, 0.0, 0.0, 1.0, 128 + 20, 2 * 128, 1)  # the same width, one row of 20: a spread
+    lines = first_step_warnings(run, spread, [(2, 128, torch.tensor([128, 20]))])
+    assert any(BUCKET_ADVICE in x for x in lines), lines

@@ -48,7 +48,7 @@ def test_the_traces_limit_decides_the_estimate(tmp_path) -> None:
     assert table.smem_limit == 232_448 and traced.smem_limit == 101_376
     assert traced.options != table.options and traced.smem_bytes is not None
     assert traced.smem_bytes <= 101_376 < table.smem_bytes
-    assert "capability 9.0, the device's limit" in traced.reason
+    assert "> 101,376 B per block (capability 9.0)" in traced.reason
 
 
 def test_explain_with_a_trace_prints_the_limit_and_sizes_flex_by_it(tmp_path, capsys) -> None:
@@ -66,10 +66,65 @@ def test_explain_with_a_trace_prints_the_limit_and_sizes_flex_by_it(tmp_path, ca
     assert "shared memory per block: 232,448 B (trace deepseek_v3_train_h800.json.gz, NVIDIA H800" in text
 
 
-def test_a_trace_without_the_limit_keeps_the_table(tmp_path) -> None:
-    t = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=None))
-    assert t == DeviceTarget((9, 0))
-    assert best_choice({512}, "bf16", (9, 0), "fwd").smem_limit == 232_448
+@pytest.mark.parametrize("value", [None, 0, -5, "101376", True, 1e30, 101376.5, 2**31])
+def test_a_trace_without_a_valid_limit_takes_the_table_and_says_why(tmp_path, value: object) -> None:
+    t = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=value))
+    assert (t.capability, t.smem_limit) == ((9, 0), 232_448)
+    assert t.smem_source == (
+        f"the capability 9.0 table; the trace gives no valid sharedMemPerBlockOptin (device 0: {value!r})"
+    )
+
+
+def test_the_real_trace_without_the_field_names_the_table() -> None:
+    t = trace_target(DATA / "zoo_sm90.json.gz")
+    assert t.smem_limit == 232_448 and (t.smem_source or "").startswith("the capability 9.0 table; the trace")
+
+
+def _two_devices(tmp_path: Path, second: dict[str, object], kernels_on: tuple[int, ...] = (0, 1)) -> Path:
+    with gzip.open(H800, "rt") as f:
+        first = json.load(f)["deviceProperties"][0]
+    props = [{**first, "id": 0}, {**first, "id": 1, **second}]
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "ts": i, "dur": 5, "args": {"device": d}}
+              for i, d in enumerate(kernels_on)]  # fmt: skip
+    out = tmp_path / "two.json"
+    out.write_text(json.dumps({"deviceProperties": props, "traceEvents": events}))
+    return out
+
+
+def test_a_trace_over_several_devices_is_judged_on_all_it_ran_on(tmp_path) -> None:
+    smaller = trace_target(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 101_376}))
+    assert smaller.smem_limit == 101_376  # options that fit every device the kernels ran on
+    assert (smaller.smem_source or "").endswith("sharedMemPerBlockOptin (the smallest of devices 0, 1)")
+    idle = trace_target(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 1_000}, kernels_on=(0,)))
+    assert idle.smem_limit == 232_448  # a listed device no kernel ran on does not count
+    with pytest.raises(TuneproofError, match=r"ran kernels on devices of capability 9.0 and others"):
+        trace_target(_two_devices(tmp_path, {"computeMajor": 12, "computeMinor": 0}))
+    with pytest.raises(TuneproofError, match=r"kernels ran on device 3, which its deviceProperties do not"):
+        trace_target(_two_devices(tmp_path, {}, kernels_on=(0, 3)))
+
+
+def test_a_malformed_capability_or_name_in_a_trace(tmp_path) -> None:
+    with pytest.raises(TuneproofError) as e:
+        trace_target(_trace_like(tmp_path, H800, computeMajor=9.5))
+    assert "NVIDIA H800 has computeMajor 9.5, computeMinor 0: not a compute capability" in e.value.message
+    escaped = trace_target(_trace_like(tmp_path, H800, name="NVIDIA \x1b[31mH800"))
+    assert "\x1b" not in (escaped.smem_source or "") and "NVIDIA [31mH800" in (escaped.smem_source or "")
+
+
+def test_explain_still_explains_where_no_flex_option_fits_the_card(capsys) -> None:
+    """A T4 (65,536 B) at head_dim 512 in fp32: no flex block size fits; the SDPA dispatch is explained,
+    and the advice says flex cannot run here rather than advising it."""
+    config = str(Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json")
+    argv = ["explain", "--config", config, "--seq-len", "4096", "--padded", "--batch", "2", "--gpu", "T4"]
+    assert main([*argv, "--dtype", "fp32", "--training", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [x["backend"] for x in out["layers"]] and out["flex_kernel_options"]["fwd"]["options"] is None
+    assert out["flex_kernel_options"]["fwd"]["reason"].startswith("no flex block size fits 65,536 B")
+    advice = " ".join(out["advice"])
+    assert "flex_attention would skip the blocks outside the window, but cannot run on this card" in advice
+    assert "use flex_attention" not in advice and "nor can flex_attention on this card" in advice
+    assert main([*argv, "--dtype", "fp32", "--attn", "flex_attention"]) == 0
+    assert "flex_attention cannot run on this card" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize(
@@ -101,7 +156,8 @@ def test_one_device_source_at_a_time_and_the_named_rows_limit(monkeypatch) -> No
     with pytest.raises(TuneproofError, match=r"capability and gpu and trace together"):
         device_target("9.0", "H100", H800)
     assert device_target(None, None) == DeviceTarget()
-    assert device_target("sm_90", None) == DeviceTarget((9, 0))
+    table = DeviceTarget((9, 0), 232_448, "the capability 9.0 table")
+    assert device_target("sm_90", None) == device_target(None, " 9.0 ") == table  # a capability as a GPU
     row = device_target(None, "L4")
     assert (row.capability, row.smem_limit, row.smem_source) == (
         (8, 9),
@@ -118,4 +174,8 @@ def test_auto_takes_the_devices_own_limit(monkeypatch) -> None:
     assert (t.capability, t.smem_limit) == ((8, 9), 101_000)
     assert t.smem_source == "this device: torch's shared_memory_per_block_optin"
     _fake_device(monkeypatch, "Tesla T4", (7, 5), None)  # torch without the field: the table's limit
-    assert device_target(None, "auto") == DeviceTarget((7, 5))
+    assert device_target(None, "auto") == DeviceTarget(
+        (7, 5),
+        65_536,
+        "the capability 7.5 table; torch reports no shared_memory_per_block_optin for this device",
+    )

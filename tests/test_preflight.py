@@ -370,3 +370,49 @@ def test_with_real_lengths_the_ledger_prices_the_median_micro_batch(
     _, d = _findings(tmp_path, body, capsys, monkeypatch, hub)
     assert d["sections"]["flops"]["width"] <= 448  # a real batch's width, not sequence_len's 2048
     assert "the median micro-batch on the real lengths" in d["sections"]["flops"]["lines"][0]
+
+
+@pytest.mark.parametrize(
+    ("keys", "gpu", "dtype"),
+    [
+        ("bf16: false\n", "H100", "fp32"),  # neither half precision: Axolotl trains in fp32
+        ("bf16: false\nfp16: true\n", "H100", "fp16"),
+        ("fp16: true\n", "H100", "fp16"),  # bf16's default "auto" gives way to fp16
+        ("", "T4", "fp16"),  # bf16 auto on a card without bf16: fp16
+        ("", "H100", "bf16"),
+    ],
+)
+def test_the_runs_precision_is_axolotls_and_sizes_the_flex_options(
+    tmp_path: Path, capsys, monkeypatch, hub, keys: str, gpu: str, dtype: str
+) -> None:
+    run = tmp_path / "r.yml"
+    run.write_text(f"base_model: {_local_model(tmp_path)}\nsequence_len: 1024\n{keys}")
+    code, out, _ = _preflight([str(run), "--gpu", gpu, "--json"], capsys, monkeypatch, hub)
+    assert code in (0, 1)
+    d = json.loads(out)
+    assert d["run"]["dtype"] == dtype
+    assert f"{dtype})" in d["sections"]["flex"]["fwd"]["reason"]  # "(fwd, head_dim 64, fp32)"
+    assert (
+        d["sections"]["flex"]["smem_source"]
+        == f"the {'T4' if gpu == 'T4' else 'H100 SXM'} row of the GPU table"
+    )
+    notes = " ".join(d["notes"])
+    assert ("Axolotl trains in fp16" in notes) == (gpu == "T4")
+
+
+def test_a_run_on_flex_where_no_block_size_fits_is_a_finding(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    """Gemma-4's head_dim 512 in fp32 on a T4 (65,536 B per block): flex cannot run; the check says so
+    instead of refusing the whole config."""
+    run = tmp_path / "r.yml"
+    gemma = (DATA.parent.parent / "examples" / "preflight" / "gemma4-26b-a4b-sdpa.yml").read_text()
+    run.write_text(
+        gemma.replace("sdp_attention: true", "flex_attention: true").replace("bf16: auto", "bf16: false")
+    )
+    monkeypatch.chdir(DATA.parent.parent)
+    code, out, err = _preflight([str(run), "--gpu", "T4"], capsys, monkeypatch, hub)
+    assert code == 1, err
+    text = " ".join(out.split())
+    assert "fwd: flex_attention cannot run on this card: no flex block size fits 65,536 B" in text
+    assert "flex: the run uses flex_attention, which cannot run on this card" in text

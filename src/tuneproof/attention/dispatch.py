@@ -89,6 +89,12 @@ class Context:
             raise TuneproofError("a packed row of width 1 holds one document", "pack rows of width 2 or more")
         if self.smem_limit is not None:
             validate.integer("smem_limit", self.smem_limit, low=1, high=1 << 30, hint="bytes per block")
+        elif self.capability is not None:  # no device limit given: the capability's table, named as such
+            from tuneproof.attention.target import _table
+
+            table = _table(self.capability)
+            object.__setattr__(self, "smem_limit", table.smem_limit)
+            object.__setattr__(self, "smem_source", table.smem_source)
         if self.capability is not None and self.capability not in R.KNOWN_CAPABILITIES:
             raise TuneproofError(
                 f"unknown {{capability}} {self.capability}", "use MAJOR.MINOR", fields=("capability",)
@@ -324,7 +330,12 @@ def _kernel_options(ctx: Context, layers: list[LayerExplanation]) -> dict[str, A
     dims = {x.head_dim for x in layers}
     out: dict[str, Any] = {}
     for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-        c = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
+        try:
+            c = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
+        except TuneproofError as e:  # no block size fits this card: flex is no option here, the rest stands
+            out[p] = {"options": None, "smem_bytes": None, "smem_limit": ctx.smem_limit, "source": None,
+                      "reason": e.message}  # fmt: skip
+            continue
         out[p] = {"options": c.options, "smem_bytes": c.smem_bytes, "smem_limit": c.smem_limit,
                   "source": c.source, "reason": c.reason}  # fmt: skip
     return out
@@ -367,9 +378,9 @@ def _flex_training_on_cpu(ctx: Context) -> bool:
     return ctx.training and cpu and not PATHS["flex_attention"].backward_on_cpu
 
 
-def _flex_options(layers: list[LayerExplanation], ctx: Context) -> tuple[str, str]:
+def _flex_options(layers: list[LayerExplanation], ctx: Context) -> tuple[str | None, str]:
     """The one kernel_options flex needs for every head_dim here (measured on this device when it is the
-    one explained, else estimated), and why, per pass."""
+    one explained, else estimated), and why, per pass; None and the reason where no block size fits."""
     from tuneproof.attention.kernel_measure import best_choice
 
     assert ctx.capability is not None
@@ -377,7 +388,10 @@ def _flex_options(layers: list[LayerExplanation], ctx: Context) -> tuple[str, st
     picked: dict[str, int] = {}
     reasons = []
     for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-        choice = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
+        try:
+            choice = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
+        except TuneproofError as e:
+            return None, f"{p}: {e.message}"
         picked.update(choice.options)
         reasons.append(f"{p}, {choice.source}: {choice.reason}")
     return str(picked or "{} (defaults fit)"), "; ".join(reasons)
@@ -391,18 +405,23 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
         for x in layers
         if x.layer_type == "sliding" and x.mask_materialised and ctx.attn != "flex_attention"
     ]
-    if ctx.attn == "flex_attention" and ctx.capability is not None and layers:
-        picked, why = _flex_options(layers, ctx)
-        out.append(f"flex_attention: pass kernel_options {picked} ({why})")
-    if dense_sliding:
-        opts = ""
-        if ctx.capability is not None:
-            picked, why = _flex_options(layers, ctx)
-            opts = f" with kernel_options {picked} ({why})"
-        where = " on a CUDA device (it has no backward on the CPU)" if _flex_training_on_cpu(ctx) else ""
+    # flex's options for this card (None: no block size fits it; "": no card, nothing to size)
+    picked, why = _flex_options(layers, ctx) if ctx.capability is not None and layers else ("", "")
+    if ctx.attn == "flex_attention" and picked != "":
         out.append(
-            f"{FLEX_ADVICE}{opts}{where}: the sliding layers compute the full {ctx.seq_len}x{ctx.seq_len} "
-            "square today; flex skips the blocks outside the window"
+            f"flex_attention: pass kernel_options {picked} ({why})"
+            if picked
+            else f"flex_attention cannot run on this card ({why}): use another attention backend"
+        )
+    if dense_sliding:
+        opts = f" with kernel_options {picked} ({why})" if picked else ""
+        where = " on a CUDA device (it has no backward on the CPU)" if _flex_training_on_cpu(ctx) else ""
+        square = f"the sliding layers compute the full {ctx.seq_len}x{ctx.seq_len} square today"
+        out.append(
+            f"{square}; flex_attention would skip the blocks outside the window, but cannot run on this "
+            f"card ({why})"
+            if picked is None
+            else f"{FLEX_ADVICE}{opts}{where}: {square}; flex skips the blocks outside the window"
         )
     if ctx.padded and any(x.layer_type == "full" and x.mask_materialised for x in layers):
         out.append(
@@ -410,9 +429,14 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
             "is_causal and skip half the square"
         )
     if any(x.backend == "efficient" and x.head_dim > 128 for x in layers):
+        flex = (
+            "flex_attention is the path that compiles for this card"
+            if picked is not None
+            else ("nor can flex_attention on this card (its shared memory)")
+        )
         out.append(
             "head_dim > 128 on the memory-efficient backend runs its gmem tier, the slowest; flash "
-            "cannot take head_dim > 256 at all: flex_attention is the path that compiles for this card"
+            f"cannot take head_dim > 256 at all: {flex}"
         )
     if ctx.attn == "sdpa" and ctx.capability is not None and any(x.mask_materialised for x in layers):
         out.append(

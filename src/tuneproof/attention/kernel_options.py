@@ -178,8 +178,6 @@ def choose_kernel_options(
     estimate = smem_fwd if pass_ == "fwd" else smem_bwd
     need = estimate(bm, bn, head_dim, dtype, stages)
     where = f"capability {cap[0]}.{cap[1]}" if capability else "given limit"
-    if capability and smem_limit_bytes is not None:
-        where += ", the device's limit"
     default = (
         f"default {bm}x{bn} x {stages} stage{'s' * (stages > 1)} ({pass_}, head_dim {head_dim}, {dtype})"
     )

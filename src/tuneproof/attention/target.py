@@ -6,8 +6,10 @@ cudaGetDeviceProperties on the card the run used).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tuneproof.errors import TuneproofError
 
@@ -28,24 +30,42 @@ class DeviceTarget:
         return f"shared memory per block: {self.smem_limit:,} B ({self.smem_source})"
 
 
+CAPABILITY_TEXT = re.compile(r"\s*(\d+\.\d|sm_?\d+[a-z]?)\s*", re.I)  # 9.0, sm_90: a capability
+
+
 def device_target(capability: str | None, gpu: str | None, trace: Path | None = None) -> DeviceTarget:
-    """At most one of a capability ('9.0', 'sm_90'), a GPU name or "auto", and a trace; none: the CPU."""
-    given = [
-        name for name, v in (("capability", capability), ("gpu", gpu), ("trace", trace)) if v is not None
-    ]
+    """At most one of a capability ('9.0', 'sm_90'), a GPU name, "auto" or a capability written as a
+    GPU, and a trace; none: the CPU. Every CUDA target carries the limit flex's options must fit, and
+    where it came from."""
+    sources = (("capability", capability), ("gpu", gpu), ("trace", trace))
+    given = [name for name, v in sources if v is not None]
     if len(given) > 1:
         raise TuneproofError(
             " and ".join(f"{{{g}}}" for g in given) + " together", "give one of them", fields=tuple(given)
         )
+    if gpu is not None and CAPABILITY_TEXT.fullmatch(gpu):
+        capability = gpu
     if capability is not None:
         from tuneproof.attention.dispatch import parse_capability
 
-        return DeviceTarget(parse_capability(capability))
+        return _table(parse_capability(capability))
     if gpu is not None:
         return _gpu_target(gpu)
     if trace is not None:
         return trace_target(trace)
     return DeviceTarget()
+
+
+def _table(capability: tuple[int, int], why: str = "") -> DeviceTarget:
+    """The capability's limit from the table (`kernel_options.smem_limit`), `why` saying why not the
+    device's own; a capability the table lacks keeps no limit (the chooser then refuses it)."""
+    from tuneproof.attention.kernel_options import smem_limit
+
+    try:
+        limit = smem_limit(capability)
+    except TuneproofError:
+        return DeviceTarget(capability)
+    return DeviceTarget(capability, limit, f"the capability {capability[0]}.{capability[1]} table{why}")
 
 
 def _gpu_target(gpu: str) -> DeviceTarget:
@@ -54,41 +74,115 @@ def _gpu_target(gpu: str) -> DeviceTarget:
     capability = capability_of(gpu)  # refuses ROCm and unknown names
     if _normalise_name(gpu) == AUTO:
         smem = device_smem_limit()  # None where torch lacks the field: the capability's table stands
-        return DeviceTarget(
-            capability, smem, "this device: torch's shared_memory_per_block_optin" if smem else None
-        )
+        if smem is None:
+            return _table(capability, "; torch reports no shared_memory_per_block_optin for this device")
+        return DeviceTarget(capability, smem, "this device: torch's shared_memory_per_block_optin")
     row = lookup_gpu(gpu)
     return DeviceTarget(capability, row.smem_per_block_optin, f"the {row.name} row of the GPU table")
 
 
+def _printable(text: object) -> str:
+    """A name from a file, safe to print: control characters (an ANSI escape) dropped."""
+    return "".join(c for c in str(text) if c.isprintable())
+
+
 def trace_target(trace: Path) -> DeviceTarget:
-    """The device a torch.profiler trace ran on: its compute capability and `sharedMemPerBlockOptin`.
-    A trace from a ROCm device, or one without CUDA device properties, is refused with the reason."""
-    from tuneproof.attention.dispatch import parse_capability
+    """The device a torch.profiler trace ran its kernels on: its compute capability and
+    `sharedMemPerBlockOptin`. A ROCm or CPU-only trace, kernels on a device its deviceProperties do not
+    describe, and kernels on cards of different capabilities are refused with the reason; cards of one
+    capability with different limits give the smallest; no valid limit, the capability's table."""
     from tuneproof.measure.kernels import load_trace
-    from tuneproof.measure.trace_device import device_info, smem_limit_bytes
 
     data = load_trace(trace)
+    entries = _used_entries(data, trace.name)
+    capability = _trace_capability(data, entries[0], trace.name)
+    for other in entries[1:]:
+        if _trace_capability(data, other, trace.name) != capability:
+            raise TuneproofError(
+                f"{{trace}} {trace.name} ran kernels on devices of capability "
+                f"{capability[0]}.{capability[1]} and others: one explanation cannot hold for both",
+                "give one rank's trace, or name the card ({gpu})",
+                fields=("trace", "gpu"),
+            )
+    limits: dict[Any, Any] = {e.get("id"): e.get("sharedMemPerBlockOptin") for e in entries}
+    bad = {
+        k: v
+        for k, v in limits.items()
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 1 << 30
+    }
+    if bad:
+        shown = ", ".join(f"device {k}: {v!r}" for k, v in bad.items())
+        return _table(capability, f"; the trace gives no valid sharedMemPerBlockOptin ({shown})")
+    smem = min(limits.values())
+    names = sorted({_printable(e.get("name", "?")) for e in entries})
+    several = (
+        f" (the smallest of devices {', '.join(str(k) for k in limits)})"
+        if len(set(limits.values())) > 1
+        else ""
+    )
+    return DeviceTarget(
+        capability, smem, f"trace {trace.name}, {', '.join(names)}: sharedMemPerBlockOptin{several}"
+    )
+
+
+def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The deviceProperties entries of the devices the trace's kernels ran on (every entry when no
+    kernel row names its device); refused when a kernel's device has no entry, or nothing is CUDA."""
+    from tuneproof.measure.trace_device import OLD_KEYS, device_info
+
     info = device_info(data, data["traceEvents"], "device")
-    where = f"{trace.name}"
-    if info.get("platform") != "cuda" or "computeMajor" not in info:
+    if info.get("platform") != "cuda":
         raise TuneproofError(
-            f"{{trace}} {where}: {info['description']}: no CUDA compute capability to explain for",
+            f"{{trace}} {where}: {_printable(info['description'])}: no CUDA compute capability to "
+            "explain for",
             "give a trace recorded on a CUDA device, or name the card",
             fields=("trace",),
         )
-    try:
-        capability = parse_capability(f"{info['computeMajor']}.{info['computeMinor']}")
-    except TuneproofError:
-        from tuneproof.attention import rules
+    raw = data.get("deviceProperties") or data.get("computeProperties") or []
+    entries: dict[Any, dict[str, Any]] = {
+        e.get("id"): {OLD_KEYS.get(str(k), str(k)): v for k, v in e.items()}
+        for e in raw
+        if isinstance(e, dict)
+    }
+    used = {
+        e["args"]["device"]
+        for e in data["traceEvents"]
+        if str(e.get("cat", "")).lower() == "kernel"
+        and isinstance(e.get("args"), dict)
+        and "device" in e["args"]
+    }
+    missing = sorted(str(d) for d in used if d not in entries)
+    if missing:
+        raise TuneproofError(
+            f"{{trace}} {where}: kernels ran on device {', '.join(missing)}, which its deviceProperties do "
+            "not describe",
+            "give a trace whose deviceProperties list every device it ran on, or name the card ({gpu})",
+            fields=("trace", "gpu"),
+        )
+    return [entries[d] for d in sorted(used, key=str)] if used else list(entries.values())
 
+
+def _trace_capability(data: dict[str, Any], entry: dict[str, Any], where: str) -> tuple[int, int]:
+    from tuneproof.attention import rules
+    from tuneproof.attention.dispatch import parse_capability
+
+    major, minor = entry.get("computeMajor"), entry.get("computeMinor")
+    name = _printable(entry.get("name", "a device"))
+    ints = all(isinstance(x, int) and not isinstance(x, bool) for x in (major, minor))
+    if not ints:
+        raise TuneproofError(
+            f"{{trace}} {where}: {name} has computeMajor {major!r}, computeMinor {minor!r}: not a compute "
+            "capability",
+            "give a trace written by torch.profiler, or name the card ({gpu})",
+            fields=("trace", "gpu"),
+        )
+    try:
+        return parse_capability(f"{major}.{minor}")
+    except TuneproofError:
         known = ", ".join(f"{a}.{b}" for a, b in rules.KNOWN_CAPABILITIES)
         raise TuneproofError(
-            f"{{trace}} {where} ran on {info['description']}, a capability tuneproof has no rules for",
+            f"{{trace}} {where} ran on {name} (compute capability {major}.{minor}), a capability tuneproof "
+            "has no rules for",
             f"explain for one it has instead ({{capability}}: {known})",
             fields=("trace", "capability"),
         ) from None
-    smem = smem_limit_bytes(info)
-    if smem is None:
-        return DeviceTarget(capability)
-    return DeviceTarget(capability, smem, f"trace {where}, {info['name']}: sharedMemPerBlockOptin")

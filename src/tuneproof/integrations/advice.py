@@ -41,7 +41,8 @@ def first_step_warnings(
     share = _attention_excess_share(run, batch, width, rows)
     if share < SLOW_PATH_WARN:  # the FLOP-only advice would save less than this: not worth a warning
         advice = [a for a in advice if not a.startswith((FLEX_ADVICE, BUCKET_ADVICE))]
-    if bucketed:
+    padding = 1 - step.tokens / step.slots if step.slots else 0.0
+    if bucketed or _past_longest(step, pending) > padding / 2:  # bucketing would not remove this padding
         advice = [a for a in advice if not a.startswith(BUCKET_ADVICE)]
     return out + [
         f"slow attention path at width {width} ({100 * share:.1f} % of the micro-batch's FLOPs are "
@@ -50,24 +51,32 @@ def first_step_warnings(
     ]
 
 
+def _past_longest(step: StepFlops, pending: list[tuple[int, int, Any]]) -> float:
+    """The share of the step's token slots past each micro-batch's longest row: the collator's padding
+    to a multiple (pad_to_multiple_of; Axolotl pads to 64), which bucketing cannot remove."""
+    past = sum(b * (w - max(rows_of(b, w, n))) for b, w, n in pending)
+    return past / step.slots if step.slots else 0.0
+
+
 def padding_line(step: StepFlops, pending: list[tuple[int, int, Any]], bucketed: bool) -> str | None:
     """The first step's padding above PADDING_WARN, and what to do about it: padding past each
-    micro-batch's longest row is the collator's (a pad_to_multiple_of, Axolotl pads to 64), which
-    bucketing cannot remove; the rest is the length spread inside micro-batches, which it can."""
+    micro-batch's longest row is the collator's multiple, which bucketing cannot remove; the rest is the
+    length spread inside micro-batches, which it can."""
     padding = 1 - step.tokens / step.slots if step.slots else 0.0
     if padding <= PADDING_WARN:
         return None
     head = f"{100 * padding:.0f} % of the first step's token slots are padding"
-    past = sum(b * (w - max(rows_of(b, w, n))) for b, w, n in pending)  # slots past the longest row
-    collator = past / step.slots if step.slots else 0.0
+    collator = _past_longest(step, pending)
+    multiple = (
+        f"{100 * collator:.0f} points of it past each micro-batch's longest row: the collator pads to a "
+        "multiple (pad_to_multiple_of; Axolotl pads to 64)"
+    )
     if collator > padding / 2:
-        return (
-            f"{head}, {100 * collator:.0f} points of it past each micro-batch's longest row: the collator "
-            "pads to a multiple (pad_to_multiple_of; Axolotl pads to 64): lower the multiple, or pack"
-        )
+        return f"{head}, {multiple}: lower the multiple, or pack"
+    also = f"; {multiple}" if collator > PADDING_WARN / 2 else ""
     if bucketed:
-        return f"{head} although the batches are bucketed: narrower buckets, or pack"
-    return f"{head}: bucket by length (tuneproof.integrations.hf.use_bucketing) or pack"
+        return f"{head} although the batches are bucketed: narrower buckets, or pack{also}"
+    return f"{head}: bucket by length (tuneproof.integrations.hf.use_bucketing) or pack{also}"
 
 
 def _attention_excess_share(run: Any, batch: int, width: int, rows: tuple[int, ...]) -> float:

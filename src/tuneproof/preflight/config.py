@@ -100,6 +100,7 @@ class RunConfig:
     fsdp: dict[str, Any] | None = None
     deepspeed: str | None = None
     dtype: str = "bf16"
+    bf16_auto: bool = False  # Axolotl's bf16 "auto": bf16 where the card has it, else fp16
     datasets: tuple[DatasetRef, ...] = ()
     findings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -306,7 +307,12 @@ def _training(data: dict[str, Any], run: RunConfig) -> None:
     run.fsdp = fsdp if isinstance(fsdp, dict) else ({"fsdp": data["fsdp"]} if data.get("fsdp") else None)
     ds = data.get("deepspeed")
     run.deepspeed = None if ds is None else (ds if isinstance(ds, str) else "inline config")
-    run.dtype = "fp16" if data.get("fp16") is True and not data.get("bf16") else "bf16"
+    # Axolotl's bf16 defaults to "auto" (bf16 where the card has it); bf16 false without fp16 is fp32
+    bf16 = data.get("bf16", "auto")
+    run.dtype = (
+        "fp16" if data.get("fp16") is True and bf16 is not True else "fp32" if bf16 is False else "bf16"
+    )
+    run.bf16_auto = bf16 == "auto" and data.get("fp16") is not True
     if data.get("fp16") is True and data.get("bf16") is True:
         run.findings.append(
             f"{run.source}: bf16 and fp16 are both true: the run trains in one of them (bf16 here)"

@@ -73,6 +73,7 @@ class PreflightResult:
                 "sample_packing": r.packing,
                 "pad_to_sequence_len": r.pad_to_seq_len,
                 "attn_implementation": r.attn,
+                "dtype": r.dtype,
                 "gemma4_hybrid_attn_impl": r.hybrid,
                 "gradient_checkpointing": r.grad_ckpt,
                 "adapter": r.adapter,
@@ -133,6 +134,9 @@ def _plan(run: RunConfig, gpu: str | None, fit: Any) -> PreflightPlan:
     target = _target(gpu)
     model = resolve("tiny" if run.base_model == "tiny" else run.base_model)
     folder = None if run.base_model == "tiny" else locate_config(run.base_model).parent
+    if run.bf16_auto and target.capability is not None and target.capability < (8, 0):
+        run.dtype = "fp16"
+        run.notes.append("bf16 auto on a card without bf16 (capability below 8.0): Axolotl trains in fp16")
     if run.auto_attention:  # tuneproof train's attention auto
         run.attn = "flex_attention" if target.capability is not None else "sdpa"
     problem = model.positions_problem(run.seq_len, run.seq_len_key)
@@ -147,18 +151,12 @@ def _plan(run: RunConfig, gpu: str | None, fit: Any) -> PreflightPlan:
 def _target(gpu: str | None) -> DeviceTarget:
     """The card from its name (its row's shared memory; "auto": this device's), or from a capability
     written as one (9.0, sm_90: the capability's table)."""
-    import re
-
     from tuneproof.attention.target import device_target
 
-    if gpu is None:
-        return DeviceTarget()
-    if not gpu.strip():
+    if gpu is not None and not gpu.strip():
         raise TuneproofError(
             "{gpu} is empty", "name the card, e.g. H100, or its capability, e.g. 9.0", fields=("gpu",)
         )
-    if re.fullmatch(r"\s*(\d+\.\d|sm_?\d+[a-z]?)\s*", gpu.lower()):
-        return device_target(gpu, None)
     return device_target(None, gpu)
 
 
@@ -187,7 +185,7 @@ def run(plan: PreflightPlan, progress: Callable[[str], None] | None = None) -> P
     out.append(sections.ledger(r, plan.model, None if r.packing else padding, real, cov))
     say("attention dispatch")
     out.append(sections.dispatch(r, plan.model, plan.target))
-    out.append(sections.flex_options(plan.model, plan.target, plan.gpu))
+    out.append(sections.flex_options(plan.model, plan.target, plan.gpu, r))
     out.append(sections.recompiles(r, distinct))
     if cov is not None:
         out.append(_lora(r, cov))

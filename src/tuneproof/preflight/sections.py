@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuneproof.attention.target import DeviceTarget
+from tuneproof.errors import TuneproofError
 from tuneproof.preflight.config import RunConfig
 
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
@@ -164,7 +165,7 @@ def dispatch(run: RunConfig, model: Any, target: DeviceTarget) -> Section:
     return s
 
 
-def flex_options(model: Any, target: DeviceTarget, gpu: str | None) -> Section:
+def flex_options(model: Any, target: DeviceTarget, gpu: str | None, run: RunConfig) -> Section:
     from tuneproof.attention.kernel_measure import best_choice
 
     s = Section("flex")
@@ -181,7 +182,16 @@ def flex_options(model: Any, target: DeviceTarget, gpu: str | None) -> Section:
         s.data = {"capability": None}
         return s
     for pass_ in ("fwd", "bwd"):
-        choice = best_choice(dims, "bf16", capability, pass_, smem_limit_bytes=target.smem_limit)
+        try:
+            choice = best_choice(dims, run.dtype, capability, pass_, smem_limit_bytes=target.smem_limit)
+        except TuneproofError as e:  # no block size fits this card
+            s.lines.append(f"{pass_}: flex_attention cannot run on this card: {e.message}")
+            s.data[pass_] = {"options": None, "reason": e.message, "smem_limit": target.smem_limit}
+            if run.attn == "flex_attention":
+                s.findings.append(
+                    f"flex: the run uses flex_attention, which cannot run on this card ({e.message})"
+                )
+            continue
         shown = choice.options or "{} (torch's defaults)"
         s.lines.append(f"{pass_}: kernel_options {shown} ({choice.source}): {choice.reason}")
         s.data[pass_] = {"options": choice.options, "reason": choice.reason, "smem_bytes": choice.smem_bytes,
