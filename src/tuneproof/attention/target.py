@@ -95,9 +95,9 @@ def trace_target(trace: Path) -> DeviceTarget:
 
     data = load_trace(trace)
     entries = _used_entries(data, trace.name)
-    capability = _trace_capability(data, entries[0], trace.name)
+    capability = _trace_capability(entries[0], trace.name)
     for other in entries[1:]:
-        if _trace_capability(data, other, trace.name) != capability:
+        if _trace_capability(other, trace.name) != capability:
             raise TuneproofError(
                 f"{{trace}} {trace.name} ran kernels on devices of capability "
                 f"{capability[0]}.{capability[1]} and others: one explanation cannot hold for both",
@@ -162,7 +162,7 @@ def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return [entries[d] for d in sorted(used, key=str)] if used else list(entries.values())
 
 
-def _trace_capability(data: dict[str, Any], entry: dict[str, Any], where: str) -> tuple[int, int]:
+def _trace_capability(entry: dict[str, Any], where: str) -> tuple[int, int]:
     from tuneproof.attention import rules
     from tuneproof.attention.dispatch import parse_capability
 
