@@ -52,27 +52,30 @@ def test_the_traces_limit_decides_the_estimate(tmp_path) -> None:
 
 
 def test_explain_with_a_trace_prints_the_limit_and_sizes_flex_by_it(tmp_path, capsys) -> None:
-    tight = _trace_like(tmp_path, H800, sharedMemPerBlockOptin=20_000)
+    tight = _trace_like(tmp_path, H800, sharedMemPerBlockOptin=60_000)
     argv = ["explain", "--config", "tiny", "--seq-len", "256", "--attn", "flex_attention", "--training"]
     assert main([*argv, "--trace", str(tight), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["context"]["device"] == "cuda sm_90" and out["context"]["smem_limit"] == 20_000
+    assert out["context"]["device"] == "cuda sm_90" and out["context"]["smem_limit"] == 60_000
     assert out["context"]["smem_source"] == "trace trace.json, NVIDIA H800: sharedMemPerBlockOptin"
     for p in ("fwd", "bwd"):
         got = out["flex_kernel_options"][p]
-        assert got["smem_limit"] == 20_000 and got["options"] and got["smem_bytes"] <= 20_000
+        assert got["smem_limit"] == 60_000 and got["options"] and got["smem_bytes"] <= 60_000
     assert main([*argv, "--trace", str(H800)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "shared memory per block: 232,448 B (trace deepseek_v3_train_h800.json.gz, NVIDIA H800" in text
 
 
-@pytest.mark.parametrize("value", [None, 0, -5, "101376", True, 1e30, 101376.5, 2**31])
+@pytest.mark.parametrize("value", [None, 0, -5, 1, 49_151, 232_449, "101376", True, 1e30, 101376.5, 2**31])
 def test_a_trace_without_a_valid_limit_takes_the_table_and_says_why(tmp_path, value: object) -> None:
+    """Valid: an integer from 48 KiB (every CUDA card since Fermi) to the capability's own maximum."""
     t = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=value))
     assert (t.capability, t.smem_limit) == ((9, 0), 232_448)
     assert t.smem_source == (
-        f"the capability 9.0 table; the trace gives no valid sharedMemPerBlockOptin (device 0: {value!r})"
+        f"the capability 9.0 table; the trace gives no valid sharedMemPerBlockOptin (device 0: {value!r}; "
+        "valid: 49,152 to 232,448 B)"
     )
+    assert trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=49_152)).smem_limit == 49_152
 
 
 def test_the_real_trace_without_the_field_names_the_table() -> None:
@@ -97,10 +100,18 @@ def test_a_trace_over_several_devices_is_judged_on_all_it_ran_on(tmp_path) -> No
     assert (smaller.smem_source or "").endswith("sharedMemPerBlockOptin (the smallest of devices 0, 1)")
     idle = trace_target(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 1_000}, kernels_on=(0,)))
     assert idle.smem_limit == 232_448  # a listed device no kernel ran on does not count
-    with pytest.raises(TuneproofError, match=r"ran kernels on devices of capability 9.0 and others"):
+    with pytest.raises(TuneproofError, match=r"ran kernels on devices of capability 9.0 and 12.0: one "):
         trace_target(_two_devices(tmp_path, {"computeMajor": 12, "computeMinor": 0}))
     with pytest.raises(TuneproofError, match=r"kernels ran on device 3, which its deviceProperties do not"):
         trace_target(_two_devices(tmp_path, {}, kernels_on=(0, 3)))
+    with pytest.raises(TuneproofError, match=r"list one device id twice: which card ran what is unknown"):
+        trace_target(_two_devices(tmp_path, {"id": 0, "sharedMemPerBlockOptin": 101_376}))
+    named = json.loads(_two_devices(tmp_path, {}).read_text())  # device ids as strings, or null
+    named["traceEvents"] = [
+        {**e, "args": {"device": d}} for e, d in zip(named["traceEvents"], ["0", None], strict=True)
+    ]
+    (tmp_path / "named.json").write_text(json.dumps(named))
+    assert trace_target(tmp_path / "named.json").smem_limit == 232_448
 
 
 def test_a_malformed_capability_or_name_in_a_trace(tmp_path) -> None:
@@ -158,6 +169,14 @@ def test_one_device_source_at_a_time_and_the_named_rows_limit(monkeypatch) -> No
     assert device_target(None, None) == DeviceTarget()
     table = DeviceTarget((9, 0), 232_448, "the capability 9.0 table")
     assert device_target("sm_90", None) == device_target(None, " 9.0 ") == table  # a capability as a GPU
+    assert device_target(None, "sm_90a") == table  # arch-specific (a) and family (f) suffixes
+    for bad, message in [
+        ("99.9", "unknown gpu '99.9'"),
+        ("sm_75x", "unknown gpu 'sm_75x'"),
+        (" ", "gpu is empty"),
+    ]:
+        with pytest.raises(TuneproofError, match=message):
+            device_target(None, bad)
     row = device_target(None, "L4")
     assert (row.capability, row.smem_limit, row.smem_source) == (
         (8, 9),

@@ -380,6 +380,7 @@ def test_with_real_lengths_the_ledger_prices_the_median_micro_batch(
         ("fp16: true\n", "H100", "fp16"),  # bf16's default "auto" gives way to fp16
         ("", "T4", "fp16"),  # bf16 auto on a card without bf16: fp16
         ("", "H100", "bf16"),
+        ("bf16: true\n", "T4", "bf16"),  # asked for on a card without it: a finding below
     ],
 )
 def test_the_runs_precision_is_axolotls_and_sizes_the_flex_options(
@@ -397,7 +398,9 @@ def test_the_runs_precision_is_axolotls_and_sizes_the_flex_options(
         == f"the {'T4' if gpu == 'T4' else 'H100 SXM'} row of the GPU table"
     )
     notes = " ".join(d["notes"])
-    assert ("Axolotl trains in fp16" in notes) == (gpu == "T4")
+    assert ("Axolotl trains in fp16" in notes) == (gpu == "T4" and not keys)
+    refused = "bf16 on a card of capability 7.5, which has no bf16: transformers' Trainer refuses it"
+    assert any(refused in f for f in d["findings"]) == (keys == "bf16: true\n")
 
 
 def test_a_run_on_flex_where_no_block_size_fits_is_a_finding(
@@ -415,4 +418,5 @@ def test_a_run_on_flex_where_no_block_size_fits_is_a_finding(
     assert code == 1, err
     text = " ".join(out.split())
     assert "fwd: flex_attention cannot run on this card: no flex block size fits 65,536 B" in text
-    assert "flex: the run uses flex_attention, which cannot run on this card" in text
+    assert text.count("attention: flex_attention cannot run on this card") == 1  # one finding, not per pass
+    assert "flex: none: flex_attention cannot compile on this card" in text

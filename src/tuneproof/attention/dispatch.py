@@ -39,7 +39,7 @@ DTYPES = ("bf16", "fp16", "fp32")  # the dtypes the dispatch rules know (tunepro
 def parse_capability(text: str) -> tuple[int, int]:
     """'12.0', 'sm_120', 'sm120', '9.0' -> (major, minor). Unknown values are refused."""
     t = text.strip().lower()
-    m = re.fullmatch(r"(\d+)\.(\d)", t) or re.fullmatch(r"sm_?(\d+)(\d)[a-z]?", t)
+    m = re.fullmatch(r"(\d+)\.(\d)", t) or re.fullmatch(r"sm_?(\d+)(\d)[af]?", t)  # sm_90a, sm_100f
     cap = (int(m.group(1)), int(m.group(2))) if m else None
     if cap is None or cap not in R.KNOWN_CAPABILITIES:
         known = ", ".join(f"{a}.{b}" for a, b in R.KNOWN_CAPABILITIES)
@@ -318,27 +318,14 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
             f"transformers will not run {ctx.attn} for {shape.model_type} "
             f"({shape.attn_refused[ctx.attn]}): this explains what it would do",
         )
-    return Explanation(ctx, layers, advise(shape, ctx, layers), notes, _kernel_options(ctx, layers))
+    from tuneproof.attention.flex_advice import kernel_options
 
-
-def _kernel_options(ctx: Context, layers: list[LayerExplanation]) -> dict[str, Any] | None:
-    """flex's kernel_options for this card per pass, as data (None on the CPU or without softmax layers)."""
-    if ctx.capability is None or not layers:
-        return None
-    from tuneproof.attention.kernel_measure import best_choice
-
-    dims = {x.head_dim for x in layers}
-    out: dict[str, Any] = {}
-    for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-        try:
-            c = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
-        except TuneproofError as e:  # no block size fits this card: flex is no option here, the rest stands
-            out[p] = {"options": None, "smem_bytes": None, "smem_limit": ctx.smem_limit, "source": None,
-                      "reason": e.message}  # fmt: skip
-            continue
-        out[p] = {"options": c.options, "smem_bytes": c.smem_bytes, "smem_limit": c.smem_limit,
-                  "source": c.source, "reason": c.reason}  # fmt: skip
-    return out
+    options = kernel_options(ctx, layers)
+    unfit = [v["reason"] for v in (options or {}).values() if v["options"] is None]
+    if ctx.attn == "flex_attention" and unfit:  # the kernel cannot be built for this card
+        for x in layers:
+            x.kernel = f"none: flex_attention cannot compile on this card ({unfit[0]})"
+    return Explanation(ctx, layers, advise(shape, ctx, layers), notes, options)
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,25 +365,6 @@ def _flex_training_on_cpu(ctx: Context) -> bool:
     return ctx.training and cpu and not PATHS["flex_attention"].backward_on_cpu
 
 
-def _flex_options(layers: list[LayerExplanation], ctx: Context) -> tuple[str | None, str]:
-    """The one kernel_options flex needs for every head_dim here (measured on this device when it is the
-    one explained, else estimated), and why, per pass; None and the reason where no block size fits."""
-    from tuneproof.attention.kernel_measure import best_choice
-
-    assert ctx.capability is not None
-    dims = {x.head_dim for x in layers}
-    picked: dict[str, int] = {}
-    reasons = []
-    for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-        try:
-            choice = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
-        except TuneproofError as e:
-            return None, f"{p}: {e.message}"
-        picked.update(choice.options)
-        reasons.append(f"{p}, {choice.source}: {choice.reason}")
-    return str(picked or "{} (defaults fit)"), "; ".join(reasons)
-
-
 def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> list[str]:
     """Concrete next steps, from what the layers get."""
     out: list[str] = []
@@ -406,7 +374,9 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
         if x.layer_type == "sliding" and x.mask_materialised and ctx.attn != "flex_attention"
     ]
     # flex's options for this card (None: no block size fits it; "": no card, nothing to size)
-    picked, why = _flex_options(layers, ctx) if ctx.capability is not None and layers else ("", "")
+    from tuneproof.attention.flex_advice import flex_options
+
+    picked, why = flex_options(layers, ctx) if ctx.capability is not None and layers else ("", "")
     if ctx.attn == "flex_attention" and picked != "":
         out.append(
             f"flex_attention: pass kernel_options {picked} ({why})"

@@ -30,7 +30,8 @@ class DeviceTarget:
         return f"shared memory per block: {self.smem_limit:,} B ({self.smem_source})"
 
 
-CAPABILITY_TEXT = re.compile(r"\s*(\d+\.\d|sm_?\d+[a-z]?)\s*", re.I)  # 9.0, sm_90: a capability
+CAPABILITY_TEXT = re.compile(r"\s*(\d+\.\d+|sm_?\d+[a-z]?)\s*", re.I)  # 9.0, sm_90: a capability
+SMEM_FLOOR = 49_152  # 48 KiB per block: every CUDA card since Fermi; a trace's limit below it is not real
 
 
 def device_target(capability: str | None, gpu: str | None, trace: Path | None = None) -> DeviceTarget:
@@ -43,11 +44,18 @@ def device_target(capability: str | None, gpu: str | None, trace: Path | None = 
         raise TuneproofError(
             " and ".join(f"{{{g}}}" for g in given) + " together", "give one of them", fields=tuple(given)
         )
-    if gpu is not None and CAPABILITY_TEXT.fullmatch(gpu):
-        capability = gpu
-    if capability is not None:
-        from tuneproof.attention.dispatch import parse_capability
+    from tuneproof.attention.dispatch import parse_capability
 
+    if gpu is not None and not gpu.strip():
+        raise TuneproofError(
+            "{gpu} is empty", "name the card, e.g. H100, or its capability, e.g. 9.0", fields=("gpu",)
+        )
+    if gpu is not None and CAPABILITY_TEXT.fullmatch(gpu):  # a capability given as the card
+        try:
+            return _table(parse_capability(gpu))
+        except TuneproofError as e:
+            raise TuneproofError(e.what.replace("{capability}", "{gpu}"), e.hint, fields=("gpu",)) from None
+    if capability is not None:
         return _table(parse_capability(capability))
     if gpu is not None:
         return _gpu_target(gpu)
@@ -95,24 +103,27 @@ def trace_target(trace: Path) -> DeviceTarget:
 
     data = load_trace(trace)
     entries = _used_entries(data, trace.name)
-    capability = _trace_capability(entries[0], trace.name)
-    for other in entries[1:]:
-        if _trace_capability(other, trace.name) != capability:
-            raise TuneproofError(
-                f"{{trace}} {trace.name} ran kernels on devices of capability "
-                f"{capability[0]}.{capability[1]} and others: one explanation cannot hold for both",
-                "give one rank's trace, or name the card ({gpu})",
-                fields=("trace", "gpu"),
-            )
+    capabilities = sorted({_trace_capability(e, trace.name) for e in entries})
+    if len(capabilities) > 1:
+        shown = " and ".join(f"{a}.{b}" for a, b in capabilities)
+        raise TuneproofError(
+            f"{{trace}} {trace.name} ran kernels on devices of capability {shown}: one explanation cannot "
+            "hold for both",
+            "give one rank's trace, or name the card ({gpu})",
+            fields=("trace", "gpu"),
+        )
+    capability = capabilities[0]
+    table = _table(capability).smem_limit or 1 << 18
     limits: dict[Any, Any] = {e.get("id"): e.get("sharedMemPerBlockOptin") for e in entries}
     bad = {
         k: v
         for k, v in limits.items()
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 1 << 30
+        if isinstance(v, bool) or not isinstance(v, int) or not SMEM_FLOOR <= v <= table
     }
     if bad:
         shown = ", ".join(f"device {k}: {v!r}" for k, v in bad.items())
-        return _table(capability, f"; the trace gives no valid sharedMemPerBlockOptin ({shown})")
+        valid = f"valid: {SMEM_FLOOR:,} to {table:,} B"
+        return _table(capability, f"; the trace gives no valid sharedMemPerBlockOptin ({shown}; {valid})")
     smem = min(limits.values())
     names = sorted({_printable(e.get("name", "?")) for e in entries})
     several = (
@@ -139,19 +150,25 @@ def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
             fields=("trace",),
         )
     raw = data.get("deviceProperties") or data.get("computeProperties") or []
-    entries: dict[Any, dict[str, Any]] = {
-        e.get("id"): {OLD_KEYS.get(str(k), str(k)): v for k, v in e.items()}
-        for e in raw
-        if isinstance(e, dict)
+    listed = [e for e in raw if isinstance(e, dict)]
+    entries: dict[str, dict[str, Any]] = {
+        str(e.get("id")): {OLD_KEYS.get(str(k), str(k)): v for k, v in e.items()} for e in listed
     }
-    used = {
-        e["args"]["device"]
+    if len(entries) < len(listed):
+        raise TuneproofError(
+            f"{{trace}} {where}: its deviceProperties list one device id twice: which card ran what is "
+            "unknown",
+            "give the trace torch.profiler wrote, or name the card ({gpu})",
+            fields=("trace", "gpu"),
+        )
+    used = {  # kernel rows that name their device ("0" and 0 alike)
+        str(e["args"]["device"])
         for e in data["traceEvents"]
         if str(e.get("cat", "")).lower() == "kernel"
         and isinstance(e.get("args"), dict)
-        and "device" in e["args"]
+        and e["args"].get("device") is not None
     }
-    missing = sorted(str(d) for d in used if d not in entries)
+    missing = sorted(d for d in used if d not in entries)
     if missing:
         raise TuneproofError(
             f"{{trace}} {where}: kernels ran on device {', '.join(missing)}, which its deviceProperties do "
@@ -159,7 +176,7 @@ def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
             "give a trace whose deviceProperties list every device it ran on, or name the card ({gpu})",
             fields=("trace", "gpu"),
         )
-    return [entries[d] for d in sorted(used, key=str)] if used else list(entries.values())
+    return [entries[d] for d in sorted(used)] if used else list(entries.values())
 
 
 def _trace_capability(entry: dict[str, Any], where: str) -> tuple[int, int]:

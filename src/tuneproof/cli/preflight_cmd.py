@@ -15,7 +15,8 @@ from tuneproof.cli.common import command, finish, json_option, progress_bar, ste
 @click.option(
     "--gpu",
     default=None,
-    help="The card (name as torch or nvidia-smi reports it, or auto: this device): dispatch, flex options.",
+    help="The card (name as torch or nvidia-smi reports it, its capability as 9.0 or sm_90, or auto: this "
+    "device): dispatch, flex options.",
 )
 @click.option("--fit", default=None, help="A,B or A,B,C step-time fit (tuneproof fit) for the wall time.")
 @json_option

@@ -134,9 +134,17 @@ def _plan(run: RunConfig, gpu: str | None, fit: Any) -> PreflightPlan:
     target = _target(gpu)
     model = resolve("tiny" if run.base_model == "tiny" else run.base_model)
     folder = None if run.base_model == "tiny" else locate_config(run.base_model).parent
-    if run.bf16_auto and target.capability is not None and target.capability < (8, 0):
-        run.dtype = "fp16"
-        run.notes.append("bf16 auto on a card without bf16 (capability below 8.0): Axolotl trains in fp16")
+    if target.capability is not None and target.capability < (8, 0) and run.dtype == "bf16":
+        if run.bf16_auto:
+            run.dtype = "fp16"
+            run.notes.append(
+                "bf16 auto on a card without bf16 (capability below 8.0): Axolotl trains in fp16"
+            )
+        else:
+            run.findings.append(
+                f"{run.source}: bf16 on a card of capability {target.capability[0]}.{target.capability[1]}, "
+                "which has no bf16: transformers' Trainer refuses it; use fp16 or fp32"
+            )
     if run.auto_attention:  # tuneproof train's attention auto
         run.attn = "flex_attention" if target.capability is not None else "sdpa"
     problem = model.positions_problem(run.seq_len, run.seq_len_key)
@@ -153,10 +161,6 @@ def _target(gpu: str | None) -> DeviceTarget:
     written as one (9.0, sm_90: the capability's table)."""
     from tuneproof.attention.target import device_target
 
-    if gpu is not None and not gpu.strip():
-        raise TuneproofError(
-            "{gpu} is empty", "name the card, e.g. H100, or its capability, e.g. 9.0", fields=("gpu",)
-        )
     return device_target(None, gpu)
 
 

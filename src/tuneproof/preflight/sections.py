@@ -186,11 +186,9 @@ def flex_options(model: Any, target: DeviceTarget, gpu: str | None, run: RunConf
             choice = best_choice(dims, run.dtype, capability, pass_, smem_limit_bytes=target.smem_limit)
         except TuneproofError as e:  # no block size fits this card
             s.lines.append(f"{pass_}: flex_attention cannot run on this card: {e.message}")
-            s.data[pass_] = {"options": None, "reason": e.message, "smem_limit": target.smem_limit}
-            if run.attn == "flex_attention":
-                s.findings.append(
-                    f"flex: the run uses flex_attention, which cannot run on this card ({e.message})"
-                )
+            # a run on flex is a finding already: the dispatch section's advice says flex cannot run here
+            s.data[pass_] = {"options": None, "reason": e.message, "smem_bytes": None,
+                             "smem_limit": target.smem_limit, "source": "estimated"}  # fmt: skip
             continue
         shown = choice.options or "{} (torch's defaults)"
         s.lines.append(f"{pass_}: kernel_options {shown} ({choice.source}): {choice.reason}")
