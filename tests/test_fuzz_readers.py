@@ -303,3 +303,51 @@ def test_per_example_csv_bytes(raw: bytes) -> None:
     from tuneproof.gate.arms import read_arm
 
     _file_refused_or_ok(lambda p: read_arm([p], "base"), b"id,acc\n" + raw, "r.csv")
+
+
+device_props = st.dictionaries(
+    st.sampled_from(
+        [
+            "id",
+            "name",
+            "computeMajor",
+            "computeMinor",
+            "sharedMemPerBlockOptin",
+            "warpSize",
+            "gcnArchName",
+            "major",
+            "minor",
+        ]
+    ),
+    st.integers(-2, 13)
+    | st.sampled_from([49_152, 101_376, 232_448, "0", "x", None, True, 9.5])
+    | json_values,
+    max_size=7,
+)
+kernel_rows = st.fixed_dictionaries(
+    {
+        "ph": st.just("X"),
+        "cat": st.sampled_from(["kernel", "cpu_op"]),
+        "name": st.just("k"),
+        "ts": st.integers(0, 9),
+        "dur": st.integers(1, 9),
+    },
+    optional={
+        "args": st.dictionaries(st.just("device"), st.integers(-1, 3) | st.sampled_from(["0", None, 1.5]))
+    },
+)
+
+
+@SETTINGS
+@given(props=st.lists(device_props, max_size=3) | json_values, events=st.lists(kernel_rows, max_size=4))
+def test_trace_devices(props: object, events: list[dict]) -> None:
+    """`explain --trace`: the device a trace ran on, from whatever its deviceProperties hold."""
+    from tuneproof.attention.target import trace_target
+
+    raw = json.dumps({"deviceProperties": props, "traceEvents": events}).encode()
+
+    def read(path: Path) -> None:
+        t = trace_target(path)
+        assert t.capability is not None and (t.smem_limit is None or t.smem_limit >= 49_152)
+
+    _file_refused_or_ok(read, raw, "trace.json")
