@@ -71,7 +71,7 @@ KNOWN = (
 def test_unknown_gpu_gives_no_fallback() -> None:
     """Each caller says what the name was for: the peak (MFU) or the capability (dispatch); a fresh-eyes
     trial saw `explain --gpu foo` answer 'no MFU', though explain computes none."""
-    from tuneproof.attention.dispatch import device_capability
+    from tuneproof.attention.target import device_target
     from tuneproof.hardware import resolve_peak
 
     name = "NVIDIA GeForce RTX 3070 Ti"
@@ -85,7 +85,7 @@ def test_unknown_gpu_gives_no_fallback() -> None:
         "or give peak_tflops)"
     )
     with pytest.raises(TuneproofError) as e:
-        device_capability(None, name)
+        device_target(None, name)
     assert e.value.message == (
         f"unknown GPU '{name}' (gpu): its compute capability is not known (use one of: {KNOWN}; "
         "or give capability, e.g. 9.0)"
@@ -350,7 +350,7 @@ def _fake_device(
 
 
 def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
-    from tuneproof.attention.dispatch import device_capability
+    from tuneproof.attention.target import device_target
     from tuneproof.hardware import device_smem_limit, match_gpu, resolve_peak
 
     _fake_device(monkeypatch, "NVIDIA H200", (9, 0), 232_448)
@@ -358,13 +358,13 @@ def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
     assert (m.gpu.name, m.gpu.capability, m.gpu.smem_per_block_optin) == ("H200 SXM", (9, 0), 232_448)
     assert m.note == "auto (NVIDIA H200) -> H200 SXM"
     assert resolve_peak("auto", "bf16").source == f"auto (NVIDIA H200) -> H200 SXM: {m.gpu.source}"
-    assert device_smem_limit() == 232_448 and device_capability(None, " Auto ") == (9, 0)
+    assert device_smem_limit() == 232_448 and device_target(None, " Auto ").capability == (9, 0)
     # the device's own numbers win over the table's
     _fake_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
     assert lookup_gpu("auto").smem_per_block_optin == 101_000
     # a card the table lacks: its capability still comes from the device; its peak is refused
     _fake_device(monkeypatch, "NVIDIA GeForce RTX 3070 Ti", (8, 6), 101_376)
-    assert device_capability(None, "auto") == (8, 6)
+    assert device_target(None, "auto").capability == (8, 6)
     with pytest.raises(TuneproofError) as e:
         resolve_peak("auto", "bf16")
     assert e.value.message.startswith("unknown GPU 'NVIDIA GeForce RTX 3070 Ti', this device (gpu): no MFU")
@@ -375,14 +375,14 @@ def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
 
 def test_auto_on_rocm_has_no_cuda_capability(monkeypatch) -> None:
     """ROCm's torch reports gfx942 as (9, 4) (the recorded MI250 trace says 9.0): not a CUDA capability."""
-    from tuneproof.attention.dispatch import device_capability
+    from tuneproof.attention.target import device_target
     from tuneproof.hardware import capability_of
 
     _fake_device(monkeypatch, "AMD Instinct MI300X", (9, 4), 65_536, hip="6.2")
     assert lookup_gpu("auto").name == "MI300X" and lookup_gpu("auto").capability is None
     rocm = r"auto \(AMD Instinct MI300X\) \(gpu\) is a ROCm GPU: it has no CUDA compute capability"
     with pytest.raises(TuneproofError, match=rocm):
-        device_capability(None, "auto")
+        device_target(None, "auto")
     with pytest.raises(
         TuneproofError, match=r"MI300X \(gpu\) is a ROCm GPU: it has no CUDA compute capability"
     ):
@@ -413,17 +413,14 @@ def test_a_traces_limit_reads_as_the_devices_does(monkeypatch) -> None:
     card, and an int like `device_smem_limit`'s."""
     from pathlib import Path
 
+    from tuneproof.attention.target import trace_target
     from tuneproof.measure import kernels
-    from tuneproof.measure.trace_device import smem_limit_bytes
 
     data = Path(__file__).parent / "data"
     for trace in (data / "hta" / "ns_resolution_rank-0.json.gz", data / "case_sm120.json.gz"):
         t = kernels.run(kernels.prepare(kernels.KernelsSpec(trace)))
         name = (t.device or {})["description"].split(" (")[0]
-        assert smem_limit_bytes(t.device) == lookup_gpu(name).smem_per_block_optin, name
-    assert smem_limit_bytes({"limits": {"sharedMemPerBlockOptin": 232448.0}}) == 232_448
-    assert smem_limit_bytes({"limits": {"sharedMemPerBlockOptin": 0}}) is None
-    assert smem_limit_bytes(None) is None
+        assert trace_target(trace).smem_limit == lookup_gpu(name).smem_per_block_optin, name
 
 
 def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsys) -> None:

@@ -19,7 +19,6 @@ from tuneproof.errors import TuneproofError
 from tuneproof.measure import kernels as area
 from tuneproof.measure import trace_read
 from tuneproof.measure.kernels import kernel_table, load_trace
-from tuneproof.measure.trace_device import smem_limit_bytes
 
 DATA = Path(__file__).parent / "data"
 HTA = DATA / "hta"
@@ -109,8 +108,7 @@ def test_cuda_device_limits_come_from_the_trace() -> None:
     assert dev["platform"] == "cuda" and dev["arch"] == "sm90" and dev["name"] == "NVIDIA H800"
     assert (dev["computeMajor"], dev["computeMinor"]) == (9, 0)
     assert dev["limits"]["numSms"] == 132 and dev["limits"]["totalGlobalMem"] == 84943110144
-    assert smem_limit_bytes(dev) == 232448
-    assert smem_limit_bytes(None) is None
+    assert dev["limits"]["sharedMemPerBlockOptin"] == 232448
 
 
 def test_cpu_only_trace() -> None:
@@ -140,7 +138,7 @@ def test_old_kineto_format() -> None:
     assert t.source == "device" and t.ms["memory"] > 0  # the two Memcpy rows
     dev = t.device or {}  # computeProperties with major/minor/multiProcessorCount
     assert dev["description"] == "Tesla V100-DGXS-32GB (compute capability 7.0)"
-    assert dev["limits"]["numSms"] == 80 and smem_limit_bytes(dev) == 98304
+    assert dev["limits"]["numSms"] == 80 and dev["limits"]["sharedMemPerBlockOptin"] == 98304
 
 
 def test_old_category_names_memset_and_operator(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """What torch reports about this machine's CUDA (or ROCm) device: its name, compute capability and
 per-block opt-in shared memory. `tuneproof.hardware` reads these for `gpu="auto"`; a profiler trace
-records the same limit as `sharedMemPerBlockOptin` (`tuneproof.measure.trace_device.smem_limit_bytes`).
+records the same limit as `sharedMemPerBlockOptin` (`tuneproof.attention.target.trace_target`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def device_smem_limit(index: int = 0) -> int | None:
     """`torch.cuda.get_device_properties(index).shared_memory_per_block_optin` in bytes (what Triton
     compares a kernel's shared memory against); None without CUDA or where torch lacks the field. A
     profiler trace records the same number as `sharedMemPerBlockOptin`
-    (`tuneproof.measure.trace_device.smem_limit_bytes`)."""
+    (`tuneproof.attention.target.trace_target`)."""
     import torch
 
     if not torch.cuda.is_available():

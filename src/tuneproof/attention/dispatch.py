@@ -51,14 +51,6 @@ def parse_capability(text: str) -> tuple[int, int]:
     return cap
 
 
-def device_capability(capability: str | None, gpu: str | None) -> tuple[int, int] | None:
-    """The CUDA capability to explain for: parsed from `capability`, or the table's for `gpu` (the
-    device's own for "auto"), or None (the CPU). `target.device_target` gives the shared memory too."""
-    from tuneproof.attention.target import device_target
-
-    return device_target(capability, gpu).capability
-
-
 @dataclass(frozen=True, slots=True)
 class Context:
     """What the explanation is about: the run, and the device (None = CPU)."""
@@ -90,9 +82,9 @@ class Context:
         if self.smem_limit is not None:
             validate.integer("smem_limit", self.smem_limit, low=1, high=1 << 30, hint="bytes per block")
         elif self.capability is not None:  # no device limit given: the capability's table, named as such
-            from tuneproof.attention.target import _table
+            from tuneproof.attention.target import table_target
 
-            table = _table(self.capability)
+            table = table_target(self.capability)
             object.__setattr__(self, "smem_limit", table.smem_limit)
             object.__setattr__(self, "smem_source", table.smem_source)
         if self.capability is not None and self.capability not in R.KNOWN_CAPABILITIES:

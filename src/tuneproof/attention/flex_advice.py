@@ -33,17 +33,12 @@ def kernel_options(ctx: Context, layers: list[LayerExplanation]) -> dict[str, An
 
 
 def flex_options(layers: list[LayerExplanation], ctx: Context) -> tuple[str | None, str]:
-    """The one kernel_options flex needs for every head_dim here (measured on this device when it is the
-    one explained, else estimated), and why, per pass; None and the reason where no block size fits."""
-    assert ctx.capability is not None
-    dims = {x.head_dim for x in layers}
-    picked: dict[str, int] = {}
-    reasons = []
-    for p in ("fwd", "bwd") if ctx.training else ("fwd",):
-        try:
-            choice = best_choice(dims, ctx.dtype, ctx.capability, p, smem_limit_bytes=ctx.smem_limit)
-        except TuneproofError as e:
-            return None, f"{p}: {e.message}"
-        picked.update(choice.options)
-        reasons.append(f"{p}, {choice.source}: {choice.reason}")
-    return str(picked or "{} (defaults fit)"), "; ".join(reasons)
+    """The one kernel_options setting (`kernel_options`'s passes merged) and why, per pass; None and the
+    first unfit pass's reason where no block size fits the card."""
+    per_pass = kernel_options(ctx, layers) or {}
+    unfit = next((f"{p}: {v['reason']}" for p, v in per_pass.items() if v["options"] is None), None)
+    if unfit is not None:
+        return None, unfit
+    picked = {k: n for v in per_pass.values() for k, n in v["options"].items()}
+    why = "; ".join(f"{p}, {v['source']}: {v['reason']}" for p, v in per_pass.items())
+    return str(picked or "{} (defaults fit)"), why

@@ -52,11 +52,11 @@ def device_target(capability: str | None, gpu: str | None, trace: Path | None = 
         )
     if gpu is not None and CAPABILITY_TEXT.fullmatch(gpu):  # a capability given as the card
         try:
-            return _table(parse_capability(gpu))
+            return table_target(parse_capability(gpu))
         except TuneproofError as e:
             raise TuneproofError(e.what.replace("{capability}", "{gpu}"), e.hint, fields=("gpu",)) from None
     if capability is not None:
-        return _table(parse_capability(capability))
+        return table_target(parse_capability(capability))
     if gpu is not None:
         return _gpu_target(gpu)
     if trace is not None:
@@ -64,7 +64,7 @@ def device_target(capability: str | None, gpu: str | None, trace: Path | None = 
     return DeviceTarget()
 
 
-def _table(capability: tuple[int, int], why: str = "") -> DeviceTarget:
+def table_target(capability: tuple[int, int], why: str = "") -> DeviceTarget:
     """The capability's limit from the table (`kernel_options.smem_limit`), `why` saying why not the
     device's own; a capability the table lacks keeps no limit (the chooser then refuses it)."""
     from tuneproof.attention.kernel_options import smem_limit
@@ -83,7 +83,9 @@ def _gpu_target(gpu: str) -> DeviceTarget:
     if _normalise_name(gpu) == AUTO:
         smem = device_smem_limit()  # None where torch lacks the field: the capability's table stands
         if smem is None:
-            return _table(capability, "; torch reports no shared_memory_per_block_optin for this device")
+            return table_target(
+                capability, "; torch reports no shared_memory_per_block_optin for this device"
+            )
         return DeviceTarget(capability, smem, "this device: torch's shared_memory_per_block_optin")
     row = lookup_gpu(gpu)
     return DeviceTarget(capability, row.smem_per_block_optin, f"the {row.name} row of the GPU table")
@@ -113,7 +115,7 @@ def trace_target(trace: Path) -> DeviceTarget:
             fields=("trace", "gpu"),
         )
     capability = capabilities[0]
-    table = _table(capability).smem_limit or 1 << 18
+    table = table_target(capability).smem_limit or 1 << 18
     limits: dict[Any, Any] = {e.get("id"): e.get("sharedMemPerBlockOptin") for e in entries}
     bad = {
         k: v
@@ -123,7 +125,9 @@ def trace_target(trace: Path) -> DeviceTarget:
     if bad:
         shown = ", ".join(f"device {k}: {v!r}" for k, v in bad.items())
         valid = f"valid: {SMEM_FLOOR:,} to {table:,} B"
-        return _table(capability, f"; the trace gives no valid sharedMemPerBlockOptin ({shown}; {valid})")
+        return table_target(
+            capability, f"; the trace gives no valid sharedMemPerBlockOptin ({shown}; {valid})"
+        )
     smem = min(limits.values())
     names = sorted({_printable(e.get("name", "?")) for e in entries})
     several = (

@@ -10,8 +10,8 @@ its warp is 64 wide (CUDA warps are 32) or the trace's runtime calls are hip* on
 arch-mismatch rule applies only to CUDA.
 
 `limits` keeps the trace's own numbers (`sharedMemPerBlockOptin`, `numSms`, `totalGlobalMem`, ...):
-later code uses them over hardware.py's tables (`smem_limit_bytes` below feeds
-attention.kernel_options.choose's `smem_limit_bytes`).
+later code uses them over hardware.py's tables (`attention.target.trace_target` sizes flex's kernel
+options by `sharedMemPerBlockOptin`).
 """
 
 from __future__ import annotations
@@ -126,12 +126,3 @@ def device_info(meta: dict[str, Any], events: list[dict[str, Any]], source: str)
             out["arch"] = None
             out["description"] = f"{name} (compute capability not in the trace)"
     return out
-
-
-def smem_limit_bytes(device: dict[str, Any] | None) -> int | None:
-    """The trace's per-block opt-in shared memory (sharedMemPerBlockOptin) in bytes, None when it has
-    none: the same number as `tuneproof.hardware.device_smem_limit` reads from the live device."""
-    value = ((device or {}).get("limits") or {}).get("sharedMemPerBlockOptin")
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        return None
-    return int(value)
