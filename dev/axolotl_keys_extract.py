@@ -15,6 +15,7 @@ and writes a JSON object:
 
 Usage: extract_keys.py [REPO_GIT_DIR] REV OUT.json
 """
+
 import ast
 import json
 import re
@@ -28,9 +29,7 @@ SKIP_BASES = {"BaseModel", "object", "Enum", "str"}
 
 
 def git(repo, *args):
-    return subprocess.run(
-        ["git", "-C", repo, *args], check=True, capture_output=True, text=True
-    ).stdout
+    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True, text=True).stdout
 
 
 def list_files(repo, rev):
@@ -43,7 +42,7 @@ def literal_or_src(node, src):
         return None, None
     try:
         return ast.literal_eval(node), "literal"
-    except Exception:  # noqa: BLE001
+    except Exception:
         return ast.get_source_segment(src, node), "expr"
 
 
@@ -51,12 +50,9 @@ def field_info(value, src):
     """Return (default, default_kind, alias, description, extra) from the RHS."""
     if value is None:
         return None, "required", None, None, {}
-    is_field = (
-        isinstance(value, ast.Call)
-        and (
-            (isinstance(value.func, ast.Name) and value.func.id == "Field")
-            or (isinstance(value.func, ast.Attribute) and value.func.attr == "Field")
-        )
+    is_field = isinstance(value, ast.Call) and (
+        (isinstance(value.func, ast.Name) and value.func.id == "Field")
+        or (isinstance(value.func, ast.Attribute) and value.func.attr == "Field")
     )
     if not is_field:
         d, k = literal_or_src(value, src)
@@ -105,9 +101,7 @@ def parse_classes(repo, rev, paths=None):
                 bases = [ast.get_source_segment(src, b) for b in node.bases]
                 fields = []
                 for stmt in node.body:
-                    if isinstance(stmt, ast.AnnAssign) and isinstance(
-                        stmt.target, ast.Name
-                    ):
+                    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                         name = stmt.target.id
                         ann = ast.get_source_segment(src, stmt.annotation)
                         # collapse multi-line annotations to one line
@@ -130,8 +124,7 @@ def parse_classes(repo, rev, paths=None):
                                 line=stmt.lineno,
                             )
                         )
-                classes[node.name] = dict(file=path, bases=bases, fields=fields,
-                                          line=node.lineno)
+                classes[node.name] = dict(file=path, bases=bases, fields=fields, line=node.lineno)
     return classes
 
 
@@ -184,7 +177,7 @@ def extract(repo, rev, root=ROOT):
             if f["name"] in keys:
                 prev = keys[f["name"]]
                 entry["overrides"] = prev.get("overrides", []) + [
-                    f'{prev["class"]} ({prev["file"]}:{prev["line"]}): {prev["type"]}'
+                    f"{prev['class']} ({prev['file']}:{prev['line']}): {prev['type']}"
                 ]
             keys[f["name"]] = entry
     aliases = {v["alias"]: k for k, v in keys.items() if isinstance(v["alias"], str)}
@@ -223,9 +216,16 @@ def extract_plugin_keys(repo, rev):
             continue
         for f in info["fields"]:
             result.setdefault(f["name"], []).append(
-                dict(type=f["type"], default=f["default"], default_kind=f["default_kind"],
-                     alias=f["alias"], description=f["description"],
-                     **{"class": cname}, file=info["file"], line=f["line"])
+                dict(
+                    type=f["type"],
+                    default=f["default"],
+                    default_kind=f["default_kind"],
+                    alias=f["alias"],
+                    description=f["description"],
+                    **{"class": cname},
+                    file=info["file"],
+                    line=f["line"],
+                )
             )
     return dict(sorted(result.items()))
 

@@ -78,7 +78,7 @@ def parity(model_type: str) -> Outcome:
     from tiny_models import shrunk_config
     from tuneproof.arch import resolve
     from tuneproof.arch.coverage import refusal
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.flops import RunSpec, flop_report
     from tuneproof.model import build_model, lora_targets
 

@@ -11,7 +11,7 @@ import torch
 from tuneproof.arch import resolve
 from tuneproof.attention.adjudicate import AdjudicateSpec, Diff, adjudicate, judge_width, paired_halfwidth
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 
 def test_diff_reports_max_and_mean() -> None:

@@ -4,7 +4,7 @@ import pytest
 
 from tiny_models import TINY, TINY_GEMMA4_KV_SHARED, config_dict
 from tuneproof.arch import SUPPORTED_MODEL_TYPES, from_config, tiny_config_path
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 
 def test_every_family_reads() -> None:

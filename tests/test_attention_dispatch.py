@@ -10,7 +10,7 @@ import pytest
 from tuneproof.arch import from_config, tiny_config_path
 from tuneproof.attention.dispatch import Context, explain, parse_capability, predict
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 CASE = Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json"
 

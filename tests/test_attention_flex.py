@@ -27,7 +27,7 @@ from tuneproof.attention.kernel_options import (
     smem_bwd,
     smem_fwd,
 )
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 
 def test_estimate_reproduces_the_published_data_points() -> None:
@@ -403,7 +403,7 @@ def test_enable_flex_refuses_a_model_whose_class_does_not_support_flex() -> None
     from tiny_models import shrunk_config
     from tuneproof.arch import resolve
     from tuneproof.attention.flex import enable_flex
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.model import build_model
 
     model = build_model(resolve(shrunk_config("qwen3_next")), "sdpa")

@@ -12,7 +12,7 @@ from tuneproof.arch import from_config
 from tuneproof.attention.dispatch import Context, explain
 from tuneproof.attention.pairs import flex_block_pairs, flex_document_pairs, intended_pairs
 from tuneproof.attention.paths import PATHS, Rows, names, path
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
 
 

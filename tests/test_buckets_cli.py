@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tuneproof.cli.app import main
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data import read_lengths
-from tuneproof.errors import TuneproofError
 
 
 @pytest.mark.slow  # 20,000 lengths through every planner

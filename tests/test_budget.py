@@ -12,7 +12,7 @@ import pytest
 
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.hardware import Peak
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.probe import ProbeSpec, prepare, run

@@ -164,7 +164,7 @@ def test_the_cached_row_ledger_equals_the_ledger_on_whole_batches(attn: str) -> 
 
 
 def test_a_bad_peak_is_refused() -> None:
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
 
     for bad in (0, -1, float("nan"), "989", True):
         with pytest.raises(TuneproofError, match="peak_tflops"):

@@ -15,7 +15,7 @@ from tiny_models import config_dict
 from tuneproof.arch import resolve
 from tuneproof.arch.values import MAX_PARAMETERS, parameter_estimate
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 # Shaped like google/gemma-4-31B's config.json: dense (enable_moe_block false) with the MoE fields null.
 GEMMA4_31B: dict[str, Any] = {

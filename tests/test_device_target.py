@@ -12,7 +12,7 @@ import pytest
 from tuneproof.attention.kernel_measure import best_choice
 from tuneproof.attention.target import DeviceTarget, device_target, trace_target
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 DATA = Path(__file__).parent / "data"
 H800 = DATA / "deepseek_v3_train_h800.json.gz"  # DeepSeek's published V3 training trace: 9.0, 232,448 B

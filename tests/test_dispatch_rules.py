@@ -145,7 +145,7 @@ def test_live_mask_asks_transformers_with_the_real_kv_length_and_window(monkeypa
     ],
 )
 def test_context_refusals(kw: dict, fragment: str) -> None:
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
 
     with pytest.raises(TuneproofError) as e:
         Context(**{"seq_len": 64, "batch": 1, **kw})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tuneproof.dtypes import (
+from tuneproof.core.dtypes import (
     BY_CONFIG,
     BY_SAFETENSORS,
     BY_SHORT,

@@ -6,8 +6,8 @@ import importlib.util
 
 import pytest
 
-from tuneproof.errors import TuneproofError
-from tuneproof.extras import require
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.extras import require
 
 
 def test_a_missing_extra_is_named_with_its_pip_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ import pytest
 from family_parity import UNVERIFIED, causal_lm_types, markdown, parity
 from tuneproof.arch import resolve
 from tuneproof.arch.coverage import NOT_COSTED, OUT_OF_SCOPE, refusal
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 pytestmark = pytest.mark.slow  # ~200 tiny builds, four steps each
 TYPES = causal_lm_types()

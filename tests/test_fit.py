@@ -11,7 +11,7 @@ import pytest
 
 from fakes import A, B, FakeClock, case_time
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import fit_scaling, judge_constant, read_points, time_interleaved
 
 WIDTHS = (2048, 8192, 16384)  # 8x range, as in the CASE

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tuneproof.arch import resolve
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data.lengths import read_lengths
-from tuneproof.errors import TuneproofError
 from tuneproof.measure.fit import fit_scaling, read_points
 from tuneproof.measure.kernels import kernel_table, load_trace
 

@@ -363,7 +363,7 @@ def test_floor_names_and_one_run_refusals_list_everything(tmp_path: Path, capsys
 
 
 def test_same_named_files_in_two_folders_are_two_runs_and_an_lm_eval_copy_is_refused(tmp_path: Path) -> None:
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.gate.arms import read_arm
 
     files, copies = [], []
@@ -559,7 +559,7 @@ def test_a_closed_pipe_is_not_a_verdict(tmp_path: Path) -> None:
 
 
 def test_every_verdict_is_the_one_verdict_type_with_its_margin_and_noise(tmp_path: Path) -> None:
-    from tuneproof.verdict import CANNOT_JUDGE, FINDING, OK, Verdict
+    from tuneproof.core.verdict import CANNOT_JUDGE, FINDING, OK, Verdict
 
     # the CASE's diversity vector: noise is the 0.008 floor, margin the 0.170 beyond it
     level = np.random.default_rng(0).uniform(0.4, 0.6, 200)

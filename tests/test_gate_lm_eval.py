@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.arms import read_arm
 from tuneproof.gate.lm_eval import read_run
 from tuneproof.gate.run import run_gate

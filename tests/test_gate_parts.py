@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gate_fakes import Style, arm
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate import stats
 from tuneproof.gate.arms import Arm, pair, read_arm
 from tuneproof.gate.attractors import PhraseMatcher, mine, read_phrases

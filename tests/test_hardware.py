@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.hardware import GPUS, SMEM_SM86_89_120, SMEM_SM90_100, lookup_gpu, peak_for
 
 REQUIRED = [

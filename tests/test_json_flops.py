@@ -11,7 +11,7 @@ import pytest
 
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
-from tuneproof.io import dumps
+from tuneproof.core.io import dumps
 
 
 def _printed(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.io import dumps
+from tuneproof.core.io import dumps
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "gate"
 

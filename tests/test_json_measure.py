@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.io import dumps
+from tuneproof.core.io import dumps
 
 
 def _as_json(result: Any) -> Any:

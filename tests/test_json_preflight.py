@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tuneproof.cli.app import main
-from tuneproof.io import dumps
+from tuneproof.core.io import dumps
 
 
 def test_preflight_json_is_the_library_result(tmp_path: Path, capsys) -> None:

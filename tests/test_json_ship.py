@@ -37,7 +37,7 @@ def _json(args: list[str], capsys: pytest.CaptureFixture[str], code: int = 0) ->
 
 def _strict(data: dict[str, Any]) -> Any:
     """The library's dict as --json prints it (strict JSON: a NaN or inf is null)."""
-    from tuneproof.io import dumps
+    from tuneproof.core.io import dumps
 
     return json.loads(dumps(data))
 

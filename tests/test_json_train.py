@@ -25,7 +25,7 @@ def test_train_json_is_the_library_results_to_dict(
 ) -> None:
     import tuneproof.train.base as base
     import tuneproof.train.run as t
-    from tuneproof.io import dumps
+    from tuneproof.core.io import dumps
 
     results: list[TrainResult] = []
     real_run = t.run

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import kernels as area
 from tuneproof.measure.kernels import arch_tag, classify, kernel_table, load_trace
 

@@ -14,7 +14,7 @@ from tiny_models import config_dict
 from tuneproof.arch import load_config_dict, resolve
 from tuneproof.arch.locate import HubId, hub_cache_dir, hub_id
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 LLAMA = config_dict("llama", intermediate_size=128, max_position_embeddings=512)
 MAIN, V1 = "a" * 40, "b" * 40

@@ -11,7 +11,7 @@ import pytest
 
 from tiny_models import build_model, config_dict, counted_flops
 from tuneproof.arch import from_config
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
 
 TOL = 0.005

@@ -14,7 +14,7 @@ from tuneproof.arch.lightning import Lightning
 from tuneproof.arch.mixers import DELTA_CHUNK, delta_rule_backward, delta_rule_flops, mixer_flops
 from tuneproof.arch.shape import AttentionSpec, DeltaRule, StateSpace
 from tuneproof.attention.paths import PATHS, Rows, chunk_pieces, intended_for, performed_for
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
@@ -112,7 +112,7 @@ def test_explainer_names_the_delta_rule_paths_and_the_packed_fallback() -> None:
 
 def test_a_rank_above_every_expert_matrix_is_refused_for_target_parameters() -> None:
     from tiny_models import config_dict
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
 
     shape = resolve(config_dict("qwen3_moe")).shape  # experts: 64 -> 2x32 and 32 -> 64
     experts = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
@@ -131,7 +131,7 @@ def test_a_layer_weight_no_gemm_accounts_for_is_refused_not_counted_as_nothing(
     table)."""
     from tiny_models import shrunk_config
     from tuneproof.arch import construct
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
 
     monkeypatch.setattr(construct, "STACKED_EXPERTS", {})
     with pytest.raises(TuneproofError, match=r"ffn\.experts\.mlp\.w1 .* is no GEMM"):
@@ -155,7 +155,7 @@ def test_a_family_that_leaves_a_size_field_unused_gets_no_default_note() -> None
 
 def test_lora_on_mamba_out_proj_is_refused_as_peft_refuses_it_and_all_linear_leaves_it_out() -> None:
     from tiny_models import shrunk_config
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.model import lora_targets
 
     shape = resolve(shrunk_config("mamba2")).shape

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tuneproof.arch import cache, resolve
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
 
 CONFIGS = Path(__file__).parent / "data" / "configs"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
-from tuneproof.io import atomic_write_json, check_out_folder, dumps
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import atomic_write_json, check_out_folder, dumps
 
 CASE = str(Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json")
 DATA = Path(__file__).parent / "data"

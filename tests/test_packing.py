@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data import PackedBatchSampler, PackedCollator, best_fit_decreasing, check_packed_batch
-from tuneproof.errors import TuneproofError
 
 
 @given(lengths=st.lists(st.integers(1, 100), min_size=1, max_size=200), capacity=st.integers(100, 300))

@@ -13,7 +13,7 @@ import pytest
 from fakes import A, B, case_time
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import CrossCheck, cross_check, judge_agreement
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.fit import read_points

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tuneproof.cli.app import main
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data import synthetic_lengths
 from tuneproof.data.project import StepModel, project
 from tuneproof.data.ranks import StepCost
-from tuneproof.errors import TuneproofError
 
 CASE = StepModel(StepCost(6.87e-4, 8.85e-8))
 
@@ -170,9 +170,9 @@ def test_a_trainer_step_probe_names_the_train_extra_before_any_work(monkeypatch)
     import importlib.util
 
     from tuneproof.arch import resolve
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.data import synthetic_lengths
     from tuneproof.data.step_model import probe_spec
-    from tuneproof.errors import TuneproofError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data import BucketBatchSampler, PackedBatchSampler, synthetic_lengths
 from tuneproof.data.ranks import StepCost, micro_batch_seconds, rank_utilisation, use_of
 from tuneproof.data.stats import plan_stats
-from tuneproof.errors import TuneproofError
 
 CASE_FIT = StepCost(6.87e-4, 8.85e-8)  # docs/reference-run.md, seconds per sequence
 

@@ -13,7 +13,7 @@ import pytest
 
 from tuneproof.arch import resolve
 from tuneproof.arch.coverage import refusal
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
 from tuneproof.model import parameter_estimate
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec
 
 PAD_HINT = "(pass the share of token slots that are padding, e.g. 0.3)"

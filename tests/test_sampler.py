@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data import BucketBatchSampler, plan_stats, random_plan, synthetic_lengths
-from tuneproof.errors import TuneproofError
 
 LENGTHS, ROOTS = synthetic_lengths()
 

@@ -127,7 +127,7 @@ def test_zamba_tiny_build_builds_and_is_refused_for_its_shared_block() -> None:
     from tiny_models import shrunk_config
     from tuneproof.arch import resolve
     from tuneproof.arch.construct import meta_model
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
 
     cfg = shrunk_config("zamba")
     layers = meta_model(cfg).model.layers

@@ -11,7 +11,7 @@ import torch
 
 import ship_fakes as fx
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.identity import characterise, diff_fingerprints, fingerprint, read_fingerprint
 from tuneproof.ship.tensors import ShardWriter, open_checkpoint, read_header
 

@@ -11,7 +11,7 @@ import torch
 
 import ship_fakes as fx
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.ship import merge as m
 from tuneproof.ship.tensors import open_checkpoint
 

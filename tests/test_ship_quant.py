@@ -12,7 +12,7 @@ import pytest
 
 from tiny_models import TINY
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.ship import quant
 from tuneproof.ship.recipe import read_quant_recipe
 

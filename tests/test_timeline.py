@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.measure.kernels import _table, load_trace, rank_tables
 from tuneproof.measure.timeline import Span, rank_skew, sweep
 

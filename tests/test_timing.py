@@ -9,7 +9,7 @@ import pytest
 
 from fakes import FakeClock, case_time, noisy
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import robust, time_fn, time_interleaved
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import kernels as area
 from tuneproof.measure import trace_read
 from tuneproof.measure.kernels import kernel_table, load_trace

@@ -231,7 +231,7 @@ def test_chat_rows_go_through_sft_trainer_with_the_loss_on_the_assistant_only(
 
 
 def test_a_chat_template_without_generation_markers_is_refused_for_assistant_only_loss() -> None:
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.gate.generate import tiny_tokenizer
     from tuneproof.train.data import check_chat_template
     from tuneproof.train.recipe import from_dict
@@ -356,7 +356,7 @@ def test_bad_rows_anywhere_are_refused_before_anything_is_written(
 
 def test_a_failure_after_the_first_write_leaves_nothing_behind(tmp_path: Path, monkeypatch, capsys) -> None:
     import tuneproof.train.run as run
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise TuneproofError("TRL's SFTTrainer cannot prepare the chat rows: boom", "check them")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tuneproof.extras import EXTRAS
+from tuneproof.core.extras import EXTRAS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "tuneproof"
@@ -40,7 +40,7 @@ def test_every_data_file_of_the_package_is_declared_as_package_data() -> None:
 
 
 def test_the_extras_table_matches_pyproject() -> None:
-    """tuneproof/extras.py names the import modules of each extra that pyproject.toml installs."""
+    """tuneproof/core/extras.py names the import modules of each extra that pyproject.toml installs."""
     declared = _pyproject()["project"]["optional-dependencies"]
     dist_to_module = {"compressed-tensors": "compressed_tensors", "pyyaml": "yaml",
                       "sentence-transformers": "sentence_transformers"}  # fmt: skip

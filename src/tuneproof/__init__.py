@@ -7,8 +7,8 @@ Front door (imports stay light: heavy modules load when first used):
 
 from __future__ import annotations
 
-from tuneproof._lazy import lazy
-from tuneproof.errors import TuneproofError as TuneproofError
+from tuneproof.core.errors import TuneproofError as TuneproofError
+from tuneproof.core.lazy import lazy
 
 __version__ = "0.1.0"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 
 @dataclass(frozen=True, slots=True)

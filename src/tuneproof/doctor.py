@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneproof import validate
-from tuneproof.verdict import NoWarnings
+from tuneproof.core import validate
+from tuneproof.core.verdict import NoWarnings
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -61,8 +61,8 @@ class FlopsSection:
         return [flop_waterfall(self.detail)]
 
     def render(self, console: Console) -> None:
+        from tuneproof.core.tables import Table
         from tuneproof.flops.render import fmt_flops, render_report
-        from tuneproof.tables import Table
 
         t = Table(title=f"FLOPs per step (LoRA r={LORA_RANK}, grad-ckpt, batch {BATCH})")
         for col in ("width", "scenario", "intended", "performed", "perf/int", "largest excess"):
@@ -220,7 +220,7 @@ class SkippedSection:
 def probe_section(
     model: ResolvedModel, budget_s: float, progress: Callable[[str], None] | None = None
 ) -> ProbeSection | SkippedSection:
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.measure.probe import ProbeSpec, run_probe
 
     # a diagnosis runs the probe's floor even past its budget, and the probe's notes say so

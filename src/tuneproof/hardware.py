@@ -22,9 +22,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.device import device_facts as device_facts  # re-exported: the device's own facts
 from tuneproof.device import device_smem_limit as device_smem_limit
-from tuneproof.errors import TuneproofError
 
 # Per-block opt-in shared memory, bytes, per architecture (CUDA Programming Guide, compute
 # capabilities tables; Triton's "Hardware limit" values seen in the issues cited in the references).
@@ -405,7 +405,7 @@ def resolve_peak(
        (an unknown GPU name included);
     4. else no peak (tflops None) and the reason.
     """
-    from tuneproof import validate
+    from tuneproof.core import validate
 
     d = check_dtype(dtype)
     if peak_tflops is not None:

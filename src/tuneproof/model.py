@@ -12,8 +12,8 @@ from typing import Any
 from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
 from tuneproof.attention.paths import path
-from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES, torch_dtype
-from tuneproof.errors import TuneproofError
+from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES, torch_dtype
+from tuneproof.core.errors import TuneproofError
 
 BYTES = {s: BY_SHORT[s].bytes for s in MODEL_DTYPES}
 # Building needs the weights once in fp32 (initialisation) plus working room for a training step.

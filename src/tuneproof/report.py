@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneproof.io import strict
+from tuneproof.core.io import strict
 
 if TYPE_CHECKING:
     from tuneproof.flops.report import FlopReport
@@ -218,14 +218,14 @@ def train_plots(log_history: list[dict[str, Any]], sections: dict[str, Any] | No
 
 
 def check_report_folder(folder: Path) -> Path:
-    from tuneproof.io import check_out_folder
+    from tuneproof.core.io import check_out_folder
 
     return check_out_folder(Path(folder), ("report.md", REPORT_JSON))
 
 
 def check_json_folder(folder: Path) -> Path:
     """Refuse a folder `write_json` could not write report.json into, before any work."""
-    from tuneproof.io import check_out_folder
+    from tuneproof.core.io import check_out_folder
 
     return check_out_folder(Path(folder), (REPORT_JSON,))
 
@@ -237,7 +237,7 @@ def write_json(folder: Path, title: str, data: dict[str, Any]) -> Path:
 
 
 def _write_json(folder: Path, payload: dict[str, Any]) -> Path:
-    from tuneproof.io import atomic_write_json
+    from tuneproof.core.io import atomic_write_json
 
     return atomic_write_json(folder / REPORT_JSON, payload)
 
@@ -246,7 +246,7 @@ def write_report(
     folder: Path, title: str, data: dict[str, Any], plots: list[Plot], summary: list[str]
 ) -> Path:
     """report.json (`data` and every plot's series), report.md (the summary and the plots), the PNGs."""
-    from tuneproof.io import atomic_write_text
+    from tuneproof.core.io import atomic_write_text
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

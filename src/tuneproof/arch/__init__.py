@@ -24,7 +24,7 @@ from tuneproof.arch.locate import locate_config
 from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.arch.values import check_values as _check_values
 from tuneproof.arch.values import config_fields
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 __all__ = [
     "FAMILIES",

@@ -18,7 +18,7 @@ shape from an older reader would be silently wrong). A config that is not plain 
 dict holding other objects) is not cached.
 
 Where: `$TUNEPROOF_CACHE`, else `$XDG_CACHE_HOME/tuneproof`, else `~/.cache/tuneproof`
-(`tuneproof.io.cache_dir`), one `model-<key>.pickle` per config, written to a temporary file and
+(`tuneproof.core.io.cache_dir`), one `model-<key>.pickle` per config, written to a temporary file and
 renamed. `TUNEPROOF_NO_CACHE=1` turns reading and writing off. The cache only ever saves time: an
 entry that is missing, unreadable, damaged or not what its name says is ignored (and rewritten by the
 cold path), and a folder that cannot be written leaves the command as it was, never an error.
@@ -96,7 +96,7 @@ def key_for(data: dict[str, Any]) -> str | None:
 
 
 def entry_path(key: str) -> Path:
-    from tuneproof.io import cache_dir
+    from tuneproof.core.io import cache_dir
 
     return cache_dir() / f"model-{key[:32]}.pickle"
 
@@ -125,8 +125,8 @@ def load(key: str) -> Entry | None:
 def store(key: str, entry: Entry) -> None:
     """Keep `entry` under `key` (temporary file, then rename). A cache folder that cannot be written
     costs the next run its speed, nothing else: every failure is ignored."""
-    from tuneproof.errors import TuneproofError
-    from tuneproof.io import atomic_write_bytes
+    from tuneproof.core.errors import TuneproofError
+    from tuneproof.core.io import atomic_write_bytes
 
     body = {"shape": entry.shape, "notes": entry.notes, "max_positions": entry.max_positions}
     try:

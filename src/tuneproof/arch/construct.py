@@ -32,7 +32,7 @@ from tuneproof.arch.schedule import layer_schedule
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_program
 from tuneproof.arch.sublayers import SUBLAYERED, layer_count, sublayer_program
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 # Attention and feed-forward blocks run in parallel on the layer input (not one after the other) in
 # these families, or when the named config flag is true. Sources: each modeling file's DecoderLayer

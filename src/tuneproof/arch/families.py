@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 Reader = Callable[[Any, "Family"], ModelShape]
 

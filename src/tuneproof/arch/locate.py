@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 CONFIG_NAME = "config.json"
 

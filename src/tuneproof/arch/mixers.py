@@ -37,7 +37,7 @@ from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
 from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, StateSpace, Step
 from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_mixer
 from tuneproof.arch.short_conv import SHORT_CONV_MIXERS, ShortConv, short_conv_core, short_conv_costs
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 # torch_chunk_gated_delta_rule(chunk_size=64): the chunk every transformers delta-rule layer uses
 DELTA_CHUNK = 64

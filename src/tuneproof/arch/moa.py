@@ -64,7 +64,7 @@ def moa_steps(units: list[Unit], hidden: int, top_k: int, core: list[Step]) -> l
         else:
             by_role["kv"] = u
     if set(by_role) != {"q", "o", "router", "kv"}:
-        from tuneproof.errors import TuneproofError
+        from tuneproof.core.errors import TuneproofError
 
         raise TuneproofError(
             f"the mixture-of-attention projections {[u.name for u in units]} are not a routed query, a "

@@ -17,7 +17,7 @@ from typing import Any
 
 from tuneproof.arch.mixers import MixerKind
 from tuneproof.arch.shape import AttentionSpec, Join, Linear, Step
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 # Fields that must be positive integers when a config sets them (None = unset, always accepted).
 POSITIVE_INTS = (

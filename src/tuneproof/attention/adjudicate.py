@@ -23,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneproof import validate
 from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
 from tuneproof.attention.paths import path
-from tuneproof.dtypes import torch_dtype
-from tuneproof.errors import TuneproofError
-from tuneproof.verdict import NoWarnings
+from tuneproof.core import validate
+from tuneproof.core.dtypes import torch_dtype
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.verdict import NoWarnings
 
 LOW_PRECISION = ("bf16", "fp16")  # the dtypes judged against fp32 truth
 CRITERIA = {

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tuneproof import validate
 from tuneproof.arch.shape import Attention, AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
 from tuneproof.attention.live import LIVE_LEN as LIVE_LEN
@@ -27,13 +26,14 @@ from tuneproof.attention.live import device_present, version_notes
 from tuneproof.attention.live import live_mask as _live_mask
 from tuneproof.attention.live import live_sdpa as _live_sdpa
 from tuneproof.attention.paths import PATHS, Rows, path, performed_for
-from tuneproof.errors import TuneproofError
-from tuneproof.verdict import NoWarnings
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.verdict import NoWarnings
 
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
 
-DTYPES = ("bf16", "fp16", "fp32")  # the dtypes the dispatch rules know (tuneproof.dtypes names them)
+DTYPES = ("bf16", "fp16", "fp32")  # the dtypes the dispatch rules know (tuneproof.core.dtypes names them)
 
 
 def parse_capability(text: str) -> tuple[int, int]:

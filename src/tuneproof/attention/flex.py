@@ -17,10 +17,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tuneproof import validate
 from tuneproof.attention.kernel_measure import best_choice
 from tuneproof.attention.kernel_options import KernelChoice
-from tuneproof.errors import TuneproofError
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
 
 EAGER_FLEX_WARNING = "flex_attention called without torch.compile()"
 MIN_TORCH = (2, 6)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tuneproof.attention.kernel_measure import best_choice
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 if TYPE_CHECKING:
     from tuneproof.attention.dispatch import Context, LayerExplanation

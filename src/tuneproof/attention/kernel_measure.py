@@ -27,7 +27,7 @@ from tuneproof.attention.kernel_options import (
     default_fwd,
     parse_out_of_resource,
 )
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 CompileStep = Callable[[int, str, str, dict[str, int]], None]  # raises Triton's error when it does not fit
 CACHE_FILE = "flex-smem.json"
@@ -68,7 +68,7 @@ def _device_key() -> str:
 
 
 def _cache_path() -> Path:
-    from tuneproof.io import cache_dir
+    from tuneproof.core.io import cache_dir
 
     return cache_dir() / CACHE_FILE
 
@@ -102,7 +102,7 @@ def measure(
         result = Measurement(False, parsed[0], parsed[1])
     table[key] = {"fits": result.fits, "required": result.required, "limit": result.limit}
     try:
-        from tuneproof.io import atomic_write_bytes
+        from tuneproof.core.io import atomic_write_bytes
 
         atomic_write_bytes(path, json.dumps(table, indent=0).encode())
     except (OSError, TuneproofError):

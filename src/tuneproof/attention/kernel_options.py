@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneproof import validate
 from tuneproof.attention.pairs import FLEX_BLOCK
-from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES
-from tuneproof.errors import TuneproofError
+from tuneproof.core import validate
+from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES
+from tuneproof.core.errors import TuneproofError
 from tuneproof.hardware import SMEM_SM70, SMEM_SM75, SMEM_SM80, SMEM_SM86_89_120, SMEM_SM90_100
 
 DTYPE_BYTES = {s: BY_SHORT[s].bytes for s in MODEL_DTYPES}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from tuneproof.attention import rules as R
 from tuneproof.attention.paths import path
-from tuneproof.dtypes import torch_dtype
+from tuneproof.core.dtypes import torch_dtype
 
 if TYPE_CHECKING:
     from tuneproof.arch.shape import AttentionSpec

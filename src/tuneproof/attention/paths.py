@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuneproof.attention.pairs import FLEX_BLOCK, flex_block_pairs, flex_document_pairs, intended_pairs
-from tuneproof.errors import TuneproofError, field_error
+from tuneproof.core.errors import TuneproofError, field_error
 
 if TYPE_CHECKING:
     from tuneproof.arch.shape import AttentionSpec

@@ -52,7 +52,7 @@ def render_explanation(result: Explanation, console: Console) -> None:
 def render_adjudication(result: Adjudication, console: Console) -> None:
     from rich.markup import escape
 
-    from tuneproof.tables import Table
+    from tuneproof.core.tables import Table
 
     t = Table(title=f"distance to fp32 math truth ({result.dtype} on {result.device}; same rounded weights)")
     for col in (

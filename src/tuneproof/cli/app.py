@@ -27,7 +27,7 @@ from tuneproof.cli.preflight_cmd import preflight
 from tuneproof.cli.probe_cmd import probe
 from tuneproof.cli.ship_cmd import fingerprint, lora, merge, quant_audit
 from tuneproof.cli.train_cmd import train
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 
 @click.group(

@@ -9,13 +9,13 @@ from typing import Any
 
 import click
 
-from tuneproof.errors import TuneproofError
-from tuneproof.io import check_out_file as check_out_file
-from tuneproof.terminal import _Lines as _Lines
-from tuneproof.terminal import console as console
-from tuneproof.terminal import count_bar as count_bar
-from tuneproof.terminal import progress_bar as progress_bar
-from tuneproof.terminal import wrap_lines as wrap_lines
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import check_out_file as check_out_file
+from tuneproof.core.terminal import _Lines as _Lines
+from tuneproof.core.terminal import console as console
+from tuneproof.core.terminal import count_bar as count_bar
+from tuneproof.core.terminal import progress_bar as progress_bar
+from tuneproof.core.terminal import wrap_lines as wrap_lines
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
 
@@ -111,7 +111,7 @@ def warn_unused(params: tuple[str, ...], needs: str, active: bool) -> None:
 def finish(result: Any, json_out: bool) -> int:
     """The last line of every command: the result's warnings (printed after success), its
     `to_dict()` as JSON or its `render(console)` as text, and its verdict's exit code (0 without one).
-    `result` is a `tuneproof.verdict.Result`."""
+    `result` is a `tuneproof.core.verdict.Result`."""
     for text in result.warnings:
         warn(text)
     if json_out:
@@ -124,7 +124,7 @@ def finish(result: Any, json_out: bool) -> int:
 
 def print_json(data: Any) -> None:
     """Strict JSON on stdout: never NaN or Infinity (an unknown is null, with its reason beside it)."""
-    from tuneproof.io import dumps
+    from tuneproof.core.io import dumps
 
     sys.stdout.write(dumps(data) + "\n")
 

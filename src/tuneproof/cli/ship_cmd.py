@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import click
 
 from tuneproof.cli.common import Command, finish, json_option, warn
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 if TYPE_CHECKING:
-    from tuneproof.verdict import Result
+    from tuneproof.core.verdict import Result
 
 _PATH = click.Path(path_type=Path)
 

@@ -2,7 +2,7 @@
 
 Names load on first use (numpy and torch are not imported by `import tuneproof.data`)."""
 
-from tuneproof._lazy import lazy
+from tuneproof.core.lazy import lazy
 
 _EXPORTS = {
     "BucketBatchSampler": "tuneproof.data.sampler",

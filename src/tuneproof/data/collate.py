@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuneproof import validate
+from tuneproof.core import validate
 
 
 class PadToLongest:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneproof import validate
+from tuneproof.core import validate
 
 if TYPE_CHECKING:  # the planners load in the functions: the CLI reads COMPARE_CHOICES for its help text
     import numpy as np

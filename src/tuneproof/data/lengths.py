@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
-from tuneproof.io import input_file
-from tuneproof.validate import MAX_TOKENS
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import input_file
+from tuneproof.core.validate import MAX_TOKENS
 
 _INT = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit also accepts "²", which int() refuses
 SYNTHETIC = Path(__file__).resolve().parent / "longtail_20k.jsonl.gz"

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from tuneproof import validate
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data.sampler import _check_lengths
-from tuneproof.errors import TuneproofError
 
 MASK_TRAP = (
     "a 2-D attention_mask next to packed position_ids makes transformers skip packed-sequence detection "

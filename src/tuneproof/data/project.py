@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof import validate
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data.compare import PLAN_SAMPLERS
 from tuneproof.data.plan import Plan
 from tuneproof.data.ranks import StepCost, check_fills_one_step, use_of
 from tuneproof.data.step_model import StepModel
 from tuneproof.data.step_model import probe_step_model as probe_step_model  # bench/plan_vs_run.py's import
-from tuneproof.errors import TuneproofError
 
 SAMPLERS = PLAN_SAMPLERS
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuneproof import validate
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data.plan import Plan
-from tuneproof.errors import TuneproofError
 
 SYNCS = ("step", "micro")
 

@@ -21,7 +21,7 @@ def render_buckets(
     console: Console,
     ranks: int = 1,
 ) -> None:
-    from tuneproof.tables import Table
+    from tuneproof.core.tables import Table
 
     base = next((r for r in results if r.name == "random"), None)
     window = (
@@ -95,7 +95,7 @@ def render_buckets(
 
 def render_projection(result: ProjectionResult, console: Console) -> None:
     """`tuneproof plan`: one row per sampler, the interval, and what the projection extrapolates."""
-    from tuneproof.tables import Table
+    from tuneproof.core.tables import Table
 
     projections, model = result.projections, result.model
     cost = model.cost

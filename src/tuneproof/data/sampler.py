@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from tuneproof import validate
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError, field_error
 from tuneproof.data.plan import Plan
-from tuneproof.errors import TuneproofError, field_error
 
 
 def _check_lengths(lengths: Any) -> np.ndarray:

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.extras import require
 from tuneproof.data.ranks import StepCost
-from tuneproof.errors import TuneproofError
-from tuneproof.extras import require
 
 RESAMPLES = 400
 

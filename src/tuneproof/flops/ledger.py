@@ -36,7 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tuneproof.arch.shape import Attention, Core, IndexScores, Join, LayerShape, Linear, ModelShape, Step
-from tuneproof.errors import TuneproofError, field_error
+from tuneproof.core.errors import TuneproofError, field_error
 from tuneproof.flops.run import RunSpec
 
 PASSES = ("forward", "recompute", "backward")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.report import FlopReport, check_step_time, flop_report
 from tuneproof.flops.run import RunSpec
 from tuneproof.hardware import Peak

@@ -43,7 +43,7 @@ def fmt_flops(x: float) -> str:
 
 
 def render_report(report: FlopReport, console: Console) -> None:
-    from tuneproof.tables import Table
+    from tuneproof.core.tables import Table
 
     run = report.run
     console.print(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneproof import validate
 from tuneproof.arch.shape import ModelShape
 from tuneproof.attention.paths import Mask, path, performed_for
-from tuneproof.errors import TuneproofError
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.effects import EFFECTS, Context, intended_state
 from tuneproof.flops.ledger import Ledger, walk
 from tuneproof.flops.run import RunSpec

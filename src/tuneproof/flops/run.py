@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuneproof import validate
 from tuneproof.attention.paths import Rows, path
-from tuneproof.errors import TuneproofError, field_error
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError, field_error
 
 MODES = ("forward", "full", "lora")
 MAX_BATCH = 1 << 20

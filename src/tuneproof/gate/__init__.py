@@ -3,7 +3,7 @@ judged against the instrument's own run-to-run noise.
 
 Names load on first use (numpy is not imported by `import tuneproof.gate`)."""
 
-from tuneproof._lazy import lazy
+from tuneproof.core.lazy import lazy
 
 _EXPORTS = {
     "Arm": "tuneproof.gate.arms",

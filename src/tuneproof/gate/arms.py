@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import input_file
 from tuneproof.gate.inputs import jsonl_objects
-from tuneproof.io import input_file
 
 if TYPE_CHECKING:
     from tuneproof.gate.bench_lineup import Lineup

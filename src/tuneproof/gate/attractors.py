@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.arms import Arm
 
 WORD = re.compile(r"\w+")

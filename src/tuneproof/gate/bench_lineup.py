@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.lm_eval import BenchRun
 from tuneproof.gate.spec import GateSpec, TaskSpec
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.arms import Arm, Pairing, pair
 from tuneproof.gate.probes import Probe, probe_prompts
 from tuneproof.gate.spec import GateSpec

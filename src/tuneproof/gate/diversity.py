@@ -164,7 +164,7 @@ def load_embedder(path: str) -> Embedder:
     or any sentence-transformers folder. Never downloads (the hub is offline while it loads)."""
     from pathlib import Path
 
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
 
     folder = Path(path)
     if not folder.is_dir():
@@ -176,7 +176,7 @@ def load_embedder(path: str) -> Embedder:
 def _load_embedder(folder: Path) -> Embedder:
     import importlib.util
 
-    from tuneproof.errors import TuneproofError
+    from tuneproof.core.errors import TuneproofError
 
     static_layout = (folder / "tokenizer.json").is_file() and (folder / "model.safetensors").is_file()
     try:

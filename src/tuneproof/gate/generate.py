@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof import validate
-from tuneproof.errors import TuneproofError
-from tuneproof.extras import require
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.extras import require
 from tuneproof.gate.inputs import jsonl_objects
 from tuneproof.gate.tokens import TOKENIZER_FILES
 
@@ -358,7 +358,7 @@ class GenerateResult:
 
 def prepare(spec: GenerateSpec, out: str | Path) -> GeneratePlan:
     """The model and adapter folders, the prompts, and the arm and sidecar paths, before any load."""
-    from tuneproof.io import check_out_file
+    from tuneproof.core.io import check_out_file
 
     check_paths(spec)
     prompts = read_prompts(spec.prompts)
@@ -373,7 +373,7 @@ def run(plan: GeneratePlan, progress: Callable[[int, int], None] | None = None) 
     import gzip
     import json
 
-    from tuneproof.io import atomic_write_bytes, atomic_write_json
+    from tuneproof.core.io import atomic_write_bytes, atomic_write_json
 
     rows, meta = generate(plan.spec, plan.prompts, progress)
     data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
-from tuneproof.io import input_file
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import input_file
 
 
 def jsonl_objects(p: Path, what: str, hint: str) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.inputs import jsonl_objects, read_text
 
 Row = tuple[str, str, str]  # (task, filter, metric)

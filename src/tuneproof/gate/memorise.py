@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import cache_dir, input_file
 from tuneproof.gate.inputs import jsonl_objects
 from tuneproof.gate.tokens import Tokens
-from tuneproof.io import cache_dir, input_file
 
 DEFAULT_K = 32
 _P = 0x9E3779B97F4A7C15  # odd multiplier of the polynomial hash (the golden-ratio constant)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneproof import validate
+from tuneproof.core import validate
 
 if TYPE_CHECKING:
     from tuneproof.gate.arms import Arm
@@ -54,9 +54,9 @@ class MiningResult:
 
 
 def prepare(spec: MiningSpec) -> MiningPlan:
+    from tuneproof.core.io import check_out_file
     from tuneproof.gate.arms import read_arm
     from tuneproof.gate.inputs import read_text
-    from tuneproof.io import check_out_file
 
     if spec.out is not None:
         check_out_file(spec.out, (*spec.outputs, spec.reference))
@@ -81,7 +81,7 @@ def run(plan: MiningPlan) -> MiningResult:
     if out is not None and not phrases:
         warnings.append(f"no phrase is over-represented under >= 2 prompts: {out} was not written")
     elif out is not None:
-        from tuneproof.io import atomic_write_text
+        from tuneproof.core.io import atomic_write_text
 
         atomic_write_text(out, "".join(m.phrase + "\n" for m in phrases))
     return MiningResult(phrases, out, warnings)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.inputs import jsonl_objects, read_text
 from tuneproof.gate.lm_eval import BenchRun
 

@@ -1,7 +1,7 @@
 """`tuneproof gate` as two library calls: `prepare(request)` reads and checks every input once, before any
 long work (spec, floors, phrase list, probes, corpus files, the out file, both arms, the pairing, the
 tokenizer and the embedder); `run(plan, progress)` measures, writes the JSON report to `out` when one
-is asked for, and returns a `GateResult` (`tuneproof.verdict.Result`): what the command prints, as text
+is asked for, and returns a `GateResult` (`tuneproof.core.verdict.Result`): what the command prints, as text
 (`render`) or JSON (`to_dict`), its warnings and its verdict.
 """
 
@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 if TYPE_CHECKING:
+    from tuneproof.core.verdict import Verdict
     from tuneproof.gate.arms import Arm, Pairing
     from tuneproof.gate.attractors import PhraseMatcher
     from tuneproof.gate.diversity import Embedder
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from tuneproof.gate.run import GateReport
     from tuneproof.gate.spec import GateSpec
     from tuneproof.gate.tokens import Tokens
-    from tuneproof.verdict import Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +85,12 @@ class GateResult:
 def prepare(request: GateRequest) -> GatePlan:
     """Every cheap check, once, in the order a user fixes them: the spec and the floors, the listed
     files, the out file, then both arms and what they share; then the tokenizer and embedder load."""
+    from tuneproof.core.io import check_out_file
     from tuneproof.gate.arms import read_arm
     from tuneproof.gate.checks import check_inputs, parse_floors
     from tuneproof.gate.memorise import check_corpus
     from tuneproof.gate.probes import read_probes
     from tuneproof.gate.spec import GateSpec, read_spec
-    from tuneproof.io import check_out_file
 
     spec = read_spec(request.spec) if request.spec else GateSpec()
     if request.floor_k is not None:
@@ -133,7 +133,7 @@ def run(plan: GatePlan, progress: Callable[[str], None] | None = None) -> GateRe
         tokens=plan.tokens, probes=plan.probes, embed=plan.embed, given_floors=plan.given, progress=progress,
     )  # fmt: skip
     if plan.out is not None:
-        from tuneproof.io import atomic_write_json
+        from tuneproof.core.io import atomic_write_json
 
         atomic_write_json(plan.out, report.to_dict())
     return GateResult(report, list(plan.warnings), plan.out)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.arms import Arm
 from tuneproof.gate.attractors import PhraseMatcher
 from tuneproof.gate.inputs import read_toml

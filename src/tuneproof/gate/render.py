@@ -72,7 +72,7 @@ def _table(title: str, columns: tuple[str, ...], rows: list[list[str]], console:
                 + ", ".join(f"{c} {v}" for c, v in zip(columns[1:], row[1:], strict=True))
             )
         return
-    from tuneproof.tables import Table
+    from tuneproof.core.tables import Table
 
     t = Table(title=title, padding=0)
     for i, col in enumerate(columns):

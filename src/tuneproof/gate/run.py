@@ -2,7 +2,7 @@
 
 `check_inputs` (gate/checks.py) refuses what cannot be judged before any work starts; `measure` computes
 the families and probes (`run_gate` is the two in one call); the overall verdict (`overall`, a
-`tuneproof.verdict.Verdict`) is FAIL when any judged metric fails, INCONCLUSIVE when none fails but one is
+`tuneproof.core.verdict.Verdict`) is FAIL when any judged metric fails, INCONCLUSIVE when none fails but one is
 inconclusive or could not be judged, PASS when every judged metric passes.
 """
 
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuneproof.core.verdict import Verdict
 from tuneproof.gate import stats
 from tuneproof.gate.arms import Arm, Pairing
 from tuneproof.gate.attractors import PhraseMatcher, attractor_scores
@@ -26,7 +27,6 @@ from tuneproof.gate.probes import EXPECT, Probe, mcnemar_exact, probe_outcome, w
 from tuneproof.gate.spec import GateSpec
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult, verdict_for
 from tuneproof.gate.tokens import Tokens
-from tuneproof.verdict import Verdict
 
 if TYPE_CHECKING:
     from tuneproof.gate.benchmarks import Benchmarks

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tuneproof import validate
-from tuneproof.errors import TuneproofError
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.diversity import PARTS as DIVERSITY_PARTS
 from tuneproof.gate.inputs import read_toml
 from tuneproof.gate.memorise import DEFAULT_K

@@ -12,7 +12,7 @@ prompt has no value in a run. A prompt's score in an arm is its mean over runs.
 - mde: the smallest delta the gate could call: the larger of the floor and the paired test's minimum
   detectable effect at alpha 0.05 and power 0.8, (z_0.975 + z_0.8) * sd(tuned_p - base_p) / sqrt(n).
 
-Verdicts (`tuneproof.verdict.Verdict`, outcome words and exit codes in `EXIT`): PASS (beyond the floor,
+Verdicts (`tuneproof.core.verdict.Verdict`, outcome words and exit codes in `EXIT`): PASS (beyond the floor,
 the wanted way, interval excludes 0), FAIL (beyond the floor, the wrong way, interval excludes 0),
 INCONCLUSIVE (inside the floor, or the interval spans 0). For a "no-change" expectation, PASS means the
 whole interval lies inside +-floor. A verdict's `noise` is the floor and its `margin` is |delta| - floor
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof.verdict import CANNOT_JUDGE, FINDING, OK, Verdict
+from tuneproof.core.verdict import CANNOT_JUDGE, FINDING, OK, Verdict
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 EXIT = {PASS: OK, FAIL: FINDING, INCONCLUSIVE: CANNOT_JUDGE}  # each outcome's exit code

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 _P = 0x100000001B3  # the 64-bit FNV prime (odd, so it has an inverse mod 2^64)
 _Q = pow(_P, -1, 1 << 64)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import StepFlops, rows_of
 
 PADDING_WARN = 0.10  # padding share of the first step worth a warning

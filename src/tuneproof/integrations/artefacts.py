@@ -37,7 +37,7 @@ def write_base_fingerprint(folder: Path | None, source: str, out: Path) -> Path 
     """Write the fingerprint of the base's weight files in `folder` to OUT/base_fingerprint.json and
     return its path; a base that is no local safetensors folder is warned about (once, naming
     `source`) and nothing is written."""
-    from tuneproof.io import atomic_write_json
+    from tuneproof.core.io import atomic_write_json
     from tuneproof.ship.identity import FINGERPRINT_NAME, fingerprint
 
     if folder is None or not any(folder.glob("*.safetensors")):

@@ -34,7 +34,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import StepFlops, median_width, price_step, rows_of
 from tuneproof.integrations.advice import first_step_warnings, recompile_warning
 from tuneproof.integrations.artefacts import adapter_health, base_folder, write_base_fingerprint

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data.collate import PadToLongest
 from tuneproof.data.sampler import BucketBatchSampler
-from tuneproof.errors import TuneproofError
 from tuneproof.integrations.callback import TuneproofCallback
 
 __all__ = ["TuneproofCallback", "dataset_lengths", "use_bucketing"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneproof.dtypes import short_name
-from tuneproof.errors import TuneproofError
+from tuneproof.core.dtypes import short_name
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import MicroBatchLedger
 from tuneproof.integrations.say import say
 

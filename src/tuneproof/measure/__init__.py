@@ -3,7 +3,7 @@ probe.
 
 Names load on first use (numpy, scipy and torch are not imported by `import tuneproof.measure`)."""
 
-from tuneproof._lazy import lazy
+from tuneproof.core.lazy import lazy
 
 _EXPORTS = {
     "Agreement": "tuneproof.measure.crosscheck",

@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 OVER_BUDGET = ("refuse", "floor")
 # A profiled step costs about this many plain steps: the profiler's start and stop, the Chrome trace

@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tuneproof.core.verdict import OK, Verdict
 from tuneproof.measure import robust
-from tuneproof.verdict import OK, Verdict
 
 MAX_REPEATS_ADVICE = 1000
 

@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from tuneproof.core.verdict import OK, Verdict
 from tuneproof.measure.fit import bootstrap, shares, solve
 from tuneproof.measure.kernels import PROFILE_COLUMNS
-from tuneproof.verdict import OK, Verdict
 
 # How far two measurements of one share may differ and still be the same number: the reference run's two
 # measurements agreed to 2.6 points; 5 points leaves room for the profiler's own overhead without

@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof import validate
+from tuneproof.core import validate
+from tuneproof.core.verdict import NoWarnings, Verdict
 from tuneproof.measure import pooled, robust
 from tuneproof.measure.constant import MAX_REPEATS_ADVICE, ConstantTerm, judge_constant
 from tuneproof.measure.points import MIN_SPAN, MIN_WIDTHS, Samples, read_points  # noqa: F401 (re-exported)
-from tuneproof.verdict import NoWarnings, Verdict
 
 BOOTSTRAP = 2000
 CONFIDENCE = 0.95

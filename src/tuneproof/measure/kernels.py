@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof import validate
-from tuneproof.errors import TuneproofError
-from tuneproof.io import input_file
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import input_file
+from tuneproof.core.verdict import Unjudged
 from tuneproof.measure.kernel_classes import CLASSES, RULES, UNCLASSIFIED_FLOOR, classify, rule_of
 from tuneproof.measure.timeline import RankSkew, Timeline, rank_skew, spans_of, sweep
-from tuneproof.verdict import Unjudged
 
 # what a profile's time splits into: the busy classes (summed kernel time) and the idle gaps between them
 PROFILE_COLUMNS = (*CLASSES, "idle")

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tuneproof import validate
-from tuneproof.errors import TuneproofError
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.verdict import Unjudged
 from tuneproof.hardware import Peak, normalise_dtype, resolve_peak
-from tuneproof.verdict import Unjudged
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
 SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}

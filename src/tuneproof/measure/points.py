@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
-from tuneproof.io import input_file
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import input_file
 from tuneproof.measure import robust
 
 MAX_WIDTH = 1 << 30  # tokens: beyond any context length, and w^2 stays far from float overflow

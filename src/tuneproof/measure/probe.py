@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof import validate
 from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
 from tuneproof.attention.paths import path
-from tuneproof.errors import TuneproofError
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.run import MODES
 from tuneproof.measure.budget import OVER_BUDGET, WholeBudget
 from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS
@@ -143,7 +143,7 @@ def span_widths(widths: Any) -> tuple[int, ...] | None:
 
 def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
     """Everything that can be refused before building the model: positions, device, memory."""
-    from tuneproof.extras import require
+    from tuneproof.core.extras import require
     from tuneproof.model import check_fits_on_cpu, check_positions
 
     check_positions(model, spec.widths)
@@ -172,7 +172,7 @@ class ProbePlan:
 def prepare(model: ResolvedModel, spec: ProbeSpec, out: Path | None = None) -> ProbePlan:
     """Everything refused before a model is built: the output folder (`OUT_FILES` writable), then
     positions, the device and memory (`check_probe`)."""
-    from tuneproof.io import check_out_folder
+    from tuneproof.core.io import check_out_folder
 
     if out is not None:
         check_out_folder(out, OUT_FILES)
@@ -213,7 +213,7 @@ def run(
         if out is not None:
             result.files.update(_keep(out, keep, timing, kernel_ms))
     if out is not None:
-        from tuneproof.io import atomic_write_json
+        from tuneproof.core.io import atomic_write_json
 
         result.files["json"] = str(out / "probe.json")
         atomic_write_json(out / "probe.json", result.to_dict())
@@ -359,7 +359,7 @@ def _keep(
     """Write the points CSV, the kernel-class CSV and the gzipped trace into `out`, each atomically."""
     import gzip
 
-    from tuneproof.io import atomic_write_bytes, atomic_write_text
+    from tuneproof.core.io import atomic_write_bytes, atomic_write_text
 
     ws, ts = timing_rows(timing)
     csv = "width,seconds\n" + "".join(f"{int(w)},{float(t)!r}\n" for w, t in np.column_stack([ws, ts]))

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuneproof.core.verdict import NoWarnings, Verdict
 from tuneproof.measure import robust
 from tuneproof.measure.crosscheck import CrossCheck, cross_check
 from tuneproof.measure.fit import ScalingFit, fit_scaling
 from tuneproof.measure.kernels import PROFILE_COLUMNS, KernelTable
 from tuneproof.measure.timing import Interleaved, Timing
-from tuneproof.verdict import NoWarnings, Verdict
 
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel

@@ -55,7 +55,7 @@ def _shorts(names: list[str]) -> list[str]:
 
 
 def render_kernels(table: KernelTable, console: Console) -> None:
-    from tuneproof.tables import Table
+    from tuneproof.core.tables import Table
 
     where = (
         "device kernels" if table.source == "device" else "CPU operator rows (self time; no device kernels)"
@@ -148,7 +148,7 @@ def render_ranks(ranks: RankTables, console: Console) -> None:
 
 
 def render_fit(fit: ScalingFit, console: Console) -> None:
-    from tuneproof.tables import Table
+    from tuneproof.core.tables import Table
 
     console.print(
         f"{fit.model}, NNLS on per-width medians of {fit.num_rows} rows: A = {fit.a:.4g} s/token, "
@@ -185,8 +185,8 @@ def render_fit(fit: ScalingFit, console: Console) -> None:
 
 
 def render_probe(result: ProbeResult, console: Console) -> None:
+    from tuneproof.core.tables import Table
     from tuneproof.flops.render import render_mfu
-    from tuneproof.tables import Table
 
     s = result.spec
     console.print(

@@ -22,7 +22,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 NON_COMPUTE = ("communication", "memory")
 

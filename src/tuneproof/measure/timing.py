@@ -24,8 +24,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from tuneproof import validate
-from tuneproof.errors import TuneproofError
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import robust
 
 K = TypeVar("K", bound=Hashable)

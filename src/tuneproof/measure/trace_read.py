@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CPU_CAT = "cpu_op"

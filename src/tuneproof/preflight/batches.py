@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.preflight.config import DatasetRef, RunConfig
 from tuneproof.preflight.sections import Section
 

@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 AXOLOTL_VERSION = "0.19.0"
 HINT = "docs/preflight.md lists what preflight reads"
@@ -125,7 +125,7 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     """The YAML's top-level mapping and the line of each key; a YAML error names its line and column."""
     import yaml
 
-    from tuneproof.io import input_file
+    from tuneproof.core.io import input_file
 
     input_file(path, "run config", HINT)
     try:

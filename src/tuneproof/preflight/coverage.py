@@ -83,7 +83,7 @@ def inventory(config: dict[str, Any]) -> Inventory:
             pass  # a damaged entry is a miss
     inv = _build(config)
     if path is not None:
-        from tuneproof.io import atomic_write_bytes
+        from tuneproof.core.io import atomic_write_bytes
 
         body = {"linears": inv.linears, "experts": inv.experts, "total": inv.total_params}
         with contextlib.suppress(Exception):  # an unwritable cache costs the next run its speed only

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.attention.target import DeviceTarget
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.verdict import FINDING, OK, Verdict
 from tuneproof.preflight.config import RunConfig, from_axolotl, read_yaml
 from tuneproof.preflight.sections import Section
-from tuneproof.verdict import FINDING, OK, Verdict
 
 RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
 
@@ -109,7 +109,7 @@ class PreflightResult:
 
 
 def read_run(path: Path) -> RunConfig:
-    from tuneproof.io import input_file
+    from tuneproof.core.io import input_file
 
     input_file(path, "run config", RUN_HINT)
     suffix = path.suffix.lower()

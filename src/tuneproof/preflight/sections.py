@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuneproof.attention.target import DeviceTarget
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.preflight.config import RunConfig
 
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default

@@ -4,7 +4,7 @@ GPU or loads the base as a model, and none modifies its inputs.
 
 Names load on first use."""
 
-from tuneproof._lazy import lazy
+from tuneproof.core.lazy import lazy
 
 _EXPORTS = {
     "Checkpoint": "tuneproof.ship.tensors",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.tensors import Header, TensorInfo, read_header
 
 CONFIG_NAME = "adapter_config.json"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneproof.core.verdict import FINDING, Verdict
 from tuneproof.ship.identity import (
     Characterisation,
     Difference,
@@ -21,7 +22,6 @@ from tuneproof.ship.identity import (
 )
 from tuneproof.ship.progress import Progress, mib_steps
 from tuneproof.ship.tensors import Checkpoint, open_checkpoint
-from tuneproof.verdict import FINDING, Verdict
 
 NOT_CHARACTERISED = (
     "not characterised: a fingerprint file holds digests, not weights (compare two model folders)"

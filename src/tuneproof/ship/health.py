@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
-from tuneproof.extras import require
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.extras import require
+from tuneproof.core.verdict import CANNOT_JUDGE, FINDING, Verdict
 from tuneproof.ship.adapter import ZERO_B_INITS, Adapter, Module, read_adapter
 from tuneproof.ship.identity import FINGERPRINT_NAME
 from tuneproof.ship.layout import FAMILIES, checkpoint_pieces, meta_model, parameters
 from tuneproof.ship.serving import Facts, notes
 from tuneproof.ship.tensors import Checkpoint, read_tensor
-from tuneproof.verdict import CANNOT_JUDGE, FINDING, Verdict
 
 
 @dataclass(frozen=True, slots=True)

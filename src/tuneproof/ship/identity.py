@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.tensors import FLOAT_DTYPES, Checkpoint, iter_chunks, open_checkpoint, read_tensor
 
 FORMAT = "tuneproof-fingerprint/1"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 # Families of parameters, first match wins (ordered from the most specific name to the broadest).
 # A parameter with fewer than 2 dimensions (norms, scales), or a bias of any shape, is "other".

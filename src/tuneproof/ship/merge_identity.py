@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.identity import (
     FINGERPRINT_NAME,
     Characterisation,

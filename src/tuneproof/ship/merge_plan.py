@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES
-from tuneproof.errors import TuneproofError
+from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES
+from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.adapter import Adapter, Module, read_adapter
 from tuneproof.ship.layout import checkpoint_pieces, meta_model, read_config
 from tuneproof.ship.tensors import FLOAT_DTYPES, Checkpoint, open_checkpoint, read_tensor
@@ -149,8 +149,8 @@ def _stale_notes(out: Path) -> list[str]:
 def _health_notes(adapter_dir: Path) -> list[str]:
     """An adapter that never trained (all of lora_B zero somewhere) merges to the base's weights there:
     said before the merge, not found after shipping it (`tuneproof lora check` gives the detail)."""
+    from tuneproof.core.verdict import FINDING
     from tuneproof.ship.health import check_adapter
-    from tuneproof.verdict import FINDING
 
     verdict = check_adapter(adapter_dir).verdict
     if verdict.exit_code != FINDING:

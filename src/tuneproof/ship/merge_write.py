@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.dtypes import BY_SHORT
-from tuneproof.errors import TuneproofError
-from tuneproof.io import umask
+from tuneproof.core.dtypes import BY_SHORT
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import umask
+from tuneproof.core.verdict import Verdict
 from tuneproof.ship.adapter import delta
 from tuneproof.ship.layout import checkpoint_pieces
 from tuneproof.ship.merge_identity import Identity
 from tuneproof.ship.merge_plan import DTYPES, MergePlan
 from tuneproof.ship.tensors import FLOAT_DTYPES, INDEX_NAME, ShardWriter, TensorInfo, iter_chunks, read_tensor
-from tuneproof.verdict import Verdict
 
 CONFIG_DTYPE = {d.safetensors: d.config for d in BY_SHORT.values()}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")

@@ -29,9 +29,9 @@ def mib_steps(progress: Progress | None, what: str, total_bytes: int) -> Callabl
 
 @contextmanager
 def phase_bars() -> Iterator[Progress]:
-    """A `Progress` shown on stderr: a count bar per phase (`tuneproof.terminal.count_bar`), the
+    """A `Progress` shown on stderr: a count bar per phase (`tuneproof.core.terminal.count_bar`), the
     previous phase's bar closed when the next phase reports."""
-    from tuneproof.terminal import count_bar
+    from tuneproof.core.terminal import count_bar
 
     open_bar: list[Any] = [None, None, None]  # phase, its context manager, its update(done, total)
 

@@ -28,9 +28,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tuneproof.dtypes import BY_SHORT, MODEL_DTYPES
-from tuneproof.errors import TuneproofError
-from tuneproof.extras import require
+from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.extras import require
 from tuneproof.ship.layout import FAMILIES, family_of, matrices, parameters
 from tuneproof.ship.recipe import QuantRecipe
 from tuneproof.ship.tensors import FLOAT_DTYPES, Checkpoint

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.verdict import FINDING, Verdict
 from tuneproof.ship import quant
 from tuneproof.ship.progress import Progress
 from tuneproof.ship.recipe import QuantRecipe, read_quant_recipe
 from tuneproof.ship.tensors import Checkpoint
-from tuneproof.verdict import FINDING, Verdict
 
 RECIPE_CLEAN = "every large parameter is covered or ignored"
 CHECKPOINT_CLEAN = "the large weights are stored quantised or ignored on purpose"

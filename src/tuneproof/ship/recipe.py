@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
-from tuneproof.extras import require
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.extras import require
 
 # Modifiers that quantise weights (llm-compressor `modifiers/quantization`, `modifiers/gptq`, `modifiers/awq`
 # applies scales only and takes no scheme of its own).

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.verdict import Verdict
 from tuneproof.ship.identity import Fingerprint, fingerprint
 from tuneproof.ship.progress import Progress, mib_steps
 from tuneproof.ship.tensors import Checkpoint, open_checkpoint
-from tuneproof.verdict import Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ def prepare(spec: RecordSpec) -> RecordPlan:
     checkpoint = open_checkpoint(spec.model_dir)
     out = spec.out
     if out is not None:
-        from tuneproof.io import check_out_file
+        from tuneproof.core.io import check_out_file
 
         if out.is_file():
             raise TuneproofError(
@@ -67,7 +67,7 @@ def prepare(spec: RecordSpec) -> RecordPlan:
 
 def run(plan: RecordPlan, progress: Progress | None = None) -> Recorded:
     """Hash every tensor (progress phase 'hashing MiB') and write the JSON to `plan.out` atomically."""
-    from tuneproof.io import atomic_write_json
+    from tuneproof.core.io import atomic_write_json
 
     taken = fingerprint(plan.checkpoint, mib_steps(progress, "hashing MiB", plan.checkpoint.nbytes))
     result = Fingerprint(taken.digest, taken.tensors, taken.total_bytes, str(plan.source))

@@ -21,9 +21,9 @@ RECORD_ADVICE = "'tuneproof fingerprint BASE --out FILE'"  # another command, na
 
 
 def print_lines(console: Any, lines: list[str]) -> None:
-    """Report lines on the console, wrapped at its width (`tuneproof.terminal.wrap_lines`), never
+    """Report lines on the console, wrapped at its width (`tuneproof.core.terminal.wrap_lines`), never
     read as markup."""
-    from tuneproof.terminal import wrap_lines
+    from tuneproof.core.terminal import wrap_lines
 
     for line in wrap_lines(lines, console.width):
         console.print(line, soft_wrap=True, markup=False)

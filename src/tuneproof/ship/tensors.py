@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 # bytes per element of every safetensors dtype (safetensors/src/tensor.rs `Dtype::bitsize`); the
 # sub-byte types (F4, F6_*) are listed for reading headers and copying; their byte size is the packed one

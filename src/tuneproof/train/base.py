@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.train.recipe import TINY, Recipe
 
 

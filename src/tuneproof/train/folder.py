@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 from tuneproof.train.recipe import Recipe
 
 RECIPE_NAME = "recipe.toml"
@@ -50,7 +50,7 @@ def check_output(out: Path, recipe: Recipe, resume: bool) -> None:
         )
     elif out.is_dir() and any(out.iterdir()):
         raise TuneproofError(f"{out} is not empty and holds no tuneproof run", "pass a new or empty folder")
-    from tuneproof.io import check_out_folder
+    from tuneproof.core.io import check_out_folder
 
     check_out_folder(out)  # creatable and writable, probed before the model loads
 
@@ -99,7 +99,7 @@ def last_checkpoint(out: Path) -> Path | None:
 def write_state(out: Path, step: int, max_steps: int) -> None:
     """run_state.json: a run stopped early (a callback, a time limit) is not finished, and --resume
     continues it; one that trained all its planned steps is refused as finished."""
-    from tuneproof.io import atomic_write_text
+    from tuneproof.core.io import atomic_write_text
 
     done = {"step": step, "max_steps": max_steps}
     atomic_write_text(out / STATE_NAME, json.dumps({**done, "finished": step >= max_steps}))

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
-from tuneproof.io import input_file
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import input_file
 
 ATTENTION = ("auto", "sdpa", "eager", "flex_attention")
 SCHEDULES = ("cosine", "linear", "constant", "constant_with_warmup")

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.verdict import Verdict
+from tuneproof.core.verdict import Verdict
 
 
 @dataclass(frozen=True, slots=True)
 class TrainResult:
-    """A `tuneproof.verdict.Result`. `warnings` is empty: a run's warnings (first-step advice, an
+    """A `tuneproof.core.verdict.Result`. `warnings` is empty: a run's warnings (first-step advice, an
     adapter that did not train everywhere) are Python warnings raised as they happen, most of them
     from inside the Trainer's callbacks, so a library caller records them the usual way. `verdict` is
     None: training judges nothing (the adapter's health is reported, and `lora check` judges it)."""

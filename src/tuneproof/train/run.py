@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuneproof.errors import TuneproofError
-from tuneproof.extras import require
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.extras import require
 from tuneproof.train.base import attach_lora, base_model, base_tokenizer, check_lora_targets
 from tuneproof.train.data import check_chat_template, is_chat, read_records, tokenise
 from tuneproof.train.folder import RECIPE_NAME, Written, check_output, last_checkpoint, write_state
@@ -225,7 +225,7 @@ def _write_run_folder(plan: TrainPlan, model: Any, written: Written) -> Path | N
     """OUT/recipe.toml and, for the tiny model (in memory only), OUT/base with its tokenizer: a whole
     model folder to train or merge from. Returns the base's folder (None on the other ranks for the
     tiny model: they write nothing)."""
-    from tuneproof.io import atomic_write_text
+    from tuneproof.core.io import atomic_write_text
 
     if not plan.main:
         return plan.folder
@@ -271,8 +271,8 @@ def _save(
 ) -> TrainResult:
     """The main process's outputs after training: run_state.json, the base's fingerprint in the
     adapter folder, and the adapter's health (warned about when it did not train everywhere)."""
+    from tuneproof.core.io import atomic_write_text
     from tuneproof.integrations.artefacts import write_base_fingerprint
-    from tuneproof.io import atomic_write_text
 
     write_state(plan.out, trainer.state.global_step, trainer.state.max_steps)
     fingerprint = write_base_fingerprint(folder, str(folder or ""), adapter_dir)

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.data.collate import RowsDataset
-from tuneproof.errors import TuneproofError
 from tuneproof.train.recipe import Recipe
 
 

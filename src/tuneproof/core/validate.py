@@ -11,7 +11,7 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
-from tuneproof.errors import field_error
+from tuneproof.core.errors import field_error
 
 # No accelerator holds a sequence of 2**31 tokens, and kernels index tokens with int32: a larger width
 # or length is a typo, and numpy arrays sized by it would not fit in memory.

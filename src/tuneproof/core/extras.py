@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tuneproof.errors import TuneproofError
+from tuneproof.core.errors import TuneproofError
 
 # extra -> the import names it brings (each is the distribution's top-level module)
 EXTRAS: dict[str, tuple[str, ...]] = {
