@@ -176,8 +176,9 @@ def extract(repo, rev, root=ROOT):
             )
             if f["name"] in keys:
                 prev = keys[f["name"]]
-                entry["overrides"] = prev.get("overrides", []) + [
-                    f"{prev['class']} ({prev['file']}:{prev['line']}): {prev['type']}"
+                entry["overrides"] = [
+                    *prev.get("overrides", []),
+                    f"{prev['class']} ({prev['file']}:{prev['line']}): {prev['type']}",
                 ]
             keys[f["name"]] = entry
     aliases = {v["alias"]: k for k, v in keys.items() if isinstance(v["alias"], str)}

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tuneproof.arch import from_config, tiny_config_path
-from tuneproof.attention.dispatch import Context, explain, parse_capability, predict
+from tuneproof.attention.dispatch import Context, explain, predict
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
+from tuneproof.hardware.capability import parse_capability
 
 CASE = Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json"
 

@@ -295,13 +295,13 @@ def test_default_blocks_match_torchs_heuristic_on_every_card(cap: tuple[int, int
      ((11, 0), 101_376), ((12, 0), 101_376), ((12, 1), 101_376)],
 )  # fmt: skip
 def test_shared_memory_limit_per_card(cap: tuple[int, int], limit: int) -> None:
-    from tuneproof.attention.kernel_options import smem_limit
+    from tuneproof.hardware.capability import smem_limit
 
     assert smem_limit(cap) == limit
 
 
 def test_unknown_shared_memory_limit_is_refused() -> None:
-    from tuneproof.attention.kernel_options import smem_limit
+    from tuneproof.hardware.capability import smem_limit
 
     with pytest.raises(TuneproofError, match=r"no shared-memory limit known for capability 6\.1"):
         smem_limit((6, 1))

@@ -13,7 +13,7 @@ import pytest
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
-from tuneproof.hardware import Peak
+from tuneproof.hardware.gpus import Peak
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.probe import ProbeSpec, prepare, run
 

@@ -10,7 +10,7 @@ from tuneproof.arch import from_config
 from tuneproof.attention.pairs import intended_pairs
 from tuneproof.flops import RunSpec, flop_report
 from tuneproof.flops.report import Mfu
-from tuneproof.hardware import Peak
+from tuneproof.hardware.gpus import Peak
 
 CASE_CONFIG = Path(__file__).parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json"
 T, B, W, HEADS = 16384, 2, 1024, 16

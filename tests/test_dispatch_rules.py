@@ -14,7 +14,7 @@ import pytest
 from tuneproof.arch.shape import AttentionSpec
 from tuneproof.attention import dispatch
 from tuneproof.attention.dispatch import Context, predict
-from tuneproof.attention.rules import KNOWN_CAPABILITIES
+from tuneproof.hardware.capability import KNOWN_CAPABILITIES
 
 GRID = Path(__file__).parent / "data" / "golden" / "dispatch_grid.json.gz"
 HEAD_DIMS = (60, 64, 96, 128, 192, 200, 224, 256, 512)

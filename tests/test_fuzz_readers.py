@@ -17,7 +17,8 @@ from tuneproof.arch import resolve
 from tuneproof.core.errors import TuneproofError
 from tuneproof.data.lengths import read_lengths
 from tuneproof.measure.fit import fit_scaling, read_points
-from tuneproof.measure.kernels import kernel_table, load_trace
+from tuneproof.measure.kernels import kernel_table
+from tuneproof.trace.read import load_trace
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

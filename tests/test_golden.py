@@ -174,9 +174,10 @@ def _normalise(text: str) -> str:
 
 def _rounded(data: object) -> object:
     """JSON numbers to 10 significant digits: a fit's least-squares digits past that follow the BLAS
-    build numpy and scipy were installed with (a new numpy moved the 14th digit), not this code."""
+    build numpy and scipy were installed with (a new numpy moved the 14th digit), not this code; below
+    1e-12 in size, 0 (an exact fit's residual is 0 or 3.6e-15 by the same build)."""
     if isinstance(data, float):
-        return float(f"{data:.10g}")
+        return 0.0 if abs(data) < 1e-12 else float(f"{data:.10g}")
     if isinstance(data, dict):
         return {k: _rounded(v) for k, v in data.items()}
     if isinstance(data, list):

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.hardware import GPUS, SMEM_SM86_89_120, SMEM_SM90_100, lookup_gpu, peak_for
+from tuneproof.hardware.capability import SMEM_SM86_89_120, SMEM_SM90_100
+from tuneproof.hardware.gpus import GPUS, lookup_gpu, peak_for
 
 REQUIRED = [
     "A100",
@@ -72,7 +73,7 @@ def test_unknown_gpu_gives_no_fallback() -> None:
     """Each caller says what the name was for: the peak (MFU) or the capability (dispatch); a fresh-eyes
     trial saw `explain --gpu foo` answer 'no MFU', though explain computes none."""
     from tuneproof.attention.target import device_target
-    from tuneproof.hardware import resolve_peak
+    from tuneproof.hardware.gpus import resolve_peak
 
     name = "NVIDIA GeForce RTX 3070 Ti"
     with pytest.raises(TuneproofError) as e:
@@ -151,7 +152,7 @@ def test_table_constants_the_case_and_the_mfu_depend_on() -> None:
 
 
 def test_resolve_peak_policy_and_reasons() -> None:
-    from tuneproof.hardware import Peak, resolve_peak
+    from tuneproof.hardware.gpus import Peak, resolve_peak
 
     given = resolve_peak("A100", "bf16", peak_tflops=100.0)
     assert (given.tflops, given.source) == (100.0, "user-given peak")
@@ -209,7 +210,7 @@ def test_peak_for_reports_source_note_and_missing_dtypes() -> None:
 
 
 def test_resolve_peak_returns_exactly_what_it_says() -> None:
-    from tuneproof.hardware import Peak, resolve_peak
+    from tuneproof.hardware.gpus import Peak, resolve_peak
 
     measured = Peak(1.5, "measured peak (cpu, fp32 GEMM)", "fp32")
     assert resolve_peak(None, "bf16", measure=lambda: measured) == Peak(
@@ -237,14 +238,14 @@ def test_resolve_peak_returns_exactly_what_it_says() -> None:
     ],
 )
 def test_dtype_names(given: str, expected: str) -> None:
-    from tuneproof.hardware import check_dtype
+    from tuneproof.hardware.gpus import check_dtype
 
     assert check_dtype(given) == expected
 
 
 @pytest.mark.parametrize("bad", ["torch.int3", "bfloat16.torch", 16, None])
 def test_unknown_dtypes_name_the_known_ones(bad: object) -> None:
-    from tuneproof.hardware import check_dtype
+    from tuneproof.hardware.gpus import check_dtype
 
     with pytest.raises(TuneproofError) as e:
         check_dtype(bad)
@@ -272,7 +273,7 @@ def test_laptop_parts_match_no_desktop_row(name: str) -> None:
 
 
 def test_no_bf16_tensor_cores_give_no_bf16_peak_with_the_reason() -> None:
-    from tuneproof.hardware import resolve_peak
+    from tuneproof.hardware.gpus import resolve_peak
 
     t4 = resolve_peak("Tesla T4", "bf16")
     assert t4.tflops is None and "Turing (sm_75) has no BF16 tensor cores" in (t4.reason or "")
@@ -305,13 +306,13 @@ def test_no_bf16_tensor_cores_give_no_bf16_peak_with_the_reason() -> None:
     ],
 )
 def test_a_family_name_names_the_variant_it_assumed(asked: str, note: str | None) -> None:
-    from tuneproof.hardware import match_gpu
+    from tuneproof.hardware.gpus import match_gpu
 
     assert match_gpu(asked).note == note
 
 
 def test_the_assumed_variant_leads_the_peak_source_on_one_line() -> None:
-    from tuneproof.hardware import resolve_peak
+    from tuneproof.hardware.gpus import resolve_peak
 
     p = resolve_peak("H100", "bf16")
     assert p.tflops == 989.0
@@ -351,7 +352,7 @@ def _fake_device(
 
 def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
     from tuneproof.attention.target import device_target
-    from tuneproof.hardware import device_smem_limit, match_gpu, resolve_peak
+    from tuneproof.hardware.gpus import device_smem_limit, match_gpu, resolve_peak
 
     _fake_device(monkeypatch, "NVIDIA H200", (9, 0), 232_448)
     m = match_gpu("auto")
@@ -376,7 +377,7 @@ def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
 def test_auto_on_rocm_has_no_cuda_capability(monkeypatch) -> None:
     """ROCm's torch reports gfx942 as (9, 4) (the recorded MI250 trace says 9.0): not a CUDA capability."""
     from tuneproof.attention.target import device_target
-    from tuneproof.hardware import capability_of
+    from tuneproof.hardware.gpus import capability_of
 
     _fake_device(monkeypatch, "AMD Instinct MI300X", (9, 4), 65_536, hip="6.2")
     assert lookup_gpu("auto").name == "MI300X" and lookup_gpu("auto").capability is None
@@ -393,7 +394,7 @@ def test_auto_without_cuda_is_one_line(monkeypatch, capsys) -> None:
     import torch
 
     from tuneproof.cli.app import main
-    from tuneproof.hardware import device_smem_limit
+    from tuneproof.hardware.gpus import device_smem_limit
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(TuneproofError) as e:

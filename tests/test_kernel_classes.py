@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tuneproof.measure.kernel_classes import CLASSES, RULES, classify, rule_of
-from tuneproof.measure.kernels import _table, load_trace
+from tuneproof.measure.kernels import _table
+from tuneproof.trace.kernel_classes import CLASSES, RULES, classify, rule_of
+from tuneproof.trace.read import load_trace
 
 DATA = Path(__file__).parent / "data"
 

@@ -12,7 +12,8 @@ import pytest
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import kernels as area
-from tuneproof.measure.kernels import arch_tag, classify, kernel_table, load_trace
+from tuneproof.measure.kernels import arch_tag, classify, kernel_table
+from tuneproof.trace.read import load_trace
 
 DATA = Path(__file__).parent / "data"
 

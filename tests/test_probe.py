@@ -17,9 +17,10 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import CrossCheck, cross_check, judge_agreement
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.fit import read_points
-from tuneproof.measure.kernels import PROFILE_COLUMNS, kernel_table, load_trace
+from tuneproof.measure.kernels import PROFILE_COLUMNS, kernel_table
 from tuneproof.measure.probe import ProbeSpec, run_probe
 from tuneproof.measure.timing import Skip
+from tuneproof.trace.read import load_trace
 
 TINY = resolve("tiny")
 FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2, over_budget="floor")
@@ -335,7 +336,7 @@ def _case_profiles(widths, rng, n: int = 3):  # type: ignore[no-untyped-def]
 
 
 def test_analyse_concludes_what_the_measurements_say() -> None:
-    from tuneproof.hardware import Peak
+    from tuneproof.hardware.gpus import Peak
     from tuneproof.measure.kernels import kernel_table
     from tuneproof.measure.probe import analyse
 
@@ -365,7 +366,7 @@ def test_analyse_concludes_what_the_measurements_say() -> None:
 
 
 def test_analyse_says_when_the_constant_is_undetermined() -> None:
-    from tuneproof.hardware import Peak
+    from tuneproof.hardware.gpus import Peak
     from tuneproof.measure.kernels import kernel_table
     from tuneproof.measure.probe import analyse
 
@@ -579,7 +580,7 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     settings, every width profiled `profiles` times, progress reported, the files kept."""
     import time
 
-    from tuneproof.hardware import Peak
+    from tuneproof.hardware.gpus import Peak
 
     calls: dict[int, int] = {}
 

@@ -1,5 +1,5 @@
 """Streams and ranks: per-stream busy time, the union, the window, idle time and overlap (one sweep,
-tuneproof.measure.timeline), on a hand-computable fixture, a DeepSeek-V3 H800 rank with three
+tuneproof.trace.timeline), on a hand-computable fixture, a DeepSeek-V3 H800 rank with three
 overlapping streams, and HolisticTraceAnalysis's own test traces against the numbers HTA 0.5.0 gives.
 
 HTA numbers: HolisticTraceAnalysis 0.5.0 (pip), `TraceAnalysis(trace_dir=d).get_temporal_breakdown()`
@@ -19,8 +19,9 @@ import pytest
 
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
-from tuneproof.measure.kernels import _table, load_trace, rank_tables
-from tuneproof.measure.timeline import Span, rank_skew, sweep
+from tuneproof.measure.kernels import _table, rank_tables
+from tuneproof.trace.read import load_trace
+from tuneproof.trace.timeline import Span, rank_skew, sweep
 
 DATA = Path(__file__).parent / "data"
 DEEPSEEK = DATA / "deepseek_v3_train_h800.json.gz"

@@ -1,4 +1,4 @@
-"""The streaming trace reader (measure/trace_read.py) and the trace's own device (measure/trace_device.py)
+"""The streaming trace reader (trace/read.py) and the trace's own device (trace/devices.py)
 on public traces from real jobs: HolisticTraceAnalysis's AMD MI250, CPU-only, nanosecond-resolution
 and two-rank test traces, Kineto's old-format trace and the DeepSeek-V3 training rank (provenance in
 tests/data/README.md). The reference each is checked against is the whole document read with
@@ -17,8 +17,9 @@ import pytest
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import kernels as area
-from tuneproof.measure import trace_read
-from tuneproof.measure.kernels import kernel_table, load_trace
+from tuneproof.measure.kernels import kernel_table
+from tuneproof.trace import read as trace_read
+from tuneproof.trace.read import load_trace
 
 DATA = Path(__file__).parent / "data"
 HTA = DATA / "hta"
@@ -94,7 +95,7 @@ def test_amd_mi250_is_rocm_not_a_cuda_capability(capsys: pytest.CaptureFixture[s
 
 
 def test_a_gcn_arch_name_is_the_rocm_arch() -> None:
-    from tuneproof.measure.trace_device import device_info
+    from tuneproof.trace.devices import device_info
 
     props = [{"id": 0, "name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4,
               "gcnArchName": "gfx942:sramecc+:xnack-"}]  # fmt: skip

@@ -16,9 +16,9 @@ _EXPORTS = {
     "RunSpec": "tuneproof.flops",
     "flop_report": "tuneproof.flops",
     "from_config": "tuneproof.arch",
-    "lookup_gpu": "tuneproof.hardware",
+    "lookup_gpu": "tuneproof.hardware.gpus",
     "resolve": "tuneproof.arch",
-    "resolve_peak": "tuneproof.hardware",
+    "resolve_peak": "tuneproof.hardware.gpus",
 }
 __all__ = sorted([*_EXPORTS, "TuneproofError", "__version__"])
 __getattr__, __dir__ = lazy(__name__, _EXPORTS)

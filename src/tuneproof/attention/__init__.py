@@ -3,7 +3,7 @@ takes and why (dispatch), flex_attention done safely (block masks, kernel option
 numerics judged against fp32 truth."""
 
 from tuneproof.attention.adjudicate import AdjudicateSpec, Adjudication, Diff, WidthVerdict, adjudicate
-from tuneproof.attention.dispatch import Context, Explanation, LayerExplanation, explain, parse_capability
+from tuneproof.attention.dispatch import Context, Explanation, LayerExplanation, explain
 from tuneproof.attention.flex import (
     FlexSetup,
     RecompileGuard,
@@ -20,6 +20,7 @@ from tuneproof.attention.kernel_options import (
     run_with_smem_fallback,
 )
 from tuneproof.attention.paths import PATHS, AttentionPath, Rows, path
+from tuneproof.hardware.capability import parse_capability
 
 __all__ = [
     "PATHS",

@@ -14,7 +14,6 @@ present (`_ignore_causal_mask_sdpa`, `torch._fused_sdp_choice`, `can_use_*(..., 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,26 +28,12 @@ from tuneproof.attention.paths import PATHS, Rows, path, performed_for
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import NoWarnings
+from tuneproof.hardware.capability import KNOWN_CAPABILITIES
 
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
 
 DTYPES = ("bf16", "fp16", "fp32")  # the dtypes the dispatch rules know (tuneproof.core.dtypes names them)
-
-
-def parse_capability(text: str) -> tuple[int, int]:
-    """'12.0', 'sm_120', 'sm120', '9.0' -> (major, minor). Unknown values are refused."""
-    t = text.strip().lower()
-    m = re.fullmatch(r"(\d+)\.(\d)", t) or re.fullmatch(r"sm_?(\d+)(\d)[af]?", t)  # sm_90a, sm_100f
-    cap = (int(m.group(1)), int(m.group(2))) if m else None
-    if cap is None or cap not in R.KNOWN_CAPABILITIES:
-        known = ", ".join(f"{a}.{b}" for a, b in R.KNOWN_CAPABILITIES)
-        raise TuneproofError(
-            f"unknown {{capability}} {text!r}",
-            f"use MAJOR.MINOR or sm_XY, one of: {known}",
-            fields=("capability",),
-        )
-    return cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +72,7 @@ class Context:
             table = table_target(self.capability)
             object.__setattr__(self, "smem_limit", table.smem_limit)
             object.__setattr__(self, "smem_source", table.smem_source)
-        if self.capability is not None and self.capability not in R.KNOWN_CAPABILITIES:
+        if self.capability is not None and self.capability not in KNOWN_CAPABILITIES:
             raise TuneproofError(
                 f"unknown {{capability}} {self.capability}", "use MAJOR.MINOR", fields=("capability",)
             )

@@ -162,7 +162,7 @@ def best_choice(
         and torch.cuda.is_available()
         and torch.cuda.get_device_capability() == tuple(capability)
     ):
-        from tuneproof.device import device_smem_limit
+        from tuneproof.hardware.device import device_smem_limit
 
         limit = device_smem_limit() or smem_limit_bytes
         return choose_measured(head_dims, dtype, pass_, capability=capability, smem_limit_bytes=limit)

@@ -33,27 +33,9 @@ from tuneproof.attention.pairs import FLEX_BLOCK
 from tuneproof.core import validate
 from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
-from tuneproof.hardware import SMEM_SM70, SMEM_SM75, SMEM_SM80, SMEM_SM86_89_120, SMEM_SM90_100
+from tuneproof.hardware.capability import smem_limit
 
 DTYPE_BYTES = {s: BY_SHORT[s].bytes for s in MODEL_DTYPES}
-
-
-def smem_limit(capability: tuple[int, int]) -> int:
-    """Per-block opt-in shared memory for a compute capability (see tuneproof.hardware)."""
-    major, minor = capability
-    if major in (9, 10):
-        return SMEM_SM90_100
-    if (major, minor) in ((8, 0), (8, 7)):  # Jetson Orin (8.7) takes sm80's 163 KB per block
-        return SMEM_SM80
-    if major in (8, 11, 12):
-        return SMEM_SM86_89_120
-    if (major, minor) == (7, 0):
-        return SMEM_SM70
-    if (major, minor) == (7, 5):
-        return SMEM_SM75
-    raise TuneproofError(
-        f"no shared-memory limit known for capability {major}.{minor}", "pass smem_limit_bytes explicitly"
-    )
 
 
 def _pow2(d: int) -> int:

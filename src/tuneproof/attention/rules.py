@@ -26,21 +26,6 @@ CUDNN_HEAD_DIM_DEFAULT = (
 # check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120: training, head_dim in (192, 224]
 FLASH_TRAINING_GT192_CAPS = ((8, 6), (8, 7), (8, 9), (12, 0), (12, 1))
 
-KNOWN_CAPABILITIES = (
-    (7, 0),
-    (7, 5),
-    (8, 0),
-    (8, 6),
-    (8, 7),
-    (8, 9),
-    (9, 0),
-    (10, 0),
-    (10, 3),
-    (11, 0),
-    (12, 0),
-    (12, 1),
-)
-
 SOURCES = {
     "flash_mask": "sdp_utils_cpp.h check_for_attn_mask: "
     "'Flash Attention does not support non-null attn_mask.'",

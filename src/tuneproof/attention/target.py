@@ -6,12 +6,18 @@ cudaGetDeviceProperties on the card the run used).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.hardware.capability import (
+    CAPABILITY_TEXT,
+    SMEM_FLOOR,
+    known_text,
+    parse_capability,
+    smem_limit,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +36,6 @@ class DeviceTarget:
         return f"shared memory per block: {self.smem_limit:,} B ({self.smem_source})"
 
 
-CAPABILITY_TEXT = re.compile(r"\s*(\d+\.\d+|sm_?\d+[a-z]?)\s*", re.I)  # 9.0, sm_90: a capability
-SMEM_FLOOR = 49_152  # 48 KiB per block: every CUDA card since Fermi; a trace's limit below it is not real
-
-
 def device_target(capability: str | None, gpu: str | None, trace: Path | None = None) -> DeviceTarget:
     """At most one of a capability ('9.0', 'sm_90'), a GPU name, "auto" or a capability written as a
     GPU, and a trace; none: the CPU. Every CUDA target carries the limit flex's options must fit, and
@@ -44,8 +46,6 @@ def device_target(capability: str | None, gpu: str | None, trace: Path | None = 
         raise TuneproofError(
             " and ".join(f"{{{g}}}" for g in given) + " together", "give one of them", fields=tuple(given)
         )
-    from tuneproof.attention.dispatch import parse_capability
-
     if gpu is not None and not gpu.strip():
         raise TuneproofError(
             "{gpu} is empty", "name the card, e.g. H100, or its capability, e.g. 9.0", fields=("gpu",)
@@ -67,8 +67,6 @@ def device_target(capability: str | None, gpu: str | None, trace: Path | None = 
 def table_target(capability: tuple[int, int], why: str = "") -> DeviceTarget:
     """The capability's limit from the table (`kernel_options.smem_limit`), `why` saying why not the
     device's own; a capability the table lacks keeps no limit (the chooser then refuses it)."""
-    from tuneproof.attention.kernel_options import smem_limit
-
     try:
         limit = smem_limit(capability)
     except TuneproofError:
@@ -77,10 +75,10 @@ def table_target(capability: tuple[int, int], why: str = "") -> DeviceTarget:
 
 
 def _gpu_target(gpu: str) -> DeviceTarget:
-    from tuneproof.hardware import AUTO, _normalise_name, capability_of, device_smem_limit, lookup_gpu
+    from tuneproof.hardware.gpus import AUTO, capability_of, device_smem_limit, lookup_gpu, normalise_name
 
     capability = capability_of(gpu)  # refuses ROCm and unknown names
-    if _normalise_name(gpu) == AUTO:
+    if normalise_name(gpu) == AUTO:
         smem = device_smem_limit()  # None where torch lacks the field: the capability's table stands
         if smem is None:
             return table_target(
@@ -101,7 +99,7 @@ def trace_target(trace: Path) -> DeviceTarget:
     `sharedMemPerBlockOptin`. A ROCm or CPU-only trace, kernels on a device its deviceProperties do not
     describe, and kernels on cards of different capabilities are refused with the reason; cards of one
     capability with different limits give the smallest; no valid limit, the capability's table."""
-    from tuneproof.measure.kernels import load_trace
+    from tuneproof.trace.read import load_trace
 
     data = load_trace(trace)
     entries = _used_entries(data, trace.name)
@@ -143,7 +141,7 @@ def trace_target(trace: Path) -> DeviceTarget:
 def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """The deviceProperties entries of the devices the trace's kernels ran on (every entry when no
     kernel row names its device); refused when a kernel's device has no entry, or nothing is CUDA."""
-    from tuneproof.measure.trace_device import OLD_KEYS, device_info
+    from tuneproof.trace.devices import OLD_KEYS, device_info
 
     info = device_info(data, data["traceEvents"], "device")
     if info.get("platform") != "cuda":
@@ -184,9 +182,6 @@ def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
 
 
 def _trace_capability(entry: dict[str, Any], where: str) -> tuple[int, int]:
-    from tuneproof.attention import rules
-    from tuneproof.attention.dispatch import parse_capability
-
     major, minor = entry.get("computeMajor"), entry.get("computeMinor")
     name = _printable(entry.get("name", "a device"))
     ints = all(isinstance(x, int) and not isinstance(x, bool) for x in (major, minor))
@@ -200,7 +195,7 @@ def _trace_capability(entry: dict[str, Any], where: str) -> tuple[int, int]:
     try:
         return parse_capability(f"{major}.{minor}")
     except TuneproofError:
-        known = ", ".join(f"{a}.{b}" for a, b in rules.KNOWN_CAPABILITIES)
+        known = known_text()
         raise TuneproofError(
             f"{{trace}} {where} ran on {name} (compute capability {major}.{minor}), a capability tuneproof "
             "has no rules for",

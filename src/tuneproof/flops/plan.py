@@ -11,7 +11,7 @@ from tuneproof.arch.shape import ModelShape
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.report import FlopReport, check_step_time, flop_report
 from tuneproof.flops.run import RunSpec
-from tuneproof.hardware import Peak
+from tuneproof.hardware.gpus import Peak
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +28,7 @@ class FlopsSpec:
     peak: Peak | None = field(init=False, default=None)  # resolved from gpu / peak_tflops / dtype
 
     def __post_init__(self) -> None:
-        from tuneproof.hardware import check_dtype, resolve_peak
+        from tuneproof.hardware.gpus import check_dtype, resolve_peak
 
         check_dtype(self.dtype)
         if self.step_time_s is not None:

@@ -12,7 +12,7 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.effects import EFFECTS, Context, intended_state
 from tuneproof.flops.ledger import Ledger, walk
 from tuneproof.flops.run import RunSpec
-from tuneproof.hardware import Peak
+from tuneproof.hardware.gpus import Peak
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,8 @@
 
 `check_inputs` (gate/checks.py) refuses what cannot be judged before any work starts; `measure` computes
 the families and probes (`run_gate` is the two in one call); the overall verdict (`overall`, a
-`tuneproof.core.verdict.Verdict`) is FAIL when any judged metric fails, INCONCLUSIVE when none fails but one is
-inconclusive or could not be judged, PASS when every judged metric passes.
+`tuneproof.core.verdict.Verdict`) is FAIL when any judged metric fails, INCONCLUSIVE when none fails
+but one is inconclusive or could not be judged, PASS when every judged metric passes.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def _peak(gpu: str | None, given: float | None, dtype: Any, device: Any) -> tupl
     name = (torch.cuda.get_device_name(device) if device.type == "cuda" else None) if auto else gpu
     if name is None:
         return None, f"no peak for a {device.type} device (pass gpu= or peak_tflops=)"
-    from tuneproof.hardware import resolve_peak
+    from tuneproof.hardware.gpus import resolve_peak
 
     dtype_name = short_name(dtype) or str(dtype)  # an unknown one gets no peak, with its name
     try:

@@ -20,7 +20,7 @@ _EXPORTS = {
     "judge_agreement": "tuneproof.measure.crosscheck",
     "judge_constant": "tuneproof.measure.constant",
     "kernel_table": "tuneproof.measure.kernels",
-    "load_trace": "tuneproof.measure.kernels",
+    "load_trace": "tuneproof.trace.read",
     "read_points": "tuneproof.measure.points",
     "run_probe": "tuneproof.measure.probe",
     "time_fn": "tuneproof.measure.timing",

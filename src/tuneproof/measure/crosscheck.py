@@ -8,7 +8,7 @@ width, at the profiled width w*:
   b*w*^2 / T(w*). T is summed kernel time plus idle time (`PROFILE_BASIS`): on one stream that is the
   wall time from the first kernel's start to the last one's end; with overlapping streams it exceeds
   the wall time by the overlap, and the class shares stay shares of summed kernel time
-  (tuneproof.measure.timeline gives the wall-time view).
+  (tuneproof.trace.timeline gives the wall-time view).
 They share no assumption but the model (both carry a constant term when the step fit does). The
 verdict is on their gap. The profiler then attributes the quadratic share: every kernel class is
 fitted the same way, with the same weights, so the classes' quadratic parts add up to the profiler's

@@ -17,10 +17,9 @@ from typing import Any
 
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
-from tuneproof.core.io import input_file
 from tuneproof.core.verdict import Unjudged
-from tuneproof.measure.kernel_classes import CLASSES, RULES, UNCLASSIFIED_FLOOR, classify, rule_of
-from tuneproof.measure.timeline import RankSkew, Timeline, rank_skew, spans_of, sweep
+from tuneproof.trace.kernel_classes import CLASSES, RULES, UNCLASSIFIED_FLOOR, classify, rule_of
+from tuneproof.trace.timeline import RankSkew, Timeline, rank_skew, spans_of, sweep
 
 # what a profile's time splits into: the busy classes (summed kernel time) and the idle gaps between them
 PROFILE_COLUMNS = (*CLASSES, "idle")
@@ -187,7 +186,7 @@ class KernelsPlan:
 
 def prepare(spec: KernelsSpec) -> KernelsPlan:
     """Read the traces, streaming (a missing, unreadable or event-less file is refused here)."""
-    from tuneproof.measure.trace_read import rank_of, trace_files
+    from tuneproof.trace.read import load_trace, rank_of, trace_files
 
     files = trace_files([spec.trace, *spec.more])
     ranks = tuple((rank_of(t, p), t) for p in files for t in [load_trace(p)])
@@ -199,7 +198,7 @@ def prepare(spec: KernelsSpec) -> KernelsPlan:
 def _one_run(files: list[Path], ranks: tuple[tuple[str | None, dict[str, Any]], ...]) -> None:
     """A skew across traces means something only for one run: refuse two files of one rank (the same
     file twice, or a folder mixing runs) and traces from different devices or platforms."""
-    from tuneproof.measure.trace_device import device_record, platform_of
+    from tuneproof.trace.devices import device_record, platform_of
 
     first: dict[str, Path] = {}
     for p, (r, _) in zip(files, ranks, strict=True):
@@ -231,7 +230,7 @@ def run(plan: KernelsPlan, progress: Any = None) -> KernelTable | RankTables:
 def _ranked(label: str | None, trace: dict[str, Any], top_n: int) -> KernelTable:
     """The rank's table with the device read from the trace itself (trace_device: CUDA capability, ROCm
     gfx arch or CPU only, and the trace's limits); the sm-tag mismatch rule only on CUDA."""
-    from tuneproof.measure.trace_device import device_info
+    from tuneproof.trace.devices import device_info
 
     table = _table(trace, top_n)
     table.rank = table.rank or label
@@ -239,14 +238,6 @@ def _ranked(label: str | None, trace: dict[str, Any], top_n: int) -> KernelTable
     if table.device.get("platform") != "cuda":
         table.arch_mismatch = []
     return table
-
-
-def load_trace(path: str | Path) -> dict[str, Any]:
-    """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a dict with `traceEvents`:
-    streamed, keeping only the events the table reads and the top-level metadata (trace_read)."""
-    from tuneproof.measure.trace_read import read_trace
-
-    return read_trace(input_file(path, "trace", "pass a profiler Chrome trace (.json or .json.gz)"))
 
 
 def _timed_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
@@ -354,7 +345,7 @@ def _table(
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int):
         table.rank = str(info["rank"])
-    from tuneproof.measure.trace_device import device_record
+    from tuneproof.trace.devices import device_record
 
     dev = device_record(meta, device_rows) if source == "device" else None
     if dev is not None:  # deviceProperties, or the older computeProperties with its keys mapped

@@ -6,7 +6,7 @@ size is timed by `torch.utils.benchmark.Timer.adaptive_autorange`, which synchro
 repeats until the interquartile range is within 10 % of the median (or `max_seconds` pass).
 
 With a `gpu` (a table name, or "auto" for this device) the result also carries that card's datasheet
-peak from `tuneproof.hardware` and the measured share of it; the two are never mixed up.
+peak from `tuneproof.hardware.gpus` and the measured share of it; the two are never mixed up.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import Unjudged
-from tuneproof.hardware import Peak, normalise_dtype, resolve_peak
+from tuneproof.hardware.gpus import Peak, normalise_dtype, resolve_peak
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
 SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}

@@ -29,10 +29,11 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.run import MODES
 from tuneproof.measure.budget import OVER_BUDGET, WholeBudget
 from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS
-from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS, KernelTable, kernel_table, load_trace
+from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS, KernelTable, kernel_table
 from tuneproof.measure.probe_result import ProbeResult, analyse, timing_rows
 from tuneproof.measure.steps import probe_model, width_steps
 from tuneproof.measure.timing import Interleaved, time_interleaved
+from tuneproof.trace.read import load_trace
 
 DEVICES = ("cpu", "cuda")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -378,7 +379,7 @@ def _keep(
 def probe_peak(spec: ProbeSpec) -> Any:
     """The MFU denominator: the table peak for a known GPU, the measured peak otherwise (the CPU
     included), through `hardware.resolve_peak`, with the reason."""
-    from tuneproof.hardware import resolve_peak
+    from tuneproof.hardware.gpus import resolve_peak
     from tuneproof.measure.peak import measure_peak
 
     gpu = None

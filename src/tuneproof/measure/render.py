@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tuneproof.measure.kernels import KernelTable, RankTables
     from tuneproof.measure.peak import MeasuredPeak
     from tuneproof.measure.probe_result import ProbeResult
-    from tuneproof.measure.timeline import Timeline
+    from tuneproof.trace.timeline import Timeline
 
 
 def _pct(x: float) -> str:

@@ -10,7 +10,7 @@ its warp is 64 wide (CUDA warps are 32) or the trace's runtime calls are hip* on
 arch-mismatch rule applies only to CUDA.
 
 `limits` keeps the trace's own numbers (`sharedMemPerBlockOptin`, `numSms`, `totalGlobalMem`, ...):
-later code uses them over hardware.py's tables (`attention.target.trace_target` sizes flex's kernel
+later code uses them over hardware/gpus.py's tables (`attention.target.trace_target` sizes flex's kernel
 options by `sharedMemPerBlockOptin`).
 """
 

@@ -1,5 +1,5 @@
 """What torch reports about this machine's CUDA (or ROCm) device: its name, compute capability and
-per-block opt-in shared memory. `tuneproof.hardware` reads these for `gpu="auto"`; a profiler trace
+per-block opt-in shared memory. `tuneproof.hardware.gpus` reads these for `gpu="auto"`; a profiler trace
 records the same limit as `sharedMemPerBlockOptin` (`tuneproof.attention.target.trace_target`).
 """
 

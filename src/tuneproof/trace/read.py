@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.io import input_file
 
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CPU_CAT = "cpu_op"
@@ -308,3 +309,9 @@ def trace_files(paths: list[Path]) -> list[Path]:
         else:
             out.append(p)
     return out
+
+
+def load_trace(path: str | Path) -> dict[str, Any]:
+    """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a dict with `traceEvents`:
+    streamed, keeping only the events the table reads and the top-level metadata (`read_trace`)."""
+    return read_trace(input_file(path, "trace", "pass a profiler Chrome trace (.json or .json.gz)"))

@@ -23,18 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.device import device_facts as device_facts  # re-exported: the device's own facts
-from tuneproof.device import device_smem_limit as device_smem_limit
-
-# Per-block opt-in shared memory, bytes, per architecture (CUDA Programming Guide, compute
-# capabilities tables; Triton's "Hardware limit" values seen in the issues cited in the references).
-SMEM_SM80 = 166_912  # 163 KB, A100 (CUDA guide sec. 20.7.3; FlashAttention #190)
-SMEM_SM86_89_120 = 101_376  # 99 KB (CUDA guide; triton #384, pytorch #161376 RTX 5090 query)
-SMEM_SM90_100 = 232_448  # 227 KB (pytorch #132075 "Hardware limit: 232448"; Blackwell tuning guide)
-SMEM_SM70 = 98_304  # 96 KB, V100: a recorded Tesla V100-SXM2-32GB trace (tests/data/hta) says 98304
-SMEM_SM75 = 65_536  # 64 KB, T4 (CUDA guide, 7.5, as recalled; vLLM PR #39018's Turing 64 KB): unverified
-# AMD: LDS (local data share) per workgroup, what Triton on ROCm compares a kernel against.
-LDS_GFX942 = 65_536  # 64 KB, MI300X (AMD CDNA 3 Instruction Set Architecture guide)
+from tuneproof.hardware.capability import (  # the shared-memory limits the rows take
+    LDS_GFX942,
+    SMEM_SM70,
+    SMEM_SM75,
+    SMEM_SM80,
+    SMEM_SM86_89_120,
+    SMEM_SM90_100,
+)
+from tuneproof.hardware.device import device_facts as device_facts  # re-exported: the device's own facts
+from tuneproof.hardware.device import device_smem_limit as device_smem_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +253,7 @@ def check_dtype(dtype: object) -> str:
     return d
 
 
-def _normalise_name(name: str) -> str:
+def normalise_name(name: str) -> str:
     """Lower case, '-' and '_' as spaces, single spaces: 'NVIDIA-H100_PCIe' -> 'nvidia h100 pcie'."""
     return " ".join(name.lower().replace("_", " ").replace("-", " ").split())
 
@@ -271,7 +269,7 @@ NOT_IN_TABLE = ("laptop", "mobile")
 
 def _has(name: str, alias: str) -> bool:
     """`alias` stands as whole words in the normalised `name`."""
-    return re.search(rf"(^|\s){re.escape(_normalise_name(alias))}(\s|$)", name) is not None
+    return re.search(rf"(^|\s){re.escape(normalise_name(alias))}(\s|$)", name) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +288,7 @@ class GpuMatch:
         asked = f"auto ({self.device})" if self.device else self.asked.strip()
         row = (
             self.gpu.name
-            if _normalise_name(asked) == _normalise_name(self.gpu.name)
+            if normalise_name(asked) == normalise_name(self.gpu.name)
             else f"{asked} -> {self.gpu.name}"
         )
         if not self.alternatives:
@@ -304,7 +302,7 @@ def _alternatives(gpu: GpuSpec, hits: list[str]) -> tuple[str, ...]:
         g.name
         for g in GPUS
         if g is not gpu
-        and all(any(_has(_normalise_name(b), a) and _normalise_name(b) != a for b in g.aliases) for a in hits)
+        and all(any(_has(normalise_name(b), a) and normalise_name(b) != a for b in g.aliases) for a in hits)
     )
 
 
@@ -315,10 +313,10 @@ def match_gpu(name: str, needed_for: str = "", instead: str | None = None, examp
 
     Raises `TuneproofError` listing the known names when nothing matches: never a fallback.
     """
-    facts = device_facts() if _normalise_name(name) == AUTO else None
-    n = _normalise_name(facts.name if facts else name)
+    facts = device_facts() if normalise_name(name) == AUTO else None
+    n = normalise_name(facts.name if facts else name)
     for gpu in GPUS if not any(_has(n, w) for w in NOT_IN_TABLE) else ():
-        hits = [_normalise_name(a) for a in gpu.aliases if _has(n, a)]
+        hits = [normalise_name(a) for a in gpu.aliases if _has(n, a)]
         if hits:
             alternatives = _alternatives(gpu, hits)
             if facts is not None:
@@ -348,7 +346,7 @@ def lookup_gpu(name: str, needed_for: str = "", instead: str | None = None, exam
 def capability_of(gpu: str) -> tuple[int, int]:
     """The CUDA compute capability of a named GPU, or of this machine's device for "auto" (even one
     the table does not know). A ROCm GPU has none: refused with the reason."""
-    if _normalise_name(gpu) == AUTO:
+    if normalise_name(gpu) == AUTO:
         facts = device_facts()
         name, capability = f"auto ({facts.name})", facts.capability
     else:
