@@ -77,7 +77,7 @@ def planning_time() -> None:
 def training_throughput() -> None:
     from tuneproof.arch import resolve
     from tuneproof.data.collate import PadToLongest
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     torch.set_num_threads(2)
     model = build_model(resolve("tiny"), "sdpa").train()

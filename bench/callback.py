@@ -78,9 +78,8 @@ def run(steps: int, with_callback: bool, seed: int) -> tuple[list[float], float]
     from transformers import Trainer, TrainingArguments
 
     from tuneproof.arch import resolve
-    from tuneproof.integrations.callback import TuneproofCallback
-    from tuneproof.integrations.hf import use_bucketing
-    from tuneproof.model import build_model, lora_targets, peft_target_regex
+    from tuneproof.integrations.hf import TuneproofCallback, use_bucketing
+    from tuneproof.measure.model import build_model, lora_targets, peft_target_regex
 
     resolved = resolve("tiny")
     model = build_model(resolved, "sdpa")

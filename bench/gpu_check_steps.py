@@ -79,7 +79,7 @@ def step_build(work: Path, budget_s: float, emit: Emit) -> None:
     from transformers import PreTrainedTokenizerFast
 
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     folder = work / "model"
     model = resolve(model_config())
@@ -262,7 +262,7 @@ def step_flex_vs_sdpa(work: Path, budget_s: float, emit: Emit) -> None:
     (`enable_flex`, the recompile guard sized for the widths), at every width."""
     from tuneproof.arch import resolve
     from tuneproof.attention.flex import enable_flex
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     cap, _ = _cuda_facts()
     model = resolve(work / "model" / "config.json")
@@ -319,7 +319,7 @@ class _CountAndCompare:
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         import gc
 
-        from tuneproof.integrations.callback import TuneproofCallback
+        from tuneproof.integrations.hf import TuneproofCallback
 
         ours = [o for o in gc.get_objects() if isinstance(o, TuneproofCallback)]
         if ours:
@@ -355,16 +355,16 @@ def _recipe(work: Path) -> Path:
 
 
 def step_train(work: Path, budget_s: float, emit: Emit) -> None:
-    """`tuneproof train` (its library call, `tuneproof.train.run.train`) with flex for a few steps on
+    """`tuneproof train` (its library call, `tuneproof.commands.train.train`) with flex for a few steps on
     the saved model; per step, the callback's performed FLOPs against FlopCounterMode's count of the
     same step: outside attention they must agree (0.5 %); attention is shown side by side, as torch's
     formula counts the full square for flex (7 matmuls, no block skipping) and the ledger the blocks
     flex computes. The MFU is each count over the callback's own step time."""
     from transformers import TrainerCallback
 
-    from tuneproof.integrations import callback as cb
-    from tuneproof.train.recipe import read_recipe
-    from tuneproof.train.run import train
+    from tuneproof.commands.train import train
+    from tuneproof.runs.recipe import read_recipe
+    from tuneproof.train import callback as cb
 
     priced: list[tuple[Any, list[tuple[int, int, tuple[int, ...]]]]] = []
     price = cb.price_step

@@ -23,9 +23,9 @@ import numpy as np
 
 
 def corpus_rows() -> tuple[list[dict[str, list[int]]], Any]:
+    from tuneproof.runs.recipe import Recipe
     from tuneproof.train.base import base_tokenizer
     from tuneproof.train.data import read_records, tokenise
-    from tuneproof.train.recipe import Recipe
 
     recipe = Recipe()
     tokenizer, _ = base_tokenizer(recipe)
@@ -41,8 +41,8 @@ def real_run(
 
     from tuneproof.data.collate import PadToLongest, RowsDataset
     from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.runs.recipe import Recipe
     from tuneproof.train.base import attach_lora, load_base
-    from tuneproof.train.recipe import Recipe
 
     recipe = Recipe()
     model, _, _ = load_base(recipe, "sdpa")
@@ -83,7 +83,7 @@ def main() -> None:
     opts = parser.parse_args()
     warnings.simplefilter("ignore")
     from tuneproof.arch import resolve
-    from tuneproof.data.project import probe_step_model, project
+    from tuneproof.commands.plan import probe_step_model, project
 
     rows, tokenizer = corpus_rows()
     lengths = np.array([len(r["input_ids"]) for r in rows])

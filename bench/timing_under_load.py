@@ -27,7 +27,7 @@ import torch
 
 from tuneproof.arch import resolve
 from tuneproof.measure import fit_scaling, time_interleaved
-from tuneproof.model import build_model
+from tuneproof.measure.model import build_model
 
 warnings.filterwarnings("ignore")
 WIDTHS = (512, 1024, 2048, 4096)

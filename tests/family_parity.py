@@ -48,7 +48,7 @@ def _counted(model: Any, mode: str, ckpt: bool, targets: list[str]) -> tuple[flo
 
     params: tuple[str, ...] = ()
     if mode == "lora":
-        from tuneproof.model import apply_lora
+        from tuneproof.measure.model import apply_lora
 
         model = apply_lora(model, targets, RANK)
         params = tuple(sorted(model.peft_config["default"].target_parameters or ()))
@@ -80,7 +80,7 @@ def parity(model_type: str) -> Outcome:
     from tuneproof.arch.coverage import refusal
     from tuneproof.core.errors import TuneproofError
     from tuneproof.flops import RunSpec, flop_report
-    from tuneproof.model import build_model, lora_targets
+    from tuneproof.measure.model import build_model, lora_targets
 
     warnings.filterwarnings("ignore")
     if (why := refusal(model_type)) is not None:  # refused by type, before any tiny config is built

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tuneproof.arch import resolve
-from tuneproof.attention.adjudicate import AdjudicateSpec, Diff, adjudicate, judge_width, paired_halfwidth
 from tuneproof.cli.app import main
+from tuneproof.commands.adjudicate import AdjudicateSpec, Diff, adjudicate, judge_width, paired_halfwidth
 from tuneproof.core.errors import TuneproofError
 
 

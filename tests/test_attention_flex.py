@@ -205,7 +205,7 @@ def test_document_and_padding_masks_attend_only_where_allowed() -> None:
 def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
     from tuneproof.arch import resolve
     from tuneproof.attention.flex import enable_flex
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     # a small Gemma 4 with the CASE's head dims: 256 on sliding layers, 512 on global ones
     cfg = {
@@ -243,7 +243,7 @@ def test_enable_flex_switches_model_chooses_options_and_guards() -> None:
 @pytest.mark.slow
 def test_enable_flex_turns_dynamo_failure_into_the_tools_error_and_still_restores() -> None:
     from tuneproof.attention.flex import enable_flex
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     model = build_model(resolve({"model_type": "llama", **_LLAMA}), "sdpa")
     with (
@@ -404,7 +404,7 @@ def test_enable_flex_refuses_a_model_whose_class_does_not_support_flex() -> None
     from tuneproof.arch import resolve
     from tuneproof.attention.flex import enable_flex
     from tuneproof.core.errors import TuneproofError
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     model = build_model(resolve(shrunk_config("qwen3_next")), "sdpa")
     with (

@@ -203,7 +203,7 @@ def test_axolotls_builder_gives_the_trainer_our_callback_and_sampler(folder: Pat
     from axolotl.train import setup_model_and_trainer
 
     from tuneproof.data import BucketBatchSampler
-    from tuneproof.integrations.callback import TuneproofCallback
+    from tuneproof.train.callback import TuneproofCallback
 
     path = _yaml(folder, f"build-{bucketing}", tuneproof_bucketing=bucketing, tuneproof_preflight=False)
     cfg = load_cfg(str(path))

@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 
 from tuneproof.data.collate import RowsDataset
 from tuneproof.flops.microbatch import MicroBatchLedger
-from tuneproof.integrations.callback import TuneproofCallback
+from tuneproof.train.callback import TuneproofCallback
 
 pytestmark = pytest.mark.slow  # a real Trainer: left out of mutation runs
 TOL = 0.005
@@ -54,8 +54,8 @@ def _trainer(  # type: ignore[no-untyped-def]
 
     from tiny_models import config_dict
     from tuneproof.arch import resolve
-    from tuneproof.integrations.hf import use_bucketing
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
+    from tuneproof.train.bucketing import use_bucketing
 
     if model is None:
         model = build_model(resolve(config_dict("llama", pad_token_id=0)), "eager")
@@ -178,7 +178,7 @@ def test_train_end_logs_adapter_health_and_records_the_base_fingerprint(tmp_path
 
     from tiny_models import config_dict
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
     from tuneproof.ship import fingerprint, read_fingerprint
 
     build_model(resolve(config_dict("llama", pad_token_id=0)), "eager").save_pretrained(tmp_path / "base")
@@ -213,7 +213,7 @@ def _gemma_trainer(tmp_path: Path, callbacks: list[Any]):  # type: ignore[no-unt
     from transformers import Trainer
 
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     model = build_model(resolve("tiny"), "sdpa")
     model.config.pad_token_id = 0
@@ -238,7 +238,7 @@ def test_the_first_step_warns_about_padding_and_the_slow_attention_path(tmp_path
 
 
 def test_compiled_flex_near_the_recompile_limit_is_warned_once(tmp_path: Path, monkeypatch) -> None:
-    import tuneproof.integrations.callback as cb
+    import tuneproof.train.callback as cb
 
     frames = iter(range(0, 1000, 4))
     monkeypatch.setattr(cb, "_frames_compiled", lambda: next(frames))
@@ -263,7 +263,7 @@ def test_lora_on_fused_experts_is_read_into_the_ledger(tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
     from tiny_models import build_model, config_dict
-    from tuneproof.integrations.read_run import _lora
+    from tuneproof.train.read_run import _lora
 
     params = ["mlp.experts.gate_up_proj", "down_proj"]
     model = build_model(config_dict("qwen3_moe", pad_token_id=0))  # experts eager: the counter sees them
@@ -292,7 +292,7 @@ def test_widths_given_up_front_are_priced_at_train_begin(tmp_path: Path) -> None
 
 
 def test_the_padding_warning_starts_just_above_ten_percent() -> None:
-    from tuneproof.integrations.advice import StepFlops, first_step_warnings
+    from tuneproof.train.advice import StepFlops, first_step_warnings
 
     run: Any = None  # no micro-batches given: only the padding rule runs
 
@@ -326,7 +326,7 @@ def test_the_typical_micro_batch_is_a_real_one_at_the_median_width(tmp_path: Pat
 
 def _tiny_run() -> Any:
     from tuneproof.arch import resolve
-    from tuneproof.integrations.read_run import _Run
+    from tuneproof.train.read_run import _Run
 
     shape = resolve("tiny").shape  # sliding window 128, global layers every third
     ledger = MicroBatchLedger(shape, "sdpa", "lora", 16, ("all-linear",), False)
@@ -334,7 +334,7 @@ def _tiny_run() -> Any:
 
 
 def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() -> None:
-    from tuneproof.integrations.advice import _attention_excess_share
+    from tuneproof.train.advice import _attention_excess_share
 
     run = _tiny_run()
     assert _attention_excess_share(run, 2, 100, (100, 100)) == 0  # inside the window, unpadded: causal
@@ -346,7 +346,7 @@ def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() ->
 def test_flop_advice_is_given_only_when_its_excess_is_material(monkeypatch) -> None:
     import torch
 
-    import tuneproof.integrations.advice as cb
+    import tuneproof.train.advice as cb
 
     run = _tiny_run()
     step = cb.StepFlops(1, 1.0, 1.0, 1.0, 287, 288, 1)
@@ -366,7 +366,7 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
     import torch
 
     from tuneproof.flops.microbatch import StepFlops
-    from tuneproof.integrations.advice import padding_line
+    from tuneproof.train.advice import padding_line
 
     def step(batches: list[tuple[int, int, list[int]]]) -> tuple[StepFlops, list]:
         tokens = sum(sum(rows) for _, _, rows in batches)
@@ -383,7 +383,7 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
     spread = step([(2, 64, [64, 10])])
     assert padding_line(*spread, bucketed=False) == (
         "42 % of the first step's token slots are padding: bucket by length "
-        "(tuneproof.integrations.hf.use_bucketing) or pack"
+        "(tuneproof.train.bucketing.use_bucketing) or pack"
     )
     assert padding_line(*spread, bucketed=True) == (
         "42 % of the first step's token slots are padding although the batches are bucketed: narrower "
@@ -393,13 +393,13 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
     both = step([(2, 192, [8, 150])])  # a spread of 8/150, padded to 192 (a multiple of 64)
     assert padding_line(*both, bucketed=False) == (
         "59 % of the first step's token slots are padding: bucket by length "
-        "(tuneproof.integrations.hf.use_bucketing) or pack; 22 points of it past each micro-batch's longest "
+        "(tuneproof.train.bucketing.use_bucketing) or pack; 22 points of it past each micro-batch's longest "
         "row: the collator pads to a multiple (pad_to_multiple_of; Axolotl pads to 64)"
     )
     no_mask = StepFlops(1, 0.0, 0.0, 1.0, 100, 128, 1), [(2, 64, None)]  # no mask: every row full
     assert padding_line(*no_mask, bucketed=False) == (
         "22 % of the first step's token slots are padding: bucket by length "
-        "(tuneproof.integrations.hf.use_bucketing) or pack"
+        "(tuneproof.train.bucketing.use_bucketing) or pack"
     )
 
 
@@ -410,7 +410,7 @@ def test_padding_the_collator_adds_gets_no_advice_to_bucket() -> None:
 
     from tuneproof.attention.dispatch import BUCKET_ADVICE
     from tuneproof.flops.microbatch import StepFlops
-    from tuneproof.integrations.advice import first_step_warnings
+    from tuneproof.train.advice import first_step_warnings
 
     run = _tiny_run()
     rows = [60, 62]  # one length spread of 2, padded to 128 by a multiple-of-64 collator

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from test_callback import _trainer
-from tuneproof.integrations.callback import TuneproofCallback
+from tuneproof.train.callback import TuneproofCallback
 
 
 @pytest.mark.skipif(importlib.util.find_spec("axolotl") is not None, reason="Axolotl is installed here")
@@ -33,7 +33,7 @@ def test_the_callback_sees_each_micro_batch_when_peft_calls_the_base_forward_dir
 
     from tiny_models import config_dict
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     def forward_of_peft_0_20(self: Any, *args: Any, **kwargs: Any) -> Any:
         return self.model.forward(*args, **kwargs)  # peft 0.20's BaseTuner.forward, verbatim

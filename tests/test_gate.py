@@ -452,7 +452,7 @@ def test_generate_with_a_peft_adapter_records_its_fingerprint(tmp_path: Path) ->
     import hashlib
 
     from tuneproof.arch import resolve
-    from tuneproof.model import apply_lora, build_model, lora_targets
+    from tuneproof.measure.model import apply_lora, build_model, lora_targets
 
     tiny = resolve("tiny")
     peft_model = apply_lora(build_model(tiny, "sdpa"), lora_targets(tiny.shape), rank=4)

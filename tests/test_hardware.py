@@ -459,7 +459,7 @@ def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsy
 def test_the_callbacks_auto_is_the_device_the_model_is_on(monkeypatch) -> None:
     import torch
 
-    from tuneproof.integrations.read_run import _peak
+    from tuneproof.train.read_run import _peak
 
     assert _peak("auto", None, torch.bfloat16, torch.device("cpu")) == (
         None,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tuneproof.data.collate import RowsDataset
-from tuneproof.integrations.hf import use_bucketing
+from tuneproof.train.bucketing import use_bucketing
 
 pytestmark = pytest.mark.slow  # real processes / a real Trainer: left out of mutation runs
 
@@ -18,7 +18,7 @@ def test_trainer_trains_with_bucketed_micro_batches(tmp_path: Path) -> None:
 
     from tiny_models import config_dict
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     cfg = config_dict("llama", num_hidden_layers=1, pad_token_id=0)
     model = build_model(resolve(cfg), "sdpa")
@@ -64,7 +64,7 @@ def test_trl_sft_trainer_keeps_its_collator_and_trains(tmp_path: Path) -> None:
 
     from tiny_models import config_dict
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     model = build_model(resolve(config_dict("llama", num_hidden_layers=1, pad_token_id=0)), "sdpa")
     vocab = {f"t{i}": i for i in range(64)}
@@ -106,7 +106,7 @@ def _trainer(tmp_path: Path, pad_token_id: int | None, collator=None):  # type: 
 
     from tiny_models import config_dict
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     extra = {} if pad_token_id is None else {"pad_token_id": pad_token_id}
     model = build_model(resolve(config_dict("llama", num_hidden_layers=1, **extra)), "sdpa")

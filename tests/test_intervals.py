@@ -164,7 +164,7 @@ def test_a_share_in_points_prints_with_its_sign() -> None:
 def test_the_doctors_summary_gives_every_derived_number_with_its_interval(monkeypatch) -> None:
     from rich.console import Console
 
-    from tuneproof.doctor import DoctorReport, ProbeSection, SkippedSection
+    from tuneproof.commands.doctor import DoctorReport, ProbeSection, SkippedSection
 
     derived = [
         *_mfu(_times(0)[-1]),

@@ -33,8 +33,8 @@ def _untimed(data: Any) -> Any:
 
 
 def test_flops_json_is_the_library_report(capsys: pytest.CaptureFixture[str]) -> None:
+    from tuneproof.commands.flops import FlopsSpec, prepare, run
     from tuneproof.flops import RunSpec
-    from tuneproof.flops.plan import FlopsSpec, prepare, run
 
     argv = ["--batch", "2", "--attn", "eager", "--padding-fraction", "0.25", "--mode", "lora"]
     argv += ["--lora-rank", "8", "--grad-ckpt", "--step-time", "0.5", "--gpu", "H100"]
@@ -64,7 +64,7 @@ def test_explain_json_is_the_library_explanation(capsys: pytest.CaptureFixture[s
 @pytest.mark.slow
 def test_adjudicate_json_is_the_library_adjudication(capsys: pytest.CaptureFixture[str]) -> None:
     """Small: two widths of 32 and 48 tokens, two batches each, the two paths that need no compiling."""
-    from tuneproof.attention.adjudicate import AdjudicateSpec, prepare, run
+    from tuneproof.commands.adjudicate import AdjudicateSpec, prepare, run
 
     argv = ["--widths", "32,48", "--backends", "sdpa,eager", "--samples", "2", "--seed", "3"]
     printed = _printed(capsys, ["adjudicate", *argv, "--json"])
@@ -77,10 +77,10 @@ def test_doctor_json_is_the_report_it_built(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probe's timings differ between two runs, so this compares the to_dict() of the very result
-    the command printed (caught on its way out of `tuneproof.doctor.run`), and the deterministic
+    the command printed (caught on its way out of `tuneproof.commands.doctor.run`), and the deterministic
     sections (FLOPs, dispatch, batching but its planning times) against the library's own section
     functions."""
-    import tuneproof.doctor as doctor
+    import tuneproof.commands.doctor as doctor
 
     built = []
     real_run = doctor.run

@@ -73,7 +73,7 @@ def test_gate_json_is_the_library_report(
 
 
 def test_attractors_mine_json_is_the_library_result(capsys, tmp_path: Path, arms: tuple[Path, Path]) -> None:
-    from tuneproof.gate.mining import MiningSpec, prepare, run
+    from tuneproof.commands.attractors import MiningSpec, prepare, run
 
     base, _ = arms
     out = tmp_path / "phrases.txt"

@@ -56,7 +56,7 @@ def _points(path: Path) -> Path:
 
 
 def test_plan_json_is_the_projection_result(monkeypatch, capsys) -> None:
-    from tuneproof.data import project as area
+    from tuneproof.commands import plan as area
     from tuneproof.data.compare import CASE_FIT, CASE_FIT_TEXT
     from tuneproof.data.ranks import StepCost
 
@@ -67,7 +67,7 @@ def test_plan_json_is_the_projection_result(monkeypatch, capsys) -> None:
 
 
 def test_buckets_json_is_the_buckets_result(monkeypatch, capsys) -> None:
-    from tuneproof.data import compare as area
+    from tuneproof.commands import buckets as area
     from tuneproof.data.compare import CASE_FIT
     from tuneproof.data.ranks import StepCost
 

@@ -11,7 +11,7 @@ from tuneproof.core.io import dumps
 
 
 def test_preflight_json_is_the_library_result(tmp_path: Path, capsys) -> None:
-    from tuneproof.preflight import PreflightSpec, prepare, run
+    from tuneproof.commands.preflight import PreflightSpec, prepare, run
 
     cfg = tmp_path / "run.yml"
     cfg.write_text(

@@ -15,7 +15,8 @@ import torch
 import ship_fakes as fx
 from tiny_models import TINY
 from tuneproof.cli.app import main
-from tuneproof.ship import comparison, health, record
+from tuneproof.commands import fingerprint as record
+from tuneproof.ship import comparison, health
 from tuneproof.ship import merge as m
 from tuneproof.ship import quant_audit as qa
 

@@ -23,8 +23,8 @@ from tuneproof.train.result import TrainResult
 def test_train_json_is_the_library_results_to_dict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import tuneproof.commands.train as t
     import tuneproof.train.base as base
-    import tuneproof.train.run as t
     from tuneproof.core.io import dumps
 
     results: list[TrainResult] = []

@@ -71,7 +71,7 @@ def test_the_counter_sees_two_merges_per_forward() -> None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tuneproof.model import apply_lora
+    from tuneproof.measure.model import apply_lora
 
     cfg = config_dict("mixtral")
     for ckpt in (False, True):

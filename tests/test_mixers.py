@@ -156,7 +156,7 @@ def test_a_family_that_leaves_a_size_field_unused_gets_no_default_note() -> None
 def test_lora_on_mamba_out_proj_is_refused_as_peft_refuses_it_and_all_linear_leaves_it_out() -> None:
     from tiny_models import shrunk_config
     from tuneproof.core.errors import TuneproofError
-    from tuneproof.model import lora_targets
+    from tuneproof.measure.model import lora_targets
 
     shape = resolve(shrunk_config("mamba2")).shape
     with pytest.raises(TuneproofError, match="PEFT refuses LoRA on out_proj"):

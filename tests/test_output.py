@@ -75,7 +75,7 @@ def test_the_doctor_tables_keep_every_digit_at_80_columns() -> None:
     from rich.console import Console
 
     from tuneproof.arch import resolve
-    from tuneproof.doctor import buckets_section, flops_section
+    from tuneproof.commands.doctor import buckets_section, flops_section
 
     shape = resolve(CASE).shape
     console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115

@@ -71,7 +71,7 @@ def test_the_trap_is_real_in_transformers(attn: str) -> None:
     only without a 2-D mask and without a cache (measured on transformers 5.24)."""
     from tiny_models import config_dict
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     cfg = config_dict("llama", num_hidden_layers=1)
     model = build_model(resolve(cfg), attn).train()

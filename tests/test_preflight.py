@@ -216,7 +216,7 @@ def test_local_datasets_give_real_lengths_padding_and_the_wall_time(
 
 
 def test_the_library_call_for_a_loaded_config(monkeypatch, hub) -> None:
-    from tuneproof.preflight import preflight_axolotl
+    from tuneproof.commands.preflight import preflight_axolotl
 
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     result = preflight_axolotl({"base_model": "NousResearch/Llama-3.2-1B", "sequence_len": 512}, "loaded")

@@ -157,7 +157,7 @@ def test_probe_on_cuda_reads_device_kernels() -> None:
 
 
 def test_a_model_too_large_for_this_machine_is_refused_before_building(capsys) -> None:
-    from tuneproof.model import build_model, parameter_estimate
+    from tuneproof.measure.model import build_model, parameter_estimate
 
     built = build_model(TINY, "sdpa")
     assert parameter_estimate(TINY) == pytest.approx(sum(p.numel() for p in built.parameters()), rel=0.01)
@@ -168,7 +168,7 @@ def test_a_model_too_large_for_this_machine_is_refused_before_building(capsys) -
 
 
 def test_a_width_too_large_for_this_machine_is_refused_before_building() -> None:
-    from tuneproof.model import check_fits_on_cpu
+    from tuneproof.measure.model import check_fits_on_cpu
 
     with pytest.raises(TuneproofError, match=r"width 65536 needs ~.* GiB .*eager score matrices"):
         check_fits_on_cpu(TINY, attn="eager", batch=8, width=65536, training=True)
@@ -684,7 +684,7 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
 
 
 def test_check_probe_sizes_the_largest_width_for_the_chosen_path(monkeypatch) -> None:
-    import tuneproof.model as model_mod
+    import tuneproof.measure.model as model_mod
     from tuneproof.measure.probe import check_probe
 
     seen = []

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tuneproof.cli.app import main
+from tuneproof.commands.plan import StepModel, project
 from tuneproof.core.errors import TuneproofError
 from tuneproof.data import synthetic_lengths
-from tuneproof.data.project import StepModel, project
 from tuneproof.data.ranks import StepCost
 
 CASE = StepModel(StepCost(6.87e-4, 8.85e-8))
@@ -105,8 +105,7 @@ def test_bad_plans_are_refused(args: list[str], needle: str, capsys) -> None:
 
 
 def test_the_fastest_is_named_only_when_the_projection_can_tell() -> None:
-    from tuneproof.data.project import Projection
-    from tuneproof.data.render import fastest
+    from tuneproof.commands.plan import Projection, fastest
 
     def proj(name: str, wall: float, ci: tuple[float, float] | None) -> Projection:
         return Projection(name, wall, ci, 10, 10, 100, 1.0, 1.0)
@@ -158,7 +157,7 @@ def test_the_probe_stops_at_the_models_positions_and_the_plan_extrapolates_past_
     always refused: it now times up to 4,096 and names the extrapolation."""
     from tuneproof.arch import resolve
     from tuneproof.data import synthetic_lengths
-    from tuneproof.data.step_model import probe_spec
+    from tuneproof.measure.step_model import probe_spec
 
     lengths, _ = synthetic_lengths()
     tiny = resolve("tiny")
@@ -172,7 +171,7 @@ def test_a_trainer_step_probe_names_the_train_extra_before_any_work(monkeypatch)
     from tuneproof.arch import resolve
     from tuneproof.core.errors import TuneproofError
     from tuneproof.data import synthetic_lengths
-    from tuneproof.data.step_model import probe_spec
+    from tuneproof.measure.step_model import probe_spec
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "accelerate" else real(n, *a))

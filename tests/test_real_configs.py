@@ -15,7 +15,7 @@ from tuneproof.arch import resolve
 from tuneproof.arch.coverage import refusal
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
-from tuneproof.model import parameter_estimate
+from tuneproof.measure.model import parameter_estimate
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 PARAMS = json.loads((CONFIGS / "params.json").read_text())

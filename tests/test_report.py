@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.report import png_series
+from tuneproof.core.report import png_series
 
 pytestmark = pytest.mark.slow  # a doctor run and a training run
 

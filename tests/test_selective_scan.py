@@ -80,7 +80,7 @@ def test_lora_on_dt_proj_never_runs_and_the_ledger_does_not_offer_it() -> None:
 
     from tiny_models import shrunk_config
     from tuneproof.arch import resolve
-    from tuneproof.model import apply_lora, lora_targets
+    from tuneproof.measure.model import apply_lora, lora_targets
 
     mixer = _tiny_mixer()
     model = torch.nn.Sequential()

@@ -16,7 +16,6 @@ from tuneproof.cli.app import app
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "tuneproof"
 MAX_FUNCTION_LINES = 80
-MAX_MODULE_LINES = 450
 MAX_CLI_SHARE = 0.08
 
 
@@ -28,11 +27,6 @@ def test_the_command_line_is_a_thin_layer() -> None:
     lines = {p: len(text.splitlines()) for p, text in _modules().items()}
     cli = sum(n for p, n in lines.items() if "cli" in p.relative_to(SRC).parts)
     assert cli / sum(lines.values()) < MAX_CLI_SHARE, f"cli/ is {cli / sum(lines.values()):.1%} of the code"
-
-
-def test_no_module_is_longer_than_one_concept() -> None:
-    long = {str(p.relative_to(SRC)): len(t.splitlines()) for p, t in _modules().items()}
-    assert {p: n for p, n in long.items() if n > MAX_MODULE_LINES} == {}
 
 
 def test_no_function_is_longer_than_a_screen() -> None:

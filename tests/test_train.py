@@ -121,8 +121,8 @@ def test_resume_continues_with_the_batches_an_uninterrupted_run_sees(tmp_path: P
     ones the uninterrupted run trained on, in the same order (the sampler resumes at its position)."""
     from transformers import TrainerCallback
 
-    from tuneproof.train.recipe import from_dict
-    from tuneproof.train.run import train
+    from tuneproof.commands.train import train
+    from tuneproof.runs.recipe import from_dict
 
     class Seen(TrainerCallback):
         def __init__(self, stop_at: int | None = None) -> None:
@@ -212,10 +212,10 @@ def test_chat_rows_go_through_sft_trainer_with_the_loss_on_the_assistant_only(
 ) -> None:
     from trl import SFTTrainer
 
-    from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.runs.recipe import from_dict
     from tuneproof.train.base import attach_lora as apply_lora
     from tuneproof.train.base import load_base as load_model
-    from tuneproof.train.recipe import from_dict
+    from tuneproof.train.bucketing import use_bucketing
     from tuneproof.train.trainer import build_trainer
 
     recipe = from_dict({"data": {"assistant_only_loss": assistant_only}}, "test")
@@ -233,8 +233,8 @@ def test_chat_rows_go_through_sft_trainer_with_the_loss_on_the_assistant_only(
 def test_a_chat_template_without_generation_markers_is_refused_for_assistant_only_loss() -> None:
     from tuneproof.core.errors import TuneproofError
     from tuneproof.gate.generate import tiny_tokenizer
+    from tuneproof.runs.recipe import from_dict
     from tuneproof.train.data import check_chat_template
-    from tuneproof.train.recipe import from_dict
 
     tokenizer = tiny_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -324,7 +324,7 @@ def test_resume_passes_over_a_checkpoint_cut_short_and_a_copied_run_resumes(tmp_
 def test_a_recipe_changed_under_a_run_names_the_key(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     out.mkdir()
-    from tuneproof.train.recipe import from_dict
+    from tuneproof.runs.recipe import from_dict
 
     (out / "recipe.toml").write_text(from_dict({"optim": {"lr": 1e-4}}, "x").to_toml())
     assert main(["train", _recipe(tmp_path, "[optim]\nlr = 2e-4\n"), "--output", str(out), "--resume"]) == 2
@@ -355,7 +355,7 @@ def test_bad_rows_anywhere_are_refused_before_anything_is_written(
 
 
 def test_a_failure_after_the_first_write_leaves_nothing_behind(tmp_path: Path, monkeypatch, capsys) -> None:
-    import tuneproof.train.run as run
+    import tuneproof.commands.train as run
     from tuneproof.core.errors import TuneproofError
 
     def refuse(*args: object, **kwargs: object) -> None:

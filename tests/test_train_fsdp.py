@@ -36,8 +36,8 @@ def _planned_tokens(rank: int, num_steps: int) -> list[int]:
     rows `tuneproof train` builds, the Trainer's defaults: seed 0, no drop_last)."""
     from tuneproof.data.sampler import BucketBatchSampler
     from tuneproof.gate.generate import tiny_tokenizer
+    from tuneproof.runs.recipe import from_dict
     from tuneproof.train.data import read_records, tokenise
-    from tuneproof.train.recipe import from_dict
 
     recipe = from_dict(RECIPE, "test recipe")
     lengths = [len(r["input_ids"]) for r in tokenise(read_records(recipe), recipe, tiny_tokenizer())]
@@ -52,7 +52,7 @@ def _planned_tokens(rank: int, num_steps: int) -> list[int]:
 def test_fsdp2_under_accelerate_launch_trains_saves_one_adapter_and_bills_each_rank(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from tuneproof.train.recipe import from_dict
+    from tuneproof.runs.recipe import from_dict
 
     (tmp_path / "fsdp2.yaml").write_text(FSDP2_CONFIG)
     (tmp_path / "recipe.toml").write_text(from_dict(RECIPE, "test recipe").to_toml())

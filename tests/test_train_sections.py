@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tuneproof.core.report import section_plots
 from tuneproof.measure.probe import span_widths as probe_widths
-from tuneproof.report import section_plots
 
 
 def test_probe_widths_span_the_run_by_four_from_its_widest() -> None:

@@ -153,7 +153,7 @@ def build_model(cfg: dict[str, Any], attn: str = "eager", seed: int = 0) -> Any:
     """A transformers causal LM with random weights; MoE experts run the eager loop so that
     FlopCounterMode sees their GEMMs (grouped_mm is invisible to it)."""
     from tuneproof.arch import resolve
-    from tuneproof.model import build_model as build
+    from tuneproof.measure.model import build_model as build
 
     return build(resolve(cfg), attn, eager_experts=True, seed=seed)
 
@@ -175,7 +175,7 @@ def counted_flops(
     from torch.utils.flop_counter import FlopCounterMode
 
     if mode == "lora":
-        from tuneproof.model import apply_lora
+        from tuneproof.measure.model import apply_lora
 
         model = apply_lora(model, targets or [], lora_rank, target_parameters)
     if grad_ckpt:
@@ -198,12 +198,12 @@ def counted_flops(
 
 
 def linear_targets(shape: Any) -> list[str]:
-    """Every nn.Linear but the LM head (tuneproof.model.lora_targets).
+    """Every nn.Linear but the LM head (tuneproof.measure.model.lora_targets).
 
     qwen3_moe gets attention only: PEFT 0.21 rewrites MLP target names on that family into
     fused-expert parameter targets (and drops the dense layers' MLP), which the ledger does not
     model as LoRA."""
-    from tuneproof.model import lora_targets
+    from tuneproof.measure.model import lora_targets
 
     names = lora_targets(shape)
     if shape.model_type == "qwen3_moe":

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from tuneproof.train.recipe import from_dict
-from tuneproof.train.run import train
+from tuneproof.commands.train import train
+from tuneproof.runs.recipe import from_dict
 
 
 class Rows(TrainerCallback):

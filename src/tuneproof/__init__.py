@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from tuneproof.core.errors import TuneproofError as TuneproofError
 from tuneproof.core.lazy import lazy
-
-__version__ = "0.1.0"
+from tuneproof.core.version import __version__ as __version__
 
 _EXPORTS = {
     "RunSpec": "tuneproof.flops",

@@ -89,7 +89,7 @@ class ResolvedModel:
     def positions_problem(self, tokens: int, what: str) -> str | None:
         """The one rule for widths the model cannot place: `what` (e.g. "seq_len") of `tokens` tokens
         exceeds max_position_embeddings, as a sentence; None when it fits or the config sets no limit.
-        A caller that runs the model refuses it (`tuneproof.model.check_positions`); one that only
+        A caller that runs the model refuses it (`tuneproof.measure.model.check_positions`); one that only
         counts or explains notes it (context extension is a real use)."""
         limit = self.max_positions
         if limit is None or tokens <= limit:

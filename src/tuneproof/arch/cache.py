@@ -78,7 +78,7 @@ def entry_key(data: dict[str, Any], transformers_version: str) -> str | None:
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return None
-    from tuneproof import __version__
+    from tuneproof.core.version import __version__
 
     h = hashlib.sha256()
     for part in (FORMAT, __version__, digest, transformers_version, canonical):

@@ -1,8 +1,7 @@
 """Attention: the table of attention paths (mask rule, pairs computed), which path each layer really
 takes and why (dispatch), flex_attention done safely (block masks, kernel options, recompile guard),
-numerics judged against fp32 truth."""
+numerics judged against fp32 truth (`tuneproof.commands.adjudicate`)."""
 
-from tuneproof.attention.adjudicate import AdjudicateSpec, Adjudication, Diff, WidthVerdict, adjudicate
 from tuneproof.attention.dispatch import Context, Explanation, LayerExplanation, explain
 from tuneproof.attention.flex import (
     FlexSetup,
@@ -24,19 +23,14 @@ from tuneproof.hardware.capability import parse_capability
 
 __all__ = [
     "PATHS",
-    "AdjudicateSpec",
-    "Adjudication",
     "AttentionPath",
     "Context",
-    "Diff",
     "Explanation",
     "FlexSetup",
     "KernelChoice",
     "LayerExplanation",
     "RecompileGuard",
     "Rows",
-    "WidthVerdict",
-    "adjudicate",
     "causal_block_mask",
     "choose_for_head_dims",
     "choose_kernel_options",

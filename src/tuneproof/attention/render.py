@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tuneproof.attention.adjudicate import Adjudication
     from tuneproof.attention.dispatch import Explanation, LayerExplanation
 
 
@@ -45,41 +44,5 @@ def render_explanation(result: Explanation, console: Console) -> None:
         console.print("\n[bold]advice[/bold]")
         for a in result.advice:
             console.print(f"  - {escape(a)}")
-    for n in result.notes:
-        console.print(f"note: {escape(n)}")
-
-
-def render_adjudication(result: Adjudication, console: Console) -> None:
-    from rich.markup import escape
-
-    from tuneproof.core.tables import Table
-
-    t = Table(title=f"distance to fp32 math truth ({result.dtype} on {result.device}; same rounded weights)")
-    for col in (
-        "width",
-        "backend",
-        "batch",
-        "|loss diff|",
-        "logits max",
-        "logits mean",
-        "grads max",
-        "grads mean",
-    ):
-        t.add_column(col, justify="left" if col == "backend" else "right")
-    for r in result.results:
-        g = r.grads
-        t.add_row(
-            str(r.width),
-            r.backend,
-            str(r.sample),
-            f"{r.loss_diff:.3e}",
-            f"{r.logits.max_abs:.3e}",
-            f"{r.logits.mean_abs:.3e}",
-            f"{g.max_abs:.3e}" if g else "-",
-            f"{g.mean_abs:.3e}" if g else "-",
-        )
-    console.print(t)
-    for w, v in result.verdicts().items():
-        console.print(f"width {w}: {v.outcome}: {escape(v.reason)}")
     for n in result.notes:
         console.print(f"note: {escape(n)}")

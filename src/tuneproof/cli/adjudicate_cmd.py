@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.attention.adjudicate import CRITERIA, GRADS
 from tuneproof.attention.paths import names
 from tuneproof.cli.common import (
     command,
@@ -16,6 +15,7 @@ from tuneproof.cli.common import (
     resolve_model,
     str_list,
 )
+from tuneproof.commands.adjudicate import CRITERIA, GRADS
 
 
 @command()
@@ -65,7 +65,7 @@ def adjudicate(
     json_out: bool,
 ) -> int:
     """Distance of each backend to fp32 truth (loss, logits, gradients); the closest per width, or a tie."""
-    from tuneproof.attention.adjudicate import AdjudicateSpec, prepare, run
+    from tuneproof.commands.adjudicate import AdjudicateSpec, prepare, run
 
     spec = AdjudicateSpec(
         widths=int_list(widths, "--widths"), backends=str_list(backends), dtype=dtype, grads=grads,

@@ -27,6 +27,6 @@ def attractors() -> None:
 def mine(outputs: tuple[Path, ...], reference: Path, top: int, out: Path | None, json_out: bool) -> int:
     """Phrases of 1-3 words over-represented in the outputs against the reference: log-odds with an
     informative Dirichlet prior (Monroe, Colaresi and Quinn 2008), seen under at least 2 prompts."""
-    from tuneproof.gate.mining import MiningSpec, prepare, run
+    from tuneproof.commands.attractors import MiningSpec, prepare, run
 
     return finish(run(prepare(MiningSpec(outputs, reference, top, out))), json_out)

@@ -83,7 +83,7 @@ def buckets(
     """Bucketing vs random, HF length grouping and packing: padding, zero-pad share, roots per window,
     length mix, planning time; with --config, the attention FLOPs each plan performs; with --ranks,
     how much of the ranks' time each plan spends waiting for the slowest."""
-    from tuneproof.data import compare as area
+    from tuneproof.commands import buckets as area
 
     warn_unused(("attn",), "--config", config is not None)
     warn_unused(("fit",), "--ranks above 1", ranks > 1)

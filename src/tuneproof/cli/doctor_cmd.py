@@ -38,7 +38,7 @@ def doctor(
     config: str, out: Path | None, probe_budget_s: float, report_dir: Path | None, json_out: bool
 ) -> int:
     """Diagnose a setup end to end: FLOP ledger, attention dispatch, batching, measured probe."""
-    from tuneproof.doctor import DoctorSpec, prepare, run
+    from tuneproof.commands.doctor import DoctorSpec, prepare, run
 
     plan = prepare(DoctorSpec(probe_budget_s, out, report_dir), resolve_model(config))
     with progress_bar() as update:

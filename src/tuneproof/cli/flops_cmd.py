@@ -77,8 +77,8 @@ def flops(
     json_out: bool,
 ) -> int:
     """Intended vs performed FLOPs per component and pass, each excess named, and MFU."""
+    from tuneproof.commands.flops import FlopsSpec, prepare, run
     from tuneproof.flops import RunSpec
-    from tuneproof.flops.plan import FlopsSpec, prepare, run
 
     step = RunSpec(
         seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,

@@ -99,7 +99,7 @@ def plan(
 ) -> int:
     """Project the whole run's wall time from its batch plan: each micro-batch's width, the step-time
     fit, every rank waiting for the slowest; per sampler, with an interval from the fit."""
-    from tuneproof.data import project as area
+    from tuneproof.commands import plan as area
 
     warn_unused(("config", "attn", "mode", "probe_budget_s"), "--probe", probe)
     cost = step_fit(fit, "--fit") if fit is not None else None

@@ -26,7 +26,7 @@ def preflight(run_file: Path, gpu: str | None, fit: str | None, json_out: bool) 
     packing on the real lengths of local datasets, flex kernel options for --gpu, the recompile risk,
     LoRA coverage, merge and quantisation notes, and the wall time with --fit. Exit 0 clean, 1 findings,
     2 bad input."""
-    from tuneproof.preflight import PreflightSpec, prepare, run
+    from tuneproof.commands.preflight import PreflightSpec, prepare, run
 
     spec: Any = PreflightSpec(run_file, gpu, step_fit(fit, "--fit") if fit is not None else None)
     plan = prepare(spec)

@@ -72,7 +72,8 @@ def fingerprint(
     """Per-tensor sha256 of a model folder, streamed shard by shard (the model is never loaded), and
     one overall digest. With --compare: which tensors differ, the rank of each difference and whether
     one direction is shared across layers (directional ablation)."""
-    from tuneproof.ship import comparison, record
+    from tuneproof.commands import fingerprint as record
+    from tuneproof.ship import comparison
     from tuneproof.ship.progress import phase_bars
 
     if compare and (model_dir is not None or out is not None):

@@ -25,8 +25,8 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
     MFU in the logs, adapter health and the base's fingerprint at the end. Without RECIPE: the tiny
     model on a small dataset shipped with tuneproof, on a CPU in under a minute. Multi-GPU:
     `torchrun --nproc-per-node N -m tuneproof train R.toml`, or `accelerate launch -m tuneproof ...`."""
-    from tuneproof.train import run as t
-    from tuneproof.train.recipe import read_recipe
+    from tuneproof.commands import train as t
+    from tuneproof.runs.recipe import read_recipe
 
     spec = t.TrainSpec(read_recipe(recipe), output, resume, quiet=json_out)
     with _own_warnings_on_one_line():

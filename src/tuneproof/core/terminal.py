@@ -107,3 +107,13 @@ def wrap_lines(lines: list[str], width: int) -> list[str]:
         )
         out.extend(wrapped or [line])
     return out
+
+
+def plain(console: Any, line: str) -> None:
+    """A line as it is: no markup, emoji codes or highlighting, never wrapped."""
+    console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
+
+
+def gib(n: float) -> str:
+    """A size in bytes as GiB from a quarter GiB up, MiB below: '1.50 GiB', '12.0 MiB'."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"

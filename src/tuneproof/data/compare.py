@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneproof.core import validate
@@ -25,7 +24,7 @@ CASE_FIT = (6.87e-4, 8.85e-8)
 CASE_FIT_TEXT = ",".join(f"{x:.2e}".replace("e-0", "e-") for x in CASE_FIT)  # as a --fit value: "6.87e-4,..."
 
 
-def _case_cost() -> Any:
+def case_cost() -> Any:
     from tuneproof.data.ranks import StepCost
 
     return StepCost(*CASE_FIT)
@@ -152,7 +151,7 @@ def _compare(
     }  # fmt: skip
     names = ("bucketed", *(("bucketed (interleaved)",) if ranks > 1 else ()), *choices)
     window = grad_accum * ranks  # one optimizer step: what the gradient averages over
-    step_cost = cost if cost is not None else _case_cost()
+    step_cost = cost if cost is not None else case_cost()
     results = []
     for name in names:
         plan, seconds = _timed(planners[name])
@@ -193,94 +192,3 @@ def _shuffled(rows: Sequence[np.ndarray], seed: int) -> Sequence[np.ndarray]:
 
 
 # ---- the front door: `tuneproof buckets` ---------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BucketsSpec:
-    """What `tuneproof buckets` compares: the lengths file (None: the shipped synthetic set), the
-    batching, the baselines and sweep widths, and optionally a model (a `ResolvedModel`) whose
-    attention FLOPs each plan performs under `attn`; `cost` (a `StepCost`) for utilisation across ranks."""
-
-    lengths_file: Path | None = None
-    micro_batch: int = 2
-    grad_accum: int = 16
-    sweep: tuple[int, ...] = ()
-    choices: tuple[str, ...] = COMPARE_CHOICES
-    model: Any = None
-    attn: str = "sdpa"
-    seed: int = 0
-    ranks: int = 1
-    cost: Any = None
-
-    def __post_init__(self) -> None:
-        check_compare_args(
-            self.micro_batch, self.grad_accum, self.choices, self.sweep, self.attn, self.seed, self.ranks
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class BucketsPlan:
-    spec: BucketsSpec
-    lengths: np.ndarray
-    roots: np.ndarray | None
-    warnings: list[str]
-
-
-def prepare(spec: BucketsSpec) -> BucketsPlan:
-    """Read the lengths; refuse lengths that do not fill one optimizer step; note a longest length past
-    the model's max_position_embeddings."""
-    from tuneproof.data.lengths import read_lengths, synthetic_lengths
-    from tuneproof.data.ranks import check_fills_one_step
-
-    lengths, roots = read_lengths(spec.lengths_file) if spec.lengths_file is not None else synthetic_lengths()
-    check_fills_one_step(int(lengths.size), spec.micro_batch, spec.grad_accum, spec.ranks)
-    problem = spec.model.positions_problem(int(lengths.max()), "the longest length") if spec.model else None
-    warnings = [problem] if problem else []  # bucketing only counts widths: noted, not refused
-    return BucketsPlan(spec, lengths, roots, warnings)
-
-
-def run(plan: BucketsPlan, progress: Any = None) -> BucketsResult:
-    s = plan.spec
-    shape = s.model.shape if s.model is not None else None
-    results, rows = _compare(plan.lengths, plan.roots, s.micro_batch, s.grad_accum, s.choices, s.sweep,
-                             shape, s.attn, s.seed, s.ranks, s.cost)  # fmt: skip
-    cost = s.cost if s.cost is not None else _case_cost()
-    attn = s.attn if shape is not None else None
-    return BucketsResult(results, rows, int(plan.lengths.size), s.micro_batch, s.grad_accum, s.ranks, cost,
-                         attn, plan.warnings)  # fmt: skip
-
-
-@dataclass(slots=True)
-class BucketsResult:
-    samplers: list[SamplerResult]
-    sweep: list[dict[str, Any]]
-    num_lengths: int
-    micro_batch: int
-    grad_accum: int
-    ranks: int
-    cost: Any  # StepCost of the utilisation across ranks
-    attn: str | None  # the path the attention FLOPs are counted under; None without a model
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def verdict(self) -> None:
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        c = self.cost
-        return {
-            "num_lengths": self.num_lengths,
-            "micro_batch": self.micro_batch,
-            "grad_accum": self.grad_accum,
-            "ranks": self.ranks,
-            "step_cost": {"A": c.a, "B": c.b, "C": c.c} if self.ranks > 1 else None,
-            "samplers": {r.name: r.to_dict() for r in self.samplers},
-            "sweep": self.sweep,
-            "attn": self.attn,
-        }
-
-    def render(self, console: Any) -> None:
-        from tuneproof.data.render import render_buckets
-
-        render_buckets(self.samplers, self.sweep, self.num_lengths, self.micro_batch, self.grad_accum,
-                       self.attn, console, self.ranks)  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
 from tuneproof.attention.paths import Mask, path, performed_for
 from tuneproof.core import validate
@@ -207,3 +208,9 @@ def flop_report(
         )
     attention = {label: ctx.performed[idxs[0]].mask for label, idxs in shape.attention_groups().items()}
     return FlopReport(shape, run, intended, ledger, excess, mfu, attention, notes)
+
+
+def positions_notes(model: ResolvedModel, seq_len: int) -> tuple[str, ...]:
+    """A width over the model's positions is counted as asked (context extension), with this note."""
+    problem = model.positions_problem(seq_len, "seq_len")
+    return (f"{problem}: the ledger counts it as asked (context extension?)",) if problem else ()

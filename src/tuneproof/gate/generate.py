@@ -196,7 +196,7 @@ def load_model(model: str, adapter: str | None) -> tuple[Any, Any, dict[str, str
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if model == "tiny":
         from tuneproof.arch import resolve
-        from tuneproof.model import build_model
+        from tuneproof.measure.model import build_model
 
         lm = build_model(resolve("tiny"), "sdpa", device=device)
         tokenizer = tiny_tokenizer()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from tuneproof.core.terminal import plain
 from tuneproof.gate.probes import wilson
 from tuneproof.gate.stats import FAIL, PASS, MetricResult, ratio_text
 
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tuneproof.gate.generate import GenerateResult
-    from tuneproof.gate.mining import MiningResult
     from tuneproof.gate.run import GateReport, ProbeResult
 
 _STYLE = {PASS: "green", FAIL: "bold red"}
@@ -210,11 +210,6 @@ def render_gate(report: GateReport, console: Console) -> None:
     )
 
 
-def _plain(console: Console, line: str) -> None:
-    """A line as it is: no markup, emoji codes or highlighting, never wrapped."""
-    console.print(line, markup=False, emoji=False, highlight=False, soft_wrap=True)
-
-
 def render_generated(result: GenerateResult, console: Console) -> None:
     gen = result.meta["generation"]
     seeds = gen["seeds"]
@@ -225,13 +220,4 @@ def render_generated(result: GenerateResult, console: Console) -> None:
     from tuneproof.gate.generate import meta_path
 
     written = f"to {result.out}, and {meta_path(result.out)}"
-    _plain(console, f"wrote {result.num_responses} responses ({shape}) {written}")
-
-
-def render_mined(result: MiningResult, console: Console) -> None:
-    """One line per phrase: its z score, its count in the outputs vs the reference, under how many prompts."""
-    if not result.phrases:
-        _plain(console, "no phrase is over-represented under >= 2 prompts")
-    for m in result.phrases:
-        counts = f"{m.count:6d} vs {m.reference_count:<6d} ({m.num_prompts} prompts)"
-        _plain(console, f"{m.z:7.2f}  {counts}  {m.phrase}")
+    plain(console, f"wrote {result.num_responses} responses ({shape}) {written}")

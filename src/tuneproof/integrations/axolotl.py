@@ -66,11 +66,11 @@ class TuneproofPlugin(BasePlugin):
         self.preflight_findings = run_preflight(cfg)
 
     def add_callbacks_post_trainer(self, cfg: Any, trainer: Any) -> list[Any]:
-        from tuneproof.integrations.callback import TuneproofCallback
+        from tuneproof.train.callback import TuneproofCallback
 
         widths = None
         if cfg.get("tuneproof_bucketing"):
-            from tuneproof.integrations.hf import use_bucketing
+            from tuneproof.train.bucketing import use_bucketing
 
             self.sampler = use_bucketing(trainer)  # Axolotl's collator kept: it pads each batch itself
             multiple = getattr(trainer.data_collator, "pad_to_multiple_of", None) or 1
@@ -92,7 +92,7 @@ def run_preflight(cfg: Mapping[str, Any]) -> list[str] | None:
     source = str(cfg.get("axolotl_config_path") or "the Axolotl config")
     data = {k: v for k, v in _plain(cfg).items() if k not in _NOT_THE_RUN and not k.startswith("tuneproof_")}
     try:
-        from tuneproof.preflight import preflight_axolotl
+        from tuneproof.commands.preflight import preflight_axolotl
 
         findings = [str(f) for f in preflight_axolotl(data, source).findings]
     except Exception as e:  # any failure, tuneproof's own included: the run goes on

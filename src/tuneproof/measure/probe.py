@@ -145,7 +145,7 @@ def span_widths(widths: Any) -> tuple[int, ...] | None:
 def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
     """Everything that can be refused before building the model: positions, device, memory."""
     from tuneproof.core.extras import require
-    from tuneproof.model import check_fits_on_cpu, check_positions
+    from tuneproof.measure.model import check_fits_on_cpu, check_positions
 
     check_positions(model, spec.widths)
     if spec.mode == "lora":

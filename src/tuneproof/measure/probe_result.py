@@ -173,7 +173,7 @@ def analyse(
     """The fit, the cross-check at the largest width, their notes, and the FLOP ledger with MFU for the
     measured step: everything the probe concludes from its measurements."""
     from tuneproof.flops import RunSpec, flop_report
-    from tuneproof.model import lora_targets
+    from tuneproof.measure.model import lora_targets
 
     widths = sorted(timing.timings)
     ws, ts = timing_rows(timing)

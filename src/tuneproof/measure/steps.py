@@ -26,7 +26,7 @@ def _is_oom(e: BaseException) -> bool:
 def probe_model(model: ResolvedModel, spec: ProbeSpec) -> Any:
     """`model` with random weights as `spec` trains it: LoRA adapters, gradient checkpointing, and
     train mode unless only the forward pass is timed."""
-    from tuneproof.model import apply_lora, build_model, lora_targets
+    from tuneproof.measure.model import apply_lora, build_model, lora_targets
 
     net = build_model(model, spec.attn, device=spec.device, dtype=spec.torch_dtype, seed=spec.seed)
     if spec.mode == "lora":

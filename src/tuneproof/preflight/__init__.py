@@ -1,6 +1,3 @@
-"""Pre-flight: read a run's own config (an Axolotl YAML or a tuneproof recipe) and say before launch
-what will be slow or wrong, each finding from the area that owns the number."""
-
-from tuneproof.preflight.run import PreflightResult, PreflightSpec, preflight_axolotl, prepare, run
-
-__all__ = ["PreflightResult", "PreflightSpec", "preflight_axolotl", "prepare", "run"]
+"""Pre-flight's parts: what a run's own config (an Axolotl YAML or a tuneproof recipe, read by
+`tuneproof.runs`) will do, section by section (`sections`), its LoRA coverage on the real module tree
+(`coverage`) and its batches on local datasets (`batches`); `tuneproof.commands.preflight` is the command."""

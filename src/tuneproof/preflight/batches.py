@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.preflight.config import DatasetRef, RunConfig
 from tuneproof.preflight.sections import Section
+from tuneproof.runs.axolotl import DatasetRef, RunConfig
 
 MAX_ROWS = 200_000  # rows read per dataset: enough for the length mix
 

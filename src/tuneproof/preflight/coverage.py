@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tuneproof.preflight.config import RunConfig
+from tuneproof.runs.axolotl import RunConfig
 
 TOWERS = (
     "vision",

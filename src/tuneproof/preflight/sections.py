@@ -15,7 +15,7 @@ from typing import Any
 
 from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
-from tuneproof.preflight.config import RunConfig
+from tuneproof.runs.axolotl import RunConfig
 
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
 FLASH_ATTN_MAX_HEAD_DIM = 256  # flash-attn 2/3: csrc/flash_attn/flash_api.cpp mha_fwd
@@ -54,9 +54,8 @@ def widths(run: RunConfig) -> tuple[int, int]:
 def ledger(run: RunConfig, model: Any, padding: float | None, real_width: int | None, cov: Any) -> Section:
     """The ledger of one micro-batch: at the run's width, or with real lengths and no packing at the
     median micro-batch's width; LoRA on the leaf names the targets really adapt (`cov`)."""
-    from tuneproof.flops import RunSpec
-    from tuneproof.flops.plan import FlopsSpec, prepare
-    from tuneproof.flops.plan import run as flops_run
+    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.flops.report import positions_notes
 
     rows, width = widths(run)
     if real_width is not None:
@@ -72,7 +71,8 @@ def ledger(run: RunConfig, model: Any, padding: float | None, real_width: int | 
         lora_rank=run.lora_r, lora_targets=targets,
         lora_target_parameters=run.target_parameters if mode == "lora" else (), grad_ckpt=run.grad_ckpt,
     )  # fmt: skip
-    report = flops_run(prepare(FlopsSpec(spec), model))
+    report = flop_report(model.shape, spec)
+    report.notes.extend(positions_notes(model, spec.seq_len))
     d = report.to_dict()
     intended, performed = d["intended"]["total"], d["performed"]["total"]
     s = Section("flops", data={"width": width, "rows": rows, "attn": attn, "mode": mode, **d})

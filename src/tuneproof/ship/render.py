@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from tuneproof.core.terminal import gib
 from tuneproof.ship.identity import CAST
 
 if TYPE_CHECKING:
@@ -14,7 +15,6 @@ if TYPE_CHECKING:
     from tuneproof.ship.health import Health
     from tuneproof.ship.merge_write import MergeResult
     from tuneproof.ship.quant_audit import CheckpointReport, RecipeReport
-    from tuneproof.ship.record import Recorded
 
 LIST_LIMIT = 10
 RECORD_ADVICE = "'tuneproof fingerprint BASE --out FILE'"  # another command, named as advice
@@ -27,10 +27,6 @@ def print_lines(console: Any, lines: list[str]) -> None:
 
     for line in wrap_lines(lines, console.width):
         console.print(line, soft_wrap=True, markup=False)
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
 
 
 def _clip(names: list[str], limit: int = LIST_LIMIT) -> list[str]:
@@ -158,22 +154,6 @@ def health_json(h: Health) -> dict[str, Any]:
 # --- fingerprint ----------------------------------------------------------------------------------------
 
 
-def recorded_lines(r: Recorded) -> list[str]:
-    fp = r.fingerprint
-    return [
-        f"model     {fp.source}",
-        f"tensors   {len(fp.tensors):,} ({_gib(fp.total_bytes)}), each sha256 over its raw bytes "
-        "with dtype and shape",
-        f"digest    sha256:{fp.digest}",
-    ] + ([f"written   {r.out}"] if r.out else [])
-
-
-def recorded_json(r: Recorded) -> dict[str, Any]:
-    data = r.fingerprint.to_json()
-    data["out"] = str(r.out) if r.out else None
-    return data
-
-
 def comparison_lines(r: Comparison) -> list[str]:
     d, c, why_not = r.difference, r.characterisation, r.why_not
     lines = [f"A         {r.a}", f"B         {r.b}"]
@@ -280,7 +260,7 @@ def recipe_lines(r: RecipeReport) -> list[str]:
         for f in a.families.values():
             if f.family == "other":
                 continue
-            nbytes = _gib(f.numel * a.bytes_per_param) if a.bytes_per_param else "unknown"
+            nbytes = gib(f.numel * a.bytes_per_param) if a.bytes_per_param else "unknown"
             lines.append(
                 f"          {f.family:<12} {f.covered_matrices:>8,} of {f.matrices:<9,}"
                 f"{f.ignored_matrices:>7,}   {100 * f.numel / a.total_numel:5.1f} %  {nbytes:>14}"
@@ -351,12 +331,12 @@ def checkpoint_lines(r: CheckpointReport) -> list[str]:
         if f.family == "other":
             continue
         lines.append(
-            f"          {f.family:<12} {f.quantised_tensors:>8,} {_gib(f.quantised_bytes):>12}"
-            f"   {f.plain_tensors:>8,} {_gib(f.plain_bytes):>12} ({_gib(f.ignored_bytes)})"
+            f"          {f.family:<12} {f.quantised_tensors:>8,} {gib(f.quantised_bytes):>12}"
+            f"   {f.plain_tensors:>8,} {gib(f.plain_bytes):>12} ({gib(f.ignored_bytes)})"
         )
-    size = f"size      {_gib(a.total_bytes)} stored"
+    size = f"size      {gib(a.total_bytes)} stored"
     size += (
-        f"; expected {_gib(a.expected_bytes)} if {a.expected_why}"
+        f"; expected {gib(a.expected_bytes)} if {a.expected_why}"
         if a.expected_bytes is not None
         else f"; expected {a.expected_why}"
     )

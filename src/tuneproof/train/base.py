@@ -7,7 +7,7 @@ before anything is written. The run then applies the adapter once, to the real w
 seeding (lora_A's initialisation draws from the global generator).
 
 Named `base_*` and `attach_lora`, not `load_model` / `apply_lora`: those are the generator's
-(`tuneproof.gate.generate`) and the probe's (`tuneproof.model`) and do other things.
+(`tuneproof.gate.generate`) and the probe's (`tuneproof.measure.model`) and do other things.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.train.recipe import TINY, Recipe
+from tuneproof.runs.recipe import TINY, Recipe
 
 
 def base_tokenizer(recipe: Recipe) -> tuple[Any, Path | None]:
@@ -53,7 +53,7 @@ def base_model(recipe: Recipe, attention: str, folder: Path | None, tokenizer: A
     folder's safetensors; its pad id is the tokenizer's."""
     if folder is None:
         from tuneproof.arch import resolve
-        from tuneproof.model import build_model
+        from tuneproof.measure.model import build_model
 
         model = build_model(resolve(TINY), attention, seed=recipe.optim.seed)
     else:

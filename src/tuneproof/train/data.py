@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.train.recipe import TINY, Recipe
+from tuneproof.runs.recipe import TINY, Recipe
 
 TINY_CORPUS = Path(__file__).parent / "tiny_corpus.jsonl"
 

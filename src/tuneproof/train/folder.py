@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.train.recipe import Recipe
+from tuneproof.runs.recipe import Recipe
 
 RECIPE_NAME = "recipe.toml"
 STATE_NAME = "run_state.json"  # written at the end: the steps trained of the steps planned

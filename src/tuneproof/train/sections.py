@@ -95,7 +95,7 @@ def _probe(
 def run_targets(resolved: Any, targets: str | list[str]) -> tuple[str, ...] | None:
     """The run's LoRA targets as the probe takes them (module paths inside a layer), matched the way
     PEFT matches a list of names (the whole path, or its last components); None for all-linear."""
-    from tuneproof.model import lora_targets
+    from tuneproof.measure.model import lora_targets
 
     if isinstance(targets, str):
         return None  # "all-linear": every linear but the head, the probe's own default
@@ -123,7 +123,7 @@ def write_run_report(
     (`processes`: its micro-batches' tokens and FLOPs; `steps` are rank 0's). Returns report.md's path."""
     from dataclasses import asdict
 
-    from tuneproof.report import train_plots, write_report
+    from tuneproof.core.report import train_plots, write_report
 
     device = "cuda" if cuda else "cpu"
     sections, notes = report_sections(config, recipe, attention, device, lengths, callback, progress)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.data.collate import RowsDataset
-from tuneproof.train.recipe import Recipe
+from tuneproof.runs.recipe import Recipe
 
 
 def training_args(recipe: Recipe, out: Path, chat: bool, cuda: bool, quiet: bool) -> Any:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from tuneproof.arch import ResolvedModel
     from tuneproof.arch.shape import ModelShape
+    from tuneproof.core.report import Plot
     from tuneproof.flops.report import FlopReport
-    from tuneproof.report import Plot
 
 # The story of docs/reference-run.md told on a small model: a padded SDPA run, the same run bucketed
 # (no padding), and bucketed under flex_attention. LoRA with activation checkpointing, batch 2.
@@ -56,8 +56,6 @@ class FlopsSection:
         return {"widths": self.widths, "rows": self.rows, "detail": self.detail.to_dict()}
 
     def plots(self) -> list[Plot]:
-        from tuneproof.report import flop_waterfall
-
         return [flop_waterfall(self.detail)]
 
     def render(self, console: Console) -> None:
@@ -190,7 +188,7 @@ class ProbeSection:
         return {**self.result.to_dict(), "note": self.note}
 
     def plots(self) -> list[Plot]:
-        from tuneproof.report import probe_plots
+        from tuneproof.core.report import probe_plots
 
         return probe_plots(self.result.to_dict())
 
@@ -279,12 +277,12 @@ class BucketsSection:
         }
 
     def plots(self) -> list[Plot]:
-        from tuneproof.report import sampler_plot
+        from tuneproof.core.report import sampler_plot
 
         return [sampler_plot({r.name: r.to_dict() for r in self.results}, None, "the doctor's length set")]
 
     def render(self, console: Console) -> None:
-        from tuneproof.data.render import render_buckets
+        from tuneproof.commands.buckets import render_buckets
 
         render_buckets(self.results, self.sweep, self.num_lengths, BATCH, GRAD_ACCUM, "sdpa", console)
         console.print(
@@ -317,7 +315,7 @@ class ProjectionSection:
     model: Any  # StepModel
 
     def line(self) -> str:
-        from tuneproof.data.render import hours as _h
+        from tuneproof.commands.plan import hours as _h
 
         ours, rnd = self.projections
         ci = (f" (95 % interval {_h(ours.wall_s_ci95[0])}-{_h(ours.wall_s_ci95[1])})"
@@ -341,8 +339,8 @@ class ProjectionSection:
 
 
 def projection_section(probe: Any) -> ProjectionSection | SkippedSection:
+    from tuneproof.commands.plan import StepModel, project
     from tuneproof.data import synthetic_lengths
-    from tuneproof.data.project import StepModel, project
     from tuneproof.measure.probe import timing_rows
 
     if not isinstance(probe, ProbeSection):
@@ -398,7 +396,7 @@ class DoctorPlan:
 
 def prepare(spec: DoctorSpec, model: ResolvedModel) -> DoctorPlan:
     """Refuse folders that cannot be written before an hour of work is lost to them."""
-    from tuneproof.report import check_json_folder, check_report_folder
+    from tuneproof.core.report import check_json_folder, check_report_folder
 
     if spec.out is not None:
         check_json_folder(spec.out)
@@ -412,7 +410,7 @@ TITLE = "tuneproof doctor"  # report.json's title, with --out or --report alike
 
 def run(plan: DoctorPlan, progress: Callable[[str], None] | None = None) -> DoctorReport:
     """`run_doctor`, then the report written where the spec says."""
-    from tuneproof.report import write_json, write_report
+    from tuneproof.core.report import write_json, write_report
 
     spec = plan.spec
     report = run_doctor(plan.model, spec.probe_budget_s, progress)
@@ -427,3 +425,12 @@ def run(plan: DoctorPlan, progress: Callable[[str], None] | None = None) -> Doct
         write_report(spec.report_dir, TITLE, report.to_dict(), report.plots(), summary)
         report.written.append(f"report (markdown, JSON, plots) written to {spec.report_dir}")
     return report
+
+
+def flop_waterfall(report: FlopReport) -> Plot:
+    """Intended, each named excess, performed: the ledger of one micro-batch."""
+    from tuneproof.core.report import waterfall
+
+    excess = [(e.name, e.flops) for e in report.excess]
+    totals = (report.intended.total, report.performed.total)
+    return waterfall(totals, excess, report.run.attn, report.run.seq_len)

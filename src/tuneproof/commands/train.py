@@ -35,10 +35,10 @@ from typing import Any
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.extras import require
+from tuneproof.runs.recipe import Recipe
 from tuneproof.train.base import attach_lora, base_model, base_tokenizer, check_lora_targets
 from tuneproof.train.data import check_chat_template, is_chat, read_records, tokenise
 from tuneproof.train.folder import RECIPE_NAME, Written, check_output, last_checkpoint, write_state
-from tuneproof.train.recipe import Recipe
 from tuneproof.train.result import TrainResult
 from tuneproof.train.trainer import build_trainer, progress_bars_off, quiet_logs, training_args
 
@@ -197,8 +197,8 @@ def _set_up(plan: TrainPlan) -> tuple[Any, Any, Path | None]:
     what it wrote, so the folder is left as it was."""
     from transformers import set_seed
 
-    from tuneproof.integrations.callback import TuneproofCallback
-    from tuneproof.integrations.hf import use_bucketing
+    from tuneproof.train.bucketing import use_bucketing
+    from tuneproof.train.callback import TuneproofCallback
 
     load_attention = "sdpa" if plan.attention == "flex_attention" else plan.attention
     model = base_model(plan.recipe, load_attention, plan.folder, plan.tokenizer)
@@ -272,7 +272,7 @@ def _save(
     """The main process's outputs after training: run_state.json, the base's fingerprint in the
     adapter folder, and the adapter's health (warned about when it did not train everywhere)."""
     from tuneproof.core.io import atomic_write_text
-    from tuneproof.integrations.artefacts import write_base_fingerprint
+    from tuneproof.train.artefacts import write_base_fingerprint
 
     write_state(plan.out, trainer.state.global_step, trainer.state.max_steps)
     fingerprint = write_base_fingerprint(folder, str(folder or ""), adapter_dir)
@@ -325,7 +325,7 @@ def _processes(trainer: Any, callback: Any) -> dict[str, Any] | None:
 
 def _report_facts(trainer: Any) -> dict[str, Any]:
     """What the report needs from the trainer, kept so the trainer (and its model) can be freed."""
-    from tuneproof.integrations.hf import dataset_lengths
+    from tuneproof.train.bucketing import dataset_lengths
 
     return {
         "config": trainer.model.get_base_model().config,

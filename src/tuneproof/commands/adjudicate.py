@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
@@ -30,6 +30,10 @@ from tuneproof.core import validate
 from tuneproof.core.dtypes import torch_dtype
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import NoWarnings
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 LOW_PRECISION = ("bf16", "fp16")  # the dtypes judged against fp32 truth
 CRITERIA = {
@@ -228,7 +232,6 @@ class Adjudication(NoWarnings):
         return None  # one verdict per width (`verdicts`), none for the run: the command exits 0
 
     def render(self, console: Any) -> None:
-        from tuneproof.attention.render import render_adjudication
 
         render_adjudication(self, console)
 
@@ -322,7 +325,7 @@ def prepare(spec: AdjudicateSpec, model: ResolvedModel) -> AdjudicatePlan:
     the device present, and (on the CPU) memory for each backend's widest step."""
     import torch
 
-    from tuneproof.model import check_fits_on_cpu, check_positions
+    from tuneproof.measure.model import check_fits_on_cpu, check_positions
 
     check_positions(model, spec.widths)
     if "flex_attention" in spec.backends:
@@ -345,7 +348,7 @@ def run(plan: AdjudicatePlan, progress: Callable[[str], None] | None = None) -> 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from tuneproof.model import build_model
+    from tuneproof.measure.model import build_model
 
     model, spec = plan.model, plan.spec
     if progress:
@@ -392,3 +395,39 @@ def _notes(spec: AdjudicateSpec, results: list[BackendResult]) -> list[str]:
 def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
     """`run(prepare(spec, model))`: each backend's distance to fp32 math truth."""
     return run(prepare(spec, model))
+
+
+def render_adjudication(result: Adjudication, console: Console) -> None:
+    from rich.markup import escape
+
+    from tuneproof.core.tables import Table
+
+    t = Table(title=f"distance to fp32 math truth ({result.dtype} on {result.device}; same rounded weights)")
+    for col in (
+        "width",
+        "backend",
+        "batch",
+        "|loss diff|",
+        "logits max",
+        "logits mean",
+        "grads max",
+        "grads mean",
+    ):
+        t.add_column(col, justify="left" if col == "backend" else "right")
+    for r in result.results:
+        g = r.grads
+        t.add_row(
+            str(r.width),
+            r.backend,
+            str(r.sample),
+            f"{r.loss_diff:.3e}",
+            f"{r.logits.max_abs:.3e}",
+            f"{r.logits.mean_abs:.3e}",
+            f"{g.max_abs:.3e}" if g else "-",
+            f"{g.mean_abs:.3e}" if g else "-",
+        )
+    console.print(t)
+    for w, v in result.verdicts().items():
+        console.print(f"width {w}: {v.outcome}: {escape(v.reason)}")
+    for n in result.notes:
+        console.print(f"note: {escape(n)}")

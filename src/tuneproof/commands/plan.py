@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,8 +34,13 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.data.compare import PLAN_SAMPLERS
 from tuneproof.data.plan import Plan
 from tuneproof.data.ranks import StepCost, check_fills_one_step, use_of
-from tuneproof.data.step_model import StepModel
-from tuneproof.data.step_model import probe_step_model as probe_step_model  # bench/plan_vs_run.py's import
+from tuneproof.measure.step_model import StepModel
+from tuneproof.measure.step_model import probe_step_model as probe_step_model  # bench/plan_vs_run.py's import
+
+if TYPE_CHECKING:
+    pass
+    from rich.console import Console
+
 
 SAMPLERS = PLAN_SAMPLERS
 
@@ -268,7 +273,7 @@ def prepare(spec: ProjectionSpec) -> ProjectionPlan:
     """Read the points (before the lengths: a bad file fails fast) and the lengths, check that they fill
     the run, and check the probe's spec against the model and this machine."""
     from tuneproof.data.lengths import read_lengths, synthetic_lengths
-    from tuneproof.data.step_model import points_batch, probe_spec
+    from tuneproof.measure.step_model import points_batch, probe_spec
 
     points = None
     if spec.points is not None:
@@ -295,7 +300,7 @@ def run(plan: ProjectionPlan, progress: Callable[[str], None] | None = None) -> 
         widths, seconds, batch, said = plan.points
         model = StepModel.from_points(widths, seconds, batch, s.seed, f"points from {s.points}, {said}")
     else:
-        from tuneproof.data.step_model import time_step_model
+        from tuneproof.measure.step_model import time_step_model
 
         model, measured = time_step_model(s.probe, plan.probe, progress)
         overhead = measured if overhead is None else overhead
@@ -343,6 +348,108 @@ class ProjectionResult:
         }  # fmt: skip
 
     def render(self, console: Any) -> None:
-        from tuneproof.data.render import render_projection
 
         render_projection(self, console)
+
+
+def render_projection(result: ProjectionResult, console: Console) -> None:
+    """`tuneproof plan`: one row per sampler, the interval, and what the projection extrapolates."""
+    from tuneproof.core.tables import Table
+
+    projections, model = result.projections, result.model
+    cost = model.cost
+    terms = (
+        f"C = {cost.c:.3g} s + " if cost.c else ""
+    ) + f"A = {cost.a:.3g} s/token, B = {cost.b:.3g} s/token^2"
+    per = "per sequence" if cost.batch == 1 else f"per micro-batch of {cost.batch}"
+    t = Table(
+        title=f"{result.num_lengths:,} lengths, micro-batch {result.micro_batch}, grad-accum "
+        f"{result.grad_accum}, {result.ranks} rank(s), {result.epochs:g} epoch(s)"
+    )
+    cols = ["sampler", "wall", "95 % interval", "steps", "rank use", "tokens"]
+    if projections and projections[0].cost_usd is not None:
+        cols.append("cost")
+    for c in cols:
+        t.add_column(c, justify="left" if c == "sampler" else "right")
+    for p in projections:
+        ci = f"{hours(p.wall_s_ci95[0])} - {hours(p.wall_s_ci95[1])}" if p.wall_s_ci95 else "-"
+        row = [
+            p.sampler,
+            hours(p.wall_s),
+            ci,
+            f"{p.steps:,}",
+            f"{100 * p.utilisation:.1f} %",
+            f"{p.tokens:,}",
+        ]
+        if p.cost_usd is not None:
+            row.append(f"${p.cost_usd:,.2f}")
+        t.add_row(*row)
+    console.print(t)
+    console.print(f"step cost: {terms} {per} ({model.source})")
+    overhead = result.step_overhead_s
+    if overhead or result.step_overhead_source != "none":
+        first = projections[0] if projections else None
+        share = 100 * overhead * first.steps / first.wall_s if first and first.wall_s else 0.0
+        name = first.sampler if first else ""
+        console.print(
+            f"per optimizer step: + {1000 * overhead:.1f} ms ({result.step_overhead_source}), "
+            f"{share:.0f} % of {name}'s time"
+        )
+    if not model.replicates:
+        console.print(f"no interval: {model.no_interval}")
+    if model.measured is not None:
+        lo, hi = model.measured
+        for p in projections:
+            if p.extrapolated_share >= 0.005:
+                console.print(
+                    f"{p.sampler}: {100 * p.extrapolated_share:.0f} % of the time is at widths outside the "
+                    f"measured {lo:,}-{hi:,} (widest micro-batch {p.widest:,}, "
+                    f"{p.widest / hi:.1f}x the widest measured): extrapolated"
+                )
+    if len(set(p.tokens for p in projections)) > 1:
+        console.print(
+            "tokens differ between samplers: a fraction of an epoch takes each sampler's first steps, and "
+            "filling the last step on every rank repeats a few examples"
+        )
+    if len(projections) > 1:
+        console.print(
+            ", ".join(f"{p.sampler} {hours(p.wall_s)}" for p in projections)
+            + f": {fastest(projections, model)}"
+        )
+
+
+def fastest(projections: list[Any], model: Any) -> str:
+    """Which sampler is fastest, said only when the projection can tell: under a fit given as numbers
+    the ranking is the fit's; with measured points, only when the fastest's interval clears the rest."""
+    best = min(projections, key=lambda p: p.wall_s)
+    others = [p for p in projections if p is not best]
+    if not model.replicates and model.measured is not None:
+        return f"no sampler named fastest: {model.no_interval}"
+    if model.replicates and any(
+        p.wall_s_ci95 is None or best.wall_s_ci95 is None or p.wall_s_ci95[0] <= best.wall_s_ci95[1]
+        for p in others
+    ):
+        return "no sampler named fastest: the intervals overlap (inconclusive)"
+    saved = hours(max(p.wall_s for p in projections) - best.wall_s)
+    return (
+        f"the fastest, {best.sampler}, saves {saved} on the slowest"
+        + ("" if model.replicates else " (under this fit)")
+        + (PACKING_ASSUMES if best.sampler == "packing" else "")
+    )
+
+
+def hours(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
+# A packed row costs what its documents cost alone only when attention is masked per document
+# (flex_attention with a document mask, FlashAttention's varlen path); SDPA over the whole row pays
+# (sum of lengths)^2 or a dense mask, and lets documents see each other.
+PACKING_ASSUMES = (
+    "; packing's time assumes a document-masked kernel (flex_attention or FlashAttention varlen), "
+    "under SDPA a packed row costs the square of its whole width"
+)

@@ -76,7 +76,7 @@ def padding_line(step: StepFlops, pending: list[tuple[int, int, Any]], bucketed:
     also = f"; {multiple}" if collator > PADDING_WARN / 2 else ""
     if bucketed:
         return f"{head} although the batches are bucketed: narrower buckets, or pack{also}"
-    return f"{head}: bucket by length (tuneproof.integrations.hf.use_bucketing) or pack{also}"
+    return f"{head}: bucket by length (tuneproof.train.bucketing.use_bucketing) or pack{also}"
 
 
 def _attention_excess_share(run: Any, batch: int, width: int, rows: tuple[int, ...]) -> float:

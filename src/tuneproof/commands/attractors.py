@@ -9,10 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneproof.core import validate
+from tuneproof.core.terminal import plain
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tuneproof.gate.arms import Arm
     from tuneproof.gate.attractors import MinedPhrase
+
 
 MIN_REFERENCE_WORDS = 1000  # below this, over-representation against the reference is weak evidence
 REFERENCE_HINT = "pass a human-written UTF-8 text file (or .gz)"
@@ -48,7 +52,6 @@ class MiningResult:
         return {"phrases": [m.to_dict() for m in self.phrases], "out": str(self.out) if self.out else None}
 
     def render(self, console: Any) -> None:
-        from tuneproof.gate.render import render_mined
 
         render_mined(self, console)
 
@@ -85,3 +88,12 @@ def run(plan: MiningPlan) -> MiningResult:
 
         atomic_write_text(out, "".join(m.phrase + "\n" for m in phrases))
     return MiningResult(phrases, out, warnings)
+
+
+def render_mined(result: MiningResult, console: Console) -> None:
+    """One line per phrase: its z score, its count in the outputs vs the reference, under how many prompts."""
+    if not result.phrases:
+        plain(console, "no phrase is over-represented under >= 2 prompts")
+    for m in result.phrases:
+        counts = f"{m.count:6d} vs {m.reference_count:<6d} ({m.num_prompts} prompts)"
+        plain(console, f"{m.z:7.2f}  {counts}  {m.phrase}")

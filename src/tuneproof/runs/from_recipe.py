@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuneproof.preflight.config import DatasetRef, RunConfig
+from tuneproof.runs.axolotl import DatasetRef, RunConfig
 
 
 def from_recipe(path: Path) -> RunConfig:
-    from tuneproof.train.recipe import TINY, read_recipe
+    from tuneproof.runs.recipe import TINY, read_recipe
 
     r = read_recipe(path)
     run = RunConfig(str(path), "recipe", r.model.name, r.data.max_length)

@@ -18,9 +18,9 @@ shapes or guards failing), so every `report_to` backend gets them. The peak is t
 the reason is warned once. At train end, on the main process: the adapter's health on stderr and,
 with `record_base`, the base's fingerprint into the Trainer's output_dir.
 
-Where the parts live: reading the run from the model `integrations/read_run.py`, pricing each
-micro-batch `flops/microbatch.py`, the warnings' texts `integrations/advice.py`, health and
-fingerprint `integrations/artefacts.py`; this module holds the Trainer hooks alone.
+Where the parts live: reading the run from the model `train/read_run.py`, pricing each
+micro-batch `flops/microbatch.py`, the warnings' texts `train/advice.py`, health and
+fingerprint `train/artefacts.py`; this module holds the Trainer hooks alone.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from transformers import TrainerCallback
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import StepFlops, median_width, price_step, rows_of
-from tuneproof.integrations.advice import first_step_warnings, recompile_warning
-from tuneproof.integrations.artefacts import adapter_health, base_folder, write_base_fingerprint
-from tuneproof.integrations.read_run import _Run, read_run
-from tuneproof.integrations.say import say
+from tuneproof.train.advice import first_step_warnings, recompile_warning
+from tuneproof.train.artefacts import adapter_health, base_folder, write_base_fingerprint
+from tuneproof.train.read_run import _Run, read_run
+from tuneproof.train.say import say
 
 PREFIX = "tuneproof/"
 

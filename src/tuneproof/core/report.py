@@ -15,12 +15,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuneproof.core.io import strict
-
-if TYPE_CHECKING:
-    from tuneproof.flops.report import FlopReport
 
 SERIES_KEY = "tuneproof-series"
 REPORT_JSON = "report.json"
@@ -53,19 +50,12 @@ def section_plots(sections: dict[str, Any], length_set: str) -> list[Plot]:
         detail = sections["flops"]["detail"]
         excess = [(e["name"], e["flops"]) for e in detail["excess"]]
         totals = (detail["intended"]["total"], detail["performed"]["total"])
-        plots.append(_waterfall(totals, excess, detail["run"]["attn"], detail["run"]["seq_len"]))
+        plots.append(waterfall(totals, excess, detail["run"]["attn"], detail["run"]["seq_len"]))
     plots += probe_plots(sections.get("probe", {}))
     if "batching" in sections:
         batching = sections["batching"]
         plots.append(sampler_plot(batching["samplers"], batching.get("used"), length_set))
     return plots
-
-
-def flop_waterfall(report: FlopReport) -> Plot:
-    """Intended, each named excess, performed: the ledger of one micro-batch."""
-    excess = [(e.name, e.flops) for e in report.excess]
-    totals = (report.intended.total, report.performed.total)
-    return _waterfall(totals, excess, report.run.attn, report.run.seq_len)
 
 
 def probe_plots(probe: dict[str, Any]) -> list[Plot]:
@@ -74,7 +64,7 @@ def probe_plots(probe: dict[str, Any]) -> list[Plot]:
     return [_scaling(probe), _kernels(probe)] if "fit" in probe else []
 
 
-def _waterfall(totals: tuple[float, float], excess: list[tuple[str, float]], attn: str, seq_len: int) -> Plot:
+def waterfall(totals: tuple[float, float], excess: list[tuple[str, float]], attn: str, seq_len: int) -> Plot:
     names = ["intended"] + [name for name, _ in excess] + ["performed"]
     values = [totals[0]] + [flops for _, flops in excess] + [totals[1]]
     intended, performed = values[0], values[-1]

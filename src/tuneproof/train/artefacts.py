@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tuneproof.integrations.say import say
+from tuneproof.train.say import say
 
 
 def adapter_health(model: Any) -> Any:

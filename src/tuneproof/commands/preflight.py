@@ -15,8 +15,8 @@ from typing import Any
 from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import FINDING, OK, Verdict
-from tuneproof.preflight.config import RunConfig, from_axolotl, read_yaml
 from tuneproof.preflight.sections import Section
+from tuneproof.runs.axolotl import RunConfig, from_axolotl, read_yaml
 
 RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
 
@@ -117,7 +117,7 @@ def read_run(path: Path) -> RunConfig:
         data, lines = read_yaml(path)
         return from_axolotl(data, str(path), lines)
     if suffix == ".toml":
-        from tuneproof.preflight.recipe import from_recipe
+        from tuneproof.runs.from_recipe import from_recipe
 
         return from_recipe(path)
     raise TuneproofError(f"{path}: not a YAML or TOML file", RUN_HINT)

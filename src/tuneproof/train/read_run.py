@@ -11,7 +11,7 @@ from typing import Any
 from tuneproof.core.dtypes import short_name
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import MicroBatchLedger
-from tuneproof.integrations.say import say
+from tuneproof.train.say import say
 
 
 @dataclass(slots=True)

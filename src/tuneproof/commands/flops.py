@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops.report import FlopReport, check_step_time, flop_report
+from tuneproof.flops.report import FlopReport, check_step_time, flop_report, positions_notes
 from tuneproof.flops.run import RunSpec
 from tuneproof.hardware.gpus import Peak
 
@@ -55,9 +55,7 @@ class FlopsPlan:
 def prepare(spec: FlopsSpec, model: ResolvedModel) -> FlopsPlan:
     """The plan for `spec` on `model`. A width over the model's positions is counted as asked (context
     extension), with a note."""
-    problem = model.positions_problem(spec.run.seq_len, "seq_len")
-    notes = (f"{problem}: the ledger counts it as asked (context extension?)",) if problem else ()
-    return FlopsPlan(model.shape, spec, notes)
+    return FlopsPlan(model.shape, spec, positions_notes(model, spec.run.seq_len))
 
 
 def run(plan: FlopsPlan, progress: Callable[[str], None] | None = None) -> FlopReport:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.terminal import gib
 from tuneproof.core.verdict import Verdict
 from tuneproof.ship.identity import Fingerprint, fingerprint
 from tuneproof.ship.progress import Progress, mib_steps
@@ -38,12 +39,10 @@ class Recorded:
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly what `tuneproof fingerprint --json` prints: the file's JSON and `out`."""
-        from tuneproof.ship.render import recorded_json
-
         return recorded_json(self)
 
     def render(self, console: Any) -> None:
-        from tuneproof.ship.render import print_lines, recorded_lines
+        from tuneproof.ship.render import print_lines
 
         print_lines(console, recorded_lines(self))
 
@@ -74,3 +73,19 @@ def run(plan: RecordPlan, progress: Progress | None = None) -> Recorded:
     if plan.out is not None:
         atomic_write_json(plan.out, result.to_json())
     return Recorded(result, plan.out)
+
+
+def recorded_lines(r: Recorded) -> list[str]:
+    fp = r.fingerprint
+    return [
+        f"model     {fp.source}",
+        f"tensors   {len(fp.tensors):,} ({gib(fp.total_bytes)}), each sha256 over its raw bytes "
+        "with dtype and shape",
+        f"digest    sha256:{fp.digest}",
+    ] + ([f"written   {r.out}"] if r.out else [])
+
+
+def recorded_json(r: Recorded) -> dict[str, Any]:
+    data = r.fingerprint.to_json()
+    data["out"] = str(r.out) if r.out else None
+    return data
