@@ -39,7 +39,7 @@ def _generator():  # type: ignore[no-untyped-def]
 def main() -> None:
     from tuneproof.gate.arms import read_arm
     from tuneproof.gate.checks import check_inputs
-    from tuneproof.gate.run import measure
+    from tuneproof.gate.judge import measure
     from tuneproof.gate.spec import GateSpec
 
     gen = _generator()

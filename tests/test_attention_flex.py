@@ -498,7 +498,7 @@ def test_bf16_below_sm80_is_refused_by_the_memory_efficient_backend() -> None:
     from tuneproof.arch.shape import AttentionSpec
     from tuneproof.attention.dispatch import Context, predict
 
-    spec = AttentionSpec("full", None, 32, 8, 128, 128)
+    spec = AttentionSpec(kind="full", window=None, num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=128)
     for cap, arch in (((7, 5), "sm75"), ((7, 0), "sm70")):
         _, _, backend, refused, kernel = predict(
             Context(seq_len=4096, batch=1, capability=cap, dtype="bf16"), spec

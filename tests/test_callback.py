@@ -326,11 +326,11 @@ def test_the_typical_micro_batch_is_a_real_one_at_the_median_width(tmp_path: Pat
 
 def _tiny_run() -> Any:
     from tuneproof.arch import resolve
-    from tuneproof.train.read_run import _Run
+    from tuneproof.train.read_run import TrainerRun
 
     shape = resolve("tiny").shape  # sliding window 128, global layers every third
     ledger = MicroBatchLedger(shape, "sdpa", "lora", 16, ("all-linear",), False)
-    return _Run(shape, "sdpa", "lora", 16, (), False, None, "", ledger)
+    return TrainerRun(shape, "sdpa", "lora", 16, (), False, None, "", ledger)
 
 
 def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() -> None:

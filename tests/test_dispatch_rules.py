@@ -24,7 +24,9 @@ def grid() -> dict[str, object]:
     out: dict[str, object] = {}
     for cap in KNOWN_CAPABILITIES:
         for head_dim in HEAD_DIMS:
-            spec = AttentionSpec("full", None, 8, 8, head_dim, head_dim)
+            spec = AttentionSpec(
+                kind="full", window=None, num_heads=8, num_kv_heads=8, head_dim=head_dim, v_head_dim=head_dim
+            )
             for padded in (False, True):
                 for dtype in ("bf16", "fp32"):
                     for training in (False, True):
@@ -86,7 +88,7 @@ def test_live_sdpa_asks_pytorch_with_the_layers_shapes(monkeypatch) -> None:
         return int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
 
     monkeypatch.setattr(torch, "_fused_sdp_choice", fake_choice)
-    spec = AttentionSpec("sliding", 64, 6, 2, 32, 48)
+    spec = AttentionSpec(kind="sliding", window=64, num_heads=6, num_kv_heads=2, head_dim=32, v_head_dim=48)
     ctx = Context(seq_len=4096, batch=7, dtype="bf16", training=True)
     backend, refused, kernel = dispatch._live_sdpa(ctx, spec, mask=True)
     assert (backend, refused) == ("cpu_flash", {}) and "for CPU" in kernel
@@ -107,7 +109,9 @@ def test_live_sdpa_reports_math_when_pytorch_refuses_flash(monkeypatch) -> None:
 
     monkeypatch.setattr(torch, "_fused_sdp_choice", lambda *a: int(torch.nn.attention.SDPBackend.MATH))
     backend, refused, kernel = dispatch._live_sdpa(
-        Context(seq_len=64, batch=1), AttentionSpec("full", None, 2, 2, 16, 16), False
+        Context(seq_len=64, batch=1),
+        AttentionSpec(kind="full", window=None, num_heads=2, num_kv_heads=2, head_dim=16, v_head_dim=16),
+        False,
     )
     assert backend == "math" and refused == {"flash": "torch._fused_sdp_choice did not pick flash for CPU"}
     assert "full score matrix" in kernel
@@ -123,7 +127,7 @@ def test_live_mask_asks_transformers_with_the_real_kv_length_and_window(monkeypa
         return True
 
     monkeypatch.setattr(mu, "_ignore_causal_mask_sdpa", fake)
-    spec = AttentionSpec("sliding", 1024, 4, 4, 64, 64)
+    spec = AttentionSpec(kind="sliding", window=1024, num_heads=4, num_kv_heads=4, head_dim=64, v_head_dim=64)
     got = dispatch._live_mask(Context(seq_len=16384, batch=2, padded=True), spec)
     assert calls == [([[True, False]], 16384, 16384, 0, 0, 1024)]
     # transformers says "skip the mask" while the rules say "materialise": the disagreement is reported

@@ -13,8 +13,8 @@ from tuneproof.cli.app import main
 from tuneproof.gate import stats
 from tuneproof.gate.arms import Arm
 from tuneproof.gate.attractors import PhraseMatcher
+from tuneproof.gate.judge import judge_probe, run_gate
 from tuneproof.gate.probes import read_probes
-from tuneproof.gate.run import judge_probe, run_gate
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor
 
 

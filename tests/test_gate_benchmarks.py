@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tuneproof.gate.arms import read_arm
-from tuneproof.gate.run import run_gate
+from tuneproof.gate.judge import run_gate
 from tuneproof.gate.spec import GateSpec, read_spec
 
 ROOT = Path(__file__).parent.parent
@@ -100,14 +100,14 @@ def test_the_near_miss_is_inconclusive_under_either_hypothesis(tmp_path: Path) -
 
 @pytest.mark.parametrize("seed", [3, 4, 5, 6])
 def test_power_counts_the_documents_and_runs_that_would_detect_the_floor(seed: int) -> None:
-    from tuneproof.gate.bench_lineup import Unit
+    from tuneproof.gate.bench_lineup import BenchUnit
     from tuneproof.gate.benchmarks import judge_line
     from tuneproof.gate.stats import Z_ALPHA_POWER
 
     rng = np.random.default_rng(seed)
     p = rng.uniform(0.2, 0.8, 40)
     base, tuned = (rng.random((2, 40)) < p).astype(float), (rng.random((2, 40)) < p).astype(float)
-    unit = Unit("small", "task", ("small",), (("none", "acc"),), True)
+    unit = BenchUnit("small", "task", ("small",), (("none", "acc"),), True)
     line = judge_line(unit, "none", "acc", base, tuned, True, "not-worse", None, 2.0)
     assert line.result.verdict == "INCONCLUSIVE" and line.power is not None
     d = 100 * (tuned.mean(axis=0) - base.mean(axis=0))
@@ -142,12 +142,12 @@ def test_one_run_per_arm_uses_exact_mcnemar_and_says_so(tmp_path: Path) -> None:
 
 
 def test_one_run_of_a_graded_metric_uses_the_paired_bootstrap(tmp_path: Path) -> None:
-    from tuneproof.gate.bench_lineup import Unit
+    from tuneproof.gate.bench_lineup import BenchUnit
     from tuneproof.gate.benchmarks import judge_line
 
     rng = np.random.default_rng(0)
     base = rng.uniform(0.3, 0.9, (1, 200))  # in [0, 1]: judged in points
-    unit = Unit("rouge_task", "task", ("rouge_task",), (("none", "rougeL"),), True)
+    unit = BenchUnit("rouge_task", "task", ("rouge_task",), (("none", "rougeL"),), True)
     drop = judge_line(unit, "none", "rougeL", base, base - 0.2, True, "not-worse", 5.0, 2.0)
     assert drop.test == "paired bootstrap" and drop.result.verdict == "FAIL"
     up = judge_line(unit, "none", "rougeL", base, np.minimum(base + 0.1, 1), True, "better", None, 2.0)
@@ -155,10 +155,10 @@ def test_one_run_of_a_graded_metric_uses_the_paired_bootstrap(tmp_path: Path) ->
 
 
 def test_lower_is_better_metrics_turn_the_verdict(tmp_path: Path) -> None:
-    from tuneproof.gate.bench_lineup import Unit
+    from tuneproof.gate.bench_lineup import BenchUnit
     from tuneproof.gate.benchmarks import judge_line
 
-    unit = Unit("wiki", "task", ("wiki",), (("none", "word_perplexity"),), True)
+    unit = BenchUnit("wiki", "task", ("wiki",), (("none", "word_perplexity"),), True)
     base = np.array([[10.0, 12.0, 11.0, 9.0] * 25, [10.5, 11.5, 11.0, 9.5] * 25])
     line = judge_line(unit, "none", "word_perplexity", base, base + 3.0, False, "not-worse", None, 2.0)
     assert line.result.unit == "" and line.result.verdict == "FAIL"

@@ -14,8 +14,8 @@ import pytest
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.arms import read_arm
+from tuneproof.gate.judge import run_gate
 from tuneproof.gate.lm_eval import read_run
-from tuneproof.gate.run import run_gate
 
 ROOT = Path(__file__).parent.parent
 DATA = Path(__file__).parent / "data" / "lm_eval"

@@ -419,7 +419,7 @@ def test_a_traces_limit_reads_as_the_devices_does(monkeypatch) -> None:
 
     data = Path(__file__).parent / "data"
     for trace in (data / "hta" / "ns_resolution_rank-0.json.gz", data / "case_sm120.json.gz"):
-        t = kernels.run(kernels.prepare(kernels.KernelsSpec(trace)))
+        t = kernels.run(kernels.prepare(kernels.KernelsSpec(trace=trace)))
         name = (t.device or {})["description"].split(" (")[0]
         assert trace_target(trace).smem_limit == lookup_gpu(name).smem_per_block_optin, name
 

@@ -20,7 +20,9 @@ from tuneproof.arch.shape import AttentionSpec, IndexScores, Linear
 from tuneproof.attention.paths import PATHS, Rows, intended_for, performed_for
 from tuneproof.flops import RunSpec, flop_report
 
-INDEXED = AttentionSpec("indexed", None, 4, 4, 24, 16, topk=16)
+INDEXED = AttentionSpec(
+    kind="indexed", window=None, num_heads=4, num_kv_heads=4, head_dim=24, v_head_dim=16, topk=16
+)
 
 
 def _indexer(heads: int, head_dim: int) -> Any:

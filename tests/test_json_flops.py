@@ -42,7 +42,7 @@ def test_flops_json_is_the_library_report(capsys: pytest.CaptureFixture[str]) ->
     step = RunSpec(
         seq_len=5000, batch=2, attn="eager", padding_fraction=0.25, mode="lora", lora_rank=8, grad_ckpt=True
     )
-    result = run(prepare(FlopsSpec(step, step_time_s=0.5, gpu="H100"), resolve("tiny")))
+    result = run(prepare(FlopsSpec(run=step, step_time_s=0.5, gpu="H100"), resolve("tiny")))
     assert _as_json(result) == printed
     # 5000 tokens are past the tiny model's 4096 positions: counted as asked, with the note
     assert any("exceeds the model's max_position_embeddings 4096" in n for n in printed["notes"])

@@ -43,7 +43,7 @@ def arms(tmp_path: Path) -> tuple[Path, Path]:
 def test_gate_json_is_the_library_report(
     capsys, monkeypatch, tmp_path: Path, arms: tuple[Path, Path]
 ) -> None:
-    from tuneproof.gate.plan import GateRequest, prepare, run
+    from tuneproof.commands.gate import GateRequest, prepare, run
 
     monkeypatch.setenv("TUNEPROOF_CACHE", str(tmp_path / "cache"))
     base, tuned = arms
@@ -77,7 +77,7 @@ def test_attractors_mine_json_is_the_library_result(capsys, tmp_path: Path, arms
 
     base, _ = arms
     out = tmp_path / "phrases.txt"
-    result = run(prepare(MiningSpec((base,), EXAMPLE / "corpus.txt", top=8, out=out)))
+    result = run(prepare(MiningSpec(outputs=(base,), reference=EXAMPLE / "corpus.txt", top=8, out=out)))
     listed = out.read_text()
     argv = ["attractors", "mine", "--outputs", str(base), "--reference", str(EXAMPLE / "corpus.txt"),
             "--top", "8", "--out", str(out), "--json"]  # fmt: skip

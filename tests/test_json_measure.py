@@ -103,7 +103,7 @@ def test_fit_json_is_the_scaling_fit(monkeypatch, capsys, tmp_path: Path) -> Non
     points = _points(tmp_path / "points.csv")
     out, printed = _command(monkeypatch, capsys, area, ["fit", "--points", str(points), "--at", "16384"])
     assert out == _as_json(printed)
-    assert out == _as_json(area.run(area.prepare(area.FitSpec(points, (16384,)))))
+    assert out == _as_json(area.run(area.prepare(area.FitSpec(points=points, at=(16384,)))))
 
 
 def test_kernels_json_is_the_kernel_table(monkeypatch, capsys, tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_kernels_json_is_the_kernel_table(monkeypatch, capsys, tmp_path: Path) -
     trace.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
     out, printed = _command(monkeypatch, capsys, area, ["kernels", "--trace", str(trace), "--top", "2"])
     assert out == _as_json(printed)
-    assert out == _as_json(area.run(area.prepare(area.KernelsSpec(trace, 2))))
+    assert out == _as_json(area.run(area.prepare(area.KernelsSpec(trace=trace, top_n=2))))
 
 
 def test_peak_json_is_the_measured_peak(monkeypatch, capsys) -> None:

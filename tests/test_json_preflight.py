@@ -19,6 +19,6 @@ def test_preflight_json_is_the_library_result(tmp_path: Path, capsys) -> None:
     )
     assert main(["preflight", str(cfg), "--gpu", "H100", "--json"]) in (0, 1)
     printed = json.loads(capsys.readouterr().out)
-    result = run(prepare(PreflightSpec(cfg, "H100")))
+    result = run(prepare(PreflightSpec(run_file=cfg, gpu="H100")))
     assert json.loads(dumps(result.to_dict())) == printed
     assert printed["sections"]["flops"]["width"] == 256 and printed["sections"]["flops"]["rows"] == 2

@@ -52,14 +52,14 @@ def llama_pair(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_lora_check_json_is_the_health_to_dict(llama_pair: tuple[Path, Path], capsys) -> None:
     base, adapter = llama_pair
-    result = health.run(health.prepare(health.CheckSpec(adapter, base)))
+    result = health.run(health.prepare(health.CheckSpec(adapter_dir=adapter, base=base)))
     assert _json(["lora", "check", str(adapter), "--base", str(base)], capsys) == _strict(result.to_dict())
     assert result.verdict.outcome == "HEALTHY" and result.to_dict()["exit_code"] == 0
 
 
 def test_fingerprint_json_is_the_recorded_to_dict(tmp_path: Path, capsys) -> None:
     base = fx.save(fx.model("llama"), tmp_path / "base")
-    result = record.run(record.prepare(record.RecordSpec(base, tmp_path / "lib.json")))
+    result = record.run(record.prepare(record.RecordSpec(model_dir=base, out=tmp_path / "lib.json")))
     shown = _json(["fingerprint", str(base), "--out", str(tmp_path / "cli.json")], capsys)
     assert shown.pop("out") == str(tmp_path / "cli.json")
     expected = _strict(result.to_dict())
@@ -74,7 +74,7 @@ def test_fingerprint_compare_json_is_the_comparison_to_dict(tmp_path: Path, caps
     with torch.no_grad():
         edited.model.layers[0].mlp.down_proj.weight.add_(0.01)
     fx.save(edited, tmp_path / "edited")
-    spec = comparison.CompareSpec(base, tmp_path / "edited")
+    spec = comparison.CompareSpec(a=base, b=tmp_path / "edited")
     result = comparison.run(comparison.prepare(spec))
     shown = _json(["fingerprint", "--compare", str(base), str(tmp_path / "edited")], capsys, code=1)
     assert shown == _strict(result.to_dict()) and shown["characterisation"] is not None
@@ -85,7 +85,7 @@ def test_merge_json_is_the_merge_result_to_dict(
     llama_pair: tuple[Path, Path], tmp_path: Path, capsys
 ) -> None:
     base, adapter = llama_pair
-    result = m.run(m.prepare(m.MergeSpec(base, adapter, tmp_path / "lib", "bf16")))
+    result = m.run(m.prepare(m.MergeSpec(base=base, adapter_dir=adapter, out=tmp_path / "lib", dtype="bf16")))
     args = ["merge", "--base", str(base), "--adapter", str(adapter), "--out", str(tmp_path / "cli")]
     shown = _json([*args, "--dtype", "bf16"], capsys)
     assert shown.pop("out") == str(tmp_path / "cli")
@@ -99,7 +99,7 @@ def test_quant_audit_recipe_json_is_the_recipe_report_to_dict(tmp_path: Path, ca
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "qwen3_moe", **TINY["qwen3_moe"]}))
     engine = "llm-compressor==0.11.0"  # the fused view: the engines disagree, both are reported
-    result = qa.run(qa.prepare(qa.AuditSpec(tmp_path / "r.yaml", config, engine=engine)))
+    result = qa.run(qa.prepare(qa.AuditSpec(recipe=tmp_path / "r.yaml", config=config, engine=engine)))
     args = ["quant-audit", "--recipe", str(tmp_path / "r.yaml"), "--config", str(config), "--engine", engine]
     shown = _json(args, capsys, code=1)
     assert shown == _strict(result.to_dict()) and shown["engines_disagree"] is True

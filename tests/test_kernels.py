@@ -173,7 +173,7 @@ def test_old_compute_properties_keep_the_arch_mismatch(tmp_path: Path) -> None:
     p.write_text(
         json.dumps(_trace_of([("fmha_cutlassB_bf16_aligned_64x64_k128_sm80", 100.0)], computeProperties=old))
     )
-    t = area.run(area.prepare(area.KernelsSpec(p)))
+    t = area.run(area.prepare(area.KernelsSpec(trace=p)))
     assert isinstance(t, area.KernelTable) and t.device and t.device["arch"] == "sm90"
     assert [(m.tag, m.capability) for m in t.arch_mismatch] == [("sm80", "9.0")]
 

@@ -18,7 +18,9 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
-CHUNKED = AttentionSpec("chunked", None, 4, 2, 16, 16, chunk=256)
+CHUNKED = AttentionSpec(
+    kind="chunked", window=None, num_heads=4, num_kv_heads=2, head_dim=16, v_head_dim=16, chunk=256
+)
 
 
 def test_chunk_pieces_cut_at_absolute_multiples_of_the_chunk() -> None:

@@ -100,10 +100,10 @@ def test_report_lines_wrap_under_their_text() -> None:
 def test_progress_off_a_terminal_is_a_line_on_stderr_for_long_work_only(capsys) -> None:
     """Off a terminal, `doctor` on a 1B config printed nothing for 6 min 40 s. Now long work prints a
     line after 5 s and then at most every 10 s; quick work (and a one-line error) prints none."""
-    from tuneproof.cli.common import _Lines
+    from tuneproof.cli.common import Lines
 
     now = [100.0]
-    lines = _Lines()
+    lines = Lines()
     lines.clock = lambda: now[0]
     lines.start = 100.0
     lines("loading")  # quick so far: nothing

@@ -76,7 +76,7 @@ def test_the_kernel_table_is_the_whole_file_readers(path: Path) -> None:
 
 
 def _one(path: Path) -> area.KernelTable:
-    table = area.run(area.prepare(area.KernelsSpec(path)))
+    table = area.run(area.prepare(area.KernelsSpec(trace=path)))
     assert isinstance(table, area.KernelTable)
     return table
 
@@ -155,11 +155,11 @@ def test_old_category_names_memset_and_operator(tmp_path: Path) -> None:
 
 def test_two_rank_files_and_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
-    result = area.run(area.prepare(area.KernelsSpec(files[0], more=(files[1],))))
+    result = area.run(area.prepare(area.KernelsSpec(trace=files[0], more=(files[1],))))
     assert isinstance(result, area.RankTables) and [t.rank for t in result.tables] == ["0", "1"]
     for f in files:
         shutil.copy(f, tmp_path / f.name)
-    folder = area.run(area.prepare(area.KernelsSpec(tmp_path)))
+    folder = area.run(area.prepare(area.KernelsSpec(trace=tmp_path)))
     assert isinstance(folder, area.RankTables)
     assert [t.to_dict() for t in folder.tables] == [t.to_dict() for t in result.tables]
     assert main(["kernels", "--trace", str(files[0]), "--trace", str(files[1]), "--json"]) == 0
@@ -174,7 +174,7 @@ def test_rank_from_the_file_name_without_distributed_info(tmp_path: Path) -> Non
 
 def test_empty_folder_refused(tmp_path: Path) -> None:
     with pytest.raises(TuneproofError, match=r"holds no \.json or \.gz trace"):
-        area.prepare(area.KernelsSpec(tmp_path))
+        area.prepare(area.KernelsSpec(trace=tmp_path))
 
 
 def test_truncated_gzip_and_json_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

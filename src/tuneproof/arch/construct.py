@@ -69,7 +69,7 @@ HYPER_CONNECTIONS = {"HYV4HyperConnection": "fn", "HYV4HyperHead": "hc_fn"}
 # first when it has one).
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
 
-_MIXER_CHILD = re.compile(
+MIXER_CHILD = re.compile(
     r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba|^conv$|temporal_block|mlstm",
     re.IGNORECASE,
 )
@@ -120,7 +120,7 @@ def decoder_layers(model: Any, num_layers: int) -> tuple[str, list[Any]]:
     best: tuple[int, str, list[Any]] | None = None
     for name, mod in model.named_modules():
         if isinstance(mod, nn.ModuleList) and len(mod) == num_layers and num_layers:
-            gemms = sum(1 for m in mod[0].modules() if _is_gemm_module(m))
+            gemms = sum(1 for m in mod[0].modules() if is_gemm_module(m))
             if best is None or gemms > best[0]:
                 best = (gemms, name, list(mod))
     if best is None or best[0] == 0:
@@ -131,7 +131,7 @@ def decoder_layers(model: Any, num_layers: int) -> tuple[str, list[Any]]:
     return best[1], best[2]
 
 
-def _is_gemm_module(m: Any) -> bool:
+def is_gemm_module(m: Any) -> bool:
     import torch.nn as nn
 
     return isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"
@@ -355,7 +355,7 @@ def _layer_program(
     units = [u for u in units if not any(u in g for g in gates)]
     if use is not None and mixer.delta is not None:  # a shared block's use (Zamba2)
         return mixer.spec, tuple(shared_block_program(cfg, use, units, mixer.delta)), True
-    mixer_units = [] if mixer.ffn_only else [u for u in units if _MIXER_CHILD.search(u.name.split(".")[0])]
+    mixer_units = [] if mixer.ffn_only else [u for u in units if MIXER_CHILD.search(u.name.split(".")[0])]
     ffn_units = [u for u in units if u not in mixer_units]
     spec = mixer.spec
     # a layer with no mixer: its feed-forward block reads the layer input
@@ -405,7 +405,7 @@ def _model_level(
             hc_in, hc_out, dst = int(w.shape[1]), int(w.shape[0]), f"model:{name}"
             post.append(Linear(f"{name}.{hc}", hc_in, hc_out, src, dst, "hyper_connection", adaptable=False))
             continue
-        if not _is_gemm_module(mod):
+        if not is_gemm_module(mod):
             continue
         w = mod.weight
         conv1d = type(mod).__name__ == "Conv1D"  # GPT-2's Conv1D stores (in, out)

@@ -94,7 +94,14 @@ def _spec(
 ) -> AttentionSpec:
     kind, window = _layer_kind(cfg, i, fam)
     d = head_dim or _head_dim(cfg)
-    return AttentionSpec(kind, window, cfg.num_attention_heads, kv_heads or cfg.num_key_value_heads, d, d)
+    return AttentionSpec(
+        kind=kind,
+        window=window,
+        num_heads=cfg.num_attention_heads,
+        num_kv_heads=kv_heads or cfg.num_key_value_heads,
+        head_dim=d,
+        v_head_dim=d,
+    )
 
 
 def _attention_steps(hidden: int, spec: AttentionSpec, prefix: str = "self_attn") -> list[Step]:

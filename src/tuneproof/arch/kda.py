@@ -91,7 +91,15 @@ def read_kda(mod: Any) -> tuple[AttentionSpec, KimiDelta]:
     heads, dim = int(mod.num_heads), int(mod.head_dim)
     channels, taps = int(mod.conv1d.weight.shape[0]), int(mod.conv1d.weight.shape[-1])
     core = KimiDelta("q", "k", "v", "attn", heads, dim, dim, KDA_CHUNK, channels, taps)
-    return AttentionSpec("linear", None, heads, heads, dim, dim, chunk=KDA_CHUNK), core
+    return AttentionSpec(
+        kind="linear",
+        window=None,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=dim,
+        v_head_dim=dim,
+        chunk=KDA_CHUNK,
+    ), core
 
 
 def kda_note(count: int, label: str, packed: bool) -> str:

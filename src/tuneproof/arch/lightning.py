@@ -72,7 +72,15 @@ def read_lightning(mod: Any) -> tuple[AttentionSpec, Lightning]:
     """A lightning layer's geometry and core, from the built `MiniMaxLightningAttention`."""
     heads, dim, block = int(mod.num_attention_heads), int(mod.head_dim), int(mod.block_size)
     core = Lightning("q", "k", "v", "attn", heads, dim, block)
-    return AttentionSpec("linear", None, heads, heads, dim, dim, chunk=block), core
+    return AttentionSpec(
+        kind="linear",
+        window=None,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=dim,
+        v_head_dim=dim,
+        chunk=block,
+    ), core
 
 
 def lightning_note(count: int, label: str, packed: bool) -> str:

@@ -63,7 +63,7 @@ _SOFTMAX_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "a
 # transformers models/nemotron_h/modeling_nemotron_h.py MIXER_TYPES ("mlp": NemotronHMLP, "moe":
 # NemotronHMoE) and NemotronHBlock.forward (norm, that block, residual add).
 FFN_ONLY_TYPES = frozenset({"mlp", "moe"})
-NO_MIXER = AttentionSpec("none", None, 0, 0, 0, 0)
+NO_MIXER = AttentionSpec(kind="none", window=None, num_heads=0, num_kv_heads=0, head_dim=0, v_head_dim=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +122,10 @@ def _int(*values: Any) -> int | None:
 
 
 def mixer_module(layer: Any) -> tuple[str, Any] | None:
-    from tuneproof.arch.construct import _MIXER_CHILD, _is_gemm_module
+    from tuneproof.arch.construct import MIXER_CHILD, is_gemm_module
 
     for name, child in layer.named_children():  # the first named like a mixer that holds a GEMM
-        if _MIXER_CHILD.search(name) and any(_is_gemm_module(m) for m in child.modules()):
+        if MIXER_CHILD.search(name) and any(is_gemm_module(m) for m in child.modules()):
             return name, child
     return None
 
@@ -153,11 +153,11 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
     if "GatedDeltaNet" in cls:
         return _delta(cfg, mod)
     if all(hasattr(mod, a) for a in _SSD_ATTRS) and cls in SSD_MIXERS:
-        return _ssd(mod)
+        return ssd_spec(mod)
     if cls in SHORT_CONV_MIXERS:
         return MixerKind(*short_conv_core(mod))
     if cls in CCA_ATTENTION:  # softmax attention on convolved q/k (ZAYA)
-        return MixerKind(_softmax_spec(cfg, None, mod), cca_core(mod), program=cca_steps)
+        return MixerKind(softmax_spec(cfg, None, mod), cca_core(mod), program=cca_steps)
     if cls in RGLRU_MIXERS:
         return MixerKind(*rglru_core(mod), program=rglru_steps)
     if cls in WKV_MIXERS:
@@ -171,7 +171,7 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
     if cls in LIGHTNING_MIXERS:
         return MixerKind(*read_lightning(mod))
     if layer_type == INDEXED_TYPE:
-        spec, indexer = indexed_spec(cfg, mod, _softmax_spec(cfg, layer_type, mod))
+        spec, indexer = indexed_spec(cfg, mod, softmax_spec(cfg, layer_type, mod))
         return MixerKind(spec, indexer=indexer)
     for fragment, what in UNCOSTED.items():
         if fragment.lower() in cls.lower():
@@ -185,10 +185,10 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
             "tuneproof does not cost it yet",
             "the costed families are listed in docs/families.md",
         )
-    return MixerKind(_softmax_spec(cfg, layer_type, mod), calls=ATTENTION_CALLS.get(cls, 1))
+    return MixerKind(softmax_spec(cfg, layer_type, mod), calls=ATTENTION_CALLS.get(cls, 1))
 
 
-def _softmax_spec(cfg: Any, layer_type: str | None, mod: Any) -> AttentionSpec:
+def softmax_spec(cfg: Any, layer_type: str | None, mod: Any) -> AttentionSpec:
     heads = _int(_get(mod, "num_heads"), _get(mod, "num_attention_heads"), _get(cfg, "num_attention_heads"))
     assert heads is not None
     kv = _int(
@@ -212,7 +212,15 @@ def _softmax_spec(cfg: Any, layer_type: str | None, mod: Any) -> AttentionSpec:
         window = _int(_get(mod, "sliding_window"))
     if window is not None:
         kind = "sliding"
-    return AttentionSpec(kind, window, heads, kv or heads, head_dim, v_dim, chunk=chunk)
+    return AttentionSpec(
+        kind=kind,
+        window=window,
+        num_heads=heads,
+        num_kv_heads=kv or heads,
+        head_dim=head_dim,
+        v_head_dim=v_dim,
+        chunk=chunk,
+    )
 
 
 def _delta(cfg: Any, mod: Any) -> MixerKind:
@@ -221,7 +229,15 @@ def _delta(cfg: Any, mod: Any) -> MixerKind:
     conv = mod.conv1d
     channels, taps = int(conv.weight.shape[0]), int(conv.weight.shape[-1])
     rule = DeltaRule("q", "k", "v", "attn", heads, dk, dv, DELTA_CHUNK, channels, taps)
-    spec = AttentionSpec("linear", None, heads, int(mod.num_k_heads), dk, dv, chunk=DELTA_CHUNK)
+    spec = AttentionSpec(
+        kind="linear",
+        window=None,
+        num_heads=heads,
+        num_kv_heads=int(mod.num_k_heads),
+        head_dim=dk,
+        v_head_dim=dv,
+        chunk=DELTA_CHUNK,
+    )
     return MixerKind(spec, rule)
 
 
@@ -246,16 +262,27 @@ def _parallel_mixers(cfg: Any, layer: Any) -> MixerKind:
     ssd = [n for n, m in children.items() if type(m).__name__ in _SIDE_SSD_MIXERS]
     attn = [n for n, m in children.items() if "attn" in n and n not in ssd]
     assert len(ssd) == 1 and len(attn) == 1, f"{type(layer).__name__}: children {list(children)}"
-    core = _ssd(children[ssd[0]]).delta
+    core = ssd_spec(children[ssd[0]]).delta
     assert core is not None
-    return MixerKind(_softmax_spec(cfg, None, children[attn[0]]), side=(ssd[0], core))
+    return MixerKind(softmax_spec(cfg, None, children[attn[0]]), side=(ssd[0], core))
 
 
-def _ssd(mod: Any) -> MixerKind:
+def ssd_spec(mod: Any) -> MixerKind:
     heads, p, n, chunk = int(mod.num_heads), int(mod.head_dim), int(mod.ssm_state_size), int(mod.chunk_size)
     channels, taps = int(mod.conv1d.weight.shape[0]), int(mod.conv1d.weight.shape[-1])
     core = StateSpace("q", "k", "v", "attn", heads, p, n, chunk, channels, taps)
-    return MixerKind(AttentionSpec("linear", None, heads, heads, n, p, chunk=chunk), core)
+    return MixerKind(
+        AttentionSpec(
+            kind="linear",
+            window=None,
+            num_heads=heads,
+            num_kv_heads=heads,
+            head_dim=n,
+            v_head_dim=p,
+            chunk=chunk,
+        ),
+        core,
+    )
 
 
 def ssd_flops(ssd: StateSpace, length: int) -> tuple[float, float]:

@@ -100,7 +100,15 @@ def mlstm_core(mod: Any) -> tuple[AttentionSpec, MLstm]:
     mode = str(cfg.mode)
     chunk = PAD_CHUNK if mode == "train_with_padding" else int(cfg.chunk_size)
     core = MLstm("q", "k", "v", "attn", heads, dk, dv, chunk, mode)
-    return AttentionSpec("linear", None, heads, heads, dk, dv, chunk=chunk), core
+    return AttentionSpec(
+        kind="linear",
+        window=None,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=dk,
+        v_head_dim=dv,
+        chunk=chunk,
+    ), core
 
 
 _MLSTM_PATHS = (

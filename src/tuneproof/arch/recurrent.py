@@ -96,14 +96,24 @@ def rglru_core(mod: Any) -> tuple[AttentionSpec, RgLru]:
     heads, block = int(lru.num_attention_heads), int(lru.block_width)
     weight = mod.conv_1d.weight  # (W, 1, K): depthwise
     core = RgLru("q", "k", "v", "attn", int(mod.lru_width), int(weight.shape[0]), int(weight.shape[-1]))
-    return AttentionSpec("linear", None, heads, heads, block, block, chunk=1), core
+    return AttentionSpec(
+        kind="linear",
+        window=None,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=block,
+        v_head_dim=block,
+        chunk=1,
+    ), core
 
 
 def wkv_core(mod: Any) -> tuple[AttentionSpec, Wkv]:
     """The geometry and core of a built RWKV time mixer (one of WKV_MIXERS): W independent channels
     of scalar state (W heads of width 1), chunk 1: the torch path steps one token at a time."""
     width = int(mod.attention_hidden_size)
-    return AttentionSpec("linear", None, width, width, 1, 1, chunk=1), Wkv("q", "k", "v", "attn", width)
+    return AttentionSpec(
+        kind="linear", window=None, num_heads=width, num_kv_heads=width, head_dim=1, v_head_dim=1, chunk=1
+    ), Wkv("q", "k", "v", "attn", width)
 
 
 def rglru_steps(units: list[Any], hidden: int, core: Core) -> list[Step]:

@@ -80,7 +80,9 @@ def scan_core(mod: Any) -> tuple[AttentionSpec, SelectiveScan]:
     core = SelectiveScan(
         "q", "k", "v", "attn", channels, state, int(conv.weight.shape[0]), int(conv.weight.shape[-1])
     )
-    return AttentionSpec("linear", None, 1, 1, state, channels, chunk=1), core
+    return AttentionSpec(
+        kind="linear", window=None, num_heads=1, num_kv_heads=1, head_dim=state, v_head_dim=channels, chunk=1
+    ), core
 
 
 _SCAN_PATHS = (

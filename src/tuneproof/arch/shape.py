@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 KINDS = ("full", "sliding", "chunked", "linear", "none", "indexed")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class AttentionSpec:
     """One attention layer's geometry. `window` is None for full (global) attention.
 

@@ -31,11 +31,11 @@ _MLP = "shared_transformer.feed_forward"
 
 def shared_block_mixer(cfg: Any, layer: Any) -> tuple[Any, Core]:
     """The shared block's attention geometry and the Mamba-2 layer's SSD core."""
-    from tuneproof.arch.mixers import _softmax_spec, _ssd
+    from tuneproof.arch.mixers import softmax_spec, ssd_spec
 
-    core = _ssd(layer.mamba_decoder.mamba).delta
+    core = ssd_spec(layer.mamba_decoder.mamba).delta
     assert core is not None
-    return _softmax_spec(cfg, None, layer.shared_transformer.self_attn), core
+    return softmax_spec(cfg, None, layer.shared_transformer.self_attn), core
 
 
 def _adapted(

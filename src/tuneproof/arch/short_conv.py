@@ -62,7 +62,9 @@ def short_conv_core(mod: Any) -> tuple[AttentionSpec, ShortConv]:
     weight = mod.conv.weight  # (H, 1, K): depthwise
     channels, taps = int(weight.shape[0]), int(weight.shape[-1])
     core = ShortConv("q", "k", "v", "attn", channels, taps)
-    return AttentionSpec("linear", None, 1, 1, taps, channels, chunk=1), core
+    return AttentionSpec(
+        kind="linear", window=None, num_heads=1, num_kv_heads=1, head_dim=taps, v_head_dim=channels, chunk=1
+    ), core
 
 
 _CONV_PATHS = (

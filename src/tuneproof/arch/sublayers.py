@@ -78,9 +78,9 @@ def sublayer_program(
     residual, attention 1, MLP 1; out = the last residual + MLP 1 + the MoE. Both attention
     sub-layers share one geometry (the same MLA class and config). Checkpointing's recompute stops
     before `mlps[1]`'s down projection: only the residual add reads it."""
-    from tuneproof.arch.mixers import MixerKind, _softmax_spec
+    from tuneproof.arch.mixers import MixerKind, softmax_spec
 
-    mixer = MixerKind(_softmax_spec(cfg, None, layer.self_attn[0]))
+    mixer = MixerKind(softmax_spec(cfg, None, layer.self_attn[0]))
     units = [replace(u, kind="router") if u.name in WEIGHT_ONLY else u for u in units]
 
     def part(head: str) -> list[Unit]:

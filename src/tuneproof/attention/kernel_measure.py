@@ -21,11 +21,11 @@ from typing import Any
 from tuneproof.attention.kernel_options import (
     CANDIDATES,
     KernelChoice,
-    _options,
     choose_for_head_dims,
     default_bwd,
     default_fwd,
     parse_out_of_resource,
+    triton_options,
 )
 from tuneproof.core.errors import TuneproofError
 
@@ -124,7 +124,7 @@ def choose_measured(
     default = default_fwd if pass_ == "fwd" else default_bwd
     stages = max(default(d, dtype, capability)[2] for d in dims)
     tries: list[dict[str, int]] = [{}, estimated.options]
-    tries += [_options(pass_, m, n, st, 4) for m, n in CANDIDATES for st in range(stages, 0, -1)]
+    tries += [triton_options(pass_, m, n, st, 4) for m, n in CANDIDATES for st in range(stages, 0, -1)]
     log: list[str] = []
     seen: set[str] = set()
     for opts in tries:

@@ -174,7 +174,7 @@ def choose_kernel_options(
         got = estimate(m, n, head_dim, dtype, st)
         if got <= limit:
             return KernelChoice(
-                _options(pass_, m, n, st, warps),
+                triton_options(pass_, m, n, st, warps),
                 f"{default} needs {need:,} B > {limit:,} B per block ({where}); {m}x{n} x {st} "
                 f"stage{'s' * (st > 1)} needs {got:,} B",
                 got,
@@ -212,7 +212,7 @@ def fitting_order(default: tuple[int, int], stages: int) -> Iterator[tuple[int, 
                 yield m, n, st
 
 
-def _options(pass_: str, m: int, n: int, stages: int, warps: int) -> dict[str, int]:
+def triton_options(pass_: str, m: int, n: int, stages: int, warps: int) -> dict[str, int]:
     if pass_ == "fwd":
         return {"fwd_BLOCK_M": m, "fwd_BLOCK_N": n, "fwd_num_stages": stages, "fwd_num_warps": warps}
     return {
@@ -249,7 +249,7 @@ def run_with_smem_fallback(
 
     Returns fn's result and a log of what was tried."""
     log: list[str] = []
-    tries: list[dict[str, int]] = [first or {}] + [_options(pass_, m, n, 1, 4) for m, n in CANDIDATES]
+    tries: list[dict[str, int]] = [first or {}] + [triton_options(pass_, m, n, 1, 4) for m, n in CANDIDATES]
     for opts in tries:
         try:
             result = fn(opts)
@@ -310,7 +310,7 @@ def choose_for_head_dims(
         if need <= limit:
             over = [c.reason for c in per.values() if c.options]
             return KernelChoice(
-                _options(pass_, m, n, st, 4),
+                triton_options(pass_, m, n, st, 4),
                 f"{'; '.join(over)}; one setting for head_dims {dims}: {m}x{n} x {st} stage{'s' * (st > 1)} "
                 f"needs at most {need:,} B",
                 need,

@@ -29,4 +29,4 @@ def mine(outputs: tuple[Path, ...], reference: Path, top: int, out: Path | None,
     informative Dirichlet prior (Monroe, Colaresi and Quinn 2008), seen under at least 2 prompts."""
     from tuneproof.commands.attractors import MiningSpec, prepare, run
 
-    return finish(run(prepare(MiningSpec(outputs, reference, top, out))), json_out)
+    return finish(run(prepare(MiningSpec(outputs=outputs, reference=reference, top=top, out=out))), json_out)

@@ -88,7 +88,15 @@ def buckets(
     warn_unused(("attn",), "--config", config is not None)
     warn_unused(("fit",), "--ranks above 1", ranks > 1)
     spec = area.BucketsSpec(
-        lengths_file, micro_batch, grad_accum, int_list(sweep, "--sweep"), str_list(choices),
-        resolve_model(config) if config is not None else None, attn, seed, ranks, step_fit(fit, "--fit"),
-    )  # fmt: skip
+        lengths_file=lengths_file,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        sweep=int_list(sweep, "--sweep"),
+        choices=str_list(choices),
+        model=resolve_model(config) if config is not None else None,
+        attn=attn,
+        seed=seed,
+        ranks=ranks,
+        cost=step_fit(fit, "--fit"),
+    )
     return finish(area.run(area.prepare(spec)), json_out)

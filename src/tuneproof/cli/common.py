@@ -11,7 +11,7 @@ import click
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.io import check_out_file as check_out_file
-from tuneproof.core.terminal import _Lines as _Lines
+from tuneproof.core.terminal import Lines as Lines
 from tuneproof.core.terminal import console as console
 from tuneproof.core.terminal import count_bar as count_bar
 from tuneproof.core.terminal import progress_bar as progress_bar

@@ -40,7 +40,9 @@ def doctor(
     """Diagnose a setup end to end: FLOP ledger, attention dispatch, batching, measured probe."""
     from tuneproof.commands.doctor import DoctorSpec, prepare, run
 
-    plan = prepare(DoctorSpec(probe_budget_s, out, report_dir), resolve_model(config))
+    plan = prepare(
+        DoctorSpec(probe_budget_s=probe_budget_s, out=out, report_dir=report_dir), resolve_model(config)
+    )
     with progress_bar() as update:
         result = run(plan, update)
     return finish(result, json_out)

@@ -25,5 +25,5 @@ def fit(points: Path, at: str, json_out: bool) -> int:
     outlying repeats named, and a constant-term test (present, absent or undetermined)."""
     from tuneproof.measure import fit as area
 
-    spec = area.FitSpec(points, int_list(at, "--at") if at.strip() else None)
+    spec = area.FitSpec(points=points, at=int_list(at, "--at") if at.strip() else None)
     return finish(area.run(area.prepare(spec)), json_out)

@@ -85,7 +85,9 @@ def flops(
         lora_rank=lora_rank, lora_targets=() if lora_targets == "none" else str_list(lora_targets),
         lora_target_parameters=str_list(",".join(lora_target_parameters)), grad_ckpt=grad_ckpt,
     )  # fmt: skip
-    spec = FlopsSpec(step, step_time, gpu, dtype, peak_tflops)  # checked before the model is read
+    spec = FlopsSpec(
+        run=step, step_time_s=step_time, gpu=gpu, dtype=dtype, peak_tflops=peak_tflops
+    )  # checked before the model is read
     result = run(prepare(spec, resolve_model(config)))
     warn_unused(("lora_rank", "lora_targets", "lora_target_parameters"), "--mode lora", mode == "lora")
     warn_unused(("gpu", "peak_tflops", "dtype"), "--step-time (MFU needs a step time)", step_time is not None)

@@ -74,7 +74,7 @@ def gate(json_out: bool, **flags: Any) -> int:
     of the same arm (>= 2 runs per arm; for benchmarks with 1 run, a paired per-document test stands in):
     PASS, FAIL or INCONCLUSIVE, with delta / floor, a paired 95 % interval and the minimum detectable
     effect. Exit 0 all pass, 1 any fails, 3 some inconclusive, 2 bad input."""
-    from tuneproof.gate.plan import GateRequest, prepare, run
+    from tuneproof.commands.gate import GateRequest, prepare, run
 
     warn_unused(("tokenizer", "k"), "--corpus", bool(flags["corpus"]))
     plan = prepare(GateRequest(**flags))

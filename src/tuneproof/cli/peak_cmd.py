@@ -25,4 +25,7 @@ def peak(device: str, dtype: str, max_seconds: float, gpu: str | None, json_out:
     """Measure achievable dense GEMM TFLOP/s: the MFU denominator for devices the table does not know."""
     from tuneproof.measure import peak as area
 
-    return finish(area.run(area.prepare(area.PeakSpec(device, dtype, max_seconds, gpu=gpu))), json_out)
+    return finish(
+        area.run(area.prepare(area.PeakSpec(device=device, dtype=dtype, max_seconds=max_seconds, gpu=gpu))),
+        json_out,
+    )

@@ -104,10 +104,22 @@ def plan(
     warn_unused(("config", "attn", "mode", "probe_budget_s"), "--probe", probe)
     cost = step_fit(fit, "--fit") if fit is not None else None
     spec = area.ProjectionSpec(
-        lengths_file, micro_batch, grad_accum, ranks, epochs, cost, points,
-        resolve_model(config) if probe else None, attn, mode, probe_budget_s, str_list(sampler),
-        step_overhead_s, gpu_hour_cost, seed,
-    )  # fmt: skip
+        lengths_file=lengths_file,
+        micro_batch=micro_batch,
+        grad_accum=grad_accum,
+        ranks=ranks,
+        epochs=epochs,
+        fit=cost,
+        points=points,
+        probe=resolve_model(config) if probe else None,
+        attn=attn,
+        mode=mode,
+        probe_budget_s=probe_budget_s,
+        samplers=str_list(sampler),
+        step_overhead_s=step_overhead_s,
+        gpu_hour_cost=gpu_hour_cost,
+        seed=seed,
+    )
     plan = area.prepare(spec)
     with progress_bar() as update:
         result = area.run(plan, update)

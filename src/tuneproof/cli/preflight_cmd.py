@@ -28,7 +28,9 @@ def preflight(run_file: Path, gpu: str | None, fit: str | None, json_out: bool) 
     2 bad input."""
     from tuneproof.commands.preflight import PreflightSpec, prepare, run
 
-    spec: Any = PreflightSpec(run_file, gpu, step_fit(fit, "--fit") if fit is not None else None)
+    spec: Any = PreflightSpec(
+        run_file=run_file, gpu=gpu, fit=step_fit(fit, "--fit") if fit is not None else None
+    )
     plan = prepare(spec)
     with progress_bar() as update:
         result = run(plan, update)

@@ -45,7 +45,7 @@ def check(adapter_dir: Path, base: Path | None, initial: Path | None, json_out: 
     serving engine will do. Exit 0 healthy, 1 a module or expert never trained, 3 cannot judge."""
     from tuneproof.ship import health
 
-    spec = health.CheckSpec(adapter_dir, base, initial, labels={"base": "--base"})
+    spec = health.CheckSpec(adapter_dir=adapter_dir, base=base, initial=initial, labels={"base": "--base"})
     return finish(health.run(health.prepare(spec)), json_out)
 
 
@@ -81,13 +81,13 @@ def fingerprint(
             "--compare takes its two folders alone", "drop MODEL_DIR and --out, or drop --compare"
         )
     if compare:
-        compare_plan = comparison.prepare(comparison.CompareSpec(*compare))
+        compare_plan = comparison.prepare(comparison.CompareSpec(a=compare[0], b=compare[1]))
         with phase_bars() as progress:
             result: Result = comparison.run(compare_plan, progress)
         return finish(result, json_out)
     if model_dir is None:
         raise TuneproofError("no model folder given", "pass MODEL_DIR, or --compare A B")
-    record_plan = record.prepare(record.RecordSpec(model_dir, out))
+    record_plan = record.prepare(record.RecordSpec(model_dir=model_dir, out=out))
     with phase_bars() as progress:
         result = record.run(record_plan, progress)
     return finish(result, json_out)
@@ -120,7 +120,11 @@ def merge(
     from tuneproof.ship import merge as m
     from tuneproof.ship.progress import phase_bars
 
-    merge_plan = m.prepare(m.MergeSpec(base, adapter, out, dtype, allow_base_mismatch))
+    merge_plan = m.prepare(
+        m.MergeSpec(
+            base=base, adapter_dir=adapter, out=out, dtype=dtype, allow_base_mismatch=allow_base_mismatch
+        )
+    )
     with phase_bars() as progress:
         result = m.run(merge_plan, progress=progress)
     return finish(result, json_out)
@@ -162,7 +166,7 @@ def quant_audit(
     stores. Exit 1 on a finding: a large family neither covered nor ignored."""
     from tuneproof.ship import quant_audit as qa
 
-    audit_plan = qa.prepare(qa.AuditSpec(recipe, config, checkpoint, engine))
+    audit_plan = qa.prepare(qa.AuditSpec(recipe=recipe, config=config, checkpoint=checkpoint, engine=engine))
     if checkpoint is not None and engine is not None:
         warn("--engine has no effect with --checkpoint (the checkpoint holds what the engine did)")
     return finish(qa.run(audit_plan), json_out)

@@ -28,7 +28,7 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
     from tuneproof.commands import train as t
     from tuneproof.runs.recipe import read_recipe
 
-    spec = t.TrainSpec(read_recipe(recipe), output, resume, quiet=json_out)
+    spec = t.TrainSpec(recipe=read_recipe(recipe), output_dir=output, resume=resume, quiet=json_out)
     with _own_warnings_on_one_line():
         result = t.run(t.prepare(spec), None if json_out else t.stderr_progress)
     if not result.main:

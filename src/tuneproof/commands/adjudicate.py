@@ -249,7 +249,7 @@ class Adjudication(NoWarnings):
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class AdjudicateSpec:
     widths: tuple[int, ...] = (256, 1024)
     backends: tuple[str, ...] = ("sdpa", "flex_attention", "eager")

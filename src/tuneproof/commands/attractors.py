@@ -22,7 +22,7 @@ MIN_REFERENCE_WORDS = 1000  # below this, over-representation against the refere
 REFERENCE_HINT = "pass a human-written UTF-8 text file (or .gz)"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MiningSpec:
     outputs: tuple[Path, ...]  # arm files of model outputs
     reference: Path  # human-written reference text

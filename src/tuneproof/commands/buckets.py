@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tuneproof.data.compare import SamplerResult
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class BucketsSpec:
     """What `tuneproof buckets` compares: the lengths file (None: the shipped synthetic set), the
     batching, the baselines and sweep widths, and optionally a model (a `ResolvedModel`) whose

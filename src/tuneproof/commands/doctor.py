@@ -375,7 +375,7 @@ def run_doctor(
     return report
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class DoctorSpec:
     """A doctor run: seconds of probe timing, and where the report goes: `out` (a folder that receives
     report.json) and `report_dir` (report.md, report.json and the plots); None writes nothing."""

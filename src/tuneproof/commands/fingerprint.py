@@ -15,7 +15,7 @@ from tuneproof.ship.progress import Progress, mib_steps
 from tuneproof.ship.tensors import Checkpoint, open_checkpoint
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RecordSpec:
     model_dir: Path
     out: Path | None = None  # where to write the fingerprint JSON; an existing file is refused

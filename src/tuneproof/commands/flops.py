@@ -14,7 +14,7 @@ from tuneproof.flops.run import RunSpec
 from tuneproof.hardware.gpus import Peak
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class FlopsSpec:
     """One step to count (`run`) and, for MFU, its measured `step_time_s` and a peak: `peak_tflops`
     given, or the table's for `gpu` in `dtype`. Checked on construction, before a model is read

@@ -31,8 +31,8 @@ import numpy as np
 
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
+from tuneproof.data.batch_plan import Plan
 from tuneproof.data.compare import PLAN_SAMPLERS
-from tuneproof.data.plan import Plan
 from tuneproof.data.ranks import StepCost, check_fills_one_step, use_of
 from tuneproof.measure.step_model import StepModel
 from tuneproof.measure.step_model import probe_step_model as probe_step_model  # bench/plan_vs_run.py's import
@@ -224,7 +224,7 @@ def _planner(
 # ---- the front door: `tuneproof plan` ------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ProjectionSpec:
     """What `tuneproof plan` projects. The step cost comes one way: `fit` (a StepCost given as numbers),
     `points` (a width,seconds CSV) or `probe` (a ResolvedModel timed now with `attn`, `mode` and

@@ -21,7 +21,7 @@ from tuneproof.runs.axolotl import RunConfig, from_axolotl, read_yaml
 RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class PreflightSpec:
     run_file: Path
     gpu: str | None = None  # the card, for dispatch and flex kernel options ("auto": this device)

@@ -45,7 +45,7 @@ from tuneproof.train.trainer import build_trainer, progress_bars_off, quiet_logs
 __all__ = ["TrainPlan", "TrainResult", "TrainSpec", "prepare", "run", "train"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class TrainSpec:
     recipe: Recipe
     output_dir: Path | None = None  # None: the recipe's run.output_dir
@@ -182,7 +182,7 @@ def train(
     """`prepare` and `run` in one call: the recipe trained into `output_dir`; `callbacks` are extra
     `TrainerCallback`s for the Trainer; without `quiet`, progress bars and the report's phase lines
     on stderr."""
-    plan = prepare(TrainSpec(recipe, output_dir, resume, quiet))
+    plan = prepare(TrainSpec(recipe=recipe, output_dir=output_dir, resume=resume, quiet=quiet))
     return run(plan, None if quiet else stderr_progress, callbacks)
 
 

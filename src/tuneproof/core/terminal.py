@@ -26,7 +26,7 @@ def console() -> Any:
     return _Console(highlight=False)
 
 
-class _Lines:
+class Lines:
     """Progress off a terminal: a `progress: <what> (<elapsed>)` line on stderr once the work has run
     `after_s` seconds, then at most one every `every_s` seconds, and only when the description
     changed. Quick commands (and their one-line errors) print none; a log file or CI gets a heartbeat
@@ -54,13 +54,13 @@ class _Lines:
 @contextmanager
 def progress_bar() -> Iterator[Callable[[str], None]]:
     """Progress on stderr, yielding `update(description)`: a transient spinner with elapsed time on a
-    terminal; off a terminal, a line after 5 s, then at most every 10 s (`_Lines`); stdout is the result."""
+    terminal; off a terminal, a line after 5 s, then at most every 10 s (`Lines`); stdout is the result."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     err = Console(stderr=True)
     if not err.is_terminal:
-        yield _Lines()
+        yield Lines()
         return
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
@@ -78,7 +78,7 @@ def count_bar(what: str) -> Iterator[Callable[[int, int], None]]:
 
     err = Console(stderr=True)
     if not err.is_terminal:
-        lines = _Lines()
+        lines = Lines()
         yield lambda done, total: lines(f"{what} {done}/{total}")
         return
     with Progress(

@@ -23,7 +23,7 @@ from torch.utils.data import Sampler
 
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
-from tuneproof.data.sampler import _check_lengths
+from tuneproof.data.sampler import check_lengths
 
 MASK_TRAP = (
     "a 2-D attention_mask next to packed position_ids makes transformers skip packed-sequence detection "
@@ -138,14 +138,14 @@ class PackedBatchSampler(Sampler[list[int]]):
         drop_last: bool = False,
         rank_plan: str = "synchronous",
     ) -> None:
-        from tuneproof.data.sampler import RANK_PLANS, _world
+        from tuneproof.data.sampler import RANK_PLANS, world_of
 
-        self.lengths = _check_lengths(lengths)
+        self.lengths = check_lengths(lengths)
         validate.integer("capacity", capacity, hint="a token capacity per packed row")
         validate.integer("seed", seed, low=0, high=2**63 - 1)
         validate.choice("rank_plan", rank_plan, RANK_PLANS)
         self.capacity, self.shuffle, self.seed, self.epoch = capacity, shuffle, seed, 0
-        self.num_replicas, self.rank = _world(num_replicas, rank)
+        self.num_replicas, self.rank = world_of(num_replicas, rank)
         self.drop_last, self.rank_plan = drop_last, rank_plan
         self.rows = best_fit_decreasing(self.lengths, capacity)
 

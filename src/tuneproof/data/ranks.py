@@ -27,7 +27,7 @@ import numpy as np
 
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
-from tuneproof.data.plan import Plan
+from tuneproof.data.batch_plan import Plan
 
 SYNCS = ("step", "micro")
 

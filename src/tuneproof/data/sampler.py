@@ -37,10 +37,10 @@ from torch.utils.data import Sampler
 
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError, field_error
-from tuneproof.data.plan import Plan
+from tuneproof.data.batch_plan import Plan
 
 
-def _check_lengths(lengths: Any) -> np.ndarray:
+def check_lengths(lengths: Any) -> np.ndarray:
     try:
         arr = np.asarray(lengths)
     except (ValueError, TypeError):
@@ -124,7 +124,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         max_tokens: int | None = None,
         rank_plan: str = "synchronous",
     ) -> None:
-        self.lengths = _check_lengths(lengths)
+        self.lengths = check_lengths(lengths)
         validate.integer("micro_batch_size", micro_batch_size, high=1 << 20)
         validate.integer("grad_accum", grad_accum, high=1 << 20)
         validate.integer("seed", seed, low=0, high=2**63 - 1)
@@ -157,7 +157,7 @@ class BucketBatchSampler(Sampler[list[int]]):
                     "raise it or truncate that example",
                 )
         validate.choice("rank_plan", rank_plan, RANK_PLANS)
-        num_replicas, rank = _world(num_replicas, rank)
+        num_replicas, rank = world_of(num_replicas, rank)
         self.micro_batch_size, self.grad_accum = micro_batch_size, grad_accum
         self.bucket_width = bucket_width
         self.boundaries = np.asarray(boundaries) if boundaries is not None else None
@@ -236,7 +236,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
-def _world(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
+def world_of(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     if num_replicas is None or rank is None:
         import torch.distributed as dist
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuneproof.data.plan import Plan
+from tuneproof.data.batch_plan import Plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from tuneproof.flops.run import RunSpec
 
 
 @dataclass(frozen=True, slots=True)
-class Context:
+class EffectContext:
     """What the effects read: the model, the run, and the chosen path's pairs per layer."""
 
     shape: ModelShape
@@ -37,18 +37,18 @@ class Effect:
     `why` explains the line. `per_attention_group` splits the line per attention geometry."""
 
     name: str
-    apply: Callable[[WalkState, Context], WalkState]
-    why: Callable[[Context, tuple[int, ...]], str]
+    apply: Callable[[WalkState, EffectContext], WalkState]
+    why: Callable[[EffectContext, tuple[int, ...]], str]
     per_attention_group: bool = False
 
 
-def intended_state(ctx: Context) -> WalkState:
+def intended_state(ctx: EffectContext) -> WalkState:
     rows = ctx.run.rows()
     pairs = tuple(intended_for(rows, layer.attention) for layer in ctx.shape.layers)
     return WalkState(tokens=ctx.run.real_tokens, pairs=pairs)
 
 
-def _pad_why(ctx: Context, layers: tuple[int, ...]) -> str:
+def _pad_why(ctx: EffectContext, layers: tuple[int, ...]) -> str:
     run = ctx.run
     return (
         f"{run.padded_tokens - run.real_tokens} of {run.padded_tokens} token slots are padding, "
@@ -56,7 +56,7 @@ def _pad_why(ctx: Context, layers: tuple[int, ...]) -> str:
     )
 
 
-def _delta_why(ctx: Context, layers: tuple[int, ...]) -> str:
+def _delta_why(ctx: EffectContext, layers: tuple[int, ...]) -> str:
     run = ctx.run
     count = sum(
         1

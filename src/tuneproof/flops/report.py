@@ -10,7 +10,7 @@ from tuneproof.arch.shape import ModelShape
 from tuneproof.attention.paths import Mask, path, performed_for
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops.effects import EFFECTS, Context, intended_state
+from tuneproof.flops.effects import EFFECTS, EffectContext, intended_state
 from tuneproof.flops.ledger import Ledger, walk
 from tuneproof.flops.run import RunSpec
 from tuneproof.hardware.gpus import Peak
@@ -146,7 +146,7 @@ def step_totals(shape: ModelShape, run: RunSpec) -> tuple[float, float]:
     ledger instead of one per effect (for callers that price many micro-batches, e.g. the callback)."""
     rows = run.rows()
     attn = path(run.attn)
-    ctx = Context(
+    ctx = EffectContext(
         shape, run, {layer.index: performed_for(attn, rows, layer.attention) for layer in shape.layers}
     )
     state = intended_state(ctx)
@@ -173,7 +173,7 @@ def flop_report(
             )
     rows = run.rows()
     attn = path(run.attn)
-    ctx = Context(
+    ctx = EffectContext(
         shape, run, {layer.index: performed_for(attn, rows, layer.attention) for layer in shape.layers}
     )
 

@@ -12,7 +12,7 @@ MODES = ("forward", "full", "lora")
 MAX_BATCH = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RunSpec:
     """One micro-batch step.
 

@@ -7,7 +7,7 @@ from tuneproof.core.lazy import lazy
 
 _EXPORTS = {
     "Arm": "tuneproof.gate.arms",
-    "GateReport": "tuneproof.gate.run",
+    "GateReport": "tuneproof.gate.judge",
     "GateSpec": "tuneproof.gate.spec",
     "MetricResult": "tuneproof.gate.stats",
     "PhraseMatcher": "tuneproof.gate.attractors",
@@ -17,7 +17,7 @@ _EXPORTS = {
     "read_arm": "tuneproof.gate.arms",
     "read_probes": "tuneproof.gate.probes",
     "read_spec": "tuneproof.gate.spec",
-    "run_gate": "tuneproof.gate.run",
+    "run_gate": "tuneproof.gate.judge",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy(__name__, _EXPORTS)

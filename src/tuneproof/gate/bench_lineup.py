@@ -23,7 +23,7 @@ RUNS_HINT = "give every run the same tasks, one lm-eval output folder (or result
 
 
 @dataclass(frozen=True, slots=True)
-class Unit:
+class BenchUnit:
     name: str
     kind: str  # "task" | "group" | "subtask"
     tasks: tuple[str, ...]  # the tasks whose documents it pools
@@ -41,12 +41,12 @@ class Unit:
 class Lineup:
     base: list[BenchRun]
     tuned: list[BenchRun]
-    units: list[Unit]
+    units: list[BenchUnit]
     docs: dict[str, list[str]]  # task -> its documents, in the base arm's first-run order
     unjudged: list[tuple[str, str, str, str]] = field(default_factory=list)  # task, filter, metric, why
     notes: list[str] = field(default_factory=list)
 
-    def scores(self, unit: Unit, filt: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, unit: BenchUnit, filt: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """runs x documents of each arm, the unit's tasks' documents side by side."""
 
         def table(runs: list[BenchRun]) -> np.ndarray:
@@ -55,7 +55,7 @@ class Lineup:
 
         return table(self.base), table(self.tuned)
 
-    def higher(self, unit: Unit, metric: str, override: bool | None) -> bool | None:
+    def higher(self, unit: BenchUnit, metric: str, override: bool | None) -> bool | None:
         """Higher is better? The spec's word, else lm-eval's (results file), else known lower-is-better
         names; None: assumed higher (the caller says so)."""
         if override is not None:
@@ -66,7 +66,9 @@ class Lineup:
                     return run.higher[(task, metric)]
         return False if metric in LOWER_IS_BETTER else None
 
-    def aggregates(self, unit: Unit, filt: str, metric: str, percent: bool) -> dict[str, list[float | None]]:
+    def aggregates(
+        self, unit: BenchUnit, filt: str, metric: str, percent: bool
+    ) -> dict[str, list[float | None]]:
         scale = 100.0 if percent else 1.0
 
         def figures(runs: list[BenchRun]) -> list[float | None]:
@@ -78,7 +80,7 @@ class Lineup:
 
         return {"base": figures(self.base), "tuned": figures(self.tuned)}
 
-    def headline(self, unit: Unit, own: TaskSpec) -> tuple[str, str]:
+    def headline(self, unit: BenchUnit, own: TaskSpec) -> tuple[str, str]:
         """The (filter, metric) that decides for `unit`: the spec's, else its first."""
         if own.metric is None and own.filter is None:
             return unit.rows[0]
@@ -200,7 +202,7 @@ def _same_documents(runs: list[tuple[str, BenchRun]]) -> None:
             )
 
 
-def _units(run: BenchRun, tasks: list[str]) -> list[Unit]:
+def _units(run: BenchRun, tasks: list[str]) -> list[BenchUnit]:
     """Groups lm-eval aggregates (pooled), their subtasks as evidence, every other task on its own."""
     present = set(tasks)
     rows = {t: list(dict.fromkeys((f, m) for (task, f, m) in run.scores if task == t)) for t in tasks}
@@ -215,7 +217,7 @@ def _units(run: BenchRun, tasks: list[str]) -> list[Unit]:
         return out
 
     aggregated = {g for (g, _, _) in run.aggregates if g in run.groups}  # groups, not tags
-    units: list[Unit] = []
+    units: list[BenchUnit] = []
     covered: set[str] = set()
     for group in run.groups:
         members = leaves(group)
@@ -224,9 +226,13 @@ def _units(run: BenchRun, tasks: list[str]) -> list[Unit]:
         if not shared:
             continue  # a tag, or a group whose aggregate no subtask carries
         top = not any(group in run.groups[parent] for parent in aggregated)
-        units.append(Unit(group, "group", tuple(members), tuple(shared), top))
+        units.append(BenchUnit(group, "group", tuple(members), tuple(shared), top))
         if top:
-            units.extend(Unit(t, "subtask", (t,), tuple(rows[t]), False) for t in members if t not in covered)
+            units.extend(
+                BenchUnit(t, "subtask", (t,), tuple(rows[t]), False) for t in members if t not in covered
+            )
             covered.update(members)
-    units.extend(Unit(t, "task", (t,), tuple(rows[t]), True) for t in tasks if t not in covered and rows[t])
+    units.extend(
+        BenchUnit(t, "task", (t,), tuple(rows[t]), True) for t in tasks if t not in covered and rows[t]
+    )
     return units

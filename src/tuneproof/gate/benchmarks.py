@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tuneproof.gate import stats
-from tuneproof.gate.bench_lineup import Lineup, Unit
+from tuneproof.gate.bench_lineup import BenchUnit, Lineup
 from tuneproof.gate.probes import mcnemar_exact
 from tuneproof.gate.spec import GateSpec
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult, verdict_for
@@ -38,7 +38,7 @@ AGREE = 1e-6  # per-document mean vs lm-eval's aggregate: relative tolerance (fl
 class BenchLine:
     """One judged (task or group, filter, metric) and what it rests on."""
 
-    unit: Unit
+    unit: BenchUnit
     metric: str
     filter: str
     deciding: bool
@@ -101,7 +101,7 @@ def judge_benchmarks(lineup: Lineup, spec: GateSpec) -> Benchmarks:
 
 
 def judge_line(
-    unit: Unit,
+    unit: BenchUnit,
     filt: str,
     metric: str,
     b: np.ndarray,

@@ -41,7 +41,7 @@ TINY_CHAT_TEMPLATE = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class GenerateSpec:
     model: str
     prompts: str

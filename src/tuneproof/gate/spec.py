@@ -49,7 +49,7 @@ HYPOTHESES = ("not-worse", "better")
 _TASK_KEYS = ("hypothesis", "margin", "metric", "filter", "higher_is_better")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class TaskSpec:
     """What one benchmark task (or group) must show; None: the [benchmarks] default, or lm-eval's."""
 
@@ -60,7 +60,7 @@ class TaskSpec:
     higher_is_better: bool | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class BenchSpec:
     gate: bool = True
     hypothesis: str = "not-worse"
@@ -77,18 +77,20 @@ class BenchSpec:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class FamilySpec:
     gate: bool | None  # None: gated, except with benchmark runs (then evidence)
     metric: str
     wanted: str | None  # None: the metric's own direction (gzip down, the others up; attractors down)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class GateSpec:
     floor_k: float = DEFAULT_FLOOR_K
-    diversity: FamilySpec = field(default_factory=lambda: FamilySpec(None, "distinct", None))
-    attractors: FamilySpec = field(default_factory=lambda: FamilySpec(None, "share", None))
+    diversity: FamilySpec = field(
+        default_factory=lambda: FamilySpec(gate=None, metric="distinct", wanted=None)
+    )
+    attractors: FamilySpec = field(default_factory=lambda: FamilySpec(gate=None, metric="share", wanted=None))
     memorisation_gate: bool = True
     threshold: float = 0.0  # memorisation: percent of tuned responses allowed to hold a corpus span
     k: int = DEFAULT_K
@@ -182,8 +184,8 @@ def _task(table: Any, where: str, keys: tuple[str, ...]) -> TaskSpec:
             raise TuneproofError(f"{where} {key} must be a non-empty string, got {own[key]!r}", SPEC_HINT)
     higher = own.get("higher_is_better")
     return TaskSpec(
-        hypothesis, margin, own.get("metric"), own.get("filter"),
-        None if higher is None else _bool(higher, f"{where} higher_is_better"),
+        hypothesis=hypothesis, margin=margin, metric=own.get("metric"), filter=own.get("filter"),
+        higher_is_better=None if higher is None else _bool(higher, f"{where} higher_is_better"),
     )  # fmt: skip
 
 
@@ -206,7 +208,7 @@ def _bool(value: Any, name: str) -> bool:
 def _family(table: Any, default: FamilySpec, name: str) -> FamilySpec:
     _known(table, f"[{name}]", ("gate", "metric", "wanted"))
     return FamilySpec(
-        _bool(table["gate"], f"[{name}] gate") if "gate" in table else default.gate,
-        table.get("metric", default.metric),
-        table.get("wanted", default.wanted),
+        gate=_bool(table["gate"], f"[{name}] gate") if "gate" in table else default.gate,
+        metric=table.get("metric", default.metric),
+        wanted=table.get("wanted", default.wanted),
     )

@@ -370,7 +370,7 @@ def share_interval(
 # ---- the front door: `tuneproof fit` -------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class FitSpec:
     """The points CSV to fit, and extra widths (tokens) to report the quadratic share at (None: only
     the measured ones; an empty tuple is refused)."""

@@ -165,7 +165,7 @@ def rank_tables(tables: list[KernelTable]) -> RankTables:
     return RankTables(tables, rank_skew([r for r, _ in timed], [tl for _, tl in timed if tl is not None]))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class KernelsSpec:
     """`tuneproof kernels`: the Chrome trace to read and how many top kernels to list per class."""
 

@@ -70,7 +70,7 @@ class MeasuredPeak(Unjudged):
         render_peak(self, console)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class PeakSpec:
     """`tuneproof peak`: the device, the dtype (any of its names), the most seconds per GEMM size, the
     sizes (None: `SIZES[device]`), and the card whose datasheet peak to set beside it (None: none)."""
@@ -113,7 +113,7 @@ def measure_peak(
     device: str = "cpu", dtype: str = "bf16", max_seconds: float = 2.0, sizes: tuple[int, ...] | None = None
 ) -> MeasuredPeak:
     """Best median dense GEMM TFLOP/s over `sizes`, each timed for at most `max_seconds`."""
-    return run(prepare(PeakSpec(device, dtype, max_seconds, sizes)))
+    return run(prepare(PeakSpec(device=device, dtype=dtype, max_seconds=max_seconds, sizes=sizes)))
 
 
 def run(plan: PeakSpec, progress: Any = None) -> MeasuredPeak:

@@ -39,7 +39,7 @@ DEVICES = ("cpu", "cuda")
 DTYPES = ("fp32", "bf16", "fp16")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ProbeSpec:
     """What to probe and how hard to measure.
 

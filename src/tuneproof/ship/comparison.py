@@ -28,7 +28,7 @@ NOT_CHARACTERISED = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class CompareSpec:
     a: Path
     b: Path
@@ -50,7 +50,7 @@ class ComparePlan:
 
 
 @dataclass(frozen=True, slots=True)
-class Comparison:
+class FingerprintComparison:
     a: str
     b: str
     difference: Difference
@@ -98,7 +98,7 @@ def _digests(side: Side, progress: Progress | None) -> Fingerprint:
     return fingerprint(side.checkpoint, step)
 
 
-def run(plan: ComparePlan, progress: Progress | None = None) -> Comparison:
+def run(plan: ComparePlan, progress: Progress | None = None) -> FingerprintComparison:
     """Hash each folder (progress phase 'hashing NAME MiB'), name the differing tensors and, when both
     sides are folders, characterise the tensors of the same shape that differ."""
     a, b = plan.a, plan.b
@@ -108,4 +108,4 @@ def run(plan: ComparePlan, progress: Progress | None = None) -> Comparison:
         charac = characterise(a.checkpoint, b.checkpoint, diff.comparable)
     elif diff.comparable:
         why_not = NOT_CHARACTERISED
-    return Comparison(str(a.path), str(b.path), diff, charac, why_not)
+    return FingerprintComparison(str(a.path), str(b.path), diff, charac, why_not)

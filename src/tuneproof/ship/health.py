@@ -205,7 +205,7 @@ def module_health(
     )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class CheckSpec:
     """What `tuneproof lora check` judges: the adapter folder, and optionally its base (a model folder
     or config.json) and the adapter saved at step 0."""

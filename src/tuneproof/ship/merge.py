@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MergeSpec:
     base: Path
     adapter_dir: Path
@@ -76,4 +76,15 @@ def merge_adapter(
     progress: Progress | None = None,
 ) -> MergeResult:
     """Check everything, check the base's identity, then write the merged model to `out`."""
-    return run(prepare(MergeSpec(base, adapter_dir, out, dtype, allow_base_mismatch)), progress=progress)
+    return run(
+        prepare(
+            MergeSpec(
+                base=base,
+                adapter_dir=adapter_dir,
+                out=out,
+                dtype=dtype,
+                allow_base_mismatch=allow_base_mismatch,
+            )
+        ),
+        progress=progress,
+    )

@@ -164,7 +164,7 @@ def linearize(model: Any) -> int:
 
 
 @dataclass(slots=True)
-class FamilyCoverage:
+class QuantCoverage:
     family: str
     matrices: int = 0
     numel: int = 0
@@ -198,7 +198,7 @@ def config_dtype(config: dict[str, Any]) -> str | None:
 @dataclass(slots=True)
 class RecipeAudit:
     engine: Engine
-    families: dict[str, FamilyCoverage]
+    families: dict[str, QuantCoverage]
     total_numel: int
     findings: list[str] = field(default_factory=list)
     linearized_modules: int = 0
@@ -209,8 +209,8 @@ class RecipeAudit:
     def bytes_per_param(self) -> int | None:
         return CONFIG_DTYPE_BYTES.get(self.dtype or "")
 
-    def family(self, name: str) -> FamilyCoverage:
-        return self.families.get(name) or FamilyCoverage(name)
+    def family(self, name: str) -> QuantCoverage:
+        return self.families.get(name) or QuantCoverage(name)
 
 
 def audit_recipe(recipe: QuantRecipe, config: dict[str, Any], eng: Engine) -> RecipeAudit:
@@ -236,7 +236,7 @@ def audit_recipe(recipe: QuantRecipe, config: dict[str, Any], eng: Engine) -> Re
             return isinstance(module, torch.nn.Linear)
         return is_match(name, module, targets)
 
-    families = {f: FamilyCoverage(f) for f in FAMILIES}
+    families = {f: QuantCoverage(f) for f in FAMILIES}
     params = parameters(model)
     total = sum(p.numel for p in params)
     used: set[str] = set()

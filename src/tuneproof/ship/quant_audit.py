@@ -24,7 +24,7 @@ RECIPE_CLEAN = "every large parameter is covered or ignored"
 CHECKPOINT_CLEAN = "the large weights are stored quantised or ignored on purpose"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class AuditSpec:
     """A recipe with the model's config (and the engine to assume), or a quantised checkpoint alone."""
 

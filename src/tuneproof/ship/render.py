@@ -11,7 +11,7 @@ from tuneproof.core.terminal import gib
 from tuneproof.ship.identity import CAST
 
 if TYPE_CHECKING:
-    from tuneproof.ship.comparison import Comparison
+    from tuneproof.ship.comparison import FingerprintComparison
     from tuneproof.ship.health import Health
     from tuneproof.ship.merge_write import MergeResult
     from tuneproof.ship.quant_audit import CheckpointReport, RecipeReport
@@ -154,7 +154,7 @@ def health_json(h: Health) -> dict[str, Any]:
 # --- fingerprint ----------------------------------------------------------------------------------------
 
 
-def comparison_lines(r: Comparison) -> list[str]:
+def comparison_lines(r: FingerprintComparison) -> list[str]:
     d, c, why_not = r.difference, r.characterisation, r.why_not
     lines = [f"A         {r.a}", f"B         {r.b}"]
     if d.identical:
@@ -188,7 +188,7 @@ def comparison_lines(r: Comparison) -> list[str]:
     return lines
 
 
-def comparison_json(r: Comparison) -> dict[str, Any]:
+def comparison_json(r: FingerprintComparison) -> dict[str, Any]:
     d, c = r.difference, r.characterisation
     return {
         "a": r.a,

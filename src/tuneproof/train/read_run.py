@@ -15,7 +15,7 @@ from tuneproof.train.say import say
 
 
 @dataclass(slots=True)
-class _Run:
+class TrainerRun:
     shape: Any
     attn: str
     mode: str
@@ -35,7 +35,7 @@ class _Run:
     lora_target_parameters: tuple[str, ...] = ()  # fused expert parameters PEFT adapts in place
 
 
-def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) -> _Run:
+def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) -> TrainerRun:
     """The run of `model` (a PEFT model or a plain one) under the Trainer's `args`."""
     from tuneproof.arch import resolve
 
@@ -57,7 +57,7 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
     # the dispatch rules know bf16, fp16 and fp32: anything else is explained as fp32
     named = short_name(first.dtype)
     dtype_name = named if named in ("bf16", "fp16") else "fp32"
-    return _Run(
+    return TrainerRun(
         resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger,
         capability=capability, dtype=dtype_name, lora_target_parameters=parameters,  # type: ignore[arg-type]
     )  # fmt: skip

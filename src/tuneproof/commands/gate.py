@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from tuneproof.gate.arms import Arm, Pairing
     from tuneproof.gate.attractors import PhraseMatcher
     from tuneproof.gate.diversity import Embedder
+    from tuneproof.gate.judge import GateReport
     from tuneproof.gate.probes import Probe
-    from tuneproof.gate.run import GateReport
     from tuneproof.gate.spec import GateSpec
     from tuneproof.gate.tokens import Tokens
 
@@ -126,7 +126,7 @@ def prepare(request: GateRequest) -> GatePlan:
 
 def run(plan: GatePlan, progress: Callable[[str], None] | None = None) -> GateResult:
     """Measure every family and probe (`progress` hears each step), write the report to `plan.out`."""
-    from tuneproof.gate.run import measure
+    from tuneproof.gate.judge import measure
 
     report = measure(
         plan.base, plan.tuned, plan.pairing, plan.spec, attractors=plan.attractors, corpus=plan.corpus,
