@@ -238,14 +238,14 @@ def test_resolve_peak_returns_exactly_what_it_says() -> None:
     ],
 )
 def test_dtype_names(given: str, expected: str) -> None:
-    from tuneproof.hardware.gpus import check_dtype
+    from tuneproof.core.dtypes import check_dtype
 
     assert check_dtype(given) == expected
 
 
 @pytest.mark.parametrize("bad", ["torch.int3", "bfloat16.torch", 16, None])
 def test_unknown_dtypes_name_the_known_ones(bad: object) -> None:
-    from tuneproof.hardware.gpus import check_dtype
+    from tuneproof.core.dtypes import check_dtype
 
     with pytest.raises(TuneproofError) as e:
         check_dtype(bad)

@@ -26,14 +26,13 @@ from tuneproof.attention.live import live_mask as _live_mask
 from tuneproof.attention.live import live_sdpa as _live_sdpa
 from tuneproof.attention.paths import PATHS, Rows, path, performed_for
 from tuneproof.core import validate
+from tuneproof.core.dtypes import MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import NoWarnings
 from tuneproof.hardware.capability import KNOWN_CAPABILITIES
 
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
-
-DTYPES = ("bf16", "fp16", "fp32")  # the dtypes the dispatch rules know (tuneproof.core.dtypes names them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +54,7 @@ class Context:
         validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
         validate.integer("batch", self.batch, hint="pass sequences per micro-batch")
         path(self.attn)
-        validate.choice("dtype", self.dtype, DTYPES)
+        validate.choice("dtype", self.dtype, MODEL_DTYPES)
         if self.padded and self.packed:
             raise TuneproofError(
                 "{padded} and {packed} together",

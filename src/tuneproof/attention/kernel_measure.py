@@ -47,7 +47,9 @@ def compile_flex(head_dim: int, dtype: str, pass_: str, options: dict[str, int])
     import torch
     from torch.nn.attention.flex_attention import flex_attention
 
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    from tuneproof.core.dtypes import torch_dtype
+
+    dt = torch_dtype(dtype)
     q, k, v = (
         torch.randn(1, 1, 256, head_dim, device="cuda", dtype=dt, requires_grad=pass_ == "bwd")
         for _ in range(3)

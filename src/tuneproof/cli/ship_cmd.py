@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tuneproof.cli.common import Command, finish, json_option, warn
+from tuneproof.core.dtypes import MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def fingerprint(
 )
 @click.option(
     "--dtype",
-    type=click.Choice(["bf16", "fp16", "fp32"]),
+    type=click.Choice(list(MODEL_DTYPES)),
     default=None,
     help="Dtype of every float tensor (default: each keeps its stored dtype).",
 )

@@ -28,7 +28,8 @@ class FlopsSpec:
     peak: Peak | None = field(init=False, default=None)  # resolved from gpu / peak_tflops / dtype
 
     def __post_init__(self) -> None:
-        from tuneproof.hardware.gpus import check_dtype, resolve_peak
+        from tuneproof.core.dtypes import check_dtype
+        from tuneproof.hardware.gpus import resolve_peak
 
         check_dtype(self.dtype)
         if self.step_time_s is not None:

@@ -32,6 +32,25 @@ MODEL_DTYPES = ("bf16", "fp16", "fp32")  # what a model is built, trained, merge
 BY_SHORT = {d.short: d for d in DTYPES}
 BY_SAFETENSORS = {d.safetensors: d for d in DTYPES}
 BY_CONFIG = {d.config: d for d in DTYPES}
+# Every dtype a safetensors header can name that torch reads as numbers: the floats above, then 8-bit
+# floats, integers and bool (read and copied, never merged or attended in).
+STORED: tuple[DType, ...] = (
+    *DTYPES,
+    DType("fp8_e4m3", "float8_e4m3fn", "float8_e4m3fn", "F8_E4M3", 1),
+    DType("fp8_e5m2", "float8_e5m2", "float8_e5m2", "F8_E5M2", 1),
+    DType("int8", "int8", "int8", "I8", 1),
+    DType("uint8", "uint8", "uint8", "U8", 1),
+    DType("int16", "int16", "int16", "I16", 2),
+    DType("int32", "int32", "int32", "I32", 4),
+    DType("int64", "int64", "int64", "I64", 8),
+    DType("bool", "bool", "bool", "BOOL", 1),
+)
+TORCH_BY_SAFETENSORS = {d.safetensors: d.torch for d in STORED}  # "BF16" -> "bfloat16"
+
+# The precisions a throughput peak is quoted for (the GPU table's columns, plus fp32 for a measured
+# peak): tf32 is a matmul mode over fp32 tensors, fp8/fp4 the tensor cores' low-precision formats.
+PEAK_DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
+PEAK_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8"}
 
 
 def torch_dtype(short: str) -> Any:
@@ -45,3 +64,21 @@ def short_name(dtype: Any) -> str | None:
     """ "bf16" for `torch.bfloat16` (or its string form "torch.bfloat16"); None for a dtype not here."""
     name = str(dtype).removeprefix("torch.")
     return next((d.short for d in DTYPES if d.torch == name), None)
+
+
+def normalise_dtype(dtype: str) -> str:
+    """A peak's precision as the table names it: "torch.bfloat16", "BFloat16" -> "bf16"."""
+    d = dtype.strip().lower().removeprefix("torch.")
+    return PEAK_ALIASES.get(d, d)
+
+
+def check_dtype(dtype: object) -> str:
+    """The normalised precision of a peak, or an error naming the known ones."""
+    from tuneproof.core.errors import TuneproofError
+
+    d = normalise_dtype(dtype) if isinstance(dtype, str) else ""
+    if d not in PEAK_DTYPES:
+        raise TuneproofError(
+            f"{{dtype}} {dtype!r} is not known", "use one of: " + ", ".join(PEAK_DTYPES), fields=("dtype",)
+        )
+    return d

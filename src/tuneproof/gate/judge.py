@@ -35,7 +35,7 @@ SPAN_TEXTS = 20  # tuned responses whose corpus span is quoted (all are listed)
 
 
 @dataclass
-class ProbeOutcome:
+class JudgedProbe:
     probe: Probe
     result: MetricResult
     counts: tuple[tuple[int, int], tuple[int, int]]
@@ -69,7 +69,7 @@ class GateReport:
     `exit_code` read the judgement as the JSON report writes them."""
 
     metrics: dict[str, MetricResult]
-    probes: list[ProbeOutcome]
+    probes: list[JudgedProbe]
     judgement: Verdict
     inputs: dict[str, Any]
     notes: list[str] = field(default_factory=list)
@@ -315,7 +315,7 @@ def _attractors(
 
 def judge_probe(
     probe: Probe, base: Arm, tuned: Arm, ids: list[str], k: float, given: Mapping[str, float]
-) -> ProbeOutcome:
+) -> JudgedProbe:
     out = probe_outcome(probe, base, tuned, ids)
     b, t = out.rates
     p_value = mcnemar_exact(*out.discordant)
@@ -334,7 +334,7 @@ def judge_probe(
                 judged.margin if judged else None,
                 judged.noise if judged else None,
             )
-    return ProbeOutcome(probe, result, out.counts, p_value, out.missing)
+    return JudgedProbe(probe, result, out.counts, p_value, out.missing)
 
 
 def memorisation(
@@ -394,7 +394,7 @@ def memorisation(
 
 
 def overall(
-    metrics: Mapping[str, MetricResult], probes: Sequence[ProbeOutcome], benchmarks: Benchmarks | None = None
+    metrics: Mapping[str, MetricResult], probes: Sequence[JudgedProbe], benchmarks: Benchmarks | None = None
 ) -> Verdict:
     """FAIL when a gated metric, a probe or a deciding benchmark line fails; INCONCLUSIVE when none fails
     but one is undecided or not judged, or nothing is gated; PASS when every one passes. The reason names

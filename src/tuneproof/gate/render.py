@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from tuneproof.gate.benchmarks import BenchLine, Benchmarks
     from tuneproof.gate.generate import GenerateResult
-    from tuneproof.gate.judge import GateReport, ProbeOutcome
+    from tuneproof.gate.judge import GateReport, JudgedProbe
 
 _STYLE = {PASS: "green", FAIL: "bold red"}
 _ARROW = {"up": "↑", "down": "↓", "no-change": "="}
@@ -157,7 +157,7 @@ def _inputs(report: GateReport, console: Console) -> None:
         )
 
 
-def _probe_line(pr: ProbeOutcome) -> str:
+def _probe_line(pr: JudgedProbe) -> str:
     (kb, nb), (kt, nt) = pr.counts
     wb, wt = wilson(kb, nb), wilson(kt, nt)
     return (

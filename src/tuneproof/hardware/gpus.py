@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from tuneproof.core.dtypes import check_dtype, normalise_dtype
 from tuneproof.core.errors import TuneproofError
 from tuneproof.hardware.capability import (  # the shared-memory limits the rows take
     LDS_GFX942,
@@ -236,25 +237,6 @@ GPUS: tuple[GpuSpec, ...] = (
         note="ROCm, gfx942: no CUDA compute capability; the shared-memory figure is LDS per workgroup",
     ),
 )
-
-# Dtypes a peak can be asked for (table columns, plus fp32 for a measured peak).
-DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32", "fp32")
-DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8", "fp8_e4m3": "fp8"}
-
-
-def normalise_dtype(dtype: str) -> str:
-    d = dtype.strip().lower().removeprefix("torch.")
-    return DTYPE_ALIASES.get(d, d)
-
-
-def check_dtype(dtype: object) -> str:
-    """The normalised dtype name, or an error naming the known ones."""
-    d = normalise_dtype(dtype) if isinstance(dtype, str) else ""
-    if d not in DTYPES:
-        raise TuneproofError(
-            f"{{dtype}} {dtype!r} is not known", "use one of: " + ", ".join(DTYPES), fields=("dtype",)
-        )
-    return d
 
 
 def normalise_name(name: str) -> str:

@@ -15,11 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tuneproof.core import validate
+from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES, normalise_dtype
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import Unjudged
-from tuneproof.hardware.gpus import Peak, normalise_dtype, resolve_peak
+from tuneproof.hardware.gpus import Peak, resolve_peak
 
-TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "tf32": "float32"}
+# what a GEMM can be timed in: the model dtypes, and tf32 (fp32 tensors, TF32 matmuls)
+TORCH_DTYPES = {**{s: BY_SHORT[s].torch for s in MODEL_DTYPES}, "tf32": "float32"}
 SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
 IQR_THRESHOLD = 0.1  # adaptive_autorange's stopping rule: IQR / median below this
 

@@ -25,6 +25,7 @@ from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
 from tuneproof.attention.paths import path
 from tuneproof.core import validate
+from tuneproof.core.dtypes import MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.run import MODES
 from tuneproof.measure.budget import OVER_BUDGET, WholeBudget
@@ -36,7 +37,6 @@ from tuneproof.measure.timing import Interleaved, time_interleaved
 from tuneproof.trace.read import load_trace
 
 DEVICES = ("cpu", "cuda")
-DTYPES = ("fp32", "bf16", "fp16")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -84,7 +84,7 @@ class ProbeSpec:
         validate.choice("mode", self.mode, MODES)
         validate.choice("device", self.device, DEVICES)
         if self.dtype is not None:
-            validate.choice("dtype", self.dtype, DTYPES)
+            validate.choice("dtype", self.dtype, MODEL_DTYPES)
         validate.integer("batch", self.batch, high=1 << 16, hint="sequences per step")
         validate.integer("lora_rank", self.lora_rank, high=1 << 16, hint="the adapter rank r")
         validate.integer(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tuneproof.core.dtypes import TORCH_BY_SAFETENSORS
 from tuneproof.core.errors import TuneproofError
 
 # bytes per element of every safetensors dtype (safetensors/src/tensor.rs `Dtype::bitsize`); the
@@ -227,11 +228,7 @@ def read_tensor(info: TensorInfo, f: IO[bytes]) -> Any:
     return torch.frombuffer(data, dtype=getattr(torch, dtype)).reshape(info.shape)
 
 
-TORCH_DTYPES = {
-    "F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64",
-    "I8": "int8", "U8": "uint8", "I16": "int16", "I32": "int32", "I64": "int64", "BOOL": "bool",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-}  # fmt: skip
+TORCH_DTYPES = TORCH_BY_SAFETENSORS  # safetensors code -> torch attribute
 SAFETENSORS_DTYPE = {torch_name: st for st, torch_name in TORCH_DTYPES.items()}
 
 
