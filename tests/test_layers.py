@@ -151,3 +151,70 @@ def test_no_two_classes_share_a_name() -> None:
     for m, node in _classes():
         homes[node.name].append(m)
     assert {name: ms for name, ms in homes.items() if len(ms) > 1} == {}
+
+
+# One home per concept: the definition, and the code shapes that would be a second copy of it.
+HOMES = {
+    "tuneproof.core.dtypes": ("DTYPES", "MODEL_DTYPES", "PEAK_DTYPES", "PEAK_ALIASES", "normalise_dtype"),
+    "tuneproof.hardware.capability": ("KNOWN_CAPABILITIES", "SMEM_FLOOR", "parse_capability", "smem_limit"),
+    "tuneproof.arch.targets": ("peft_matches",),
+    "tuneproof.attention.paths": ("PATHS", "implementation_path"),
+    "tuneproof.runs.axolotl": ("AXOLOTL_PAD_MULTIPLE",),
+}
+DTYPE_NAMES = {"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"}
+
+
+def _top_level_names(module: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(MODULES[module].read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_each_concept_is_defined_in_its_home_alone() -> None:
+    defined = {m: _top_level_names(m) for m in MODULES}
+    for home, names in HOMES.items():
+        for name in names:
+            assert name in defined[home], f"{name} left {home}"
+            others = [m for m, ns in defined.items() if name in ns and m != home]
+            assert others == [], f"{name} is defined again in {others} (its home is {home})"
+
+
+def _dtype_table(node: ast.AST) -> bool:
+    """A literal tuple, list or set of dtype names, or a dict mapping them to other names: a copy of the
+    dtype table (a dict of numbers per dtype, a GPU row's peaks, is data about dtypes, not a copy)."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+    elif isinstance(node, ast.Dict) and all(
+        isinstance(v, ast.Constant) and isinstance(v.value, str) for v in node.values
+    ):
+        values = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+    else:
+        return False
+    return len(DTYPE_NAMES.intersection(v for v in values if isinstance(v, str))) >= 2
+
+
+def test_no_module_but_the_dtype_table_lists_dtypes() -> None:
+    copies = [
+        f"{m}:{node.lineno}"
+        for m, path in MODULES.items()
+        if m != "tuneproof.core.dtypes"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _dtype_table(node)
+    ]
+    assert copies == []
+
+
+def test_no_module_but_the_matcher_matches_peft_targets() -> None:
+    """PEFT's rule (the full path or a '.'-suffix) is written once, in arch/targets.py."""
+    copies = [
+        m
+        for m, path in MODULES.items()
+        if m != "tuneproof.arch.targets" and 'endswith("." +' in path.read_text().replace("'", '"')
+    ]
+    assert copies == []

@@ -382,3 +382,20 @@ def performed_for(p: AttentionPath, rows: Rows, spec: AttentionSpec) -> Performe
         got.mask.materialised, tuple((swap(c), s) for c, s in got.mask.causes), swap(got.mask.otherwise)
     )
     return Performed(got.pairs, mask, swap(got.why))
+
+
+def implementation_path(attn: str | None) -> tuple[str, str | None]:
+    """The path a transformers `attn_implementation` is costed as, and how it was mapped (None: as is).
+    None is transformers' default (sdpa); the FlashAttention builds (flash_attention_3, _4, a hub
+    kernel named flash-attn) are fused kernels with no mask, costed as flash_attention_2; any other
+    implementation is not modelled and is costed as a fused kernel too, saying so."""
+    if attn is None:
+        return "sdpa", "no attention option: transformers' default, sdpa"
+    if attn in PATHS:
+        return attn, None
+    if attn.startswith("flash_attention") or "flash-attn" in attn:
+        return "flash_attention_2", f"{attn} is costed as flash_attention_2 (a fused kernel, no mask)"
+    return (
+        "flash_attention_2",
+        f"{attn} is not modelled: costed as a fused kernel (no mask), dispatch unknown",
+    )

@@ -27,7 +27,7 @@ from tuneproof.arch import ResolvedModel
 from tuneproof.attention.paths import names as path_names
 from tuneproof.attention.paths import path
 from tuneproof.core import validate
-from tuneproof.core.dtypes import torch_dtype
+from tuneproof.core.dtypes import LOW_PRECISION, torch_dtype
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import NoWarnings
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-LOW_PRECISION = ("bf16", "fp16")  # the dtypes judged against fp32 truth
 CRITERIA = {
     "logits": "mean |logit - fp32 truth| over every batch x width x vocab logit",
     "grads": "mean |gradient - fp32 truth| over every parameter element",

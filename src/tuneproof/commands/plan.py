@@ -35,7 +35,7 @@ from tuneproof.data.batch_plan import Plan
 from tuneproof.data.compare import PLAN_SAMPLERS
 from tuneproof.data.ranks import StepCost, check_fills_one_step, use_of
 from tuneproof.measure.step_model import StepModel
-from tuneproof.measure.step_model import probe_step_model as probe_step_model  # bench/plan_vs_run.py's import
+from tuneproof.measure.step_model import probe_step_model as probe_step_model
 
 if TYPE_CHECKING:
     pass

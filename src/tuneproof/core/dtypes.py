@@ -29,6 +29,7 @@ DTYPES: tuple[DType, ...] = (
     DType("fp64", "float64", "float64", "F64", 8),
 )
 MODEL_DTYPES = ("bf16", "fp16", "fp32")  # what a model is built, trained, merged or attended in
+LOW_PRECISION = ("bf16", "fp16")  # the training dtypes, judged against fp32 truth
 BY_SHORT = {d.short: d for d in DTYPES}
 BY_SAFETENSORS = {d.safetensors: d for d in DTYPES}
 BY_CONFIG = {d.config: d for d in DTYPES}

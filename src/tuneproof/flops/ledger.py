@@ -36,6 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tuneproof.arch.shape import Attention, Core, IndexScores, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.targets import peft_matches
 from tuneproof.core.errors import TuneproofError, field_error
 from tuneproof.flops.run import RunSpec
 
@@ -89,12 +90,12 @@ class Ledger:
 
 def _matches(name: str, targets: tuple[str, ...]) -> bool:
     """PEFT target_modules semantics on a module path: exact name or '.'-suffix."""
-    return any(t == "all-linear" or name == t or name.endswith("." + t) for t in targets)
+    return "all-linear" in targets or peft_matches(name, targets)
 
 
 def _matches_parameter(name: str, targets: tuple[str, ...]) -> bool:
     """PEFT target_parameters semantics on a parameter path: exact name or '.'-suffix."""
-    return any(name == t or name.endswith("." + t) for t in targets)
+    return peft_matches(name, targets)
 
 
 def adapted_in_place(lin: Linear, run: RunSpec) -> bool:

@@ -32,7 +32,7 @@ from tuneproof.hardware.capability import (  # the shared-memory limits the rows
     SMEM_SM86_89_120,
     SMEM_SM90_100,
 )
-from tuneproof.hardware.device import device_facts as device_facts  # re-exported: the device's own facts
+from tuneproof.hardware.device import device_facts as device_facts
 from tuneproof.hardware.device import device_smem_limit as device_smem_limit
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.preflight.sections import Section
-from tuneproof.runs.axolotl import DatasetRef, RunConfig
+from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE, DatasetRef, RunConfig
 
 MAX_ROWS = 200_000  # rows read per dataset: enough for the length mix
 
@@ -144,9 +144,9 @@ def batching(run: RunConfig, lens: np.ndarray, seed: int = 0) -> tuple[Section, 
         for i in range(0, kept.size, run.micro_batch):
             longest = int(kept[order[i : i + run.micro_batch]].max())
             if run.pad_to_seq_len is True:
-                longest = math.ceil(run.seq_len / 64) * 64
+                longest = math.ceil(run.seq_len / AXOLOTL_PAD_MULTIPLE) * AXOLOTL_PAD_MULTIPLE
             elif run.pad_to_seq_len is None:
-                longest = math.ceil(longest / 64) * 64
+                longest = math.ceil(longest / AXOLOTL_PAD_MULTIPLE) * AXOLOTL_PAD_MULTIPLE
             widths.append(longest)
         slots = sum(w * min(run.micro_batch, kept.size - i * run.micro_batch) for i, w in enumerate(widths))
         pad = 1.0 - float(kept.sum()) / slots

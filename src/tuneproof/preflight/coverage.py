@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tuneproof.arch.targets import peft_matches
 from tuneproof.runs.axolotl import RunConfig
 
 TOWERS = (
@@ -113,7 +114,7 @@ def _build(config: dict[str, Any]) -> Inventory:
 
 
 def _suffix(name: str, targets: tuple[str, ...]) -> bool:
-    return any(name == t or name.endswith("." + t) for t in targets)
+    return peft_matches(name, targets)
 
 
 def coverage(run: RunConfig, inv: Inventory) -> Coverage:
@@ -146,7 +147,7 @@ def coverage(run: RunConfig, inv: Inventory) -> Coverage:
 
 def _findings(run: RunConfig, inv: Inventory, cov: Coverage) -> None:
     names = [n for n, _, _ in inv.linears]
-    missing = [t for t in run.targets if not any(n == t or n.endswith("." + t) for n in names)]
+    missing = [t for t in run.targets if not any(peft_matches(n, (t,)) for n in names)]
     if missing and (cov.adapted or cov.experts_adapted):
         cov.findings.append(f"LoRA: target(s) {', '.join(missing)} match no module of this model")
     if not cov.adapted and not cov.experts_adapted:

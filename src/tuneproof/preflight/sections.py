@@ -13,9 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneproof.attention.paths import implementation_path
 from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
-from tuneproof.runs.axolotl import RunConfig
+from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE, RunConfig
 
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
 FLASH_ATTN_MAX_HEAD_DIM = 256  # flash-attn 2/3: csrc/flash_attn/flash_api.cpp mha_fwd
@@ -31,17 +32,7 @@ class Section:
 
 def path_of(run: RunConfig) -> tuple[str, str | None]:
     """tuneproof's attention path for the run's implementation, and how it was mapped (None: as is)."""
-    attn = run.attn
-    if attn is None:
-        return "sdpa", "no attention option: transformers' default, sdpa"
-    if attn in ("sdpa", "eager", "flex_attention", "flash_attention_2"):
-        return attn, None
-    if attn.startswith("flash_attention") or "flash-attn" in attn:
-        return "flash_attention_2", f"{attn} is costed as flash_attention_2 (a fused kernel, no mask)"
-    return (
-        "flash_attention_2",
-        f"{attn} is not modelled: costed as a fused kernel (no mask), dispatch unknown",
-    )
+    return implementation_path(run.attn)
 
 
 def widths(run: RunConfig) -> tuple[int, int]:
@@ -211,8 +202,8 @@ def recompiles(run: RunConfig, widths_seen: int | None) -> Section:
     elif widths_seen is not None:
         n, why = widths_seen, "distinct micro-batch widths on the real lengths"
     elif run.pad_to_seq_len is None:
-        n = math.ceil(run.seq_len / 64)
-        why = f"rows padded to a multiple of 64 up to {run.seq_len}: up to {n} widths"
+        n = math.ceil(run.seq_len / AXOLOTL_PAD_MULTIPLE)
+        why = f"rows padded to a multiple of {AXOLOTL_PAD_MULTIPLE} up to {run.seq_len}: up to {n} widths"
     else:
         n, why = run.seq_len, "rows padded to their longest: any width"
     compiled = run.torch_compile or attn == "flex_attention"

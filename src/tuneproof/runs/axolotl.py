@@ -38,6 +38,9 @@ LEGACY_ATTN = (
     ("xformers_attention", "xformers"), ("sage_attention", "sage"), ("flex_attention", "flex_attention"),
     ("flash_attention", "flash_attention_2"), ("sdp_attention", "sdpa"), ("eager_attention", "eager"),
 )  # fmt: skip
+# Axolotl pads every batch (and with pad_to_sequence_len every row) to a multiple of this many tokens unless
+# the config sets pad_to_multiple_of (its trainer builder's collator arguments, 0.19)
+AXOLOTL_PAD_MULTIPLE = 64
 SHORT_ATTN = {"flash": "flash_attention_2", "flex": "flex_attention", "sdp": "sdpa"}
 PACKS_ROWS = (
     "flash_attention_2",

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneproof.arch.targets import peft_matches
 from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.tensors import Header, TensorInfo, read_header
 
@@ -197,7 +198,7 @@ def _from_keys(folder: Path, config: dict[str, Any], header: Header) -> Adapter:
                     "re-save the adapter with the full parameters gathered",
                 )
         stripped = _strip(path)
-        if kind == "linear" and any(stripped == p or stripped.endswith("." + p) for p in params):
+        if kind == "linear" and peft_matches(stripped, params):
             kind = "experts"
         rank, alpha = _rank_alpha(config, stripped)
         if kind == "experts":

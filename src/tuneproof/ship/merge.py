@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuneproof.ship.merge_identity import Identity, identity, judge_identity
-from tuneproof.ship.merge_plan import DTYPES, MergePlan, check_out, plan, stale_partials
+from tuneproof.ship.merge_plan import MERGE_DTYPES, MergePlan, check_out, plan, stale_partials
 from tuneproof.ship.merge_write import RECORD_NAME, MergeResult, write
 from tuneproof.ship.progress import Progress, mib_steps
 
 __all__ = [
-    "DTYPES",
+    "MERGE_DTYPES",
     "RECORD_NAME",
     "Identity",
     "MergePlan",
@@ -40,7 +40,7 @@ class MergeSpec:
     base: Path
     adapter_dir: Path
     out: Path  # a new folder; an existing one is refused
-    dtype: str | None = None  # a key of DTYPES for every float tensor; None: each keeps its stored dtype
+    dtype: str | None = None  # a MERGE_DTYPES key for every float tensor; None: each keeps its own
     allow_base_mismatch: bool = False  # merge onto a base that is not the recorded one, loudly
 
 

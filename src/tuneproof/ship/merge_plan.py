@@ -21,7 +21,7 @@ from tuneproof.ship.adapter import Adapter, Module, read_adapter
 from tuneproof.ship.layout import checkpoint_pieces, meta_model, read_config
 from tuneproof.ship.tensors import FLOAT_DTYPES, Checkpoint, open_checkpoint, read_tensor
 
-DTYPES = {s: BY_SHORT[s].safetensors for s in MODEL_DTYPES}  # what --dtype takes
+MERGE_DTYPES = {s: BY_SHORT[s].safetensors for s in MODEL_DTYPES}  # what --dtype takes
 # Inits whose adapter only makes sense on a base PEFT rewrites at load time (peft_model.py
 # `save_pretrained(path_initial_model_for_weight_conversion=...)` converts them into plain LoRA).
 BASE_MUTATING_INITS = ("pissa", "olora", "corda", "loftq", "lora_ga")
@@ -82,8 +82,10 @@ def plan(
         if not str(path).strip():
             raise TuneproofError(f"the {what} path is empty", f"pass the {what} folder")
     check_out(out, [base, adapter_dir])
-    if dtype is not None and dtype not in DTYPES:
-        raise TuneproofError(f"{{dtype}} {dtype!r} is not one of {', '.join(DTYPES)}", fields=("dtype",))
+    if dtype is not None and dtype not in MERGE_DTYPES:
+        raise TuneproofError(
+            f"{{dtype}} {dtype!r} is not one of {', '.join(MERGE_DTYPES)}", fields=("dtype",)
+        )
     config = read_config(base)
     quant = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
     if quant:
@@ -97,7 +99,7 @@ def plan(
     _refuse_variants(adapter)
     model = meta_model(config)
     result = MergePlan(
-        checkpoint, adapter, model, Path(out), DTYPES[dtype] if dtype else None, config=config,
+        checkpoint, adapter, model, Path(out), MERGE_DTYPES[dtype] if dtype else None, config=config,
         allow_base_mismatch=allow_base_mismatch,
     )  # fmt: skip
     stored = set(checkpoint.tensors)

@@ -26,7 +26,7 @@ from tuneproof.core.verdict import Verdict
 from tuneproof.ship.adapter import delta
 from tuneproof.ship.layout import checkpoint_pieces
 from tuneproof.ship.merge_identity import Identity
-from tuneproof.ship.merge_plan import DTYPES, MergePlan
+from tuneproof.ship.merge_plan import MERGE_DTYPES, MergePlan
 from tuneproof.ship.tensors import FLOAT_DTYPES, INDEX_NAME, ShardWriter, TensorInfo, iter_chunks, read_tensor
 
 CONFIG_DTYPE = {d.safetensors: d.config for d in BY_SHORT.values()}
@@ -54,7 +54,7 @@ class MergeResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly what `tuneproof merge --json` prints."""
-        dtype = next((k for k, v in DTYPES.items() if v == self.dtype), None) if self.dtype else None
+        dtype = next((k for k, v in MERGE_DTYPES.items() if v == self.dtype), None) if self.dtype else None
         return {
             "out": str(self.out), "modules": self.modules, "merged_tensors": self.merged_tensors,
             "copied_tensors": self.copied_tensors, "bytes_written": self.bytes_written,

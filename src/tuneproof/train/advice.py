@@ -8,6 +8,7 @@ from typing import Any
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import StepFlops, rows_of
+from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE
 
 PADDING_WARN = 0.10  # padding share of the first step worth a warning
 SLOW_PATH_WARN = 0.02  # attention excess share of the widest first micro-batch worth a warning
@@ -69,7 +70,7 @@ def padding_line(step: StepFlops, pending: list[tuple[int, int, Any]], bucketed:
     collator = _past_longest(step, pending)
     multiple = (
         f"{100 * collator:.0f} points of it past each micro-batch's longest row: the collator pads to a "
-        "multiple (pad_to_multiple_of; Axolotl pads to 64)"
+        f"multiple (pad_to_multiple_of; Axolotl pads to {AXOLOTL_PAD_MULTIPLE})"
     )
     if collator > padding / 2:
         return f"{head}, {multiple}: lower the multiple, or pack"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneproof.core.dtypes import short_name
+from tuneproof.core.dtypes import LOW_PRECISION, short_name
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import MicroBatchLedger
 from tuneproof.train.say import say
@@ -56,7 +56,7 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
         capability = tuple(torch.cuda.get_device_capability(first.device))
     # the dispatch rules know bf16, fp16 and fp32: anything else is explained as fp32
     named = short_name(first.dtype)
-    dtype_name = named if named in ("bf16", "fp16") else "fp32"
+    dtype_name = named if named in LOW_PRECISION else "fp32"
     return TrainerRun(
         resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger,
         capability=capability, dtype=dtype_name, lora_target_parameters=parameters,  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tuneproof.arch.targets import peft_matches
 from tuneproof.core.errors import TuneproofError
 from tuneproof.measure.probe import span_widths as probe_widths
 
@@ -100,7 +101,7 @@ def run_targets(resolved: Any, targets: str | list[str]) -> tuple[str, ...] | No
     if isinstance(targets, str):
         return None  # "all-linear": every linear but the head, the probe's own default
     names = lora_targets(resolved.shape)
-    return tuple(n for n in names if any(n == t or n.endswith("." + t) for t in targets)) or None
+    return tuple(n for n in names if peft_matches(n, targets)) or None
 
 
 def write_run_report(
