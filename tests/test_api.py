@@ -128,7 +128,6 @@ FRONT_DOORS = {
         "diff_fingerprints",
         "engine",
         "fingerprint",
-        "merge_adapter",
         "open_checkpoint",
         "read_adapter",
         "read_fingerprint",

@@ -415,7 +415,7 @@ def test_a_traces_limit_reads_as_the_devices_does(monkeypatch) -> None:
     from pathlib import Path
 
     from tuneproof.attention.target import trace_target
-    from tuneproof.measure import kernels
+    from tuneproof.commands import kernels
 
     data = Path(__file__).parent / "data"
     for trace in (data / "hta" / "ns_resolution_rank-0.json.gz", data / "case_sm120.json.gz"):
@@ -430,7 +430,7 @@ def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsy
     import json
 
     from tuneproof.cli.app import main
-    from tuneproof.measure import peak as area
+    from tuneproof.commands import peak as area
 
     _fake_device(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0), 232_448)
     fake = area.MeasuredPeak(741.75, "cuda", "bf16", 8192, 1.5e-3, 1e-5, 40)

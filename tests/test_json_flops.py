@@ -49,7 +49,8 @@ def test_flops_json_is_the_library_report(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_explain_json_is_the_library_explanation(capsys: pytest.CaptureFixture[str]) -> None:
-    from tuneproof.attention.dispatch import Context, prepare, run
+    from tuneproof.attention.dispatch import Context
+    from tuneproof.commands.explain import prepare, run
 
     printed = _printed(
         capsys, ["explain", "--seq-len", "512", "--batch", "2", "--padded", "--training", "--json"]

@@ -87,7 +87,7 @@ def test_attractors_mine_json_is_the_library_result(capsys, tmp_path: Path, arms
 
 
 def test_generate_json_is_the_library_sidecar(capsys, tmp_path: Path) -> None:
-    from tuneproof.gate.generate import GenerateSpec, prepare, run
+    from tuneproof.commands.generate import GenerateSpec, prepare, run
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt_id": "a", "prompt": "hi"}\n{"prompt_id": "b", "prompt": "yo"}\n')

@@ -98,7 +98,7 @@ def test_probe_json_is_the_probe_result(monkeypatch, capsys, tmp_path: Path) -> 
 
 
 def test_fit_json_is_the_scaling_fit(monkeypatch, capsys, tmp_path: Path) -> None:
-    from tuneproof.measure import fit as area
+    from tuneproof.commands import fit as area
 
     points = _points(tmp_path / "points.csv")
     out, printed = _command(monkeypatch, capsys, area, ["fit", "--points", str(points), "--at", "16384"])
@@ -107,7 +107,7 @@ def test_fit_json_is_the_scaling_fit(monkeypatch, capsys, tmp_path: Path) -> Non
 
 
 def test_kernels_json_is_the_kernel_table(monkeypatch, capsys, tmp_path: Path) -> None:
-    from tuneproof.measure import kernels as area
+    from tuneproof.commands import kernels as area
 
     events = [
         {"ph": "X", "cat": "kernel", "name": n, "ts": ts, "dur": dur}
@@ -121,7 +121,7 @@ def test_kernels_json_is_the_kernel_table(monkeypatch, capsys, tmp_path: Path) -
 
 
 def test_peak_json_is_the_measured_peak(monkeypatch, capsys) -> None:
-    from tuneproof.measure import peak as area
+    from tuneproof.commands import peak as area
 
     argv = ["peak", "--device", "cpu", "--dtype", "fp32", "--max-seconds", "0.05"]
     out, printed = _command(monkeypatch, capsys, area, argv)

@@ -16,9 +16,9 @@ import ship_fakes as fx
 from tiny_models import TINY
 from tuneproof.cli.app import main
 from tuneproof.commands import fingerprint as record
-from tuneproof.ship import comparison, health
-from tuneproof.ship import merge as m
-from tuneproof.ship import quant_audit as qa
+from tuneproof.commands import lora
+from tuneproof.commands import merge as m
+from tuneproof.commands import quant_audit as qa
 
 NVFP4 = """
 quant_stage:
@@ -52,14 +52,14 @@ def llama_pair(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_lora_check_json_is_the_health_to_dict(llama_pair: tuple[Path, Path], capsys) -> None:
     base, adapter = llama_pair
-    result = health.run(health.prepare(health.CheckSpec(adapter_dir=adapter, base=base)))
+    result = lora.run(lora.prepare(lora.CheckSpec(adapter_dir=adapter, base=base)))
     assert _json(["lora", "check", str(adapter), "--base", str(base)], capsys) == _strict(result.to_dict())
     assert result.verdict.outcome == "HEALTHY" and result.to_dict()["exit_code"] == 0
 
 
 def test_fingerprint_json_is_the_recorded_to_dict(tmp_path: Path, capsys) -> None:
     base = fx.save(fx.model("llama"), tmp_path / "base")
-    result = record.run(record.prepare(record.RecordSpec(model_dir=base, out=tmp_path / "lib.json")))
+    result = record.run(record.prepare(record.FingerprintSpec(model_dir=base, out=tmp_path / "lib.json")))
     shown = _json(["fingerprint", str(base), "--out", str(tmp_path / "cli.json")], capsys)
     assert shown.pop("out") == str(tmp_path / "cli.json")
     expected = _strict(result.to_dict())
@@ -74,8 +74,8 @@ def test_fingerprint_compare_json_is_the_comparison_to_dict(tmp_path: Path, caps
     with torch.no_grad():
         edited.model.layers[0].mlp.down_proj.weight.add_(0.01)
     fx.save(edited, tmp_path / "edited")
-    spec = comparison.CompareSpec(a=base, b=tmp_path / "edited")
-    result = comparison.run(comparison.prepare(spec))
+    spec = record.FingerprintSpec(compare=(base, tmp_path / "edited"))
+    result = record.run(record.prepare(spec))
     shown = _json(["fingerprint", "--compare", str(base), str(tmp_path / "edited")], capsys, code=1)
     assert shown == _strict(result.to_dict()) and shown["characterisation"] is not None
     assert result.verdict.outcome == "DIFFERENT" and result.verdict.exit_code == 1

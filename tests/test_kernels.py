@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tuneproof.cli.app import main
+from tuneproof.commands import kernels as area
 from tuneproof.core.errors import TuneproofError
-from tuneproof.measure import kernels as area
 from tuneproof.measure.kernels import arch_tag, classify, kernel_table
 from tuneproof.trace.read import load_trace
 

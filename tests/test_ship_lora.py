@@ -279,12 +279,12 @@ def test_a_bad_adapter_config_is_refused(edit: dict, needle: str, tmp_path: Path
 
 
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, capsys, monkeypatch) -> None:
-    from tuneproof.ship import health
+    from tuneproof.commands import lora
 
     def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(health, "check_adapter", interrupted)
+    monkeypatch.setattr(lora, "check_adapter", interrupted)
     assert main(["lora", "check", str(tmp_path)]) == 130
     assert capsys.readouterr().err == "error: interrupted\n"
 

@@ -11,14 +11,17 @@ import torch
 
 import ship_fakes as fx
 from tuneproof.cli.app import main
+from tuneproof.commands import merge as m
 from tuneproof.core.errors import TuneproofError
-from tuneproof.ship import merge as m
+from tuneproof.ship.merge_identity import identity
+from tuneproof.ship.merge_plan import plan
+from tuneproof.ship.merge_write import MergeResult
 from tuneproof.ship.tensors import open_checkpoint
 
 
-def _merge(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> m.MergeResult:
-    merge_plan = m.plan(base, adapter, out, dtype)
-    return m.run(merge_plan, m.identity(merge_plan.base, adapter))
+def _merge(base: Path, adapter: Path, out: Path, dtype: str | None = None) -> MergeResult:
+    merge_plan = plan(base, adapter, out, dtype)
+    return m.run(merge_plan, ident=identity(merge_plan.base, adapter))
 
 
 def _cli_merge(base: Path, adapter: Path, out: Path, *extra: str) -> int:
@@ -276,21 +279,24 @@ def test_the_merged_folder_gets_the_users_umask(llama_pair, tmp_path: Path) -> N
 def test_a_plan_refuses_an_unknown_dtype(llama_pair, tmp_path: Path) -> None:
     base, adapter = llama_pair
     with pytest.raises(TuneproofError, match="dtype"):
-        m.plan(base, adapter, tmp_path / "o", "int8")
+        plan(base, adapter, tmp_path / "o", "int8")
 
 
 def test_the_library_merge_refuses_a_mismatch_without_naming_a_flag(tmp_path: Path) -> None:
-    from tuneproof.ship import fingerprint, merge_adapter
+    from tuneproof.ship import fingerprint
 
     base = fx.save(fx.model("llama"), tmp_path / "base")
     other = fx.save(fx.model("llama", seed=9), tmp_path / "other")
     fx.adapter(fx.model("llama"), tmp_path / "adapter")
     (tmp_path / "adapter" / "base_fingerprint.json").write_text(json.dumps(fingerprint(base).to_json()))
     with pytest.raises(TuneproofError) as e:
-        merge_adapter(other, tmp_path / "adapter", tmp_path / "out")
+        m.run(m.prepare(m.MergeSpec(base=other, adapter_dir=tmp_path / "adapter", out=tmp_path / "out")))
     assert "allow_base_mismatch" in e.value.message and "--" not in e.value.message
     assert "broader change" in e.value.message  # the recorded base is here: the change is characterised
-    result = merge_adapter(other, tmp_path / "adapter", tmp_path / "out", allow_base_mismatch=True)
+    spec = m.MergeSpec(
+        base=other, adapter_dir=tmp_path / "adapter", out=tmp_path / "out", allow_base_mismatch=True
+    )
+    result = m.run(m.prepare(spec))
     assert result.identity.same is False and (tmp_path / "out" / "model.safetensors").is_file()
 
 
@@ -397,8 +403,6 @@ def test_merging_an_adapter_that_never_trained_warns_and_the_library_says_the_sa
 ) -> None:
     """An all-zero lora_B merges to the base's weights: `merge` said nothing. The warning is the
     library's (MergeResult.warnings), and `--json` prints the library's `to_dict()`."""
-    from tuneproof.ship.merge import merge_adapter
-
     base = fx.save(fx.model("llama"), tmp_path / "base")
 
     def zero_b(name: str, p: torch.Tensor) -> None:
@@ -406,7 +410,7 @@ def test_merging_an_adapter_that_never_trained_warns_and_the_library_says_the_sa
             p.zero_()
 
     fx.adapter(fx.model("llama"), tmp_path / "adapter", fill=zero_b)
-    result = merge_adapter(base, tmp_path / "adapter", tmp_path / "lib")
+    result = m.run(m.prepare(m.MergeSpec(base=base, adapter_dir=tmp_path / "adapter", out=tmp_path / "lib")))
     assert any("NOT HEALTHY: 4 adapted modules never trained" in w for w in result.warnings)
     assert any("no base_fingerprint.json" in w for w in result.warnings)
     args = [

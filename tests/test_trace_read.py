@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tuneproof.cli.app import main
+from tuneproof.commands import kernels as area
 from tuneproof.core.errors import TuneproofError
-from tuneproof.measure import kernels as area
 from tuneproof.measure.kernels import kernel_table
 from tuneproof.trace import read as trace_read
 from tuneproof.trace.read import load_trace

@@ -14,7 +14,7 @@ present (`_ignore_causal_mask_sdpa`, `torch._fused_sdp_choice`, `can_use_*(..., 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from tuneproof.core.verdict import NoWarnings
 from tuneproof.hardware.capability import KNOWN_CAPABILITIES
 
 if TYPE_CHECKING:
-    from tuneproof.arch import ResolvedModel
+    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,29 +302,6 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
         for x in layers:
             x.kernel = f"none: flex_attention cannot compile on this card ({unfit[0]})"
     return Explanation(ctx, layers, advise(shape, ctx, layers), notes, options)
-
-
-@dataclass(frozen=True, slots=True)
-class ExplainPlan:
-    """What `run` explains: a model's shape under a context, and the notes found on the way in."""
-
-    shape: ModelShape
-    context: Context
-    notes: tuple[str, ...] = ()
-
-
-def prepare(ctx: Context, model: ResolvedModel) -> ExplainPlan:
-    """The plan for `tuneproof explain`; a width over the model's positions is noted, not refused
-    (the explanation is of the dispatch, which does not depend on the positions)."""
-    problem = model.positions_problem(ctx.seq_len, "seq_len")
-    return ExplainPlan(model.shape, ctx, (problem,) if problem else ())
-
-
-def run(plan: ExplainPlan, progress: Callable[[str], None] | None = None) -> Explanation:
-    """Explain the plan's model (quick: no progress to report)."""
-    result = explain(plan.shape, plan.context)
-    result.notes.extend(plan.notes)
-    return result
 
 
 # The advice lines whose whole cost is attention FLOPs (the ledger's per-attention-group excess):

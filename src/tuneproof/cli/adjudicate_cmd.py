@@ -11,9 +11,9 @@ from tuneproof.cli.common import (
     finish,
     int_list,
     json_option,
-    progress_bar,
     resolve_model,
     str_list,
+    terminal_progress,
 )
 from tuneproof.commands.adjudicate import CRITERIA, GRADS
 
@@ -72,6 +72,6 @@ def adjudicate(
         criterion=criterion, batch=batch, samples=samples, seed=seed,
     )  # fmt: skip
     plan = prepare(spec, resolve_model(config))
-    with progress_bar() as update:
+    with terminal_progress() as update:
         result = run(plan, update)
     return finish(result, json_out)

@@ -13,8 +13,7 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.core.io import check_out_file as check_out_file
 from tuneproof.core.terminal import Lines as Lines
 from tuneproof.core.terminal import console as console
-from tuneproof.core.terminal import count_bar as count_bar
-from tuneproof.core.terminal import progress_bar as progress_bar
+from tuneproof.core.terminal import terminal_progress as terminal_progress
 from tuneproof.core.terminal import wrap_lines as wrap_lines
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
@@ -32,6 +31,9 @@ class Command(click.Command):
             result = super().invoke(ctx)
         except TuneproofError as e:
             labels = {p.name: p.opts[0] for p in self.params if isinstance(p, click.Option) and p.name}
+            labels |= {
+                p.name: p.human_readable_name for p in self.params if isinstance(p, click.Argument) and p.name
+            }
             raise e.with_labels(labels) from None
         except KeyboardInterrupt:
             # caught here, before click turns it into Abort (exit 1, a verdict's code, after a blank line)

@@ -12,8 +12,8 @@ from tuneproof.cli.common import (
     finish,
     json_option,
     probe_budget_option,
-    progress_bar,
     resolve_model,
+    terminal_progress,
 )
 
 
@@ -43,6 +43,6 @@ def doctor(
     plan = prepare(
         DoctorSpec(probe_budget_s=probe_budget_s, out=out, report_dir=report_dir), resolve_model(config)
     )
-    with progress_bar() as update:
+    with terminal_progress() as update:
         result = run(plan, update)
     return finish(result, json_out)

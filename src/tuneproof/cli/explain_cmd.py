@@ -52,8 +52,9 @@ def explain(
     json_out: bool,
 ) -> int:
     """Per attention layer type: is a mask materialised, which SDPA backend runs, what each refusal was."""
-    from tuneproof.attention.dispatch import Context, prepare, run
+    from tuneproof.attention.dispatch import Context
     from tuneproof.attention.target import device_target
+    from tuneproof.commands.explain import prepare, run
 
     target = device_target(capability, gpu, trace)
     ctx = Context(

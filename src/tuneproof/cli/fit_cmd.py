@@ -23,7 +23,7 @@ from tuneproof.cli.common import command, finish, int_list, json_option
 def fit(points: Path, at: str, json_out: bool) -> int:
     """Fit t = A*w + B*w^2 on per-width medians: quadratic (attention) share per width with 95 % intervals,
     outlying repeats named, and a constant-term test (present, absent or undetermined)."""
-    from tuneproof.measure import fit as area
+    from tuneproof.commands import fit as area
 
     spec = area.FitSpec(points=points, at=int_list(at, "--at") if at.strip() else None)
     return finish(area.run(area.prepare(spec)), json_out)

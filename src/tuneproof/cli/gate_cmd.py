@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tuneproof.cli.common import command, finish, json_option, progress_bar, warn_unused
+from tuneproof.cli.common import command, finish, json_option, terminal_progress, warn_unused
 
 _FILE = click.Path(path_type=Path)
 
@@ -78,6 +78,6 @@ def gate(json_out: bool, **flags: Any) -> int:
 
     warn_unused(("tokenizer", "k"), "--corpus", bool(flags["corpus"]))
     plan = prepare(GateRequest(**flags))
-    with progress_bar() as update:
+    with terminal_progress() as update:
         result = run(plan, update)
     return finish(result, json_out)

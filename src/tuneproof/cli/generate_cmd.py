@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tuneproof.cli.common import command, count_bar, finish, warn_unused
+from tuneproof.cli.common import command, finish, terminal_progress, warn_unused
 
 _FILE = click.Path(path_type=Path)
 
@@ -44,11 +44,11 @@ def generate(out: Path, json_out: bool, **flags: Any) -> int:
     """Generate an arm for `tuneproof gate`: every prompt answered SAMPLES times in each of RUNS independent
     runs, with seeds recorded per row, and a sidecar ARM.meta.json (model and adapter paths, weight
     fingerprints, generation settings, package versions). Both files are written atomically."""
-    from tuneproof.gate.generate import GenerateSpec, prepare, run
+    from tuneproof.commands.generate import GenerateSpec, prepare, run
 
     spec = GenerateSpec(**{**flags, "prompts": str(flags["prompts"])})
     warn_unused(("top_p",), "a temperature > 0 (greedy decoding ignores it)", spec.temperature > 0)
     plan = prepare(spec, out)
-    with count_bar("generating") as update:
-        result = run(plan, update)
+    with terminal_progress() as progress:
+        result = run(plan, progress)
     return finish(result, json_out)

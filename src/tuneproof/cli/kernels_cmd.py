@@ -24,7 +24,7 @@ from tuneproof.cli.common import command, finish, json_option
 @json_option
 def kernels(trace: tuple[Path, ...], top_n: int, json_out: bool) -> int:
     """Sum device time by kernel class (attention, gemm, communication, memory, other) and read arch tags."""
-    from tuneproof.measure import kernels as area
+    from tuneproof.commands import kernels as area
 
     return finish(
         area.run(area.prepare(area.KernelsSpec(trace=trace[0], top_n=top_n, more=trace[1:]))), json_out

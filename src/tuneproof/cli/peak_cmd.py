@@ -23,7 +23,7 @@ from tuneproof.cli.common import command, finish, json_option
 @json_option
 def peak(device: str, dtype: str, max_seconds: float, gpu: str | None, json_out: bool) -> int:
     """Measure achievable dense GEMM TFLOP/s: the MFU denominator for devices the table does not know."""
-    from tuneproof.measure import peak as area
+    from tuneproof.commands import peak as area
 
     return finish(
         area.run(area.prepare(area.PeakSpec(device=device, dtype=dtype, max_seconds=max_seconds, gpu=gpu))),

@@ -13,10 +13,10 @@ from tuneproof.cli.common import (
     json_option,
     lengths_option,
     probe_budget_option,
-    progress_bar,
     resolve_model,
     step_fit,
     str_list,
+    terminal_progress,
     warn_unused,
 )
 from tuneproof.data.compare import CASE_FIT_TEXT
@@ -121,6 +121,6 @@ def plan(
         seed=seed,
     )
     plan = area.prepare(spec)
-    with progress_bar() as update:
+    with terminal_progress() as update:
         result = area.run(plan, update)
     return finish(result, json_out)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tuneproof.cli.common import command, finish, json_option, progress_bar, step_fit
+from tuneproof.cli.common import command, finish, json_option, step_fit, terminal_progress
 
 
 @command()
@@ -32,6 +32,6 @@ def preflight(run_file: Path, gpu: str | None, fit: str | None, json_out: bool) 
         run_file=run_file, gpu=gpu, fit=step_fit(fit, "--fit") if fit is not None else None
     )
     plan = prepare(spec)
-    with progress_bar() as update:
+    with terminal_progress() as update:
         result = run(plan, update)
     return finish(result, json_out)

@@ -14,8 +14,8 @@ from tuneproof.cli.common import (
     finish,
     int_list,
     json_option,
-    progress_bar,
     resolve_model,
+    terminal_progress,
 )
 
 
@@ -107,6 +107,6 @@ def probe(
         target=target, profiles=profiles, seed=seed, over_budget=over_budget,
     )  # fmt: skip
     plan = area.prepare(resolve_model(config), spec, out)
-    with progress_bar() as update:
+    with terminal_progress() as update:
         result = area.run(plan, update, notice=lambda line: print(line, file=sys.stderr))
     return finish(result, json_out)

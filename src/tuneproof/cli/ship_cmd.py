@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tuneproof.cli.common import Command, finish, json_option, warn
+from tuneproof.cli.common import Command, finish, json_option, terminal_progress, warn
 from tuneproof.core.dtypes import MODEL_DTYPES
-from tuneproof.core.errors import TuneproofError
 
 if TYPE_CHECKING:
-    from tuneproof.core.verdict import Result
+    pass
 
 _PATH = click.Path(path_type=Path)
 
@@ -44,10 +43,10 @@ def check(adapter_dir: Path, base: Path | None, initial: Path | None, json_out: 
     """Did every adapted module train? lora_B (lora_A for embeddings, B's columns j % E per expert)
     against zero, norms of A, B and scaling*B@A, coverage of the base's parameter families, and what a
     serving engine will do. Exit 0 healthy, 1 a module or expert never trained, 3 cannot judge."""
-    from tuneproof.ship import health
+    from tuneproof.commands import lora
 
-    spec = health.CheckSpec(adapter_dir=adapter_dir, base=base, initial=initial, labels={"base": "--base"})
-    return finish(health.run(health.prepare(spec)), json_out)
+    spec = lora.CheckSpec(adapter_dir=adapter_dir, base=base, initial=initial, labels={"base": "--base"})
+    return finish(lora.run(lora.prepare(spec)), json_out)
 
 
 @click.command(cls=Command)
@@ -73,25 +72,11 @@ def fingerprint(
     """Per-tensor sha256 of a model folder, streamed shard by shard (the model is never loaded), and
     one overall digest. With --compare: which tensors differ, the rank of each difference and whether
     one direction is shared across layers (directional ablation)."""
-    from tuneproof.commands import fingerprint as record
-    from tuneproof.ship import comparison
-    from tuneproof.ship.progress import phase_bars
+    from tuneproof.commands import fingerprint as f
 
-    if compare and (model_dir is not None or out is not None):
-        raise TuneproofError(
-            "--compare takes its two folders alone", "drop MODEL_DIR and --out, or drop --compare"
-        )
-    if compare:
-        compare_plan = comparison.prepare(comparison.CompareSpec(a=compare[0], b=compare[1]))
-        with phase_bars() as progress:
-            result: Result = comparison.run(compare_plan, progress)
-        return finish(result, json_out)
-    if model_dir is None:
-        raise TuneproofError("no model folder given", "pass MODEL_DIR, or --compare A B")
-    record_plan = record.prepare(record.RecordSpec(model_dir=model_dir, out=out))
-    with phase_bars() as progress:
-        result = record.run(record_plan, progress)
-    return finish(result, json_out)
+    plan = f.prepare(f.FingerprintSpec(model_dir=model_dir, out=out, compare=compare))
+    with terminal_progress() as progress:
+        return finish(f.run(plan, progress), json_out)
 
 
 @click.command(cls=Command)
@@ -118,17 +103,15 @@ def merge(
     """Streaming merge: one tensor at a time, W + scaling*B@A in fp32 (per-expert einsum for fused
     experts), cast once; everything else copied as bytes. Checks the base's identity against
     ADAPTER/base_fingerprint.json first. Written to a temporary folder and renamed at the end."""
-    from tuneproof.ship import merge as m
-    from tuneproof.ship.progress import phase_bars
+    from tuneproof.commands import merge as m
 
     merge_plan = m.prepare(
         m.MergeSpec(
             base=base, adapter_dir=adapter, out=out, dtype=dtype, allow_base_mismatch=allow_base_mismatch
         )
     )
-    with phase_bars() as progress:
-        result = m.run(merge_plan, progress=progress)
-    return finish(result, json_out)
+    with terminal_progress() as progress:
+        return finish(m.run(merge_plan, progress), json_out)
 
 
 @click.command(name="quant-audit", cls=Command)
@@ -165,7 +148,7 @@ def quant_audit(
     """What a quantisation recipe will cover before quantising (matched against the model's module
     tree on the meta device with compressed-tensors' rules), or what a quantised checkpoint really
     stores. Exit 1 on a finding: a large family neither covered nor ignored."""
-    from tuneproof.ship import quant_audit as qa
+    from tuneproof.commands import quant_audit as qa
 
     audit_plan = qa.prepare(qa.AuditSpec(recipe=recipe, config=config, checkpoint=checkpoint, engine=engine))
     if checkpoint is not None and engine is not None:

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from tuneproof.cli.common import Command, finish, json_option
+from tuneproof.core.terminal import PrintedProgress
 
 _PATH = click.Path(path_type=Path)
 
@@ -30,7 +31,7 @@ def train(recipe: Path | None, output: Path | None, resume: bool, json_out: bool
 
     spec = t.TrainSpec(recipe=read_recipe(recipe), output_dir=output, resume=resume, quiet=json_out)
     with _own_warnings_on_one_line():
-        result = t.run(t.prepare(spec), None if json_out else t.stderr_progress)
+        result = t.run(t.prepare(spec), None if json_out else PrintedProgress())
     if not result.main:
         return 0  # one summary per run: rank 0 prints it
     return finish(result, json_out)

@@ -19,7 +19,6 @@ contains 0. One batch gives no spread, so no verdict.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ from tuneproof.attention.paths import path
 from tuneproof.core import validate
 from tuneproof.core.dtypes import LOW_PRECISION, torch_dtype
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.progress import Progress
 from tuneproof.core.verdict import NoWarnings
 
 if TYPE_CHECKING:
@@ -341,7 +341,7 @@ def prepare(spec: AdjudicateSpec, model: ResolvedModel) -> AdjudicatePlan:
     return AdjudicatePlan(model, spec)
 
 
-def run(plan: AdjudicatePlan, progress: Callable[[str], None] | None = None) -> Adjudication:
+def run(plan: AdjudicatePlan, progress: Progress | None = None) -> Adjudication:
     """Run each backend at each width on `samples` random batches in `dtype` and measure its distance to
     fp32 math truth on the same batches."""
     import torch

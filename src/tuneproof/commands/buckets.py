@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuneproof.core.progress import Progress
 from tuneproof.data.compare import COMPARE_CHOICES, case_cost, check_compare_args, compare
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def prepare(spec: BucketsSpec) -> BucketsPlan:
     return BucketsPlan(spec, lengths, roots, warnings)
 
 
-def run(plan: BucketsPlan, progress: Any = None) -> BucketsResult:
+def run(plan: BucketsPlan, progress: Progress | None = None) -> BucketsResult:
     s = plan.spec
     shape = s.model.shape if s.model is not None else None
     results, rows = compare(plan.lengths, plan.roots, s.micro_batch, s.grad_accum, s.choices, s.sweep,

@@ -12,12 +12,12 @@ folders checked before any work) and `run(plan, progress)`: a `DoctorReport`, wr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneproof.core import validate
+from tuneproof.core.progress import Progress
 from tuneproof.core.verdict import NoWarnings
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ class SkippedSection:
 
 
 def probe_section(
-    model: ResolvedModel, budget_s: float, progress: Callable[[str], None] | None = None
+    model: ResolvedModel, budget_s: float, progress: Progress | None = None
 ) -> ProbeSection | SkippedSection:
     from tuneproof.core.errors import TuneproofError
     from tuneproof.measure.probe import ProbeSpec, run_probe
@@ -352,7 +352,7 @@ def projection_section(probe: Any) -> ProjectionSection | SkippedSection:
 
 
 def run_doctor(
-    model: ResolvedModel, probe_budget_s: float = 30.0, progress: Callable[[str], None] | None = None
+    model: ResolvedModel, probe_budget_s: float = 30.0, progress: Progress | None = None
 ) -> DoctorReport:
     """Every diagnosis on `model` (see `tuneproof.arch.resolve`); the probe times for at most
     `probe_budget_s` seconds."""
@@ -408,7 +408,7 @@ def prepare(spec: DoctorSpec, model: ResolvedModel) -> DoctorPlan:
 TITLE = "tuneproof doctor"  # report.json's title, with --out or --report alike
 
 
-def run(plan: DoctorPlan, progress: Callable[[str], None] | None = None) -> DoctorReport:
+def run(plan: DoctorPlan, progress: Progress | None = None) -> DoctorReport:
     """`run_doctor`, then the report written where the spec says."""
     from tuneproof.core.report import write_json, write_report
 

@@ -1,5 +1,6 @@
-"""`tuneproof fingerprint MODEL_DIR`: record a base's fingerprint (`identity.fingerprint`), streamed shard
-by shard, optionally written where a merge will check the base against it."""
+"""`tuneproof fingerprint`: a model folder's per-tensor sha256 (`identity.fingerprint`), streamed shard by
+shard, optionally written where a merge will check the base against it; with `compare`, two folders (or
+fingerprint files) side by side: which tensors differ and how (`identity.characterise`)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,39 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.progress import Progress, mib_steps
 from tuneproof.core.terminal import gib
 from tuneproof.core.verdict import Verdict
-from tuneproof.ship.identity import Fingerprint, fingerprint
-from tuneproof.ship.progress import Progress, mib_steps
+from tuneproof.ship.comparison import NOT_CHARACTERISED, FingerprintComparison, Side
+from tuneproof.ship.identity import (
+    Fingerprint,
+    characterise,
+    diff_fingerprints,
+    fingerprint,
+    read_fingerprint,
+)
 from tuneproof.ship.tensors import Checkpoint, open_checkpoint
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
-class RecordSpec:
-    model_dir: Path
+class FingerprintSpec:
+    """A folder to fingerprint (`model_dir`, written to `out` if given), or two to compare (`compare`)."""
+
+    model_dir: Path | None = None
     out: Path | None = None  # where to write the fingerprint JSON; an existing file is refused
+    compare: tuple[Path, Path] | None = None
+
+    def __post_init__(self) -> None:
+        if self.compare and (self.model_dir is not None or self.out is not None):
+            raise TuneproofError(
+                "{compare} takes its two folders alone",
+                "drop {model_dir} and {out}, or drop {compare}",
+                fields=("compare", "model_dir", "out"),
+            )
+        if not self.compare and self.model_dir is None:
+            raise TuneproofError(
+                "no model folder given", "pass {model_dir}, or {compare} A B", fields=("model_dir", "compare")
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +70,13 @@ class Recorded:
         print_lines(console, recorded_lines(self))
 
 
-def prepare(spec: RecordSpec) -> RecordPlan:
-    """Every header read and checked; an `out` that exists (a recorded fingerprint is never
-    overwritten), cannot be written or is one of the model's files, refused before any hashing."""
+def prepare(spec: FingerprintSpec) -> RecordPlan | ComparePlan:
+    """Every header read and checked before any hashing. To record: an `out` that exists (a recorded
+    fingerprint is never overwritten), cannot be written or is one of the model's files, refused. To
+    compare: both sides opened, a fingerprint file read and its digest checked, a folder's headers read."""
+    if spec.compare:
+        return ComparePlan(_side(Path(spec.compare[0])), _side(Path(spec.compare[1])))
+    assert spec.model_dir is not None  # the spec refuses neither
     checkpoint = open_checkpoint(spec.model_dir)
     out = spec.out
     if out is not None:
@@ -64,10 +91,13 @@ def prepare(spec: RecordSpec) -> RecordPlan:
     return RecordPlan(checkpoint, Path(spec.model_dir), out)
 
 
-def run(plan: RecordPlan, progress: Progress | None = None) -> Recorded:
-    """Hash every tensor (progress phase 'hashing MiB') and write the JSON to `plan.out` atomically."""
+def run(plan: RecordPlan | ComparePlan, progress: Progress | None = None) -> Recorded | FingerprintComparison:
+    """Hash every tensor (progress phase 'hashing MiB') and write the JSON to `plan.out` atomically; or
+    compare (`compare`)."""
     from tuneproof.core.io import atomic_write_json
 
+    if isinstance(plan, ComparePlan):
+        return compare(plan, progress)
     taken = fingerprint(plan.checkpoint, mib_steps(progress, "hashing MiB", plan.checkpoint.nbytes))
     result = Fingerprint(taken.digest, taken.tensors, taken.total_bytes, str(plan.source))
     if plan.out is not None:
@@ -89,3 +119,36 @@ def recorded_json(r: Recorded) -> dict[str, Any]:
     data = r.fingerprint.to_json()
     data["out"] = str(r.out) if r.out else None
     return data
+
+
+@dataclass(frozen=True, slots=True)
+class ComparePlan:
+    a: Side
+    b: Side
+
+
+def _side(path: Path) -> Side:
+    if path.is_file() and path.suffix == ".json":
+        return Side(path, recorded=read_fingerprint(path))
+    return Side(path, checkpoint=open_checkpoint(path))
+
+
+def _digests(side: Side, progress: Progress | None) -> Fingerprint:
+    if side.recorded is not None:
+        return side.recorded
+    assert side.checkpoint is not None
+    step = mib_steps(progress, f"hashing {side.path.name} MiB", side.checkpoint.nbytes)
+    return fingerprint(side.checkpoint, step)
+
+
+def compare(plan: ComparePlan, progress: Progress | None = None) -> FingerprintComparison:
+    """Hash each folder (progress phase 'hashing NAME MiB'), name the differing tensors and, when both
+    sides are folders, characterise the tensors of the same shape that differ."""
+    a, b = plan.a, plan.b
+    diff = diff_fingerprints(_digests(a, progress), _digests(b, progress))
+    charac, why_not = None, None
+    if diff.comparable and a.checkpoint is not None and b.checkpoint is not None:
+        charac = characterise(a.checkpoint, b.checkpoint, diff.comparable)
+    elif diff.comparable:
+        why_not = NOT_CHARACTERISED
+    return FingerprintComparison(str(a.path), str(b.path), diff, charac, why_not)

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.progress import Progress
 from tuneproof.flops.report import FlopReport, check_step_time, flop_report, positions_notes
 from tuneproof.flops.run import RunSpec
 from tuneproof.hardware.gpus import Peak
@@ -59,7 +59,7 @@ def prepare(spec: FlopsSpec, model: ResolvedModel) -> FlopsPlan:
     return FlopsPlan(model.shape, spec, positions_notes(model, spec.run.seq_len))
 
 
-def run(plan: FlopsPlan, progress: Callable[[str], None] | None = None) -> FlopReport:
+def run(plan: FlopsPlan, progress: Progress | None = None) -> FlopReport:
     """Both ledgers, the named excess and MFU (quick: no progress to report)."""
     spec = plan.spec
     report = flop_report(plan.shape, spec.run, step_time_s=spec.step_time_s, peak=spec.peak)

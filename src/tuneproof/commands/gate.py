@@ -7,12 +7,12 @@ is asked for, and returns a `GateResult` (`tuneproof.core.verdict.Result`): what
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.progress import Progress
 
 if TYPE_CHECKING:
     from tuneproof.core.verdict import Verdict
@@ -124,7 +124,7 @@ def prepare(request: GateRequest) -> GatePlan:
     )  # fmt: skip
 
 
-def run(plan: GatePlan, progress: Callable[[str], None] | None = None) -> GateResult:
+def run(plan: GatePlan, progress: Progress | None = None) -> GateResult:
     """Measure every family and probe (`progress` hears each step), write the report to `plan.out`."""
     from tuneproof.gate.judge import measure
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.progress import Progress
 from tuneproof.data.batch_plan import Plan
 from tuneproof.data.compare import PLAN_SAMPLERS
 from tuneproof.data.ranks import StepCost, check_fills_one_step, use_of
@@ -290,7 +291,7 @@ def prepare(spec: ProjectionSpec) -> ProjectionPlan:
     return ProjectionPlan(spec, lengths, points, probe)
 
 
-def run(plan: ProjectionPlan, progress: Callable[[str], None] | None = None) -> ProjectionResult:
+def run(plan: ProjectionPlan, progress: Progress | None = None) -> ProjectionResult:
     """The step-cost model (given, fitted to the points, or probed now), then every sampler's projection."""
     s = plan.spec
     overhead = s.step_overhead_s

@@ -7,13 +7,14 @@ does both for a config already loaded (the Axolotl plugin's use).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.progress import Progress
 from tuneproof.core.verdict import FINDING, OK, Verdict
 from tuneproof.preflight.sections import Section
 from tuneproof.runs.axolotl import RunConfig, from_axolotl, read_yaml
@@ -164,7 +165,7 @@ def _target(gpu: str | None) -> DeviceTarget:
     return device_target(None, gpu)
 
 
-def run(plan: PreflightPlan, progress: Callable[[str], None] | None = None) -> PreflightResult:
+def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResult:
     from tuneproof.preflight import batches, sections
     from tuneproof.preflight.coverage import coverage, inventory
 

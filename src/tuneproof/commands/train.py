@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.extras import require
+from tuneproof.core.progress import Progress
+from tuneproof.core.terminal import PrintedProgress
 from tuneproof.runs.recipe import Recipe
 from tuneproof.train.base import attach_lora, base_model, base_tokenizer, check_lora_targets
 from tuneproof.train.data import check_chat_template, is_chat, read_records, tokenise
@@ -105,7 +105,7 @@ def prepare(spec: TrainSpec) -> TrainPlan:
 
 def run(
     plan: TrainPlan,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
     callbacks: list[Any] | None = None,
 ) -> TrainResult:
     """Load the weights, train, and write the adapter, its health, the base's fingerprint and the
@@ -183,12 +183,7 @@ def train(
     `TrainerCallback`s for the Trainer; without `quiet`, progress bars and the report's phase lines
     on stderr."""
     plan = prepare(TrainSpec(recipe=recipe, output_dir=output_dir, resume=resume, quiet=quiet))
-    return run(plan, None if quiet else stderr_progress, callbacks)
-
-
-def stderr_progress(line: str) -> None:
-    """A phase line on stderr, as `tuneproof: <line>`."""
-    print(f"tuneproof: {line}", file=sys.stderr, flush=True)
+    return run(plan, None if quiet else PrintedProgress(), callbacks)
 
 
 def _set_up(plan: TrainPlan) -> tuple[Any, Any, Path | None]:

@@ -117,3 +117,51 @@ def plain(console: Any, line: str) -> None:
 def gib(n: float) -> str:
     """A size in bytes as GiB from a quarter GiB up, MiB below: '1.50 GiB', '12.0 MiB'."""
     return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+class TerminalProgress:
+    """The command line's `core.progress.Progress`: `progress(text)` on a spinner (`progress_bar`),
+    `progress.count(what, done, total)` on a count bar per phase (`count_bar`), the previous display
+    closed when the other kind, or the next phase, reports."""
+
+    def __init__(self) -> None:
+        self._open: tuple[str, Any, Callable[..., None]] | None = None  # kind or phase, manager, update
+
+    def __call__(self, text: str) -> None:
+        self._switch("\0say", progress_bar)(text)
+
+    def count(self, what: str, done: int, total: int) -> None:
+        self._switch(what, lambda: count_bar(what))(done, total)
+
+    def _switch(self, key: str, make: Callable[[], Any]) -> Callable[..., None]:
+        if self._open is None or self._open[0] != key:
+            self.close()
+            manager = make()
+            self._open = (key, manager, manager.__enter__())
+        return self._open[2]
+
+    def close(self) -> None:
+        if self._open is not None:
+            self._open[1].__exit__(None, None, None)
+            self._open = None
+
+
+@contextmanager
+def terminal_progress() -> Iterator[TerminalProgress]:
+    """A `TerminalProgress` for one command, its display closed when the command ends."""
+    progress = TerminalProgress()
+    try:
+        yield progress
+    finally:
+        progress.close()
+
+
+class PrintedProgress:
+    """A `core.progress.Progress` that prints every line on stderr as it comes (`tuneproof: <line>`), for a
+    run whose phases are minutes apart (`tuneproof train`); counts as `<what> <done>/<total>`."""
+
+    def __call__(self, text: str) -> None:
+        print(f"tuneproof: {text}", file=sys.stderr, flush=True)
+
+    def count(self, what: str, done: int, total: int) -> None:
+        self(f"{what} {done}/{total}")

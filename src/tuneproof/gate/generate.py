@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.extras import require
+from tuneproof.core.progress import Progress
 from tuneproof.gate.inputs import jsonl_objects
 from tuneproof.gate.tokens import TOKENIZER_FILES
 
@@ -246,7 +246,7 @@ def _encode(tokenizer: Any, prompt: Prompt) -> str:
 
 
 def generate(
-    spec: GenerateSpec, prompts: list[Prompt], progress: Callable[[int, int], None] | None = None
+    spec: GenerateSpec, prompts: list[Prompt], progress: Progress | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(rows, meta): one row per response, and the sidecar describing how they were made."""
     import torch
@@ -290,7 +290,7 @@ def generate(
                     )
             done += len(batch)
             if progress:
-                progress(done, total)
+                progress.count("generating", done, total)
     meta = {
         "model": spec.model,
         "adapter": spec.adapter,
@@ -328,58 +328,6 @@ def _versions() -> dict[str, str | None]:
         except PackageNotFoundError:
             out[pkg] = None
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class GeneratePlan:
-    spec: GenerateSpec
-    prompts: list[Prompt]
-    out: Path
-
-
-@dataclass(frozen=True, slots=True)
-class GenerateResult:
-    """An arm written to `out` (and its sidecar `meta` beside it); nothing is judged."""
-
-    meta: dict[str, Any]
-    out: Path
-    num_responses: int
-    warnings: list[str] = field(default_factory=list)
-    verdict: None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.meta
-
-    def render(self, console: Any) -> None:
-        from tuneproof.gate.render import render_generated
-
-        render_generated(self, console)
-
-
-def prepare(spec: GenerateSpec, out: str | Path) -> GeneratePlan:
-    """The model and adapter folders, the prompts, and the arm and sidecar paths, before any load."""
-    from tuneproof.core.io import check_out_file
-
-    check_paths(spec)
-    prompts = read_prompts(spec.prompts)
-    out = Path(out)
-    check_out_file(out, (spec.prompts,))
-    check_out_file(meta_path(out), (spec.prompts,))
-    return GeneratePlan(spec, prompts, out)
-
-
-def run(plan: GeneratePlan, progress: Callable[[int, int], None] | None = None) -> GenerateResult:
-    """Generate (`progress` hears prompts done of all), then write the arm (gzip for .gz) and sidecar."""
-    import gzip
-    import json
-
-    from tuneproof.core.io import atomic_write_bytes, atomic_write_json
-
-    rows, meta = generate(plan.spec, plan.prompts, progress)
-    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
-    atomic_write_bytes(plan.out, gzip.compress(data, mtime=0) if plan.out.suffix == ".gz" else data)
-    atomic_write_json(meta_path(plan.out), meta)
-    return GenerateResult(meta, plan.out, len(rows))
 
 
 def meta_path(arm: Path) -> Path:

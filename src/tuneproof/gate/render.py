@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
-from tuneproof.core.terminal import plain
 from tuneproof.gate.probes import wilson
 from tuneproof.gate.stats import FAIL, PASS, MetricResult, ratio_text
 
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tuneproof.gate.benchmarks import BenchLine, Benchmarks
-    from tuneproof.gate.generate import GenerateResult
     from tuneproof.gate.judge import GateReport, JudgedProbe
 
 _STYLE = {PASS: "green", FAIL: "bold red"}
@@ -207,19 +205,6 @@ def render_gate(report: GateReport, console: Console) -> None:
     console.print(
         f"verdict: [{_STYLE.get(report.verdict, 'yellow')}]{report.verdict}[/] (exit {report.exit_code})"
     )
-
-
-def render_generated(result: GenerateResult, console: Console) -> None:
-    gen = result.meta["generation"]
-    seeds = gen["seeds"]
-    shape = (
-        f"{result.meta['num_prompts']} prompts x {gen['samples']} samples x {gen['runs']} runs, "
-        f"seeds {seeds[0]}..{seeds[-1]}"
-    )
-    from tuneproof.gate.generate import meta_path
-
-    written = f"to {result.out}, and {meta_path(result.out)}"
-    plain(console, f"wrote {result.num_responses} responses ({shape}) {written}")
 
 
 # The benchmark lines as a table, one row per (task or group, filter, metric), then the evidence of each

@@ -31,12 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tuneproof.core import validate
 from tuneproof.core.verdict import NoWarnings, Verdict
 from tuneproof.measure import pooled, robust
 from tuneproof.measure.constant import MAX_REPEATS_ADVICE, ConstantTerm, judge_constant
@@ -368,35 +366,3 @@ def share_interval(
 
 
 # ---- the front door: `tuneproof fit` -------------------------------------------------------------
-
-
-@dataclass(kw_only=True, frozen=True, slots=True)
-class FitSpec:
-    """The points CSV to fit, and extra widths (tokens) to report the quadratic share at (None: only
-    the measured ones; an empty tuple is refused)."""
-
-    points: Path
-    at: tuple[int, ...] | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.at is not None:
-            validate.integers("at", self.at)
-
-
-@dataclass(frozen=True, slots=True)
-class FitPlan:
-    widths: np.ndarray
-    seconds: np.ndarray
-    at: list[float]
-    seed: int
-
-
-def prepare(spec: FitSpec) -> FitPlan:
-    """Read and check the points (every row's units, before any fitting)."""
-    widths, seconds = read_points(spec.points)
-    return FitPlan(widths, seconds, [float(x) for x in spec.at or ()], spec.seed)
-
-
-def run(plan: FitPlan, progress: Any = None) -> ScalingFit:
-    return fit_scaling(plan.widths, plan.seconds, at=plan.at, seed=plan.seed)

@@ -11,14 +11,12 @@ peak from `tuneproof.hardware.gpus` and the measured share of it; the two are ne
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from tuneproof.core import validate
 from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES, normalise_dtype
-from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import Unjudged
-from tuneproof.hardware.gpus import Peak, resolve_peak
+from tuneproof.hardware.gpus import Peak
 
 # what a GEMM can be timed in: the model dtypes, and tf32 (fp32 tensors, TF32 matmuls)
 TORCH_DTYPES = {**{s: BY_SHORT[s].torch for s in MODEL_DTYPES}, "tf32": "float32"}
@@ -72,65 +70,22 @@ class MeasuredPeak(Unjudged):
         render_peak(self, console)
 
 
-@dataclass(kw_only=True, frozen=True, slots=True)
-class PeakSpec:
-    """`tuneproof peak`: the device, the dtype (any of its names), the most seconds per GEMM size, the
-    sizes (None: `SIZES[device]`), and the card whose datasheet peak to set beside it (None: none)."""
-
-    device: str = "cpu"
-    dtype: str = "bf16"
-    max_seconds: float = 2.0
-    sizes: tuple[int, ...] | None = None
-    gpu: str | None = None
-
-    def __post_init__(self) -> None:
-        validate.choice("dtype", normalise_dtype(self.dtype), TORCH_DTYPES)
-        validate.choice("device", self.device, SIZES)
-        validate.real("max_seconds", self.max_seconds, low=0.0, low_open=True, high=3600.0)
-
-
-def prepare(spec: PeakSpec) -> PeakSpec:
-    """The device must exist: cuda needs torch to see a CUDA device. A `gpu` must be in the table, and
-    its datasheet is set only beside a measurement on cuda."""
-    import torch
-
-    _table_peak(spec)
-    if spec.gpu is not None and spec.device != "cuda":
-        raise TuneproofError(
-            f"{{gpu}} {spec.gpu!r} with {{device}} {spec.device}: a GPU's datasheet peak is no yardstick "
-            "for a CPU measurement",
-            "measure on cuda, or leave gpu out",
-            fields=("gpu", "device"),
-        )
-    if spec.device == "cuda" and not torch.cuda.is_available():
-        raise TuneproofError("{device} cuda but torch sees no CUDA device", "use cpu", fields=("device",))
-    return spec
-
-
-def _table_peak(spec: PeakSpec) -> Peak | None:
-    return None if spec.gpu is None else resolve_peak(spec.gpu, normalise_dtype(spec.dtype))
-
-
 def measure_peak(
     device: str = "cpu", dtype: str = "bf16", max_seconds: float = 2.0, sizes: tuple[int, ...] | None = None
 ) -> MeasuredPeak:
-    """Best median dense GEMM TFLOP/s over `sizes`, each timed for at most `max_seconds`."""
-    return run(prepare(PeakSpec(device=device, dtype=dtype, max_seconds=max_seconds, sizes=sizes)))
-
-
-def run(plan: PeakSpec, progress: Any = None) -> MeasuredPeak:
-    """Best median dense GEMM TFLOP/s over the plan's sizes, each timed for at most `max_seconds`."""
+    """Best median dense GEMM TFLOP/s over `sizes` (None: `SIZES[device]`), each timed for at most
+    `max_seconds` (adaptive_autorange until the IQR is under IQR_THRESHOLD of the median)."""
     import torch
     from torch.utils.benchmark import Timer
 
-    d, device = normalise_dtype(plan.dtype), plan.device
+    d = normalise_dtype(dtype)
     tdtype = getattr(torch, TORCH_DTYPES[d])
     best: MeasuredPeak | None = None
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
     try:
         gen = torch.Generator(device=device).manual_seed(0)
-        for n in plan.sizes or SIZES[device]:
+        for n in sizes or SIZES[device]:
             a = torch.randn(n, n, device=device, dtype=tdtype, generator=gen)
             b = torch.randn(n, n, device=device, dtype=tdtype, generator=gen)
             # Timer runs single-threaded unless told: measure with the threads the workload gets
@@ -139,11 +94,11 @@ def run(plan: PeakSpec, progress: Any = None) -> MeasuredPeak:
                 globals={"torch": torch, "a": a, "b": b},
                 num_threads=torch.get_num_threads(),
             )
-            m = timer.adaptive_autorange(threshold=IQR_THRESHOLD, max_run_time=plan.max_seconds)
+            m = timer.adaptive_autorange(threshold=IQR_THRESHOLD, max_run_time=max_seconds)
             tflops = 2.0 * n**3 / m.median / 1e12
             if best is None or tflops > best.tflops:
                 best = MeasuredPeak(tflops, device, d, n, m.median, m.iqr, len(m.times))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     assert best is not None
-    return replace(best, table=_table_peak(plan))
+    return best

@@ -205,33 +205,6 @@ def module_health(
     )  # fmt: skip
 
 
-@dataclass(kw_only=True, frozen=True, slots=True)
-class CheckSpec:
-    """What `tuneproof lora check` judges: the adapter folder, and optionally its base (a model folder
-    or config.json) and the adapter saved at step 0."""
-
-    adapter_dir: Path
-    base: Path | None = None
-    initial: Path | None = None
-    labels: dict[str, str] = field(default_factory=dict)  # the text's names for the fields (--base)
-
-
-def prepare(spec: CheckSpec) -> CheckSpec:
-    """The check before any file is read: PEFT is installed when a base is given (it wraps the base on
-    the meta device). The adapter's own files are checked as `run` reads their headers; the spec is
-    the plan."""
-    if spec.base is not None:
-        _require_peft()
-    return spec
-
-
-def run(plan: CheckSpec, progress: Callable[[int], None] | None = None) -> Health:
-    """The adapter's health (`check_adapter`); `progress(1)` after each adapted module."""
-    health = check_adapter(plan.adapter_dir, plan.base, plan.initial, progress)
-    health.labels = dict(plan.labels)
-    return health
-
-
 def _require_peft() -> None:
     require("train", "checking an adapter against a base (PEFT wraps it on the meta device)", ("peft",))
 

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.progress import Progress
+from tuneproof.core.terminal import gib
 from tuneproof.core.verdict import FINDING, Verdict
 from tuneproof.ship import quant
-from tuneproof.ship.progress import Progress
 from tuneproof.ship.recipe import QuantRecipe, read_quant_recipe
 from tuneproof.ship.tensors import Checkpoint
 
@@ -75,12 +76,10 @@ class RecipeReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly what `tuneproof quant-audit --recipe R --config C --json` prints."""
-        from tuneproof.ship.render import recipe_json
-
         return recipe_json(self)
 
     def render(self, console: Any) -> None:
-        from tuneproof.ship.render import print_lines, recipe_lines
+        from tuneproof.ship.render import print_lines
 
         print_lines(console, recipe_lines(self))
 
@@ -99,12 +98,10 @@ class CheckpointReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly what `tuneproof quant-audit --checkpoint DIR --json` prints."""
-        from tuneproof.ship.render import checkpoint_json
-
         return checkpoint_json(self)
 
     def render(self, console: Any) -> None:
-        from tuneproof.ship.render import checkpoint_lines, print_lines
+        from tuneproof.ship.render import print_lines
 
         print_lines(console, checkpoint_lines(self))
 
@@ -158,3 +155,131 @@ def run(
         if other.family("experts").covered_matrices != audits[0].family("experts").covered_matrices:
             audits.append(other)
     return RecipeReport(plan.recipe, audits, plan.config)
+
+
+def recipe_lines(r: RecipeReport) -> list[str]:
+    recipe, audits, config = r.recipe, r.audits, r.config
+    lines = [
+        f"recipe    {recipe.source} ({recipe.kind}): scheme {recipe.scheme}; targets "
+        + ", ".join(repr(t) for g in recipe.groups for t in g.targets)
+        + f"; ignore {list(recipe.ignore)[:6]}{' ...' if len(recipe.ignore) > 6 else ''}",
+        f"model     {config}, module tree built on the meta device; matched with "
+        "compressed-tensors' is_match",
+    ]
+    for i, a in enumerate(audits):
+        tag = "assumed" if i == 0 else "other  "
+        lines.append(f"engine    {tag} {a.engine.name}: {a.engine.reason}")
+        size = f"size ({a.dtype})" if a.bytes_per_param else "size"
+        header = f"{'family':<12} {'covered of tensors':<21}{'ignored':>7}   {'share':>7}  {size:>14}"
+        lines.append(f"          {header}")  # every row fits 80 columns
+        for f in a.families.values():
+            if f.family == "other":
+                continue
+            nbytes = gib(f.numel * a.bytes_per_param) if a.bytes_per_param else "unknown"
+            lines.append(
+                f"          {f.family:<12} {f.covered_matrices:>8,} of {f.matrices:<9,}"
+                f"{f.ignored_matrices:>7,}   {100 * f.numel / a.total_numel:5.1f} %  {nbytes:>14}"
+            )
+        if not a.bytes_per_param:
+            lines.append("          (bytes unknown: the config names no dtype)")
+        for t in a.unmatched_targets:
+            lines.append(f"          target {t!r} matches no module")
+        for finding in a.findings or ["none: every large parameter is covered or ignored"]:
+            lines.append(f"finding   {finding}")
+    if len(audits) > 1:
+        lines.append(
+            "engines   DISAGREE on this model: the expert tensors are "
+            + " vs ".join(
+                f"{a.family('experts').covered_matrices:,} covered ({a.engine.name})" for a in audits
+            )
+        )
+    return lines
+
+
+def recipe_json(r: RecipeReport) -> dict[str, Any]:
+    recipe, audits, config = r.recipe, r.audits, r.config
+    return {
+        "recipe": str(recipe.source),
+        "kind": recipe.kind,
+        "scheme": recipe.scheme,
+        "targets": [t for g in recipe.groups for t in g.targets],
+        "ignore": list(recipe.ignore),
+        "config": config,
+        "engines": [
+            {
+                "engine": a.engine.name,
+                "linearizes": a.engine.linearizes,
+                "reason": a.engine.reason,
+                "total_parameters": a.total_numel,
+                "dtype": a.dtype,
+                "families": {
+                    k: {
+                        "tensors": f.matrices,
+                        "covered": f.covered_matrices,
+                        "ignored": f.ignored_matrices,
+                        "parameters": f.numel,
+                        "uncovered_parameters": f.uncovered_numel,
+                        "bytes": f.numel * a.bytes_per_param if a.bytes_per_param else None,
+                        "uncovered_bytes": f.uncovered_numel * a.bytes_per_param
+                        if a.bytes_per_param
+                        else None,
+                    }
+                    for k, f in a.families.items()
+                },
+                "unmatched_targets": a.unmatched_targets,
+                "findings": a.findings,
+            }
+            for a in audits
+        ],
+        "engines_disagree": len(audits) > 1,
+    }
+
+
+def checkpoint_lines(r: CheckpointReport) -> list[str]:
+    folder, a = r.folder, r.audit
+    lines = [
+        f"checkpoint {folder} (headers only)",
+        f"declared  {a.method}; scheme {a.scheme or 'unknown'}",
+        "          family        quantised tensors        unquantised tensors (ignored)",
+    ]
+    for f in a.families.values():
+        if f.family == "other":
+            continue
+        lines.append(
+            f"          {f.family:<12} {f.quantised_tensors:>8,} {gib(f.quantised_bytes):>12}"
+            f"   {f.plain_tensors:>8,} {gib(f.plain_bytes):>12} ({gib(f.ignored_bytes)})"
+        )
+    size = f"size      {gib(a.total_bytes)} stored"
+    size += (
+        f"; expected {gib(a.expected_bytes)} if {a.expected_why}"
+        if a.expected_bytes is not None
+        else f"; expected {a.expected_why}"
+    )
+    lines.append(size)
+    for finding in a.findings or ["none: the large weights are stored quantised or ignored on purpose"]:
+        lines.append(f"finding   {finding}")
+    return lines
+
+
+def checkpoint_json(r: CheckpointReport) -> dict[str, Any]:
+    folder, a = r.folder, r.audit
+    return {
+        "checkpoint": str(folder),
+        "declared": a.method,
+        "scheme": a.scheme,
+        "total_bytes": a.total_bytes,
+        "expected_bytes": a.expected_bytes,
+        "expected_why": a.expected_why,
+        "families": {
+            k: {
+                "quantised_tensors": f.quantised_tensors,
+                "quantised_bytes": f.quantised_bytes,
+                "unquantised_tensors": f.plain_tensors,
+                "unquantised_bytes": f.plain_bytes,
+                "ignored_bytes": f.ignored_bytes,
+            }
+            for k, f in a.families.items()
+        },
+        "suffixed_fused_names": a.suffixed,
+        "findings": a.findings,
+    }

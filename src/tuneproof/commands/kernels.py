@@ -1,0 +1,76 @@
+"""`tuneproof kernels`: a profiler trace's kernel table by class (`measure.kernels.kernel_table`), one per
+rank for a folder of rank traces, with the ranks' skew. A `KernelsSpec`, `prepare` (every trace read and
+checked to be one run) and `run`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuneproof.core import validate
+from tuneproof.core.errors import TuneproofError
+from tuneproof.core.progress import Progress
+from tuneproof.measure.kernels import KernelTable, RankTables, rank_tables, ranked_table
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class KernelsSpec:
+    """`tuneproof kernels`: the Chrome trace to read and how many top kernels to list per class."""
+
+    trace: Path  # a trace file, or a folder of them (one per rank)
+    top_n: int = 5
+    more: tuple[Path, ...] = ()  # further trace files or folders, one file per rank
+
+    def __post_init__(self) -> None:
+        validate.integer("top_n", self.top_n, high=10_000)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelsPlan:
+    trace: dict[str, Any]  # the first rank's trace, as trace_read.read_trace keeps it
+    top_n: int
+    ranks: tuple[tuple[str | None, dict[str, Any]], ...] = ()  # (rank label, trace) per file, all of them
+
+
+def prepare(spec: KernelsSpec) -> KernelsPlan:
+    """Read the traces, streaming (a missing, unreadable or event-less file is refused here)."""
+    from tuneproof.trace.read import load_trace, rank_of, trace_files
+
+    files = trace_files([spec.trace, *spec.more])
+    ranks = tuple((rank_of(t, p), t) for p in files for t in [load_trace(p)])
+    if len(files) > 1:
+        _one_run(files, ranks)
+    return KernelsPlan(ranks[0][1], spec.top_n, ranks)
+
+
+def _one_run(files: list[Path], ranks: tuple[tuple[str | None, dict[str, Any]], ...]) -> None:
+    """A skew across traces means something only for one run: refuse two files of one rank (the same
+    file twice, or a folder mixing runs) and traces from different devices or platforms."""
+    from tuneproof.trace.devices import device_record, platform_of
+
+    first: dict[str, Path] = {}
+    for p, (r, _) in zip(files, ranks, strict=True):
+        if r is not None and r in first:
+            raise TuneproofError(
+                f"{first[r]} and {p} are both rank {r}", "pass one trace per rank, all from one run"
+            )
+        if r is not None:
+            first[r] = p
+    kinds: dict[tuple[str, Any], Path] = {}
+    for p, (_, t) in zip(files, ranks, strict=True):
+        dev = device_record(t, t["traceEvents"]) or {}
+        kinds.setdefault((platform_of(t, dev), dev.get("name")), p)
+    if len(kinds) > 1:
+        (k1, p1), (k2, p2) = list(kinds.items())[:2]
+        raise TuneproofError(
+            f"{p1} ({k1[0]}, {k1[1] or 'device not named'}) and {p2} ({k2[0]}, {k2[1] or 'device not named'})"
+            " ran on different devices",
+            "pass the traces of one run, one per rank",
+        )
+
+
+def run(plan: KernelsPlan, progress: Progress | None = None) -> KernelTable | RankTables:
+    """One table for one trace; with several (one per rank), a table per rank and their skew."""
+    tables = [ranked_table(label, trace, plan.top_n) for label, trace in plan.ranks or ((None, plan.trace),)]
+    return tables[0] if len(tables) == 1 else rank_tables(tables)
