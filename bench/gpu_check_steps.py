@@ -222,13 +222,14 @@ def step_probe(work: Path, budget_s: float, emit: Emit) -> None:
     """`tuneproof probe`'s library call on the model, SDPA, training step, 3 widths: the fit's
     quadratic share against the kernel table's at the profiled width."""
     from tuneproof.arch import resolve
-    from tuneproof.measure.probe import ProbeSpec, run_probe
+    from tuneproof.commands import probe as probe_command
+    from tuneproof.measure.probe import ProbeSpec
 
     spec = ProbeSpec(
         attn="sdpa", widths=PROBE_WIDTHS, batch=1, mode="full", device=DEVICE, dtype="bf16",
         min_repeats=3, max_repeats=8, budget_s=max(budget_s - 25, 20), over_budget="floor", profiles=2,
     )  # fmt: skip
-    result = run_probe(resolve(work / "model" / "config.json"), spec)
+    result = probe_command.run(probe_command.prepare(spec, resolve(work / "model" / "config.json")))
     fit, cross = result.fit, result.cross
     shares = ", ".join(f"{int(w)}: {100 * s:.1f} %" for w, s in sorted(fit.quad_share.items()))
     emit(
@@ -362,7 +363,7 @@ def step_train(work: Path, budget_s: float, emit: Emit) -> None:
     flex computes. The MFU is each count over the callback's own step time."""
     from transformers import TrainerCallback
 
-    from tuneproof.commands.train import train
+    from tuneproof.commands.train import TrainSpec, prepare, run
     from tuneproof.runs.recipe import read_recipe
     from tuneproof.train import callback as cb
 
@@ -376,7 +377,7 @@ def step_train(work: Path, budget_s: float, emit: Emit) -> None:
     counter = type("CountAndCompare", (_CountAndCompare, TrainerCallback), {})()
     cb.price_step = recording  # type: ignore[assignment]
     try:
-        result = train(read_recipe(_recipe(work)), quiet=True, callbacks=[counter])
+        result = run(prepare(TrainSpec(recipe=read_recipe(_recipe(work)), quiet=True)), None, [counter])
     finally:
         cb.price_step = price
     attention = _attention_share(priced)

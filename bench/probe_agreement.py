@@ -13,7 +13,8 @@ from __future__ import annotations
 import warnings
 
 from tuneproof.arch import resolve
-from tuneproof.measure.probe import ProbeSpec, run_probe
+from tuneproof.commands import probe as probe_command
+from tuneproof.measure.probe import ProbeSpec
 
 warnings.filterwarnings("ignore")
 SETUPS = {
@@ -28,7 +29,7 @@ def main() -> None:
     model = resolve("tiny")
     for name, spec in SETUPS.items():
         for i in range(3):
-            r = run_probe(model, spec)
+            r = probe_command.run(probe_command.prepare(spec, model))
             cc = r.cross
             print(f"{name} run {i + 1}: {cc.verdict.outcome}: {cc.verdict.reason}")
             for line in cc.explanation[:1] + cc.notes:

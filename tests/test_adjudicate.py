@@ -10,7 +10,7 @@ import torch
 
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
-from tuneproof.commands.adjudicate import AdjudicateSpec, Diff, adjudicate, judge_width, paired_halfwidth
+from tuneproof.commands.adjudicate import AdjudicateSpec, Diff, judge_width, paired_halfwidth, prepare, run
 from tuneproof.core.errors import TuneproofError
 
 
@@ -78,12 +78,10 @@ def test_adjudicate_states_its_criterion_and_judges_each_width(capsys) -> None:
 
 
 def test_gradients_as_the_criterion_leave_out_backends_without_a_backward() -> None:
-    result = adjudicate(
-        resolve("tiny"),
-        AdjudicateSpec(
-            widths=(64,), backends=("sdpa", "flex_attention", "eager"), criterion="grads", samples=2
-        ),
+    spec = AdjudicateSpec(
+        widths=(64,), backends=("sdpa", "flex_attention", "eager"), criterion="grads", samples=2
     )
+    result = run(prepare(spec, resolve("tiny")))
     v = result.judge(64)
     assert set(v.errors) == {"sdpa", "eager"}
     assert any("no part in the grads verdict" in n for n in result.notes)

@@ -61,7 +61,7 @@ FRONT_DOORS = {
         "read_arm",
         "read_probes",
         "read_spec",
-        "run_gate",
+        "judge_arms",
     ],
     tuneproof.flops: [
         "EFFECTS",
@@ -151,7 +151,6 @@ FRONT_DOORS = {
         "kernel_table",
         "load_trace",
         "read_points",
-        "run_probe",
         "time_fn",
         "time_interleaved",
     ],

@@ -66,10 +66,10 @@ def test_the_mining_example_prints_what_the_readme_shows(tmp_path: Path, capsys,
 
 
 def test_the_python_example_gives_the_numbers_in_its_comment(tmp_path: Path) -> None:
-    from tuneproof.gate import PhraseMatcher, read_arm, run_gate
+    from tuneproof.gate import PhraseMatcher, judge_arms, read_arm
 
     _arms(tmp_path)
-    report = run_gate(
+    report = judge_arms(
         read_arm([tmp_path / "base.jsonl"], "base"),
         read_arm([tmp_path / "tuned.jsonl"], "tuned"),
         attractors=(PhraseMatcher(["a testament to", "delve into"]), "inline list"),

@@ -13,7 +13,7 @@ from tuneproof.cli.app import main
 from tuneproof.gate import stats
 from tuneproof.gate.arms import Arm
 from tuneproof.gate.attractors import PhraseMatcher
-from tuneproof.gate.judge import judge_probe, run_gate
+from tuneproof.gate.judge import judge_arms, judge_probe
 from tuneproof.gate.probes import read_probes
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor
 
@@ -98,7 +98,7 @@ def _write(path: Path, text: str) -> Path:
 def test_memorisation_zero_on_both_arms_passes(tmp_path: Path) -> None:
     corpus = _write(tmp_path / "c.txt", " ".join(f"licensed{i}" for i in range(2000)))
     base, tuned = arm(Style(), 1, "base"), arm(Style(), 2, "tuned")
-    report = run_gate(base, tuned, corpus=[corpus])
+    report = judge_arms(base, tuned, corpus=[corpus])
     mem = report.metrics["memorisation"]
     assert mem.base == 0.0 and mem.tuned == 0.0 and mem.verdict == PASS
     assert mem.extra["longest_span"] is None and mem.extra["corpus_tokens"] == 2000
@@ -112,7 +112,7 @@ def test_planted_60_token_span_in_4_percent_of_tuned_is_a_fail_naming_it(tmp_pat
     for r in data[:8]:  # 4 %
         r["text"] = "as I recall, " + span + " and so on"
     tuned = _arm_of(data, "tuned")
-    report = run_gate(arm(Style(), 1, "base", prompts=25, samples=4), tuned, corpus=[corpus])
+    report = judge_arms(arm(Style(), 1, "base", prompts=25, samples=4), tuned, corpus=[corpus])
     mem = report.metrics["memorisation"]
     assert mem.verdict == FAIL and mem.tuned == pytest.approx(4.0)
     assert mem.extra["longest_span"]["tokens"] == 60
@@ -142,7 +142,7 @@ def test_planted_null_is_inconclusive_in_at_least_95_of_100_trials(tmp_path: Pat
     for trial in range(100):
         base = arm(Style(), 2 * trial, "base", prompts=24, samples=3)
         tuned = arm(Style(), 2 * trial + 1, "tuned", prompts=24, samples=3)
-        report = run_gate(base, tuned, attractors=matcher, probes=[probe])
+        report = judge_arms(base, tuned, attractors=matcher, probes=[probe])
         judged = [report.metrics["diversity"], report.metrics["attractors"], report.probes[0].result]
         judged += report.metrics["diversity"].parts + report.metrics["attractors"].parts
         if any(m.verdict != INCONCLUSIVE for m in judged):
@@ -155,13 +155,13 @@ def test_a_real_difference_passes_and_the_exit_codes_follow_the_verdicts(tmp_pat
     matcher = (PhraseMatcher(["a testament to"]), "sha")
     base = arm(Style(), 1, "base")
     better = arm(Style(repeat=0.02, attractor=0.05, refusal=0.02), 2, "tuned")
-    report = run_gate(base, better, attractors=matcher, probes=[probe])
+    report = judge_arms(base, better, attractors=matcher, probes=[probe])
     assert [report.metrics[m].verdict for m in ("diversity", "attractors")] == [PASS, PASS]
     assert report.probes[0].result.verdict == PASS and report.probes[0].held == "held"
     assert report.verdict == PASS and report.exit_code == 0
-    worse = run_gate(better, base, attractors=matcher, probes=[probe])
+    worse = judge_arms(better, base, attractors=matcher, probes=[probe])
     assert worse.metrics["diversity"].verdict == FAIL and worse.exit_code == 1
-    same = run_gate(base, arm(Style(), 3, "tuned"))
+    same = judge_arms(base, arm(Style(), 3, "tuned"))
     assert same.verdict == INCONCLUSIVE and same.exit_code == 3
 
 
@@ -401,7 +401,7 @@ def test_degenerate_probes_and_empty_responses_are_called_out(tmp_path: Path) ->
         PROBES.replace('phrases = ["I cannot help"]', 'regex = ["w"]')
         + PROBES.replace('"refusal"', '"never"').replace('["I cannot help"]', '["zebra crossing"]'),
     )
-    report = run_gate(arm(Style(), 1, "base"), arm(Style(), 2, "tuned"), probes=read_probes(probes))
+    report = judge_arms(arm(Style(), 1, "base"), arm(Style(), 2, "tuned"), probes=read_probes(probes))
     every, never = report.probes
     assert (
         every.result.verdict == INCONCLUSIVE and "fires on every response in both arms" in every.result.reason
@@ -411,7 +411,7 @@ def test_degenerate_probes_and_empty_responses_are_called_out(tmp_path: Path) ->
     for run in empty.runs.values():
         for texts in run.values():
             texts[0] = ""
-    report = run_gate(arm(Style(), 1, "base"), empty)
+    report = judge_arms(arm(Style(), 1, "base"), empty)
     assert "80 of 320 tuned responses are empty" in report.notes
     assert report.metrics["diversity"].extra["samples_per_prompt"] == 4.0
 
@@ -422,7 +422,9 @@ def test_every_memorised_response_is_listed(tmp_path: Path) -> None:
     data = rows(Style(), 2, prompts=10, runs=2, samples=2)
     for i, r in enumerate(data[:3]):
         r["text"] = " ".join(words[100 * i : 100 * i + 40 + i])
-    report = run_gate(arm(Style(), 1, "base", prompts=10, samples=2), _arm_of(data, "tuned"), corpus=[corpus])
+    report = judge_arms(
+        arm(Style(), 1, "base", prompts=10, samples=2), _arm_of(data, "tuned"), corpus=[corpus]
+    )
     spans = report.metrics["memorisation"].extra["spans"]
     assert [s["tokens"] for s in spans] == [42, 41, 40] and all(s["text"] for s in spans)
     assert [(s["prompt_id"], s["sample"]) for s in spans] == [("p001", 0), ("p000", 1), ("p000", 0)]
@@ -576,19 +578,19 @@ def test_every_verdict_is_the_one_verdict_type_with_its_margin_and_noise(tmp_pat
     # the overall verdict names what it rests on; memorisation's margin is the share above the threshold
     (probe,) = read_probes(_write(tmp_path / "p.toml", PROBES))
     better = arm(Style(repeat=0.02, attractor=0.05, refusal=0.02), 2, "tuned")
-    worse = run_gate(better, arm(Style(), 1, "base"), probes=[probe])
+    worse = judge_arms(better, arm(Style(), 1, "base"), probes=[probe])
     assert worse.judgement == Verdict(FAIL, "failed: diversity, probe refusal", FINDING)
-    passed = run_gate(arm(Style(), 1, "base"), better, probes=[probe])
+    passed = judge_arms(arm(Style(), 1, "base"), better, probes=[probe])
     assert passed.judgement.outcome == PASS and passed.judgement.exit_code == OK
     assert passed.judgement.reason == "every gated metric passed: diversity, probe refusal"
-    same = run_gate(arm(Style(), 1, "base"), arm(Style(), 3, "tuned"))
+    same = judge_arms(arm(Style(), 1, "base"), arm(Style(), 3, "tuned"))
     assert same.judgement == Verdict(INCONCLUSIVE, "none failed; not decided: diversity", CANNOT_JUDGE)
     words = [f"prose{i}" for i in range(500)]
     corpus = _write(tmp_path / "c.txt", " ".join(words))
     data = rows(Style(), 2, prompts=10, runs=2, samples=2)  # 40 tuned responses, 2 of them copied
     for r in data[:2]:
         r["text"] = " ".join(words[:40])
-    mem = run_gate(arm(Style(), 1, "base", prompts=10, samples=2), _arm_of(data, "tuned"), corpus=[corpus])
+    mem = judge_arms(arm(Style(), 1, "base", prompts=10, samples=2), _arm_of(data, "tuned"), corpus=[corpus])
     judged = mem.metrics["memorisation"].judgement
     assert judged is not None and judged.outcome == FAIL and judged.margin == pytest.approx(5.0)
     assert judged.noise is None and judged.exit_code == FINDING

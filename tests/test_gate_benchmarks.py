@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tuneproof.gate.arms import read_arm
-from tuneproof.gate.judge import run_gate
+from tuneproof.gate.judge import judge_arms
 from tuneproof.gate.spec import GateSpec, read_spec
 
 ROOT = Path(__file__).parent.parent
@@ -34,7 +34,7 @@ def _runs(tmp: Path, arm: str, model, tasks, seeds, groups=None) -> list[Path]: 
 
 
 def _gate(base: list[Path], tuned: list[Path], spec: GateSpec | None = None):  # type: ignore[no-untyped-def]
-    return run_gate(read_arm(base, "base"), read_arm(tuned, "tuned"), spec)
+    return judge_arms(read_arm(base, "base"), read_arm(tuned, "tuned"), spec)
 
 
 def _line(report, task: str, metric: str = "exact_match", filt: str = "strict-match"):  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ import pytest
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.arms import read_arm
-from tuneproof.gate.judge import run_gate
+from tuneproof.gate.judge import judge_arms
 from tuneproof.gate.lm_eval import read_run
 
 ROOT = Path(__file__).parent.parent
@@ -67,7 +67,7 @@ def test_a_real_run_pair_is_judged_and_its_aggregates_shown(capsys, monkeypatch)
 def test_excerpted_samples_are_called_out_against_the_results_file() -> None:
     u1 = DATA / "pyfade_gsm8k_gemma3_12b_u1_limit100_excerpt"
     base = DATA / "pyfade_gsm8k_gemma3_12b_base_limit100_excerpt"
-    report = run_gate(read_arm([base], "base"), read_arm([u1], "tuned"))
+    report = judge_arms(read_arm([base], "base"), read_arm([u1], "tuned"))
     assert report.benchmarks is not None
     notes = " ".join(report.benchmarks.notes)
     # the repository kept 3 of the run's 100 documents: their mean is not lm-eval's 0.75 / 0.77
@@ -273,7 +273,7 @@ def test_a_real_multiple_choice_pair_is_judged_by_exact_mcnemar_with_one_run_eac
             and sum(docs.values()) / 20 == pytest.approx(acc) == run.aggregates[("copa", "none", "acc")]
         )
         assert run.texts == {}  # loglikelihood rows hold no response text
-    report = run_gate(read_arm([COPA[0]], "base"), read_arm([COPA[1]], "tuned"))
+    report = judge_arms(read_arm([COPA[0]], "base"), read_arm([COPA[1]], "tuned"))
     assert report.benchmarks is not None and report.metrics["diversity"].extra.get("skipped")
     (line,) = report.benchmarks.lines
     assert line.test == "exact McNemar" and line.result.delta == pytest.approx(20.0)
@@ -288,7 +288,7 @@ def test_a_lone_multiple_choice_samples_file_reads_acc_and_acc_norm() -> None:
     run = read_run(samples, "base", "arc")
     assert set(run.scores) == {("arc_easy", "none", "acc"), ("arc_easy", "none", "acc_norm")}
     assert run.aggregates == {} and run.results_file is None
-    report = run_gate(read_arm([samples], "base"), read_arm([samples], "tuned"))
+    report = judge_arms(read_arm([samples], "base"), read_arm([samples], "tuned"))
     assert [x.result.delta for x in report.benchmarks.lines] == [0.0, 0.0]
 
 
@@ -366,7 +366,7 @@ def test_a_given_diversity_floor_beside_benchmark_runs_is_refused(tmp_path: Path
 def test_two_runs_against_one_use_the_paired_bootstrap_and_say_which_arm(tmp_path: Path) -> None:
     b1, b2 = _run(tmp_path / "b1"), _run(tmp_path / "b2", seed=2, date="2026-11-02T10-00-00.000000")
     t = _run(tmp_path / "t", seed=3, date="2026-11-03T10-00-00.000000")
-    report = run_gate(read_arm([b1, b2], "base"), read_arm([t], "tuned"))
+    report = judge_arms(read_arm([b1, b2], "base"), read_arm([t], "tuned"))
     line = report.benchmarks.lines[0]
     assert line.test == "paired bootstrap" and "mcnemar_p" not in line.extra
     assert "1 run in the tuned arm, so the paired bootstrap stands in" in line.result.reason

@@ -88,7 +88,7 @@ def test_buckets_json_is_the_buckets_result(monkeypatch, capsys) -> None:
 
 
 def test_probe_json_is_the_probe_result(monkeypatch, capsys, tmp_path: Path) -> None:
-    from tuneproof.measure import probe as area
+    from tuneproof.commands import probe as area
 
     argv = ["probe", "--widths", "64,128,256", "--mode", "forward", "--budget", "1", "--profiles", "2",
             "--over-budget", "floor", "--out", str(tmp_path / "out")]  # fmt: skip

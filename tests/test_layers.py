@@ -218,3 +218,22 @@ def test_no_module_but_the_matcher_matches_peft_targets() -> None:
         if m != "tuneproof.arch.targets" and 'endswith("." +' in path.read_text().replace("'", '"')
     ]
     assert copies == []
+
+
+def test_every_verb_is_a_command_module_with_prepare_and_run() -> None:
+    """`tuneproof X` is `tuneproof.commands.X`: its spec, `prepare` and `run(plan, progress)`, and no
+    second door (`run_x`, `x(...)` doing both) beside them."""
+    from tuneproof.cli.app import app
+
+    missing = []
+    for verb in app.commands:
+        module = f"tuneproof.commands.{verb.replace('-', '_')}"
+        names = _top_level_names(module) if module in MODULES else set()
+        if not {"prepare", "run"} <= names:
+            missing.append(verb)
+    assert missing == []
+    verbs = {verb.replace("-", "_") for verb in app.commands}
+    doors = [
+        f"{m}.{n}" for m in MODULES for n in _top_level_names(m) if n.startswith("run_") and n[4:] in verbs
+    ]
+    assert doors == []

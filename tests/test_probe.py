@@ -13,12 +13,13 @@ import pytest
 from fakes import A, B, case_time
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
+from tuneproof.commands import probe as probe_command
 from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import CrossCheck, cross_check, judge_agreement
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.fit import read_points
 from tuneproof.measure.kernels import PROFILE_COLUMNS, kernel_table
-from tuneproof.measure.probe import ProbeSpec, run_probe
+from tuneproof.measure.probe import ProbeSpec
 from tuneproof.measure.timing import Skip
 from tuneproof.trace.read import load_trace
 
@@ -28,7 +29,7 @@ FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2, ove
 
 @pytest.mark.slow
 def test_probe_runs_fits_profiles_and_keeps_files(tmp_path: Path) -> None:
-    result = run_probe(TINY, ProbeSpec(**FAST), out=tmp_path / "out")
+    result = probe_command.run(probe_command.prepare(ProbeSpec(**FAST), TINY, tmp_path / "out"))
     assert sorted(result.timings) == [64, 128, 256] and result.profiled_width == 256
     # the contract is 3 rounds at least; under load the budget may end before an outlier is made up
     assert all(len(t.times_s) >= 3 for t in result.timings.values())
@@ -60,7 +61,7 @@ def test_the_global_rng_is_left_alone() -> None:
 
     torch.manual_seed(123)
     before = torch.random.get_rng_state().clone()
-    run_probe(TINY, ProbeSpec(**FAST))
+    probe_command.run(probe_command.prepare(ProbeSpec(**FAST), TINY))
     assert torch.equal(torch.random.get_rng_state(), before)
 
 
@@ -75,7 +76,9 @@ def test_out_of_memory_width_is_skipped(monkeypatch) -> None:
         return real({**steps, 96: oom}, **kw)
 
     monkeypatch.setattr(probe_mod, "time_interleaved", flaky)
-    result = run_probe(TINY, ProbeSpec(**{**FAST, "widths": (64, 96, 128, 256)}))
+    result = probe_command.run(
+        probe_command.prepare(ProbeSpec(**{**FAST, "widths": (64, 96, 128, 256)}), TINY)
+    )
     assert list(result.skipped) == [96] and "out of memory" in result.skipped[96]
     assert sorted(result.timings) == [64, 128, 256]
 
@@ -86,7 +89,7 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
 
     monkeypatch.setattr(probe_mod, "time_interleaved", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        run_probe(TINY, ProbeSpec(**FAST))
+        probe_command.run(probe_command.prepare(ProbeSpec(**FAST), TINY))
 
 
 @pytest.mark.parametrize(
@@ -144,14 +147,16 @@ def test_probe_command_json_and_errors(capsys, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_probe_training_modes_run(kw: dict) -> None:
     spec = ProbeSpec(**{**FAST, "widths": (32, 64, 128), **kw})
-    result = run_probe(TINY, spec)
+    result = probe_command.run(probe_command.prepare(spec, TINY))
     assert sorted(result.timings) == [32, 64, 128]
     assert result.flops.run.mode == kw["mode"]
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
 def test_probe_on_cuda_reads_device_kernels() -> None:
-    result = run_probe(TINY, ProbeSpec(widths=(256, 512, 1024), mode="full", device="cuda"))
+    result = probe_command.run(
+        probe_command.prepare(ProbeSpec(widths=(256, 512, 1024), mode="full", device="cuda"), TINY)
+    )
     assert result.kernels.source == "device" and result.kernels.device is not None
     assert result.kernels.share("attention") > 0
 
@@ -338,7 +343,7 @@ def _case_profiles(widths, rng, n: int = 3):  # type: ignore[no-untyped-def]
 def test_analyse_concludes_what_the_measurements_say() -> None:
     from tuneproof.hardware.gpus import Peak
     from tuneproof.measure.kernels import kernel_table
-    from tuneproof.measure.probe import analyse
+    from tuneproof.measure.probe_result import analyse
 
     widths = (2048, 8192, 16384)
     timing = _fake_timing(widths)
@@ -368,7 +373,7 @@ def test_analyse_concludes_what_the_measurements_say() -> None:
 def test_analyse_says_when_the_constant_is_undetermined() -> None:
     from tuneproof.hardware.gpus import Peak
     from tuneproof.measure.kernels import kernel_table
-    from tuneproof.measure.probe import analyse
+    from tuneproof.measure.probe_result import analyse
 
     widths = (2048, 8192, 16384)
     timing = _fake_timing(widths, rel=0.3)
@@ -388,7 +393,7 @@ def test_analyse_says_when_the_constant_is_undetermined() -> None:
 
 
 def test_profiles_are_interleaved_and_an_outlier_is_re_taken(monkeypatch, tmp_path: Path) -> None:
-    from tuneproof.measure.probe import _profile_widths
+    from tuneproof.measure.probe import profile_widths
 
     totals = {64: [10.0, 10.5, 50.0, 10.2], 128: [40.0, 41.0, 40.5]}
     order = []
@@ -421,7 +426,7 @@ def test_profiles_are_interleaved_and_an_outlier_is_re_taken(monkeypatch, tmp_pa
 
     monkeypatch.setattr(probe_mod, "_profile", fake_profile)
     keep = tmp_path / "trace.json"
-    kept, aside, first = _profile_widths(
+    kept, aside, first = profile_widths(
         {64: lambda: 64, 128: lambda: 128}, ProbeSpec(widths=(64, 128, 256), profiles=3), tmp_path, keep, None
     )
     assert order == [64, 128, 128, 64, 64, 128, 64]  # rotated rounds, then one more for width 64
@@ -432,13 +437,13 @@ def test_profiles_are_interleaved_and_an_outlier_is_re_taken(monkeypatch, tmp_pa
 
 
 def test_files_kept_by_the_probe(tmp_path: Path) -> None:
-    from tuneproof.measure.probe import _keep
+    from tuneproof.measure.probe import keep_files
 
     timing = _fake_timing((64, 128, 256))
     trace = tmp_path / "t.json"
     trace.write_text('{"traceEvents": []}')
     row = dict.fromkeys(PROFILE_COLUMNS, 1.5)
-    files = _keep(tmp_path / "out", trace, timing, {64: [row], 128: [row, row]})
+    files = keep_files(tmp_path / "out", trace, timing, {64: [row], 128: [row, row]})
     assert files == {
         "points": str(tmp_path / "out" / "points.csv"),
         "kernels": str(tmp_path / "out" / "kernels.csv"),
@@ -462,7 +467,7 @@ def test_files_kept_by_the_probe(tmp_path: Path) -> None:
     assert gzip.decompress(Path(files["trace"]).read_bytes()) == b'{"traceEvents": []}'
 
 
-# ---- the measuring half: the steps, the model, the wiring of run_probe -----------------------------
+# ---- the measuring half: the steps, the model, the wiring of the probe command -----------------------------
 
 
 class _FakeNet:
@@ -575,8 +580,8 @@ def test_probe_model_follows_the_spec() -> None:
     assert all(p.requires_grad for p in forward.parameters())  # no adapter: full model
 
 
-def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, tmp_path: Path) -> None:
-    """run_probe with the model and the profiler faked: one warm-up per width, the spec's timing
+def test_the_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, tmp_path: Path) -> None:
+    """The probe with the model and the profiler faked: one warm-up per width, the spec's timing
     settings, every width profiled `profiles` times, progress reported, the files kept."""
     import time
 
@@ -621,7 +626,7 @@ def test_run_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     spec = ProbeSpec(
         widths=(64, 128, 256), mode="forward", budget_s=1e-6, target=0.01, profiles=2, over_budget="floor"
     )
-    r = run_probe(TINY, spec, out=tmp_path / "out", progress=said.append)
+    r = probe_command.run(probe_command.prepare(spec, TINY, tmp_path / "out"), said.append)
     assert r.timing.stopped == "the 1e-06 s budget ended after 3 rounds" and r.timing.target == 0.01
     assert {w: len(t.times_s) for w, t in r.timings.items()} == {64: 3, 128: 3, 256: 3}
     assert all(t.warmup == 1 for t in r.timings.values())
@@ -712,7 +717,7 @@ def test_profiles_stop_re_taking_after_twice_the_rounds(monkeypatch, tmp_path: P
     """A width whose profiles keep coming out as outliers is re-profiled at most 2 x profiles rounds;
     the device is passed through; the kept table is the largest width's first profile."""
     from tuneproof.measure import robust
-    from tuneproof.measure.probe import _profile_widths
+    from tuneproof.measure.probe import profile_widths
 
     seen: list[tuple[int, str]] = []
     wild = iter([10.0, 90.0, 95.0, 99.0, 97.0, 98.0, 96.0, 94.0, 93.0])
@@ -728,7 +733,7 @@ def test_profiles_stop_re_taking_after_twice_the_rounds(monkeypatch, tmp_path: P
     monkeypatch.setattr(robust, "outliers", lambda totals: np.array([50 < t < 128 for t in totals]))
     steps = {w: (lambda w=w: w) for w in (64, 128, 256)}
     spec = ProbeSpec(widths=(64, 128, 256), profiles=3)
-    kept, aside, first = _profile_widths(steps, spec, tmp_path, tmp_path / "keep.json", None)
+    kept, aside, first = profile_widths(steps, spec, tmp_path, tmp_path / "keep.json", None)
     assert {d for _, d in seen} == {"cpu"}
     assert [w for w, _ in seen].count(64) == 6  # 3 rounds for all, then 3 more for width 64 alone
     assert [w for w, _ in seen].count(128) == 3 and len(seen) == 12

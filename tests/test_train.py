@@ -121,7 +121,8 @@ def test_resume_continues_with_the_batches_an_uninterrupted_run_sees(tmp_path: P
     ones the uninterrupted run trained on, in the same order (the sampler resumes at its position)."""
     from transformers import TrainerCallback
 
-    from tuneproof.commands.train import train
+    from tuneproof.commands.train import TrainSpec, prepare, run
+    from tuneproof.core.terminal import PrintedProgress
     from tuneproof.runs.recipe import from_dict
 
     class Seen(TrainerCallback):
@@ -145,11 +146,12 @@ def test_resume_continues_with_the_batches_an_uninterrupted_run_sees(tmp_path: P
         "test recipe",
     )
     whole = Seen()
-    train(recipe, tmp_path / "whole", callbacks=[whole])
+    run(prepare(TrainSpec(recipe=recipe, output_dir=tmp_path / "whole")), PrintedProgress(), [whole])
     first, second = Seen(stop_at=3), Seen()
-    train(recipe, tmp_path / "cut", callbacks=[first])
+    run(prepare(TrainSpec(recipe=recipe, output_dir=tmp_path / "cut")), PrintedProgress(), [first])
     assert len(first.batches) == 6  # 3 steps x 2 micro-batches, then stopped
-    result = train(recipe, tmp_path / "cut", resume=True, callbacks=[second])
+    again = TrainSpec(recipe=recipe, output_dir=tmp_path / "cut", resume=True)
+    result = run(prepare(again), PrintedProgress(), [second])
     assert result.steps == 6
     assert first.batches + second.batches == whole.batches
 

@@ -63,7 +63,7 @@ def test_the_measured_points_carry_their_median_interval_or_their_range() -> Non
 def test_the_report_probe_times_the_runs_own_lora_targets() -> None:
     """The report's probe timed LoRA on every linear whatever the recipe adapted."""
     from tuneproof.arch import resolve
-    from tuneproof.train.sections import run_targets
+    from tuneproof.commands.train import run_targets
 
     tiny = resolve("tiny")
     assert run_targets(tiny, "all-linear") is None

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from tuneproof.commands.train import train
+from tuneproof.commands.train import TrainSpec, prepare, run
+from tuneproof.core.terminal import PrintedProgress
 from tuneproof.runs.recipe import from_dict
 
 
@@ -33,7 +34,7 @@ if __name__ == "__main__":
     out = Path(sys.argv[1])
     recipe = from_dict({"optim": {"max_steps": 3, "micro_batch": 2, "grad_accum": 1}}, "worker recipe")
     seen = Rows()
-    result = train(recipe, out / "run", callbacks=[seen])
+    result = run(prepare(TrainSpec(recipe=recipe, output_dir=out / "run")), PrintedProgress(), [seen])
     rank = os.environ["RANK"]
     import torch.distributed as dist
 

@@ -99,14 +99,14 @@ def probe(
     json_out: bool,
 ) -> int:
     """Time a step at several widths, fit t = A*w + B*w^2, profile every width, cross-check the two."""
-    from tuneproof.measure import probe as area
+    from tuneproof.commands import probe as area
 
     spec = area.ProbeSpec(
         attn=attn, widths=int_list(widths, "--widths"), batch=batch, mode=mode, grad_ckpt=grad_ckpt,
         device=device, dtype=dtype, min_repeats=min_repeats, max_repeats=max_repeats, budget_s=budget_s,
         target=target, profiles=profiles, seed=seed, over_budget=over_budget,
     )  # fmt: skip
-    plan = area.prepare(resolve_model(config), spec, out)
+    plan = area.prepare(spec, resolve_model(config), out)
     with terminal_progress() as update:
         result = area.run(plan, update, notice=lambda line: print(line, file=sys.stderr))
     return finish(result, json_out)

@@ -13,7 +13,7 @@ difference (same batches) is inside its own spread: the difference's 95 % t-inte
 contains 0. One batch gives no spread, so no verdict.
 
 `tuneproof adjudicate` is `prepare(spec, model)` (every check before a model is built) then
-`run(plan, progress)`: an `Adjudication`. `adjudicate(model, spec)` does both.
+`run(plan, progress)`: an `Adjudication`.
 """
 
 from __future__ import annotations
@@ -389,11 +389,6 @@ def _notes(spec: AdjudicateSpec, results: list[BackendResult]) -> list[str]:
         if spec.criterion == "grads":
             notes.append(f"{b} has no gradients here, so it takes no part in the grads verdict")
     return notes
-
-
-def adjudicate(model: ResolvedModel, spec: AdjudicateSpec) -> Adjudication:
-    """`run(prepare(spec, model))`: each backend's distance to fp32 math truth."""
-    return run(prepare(spec, model))
 
 
 def render_adjudication(result: Adjudication, console: Console) -> None:

@@ -218,13 +218,13 @@ class SkippedSection:
 def probe_section(
     model: ResolvedModel, budget_s: float, progress: Progress | None = None
 ) -> ProbeSection | SkippedSection:
+    from tuneproof.commands.probe import ProbeSpec, prepare, run
     from tuneproof.core.errors import TuneproofError
-    from tuneproof.measure.probe import ProbeSpec, run_probe
 
     # a diagnosis runs the probe's floor even past its budget, and the probe's notes say so
     spec = ProbeSpec(widths=PROBE_WIDTHS, batch=2, mode=PROBE_MODE, budget_s=budget_s, over_budget="floor")
     try:
-        return ProbeSection(run_probe(model, spec, progress=progress), PROBE_NOTE)
+        return ProbeSection(run(prepare(spec, model), progress), PROBE_NOTE)
     except TuneproofError as e:
         return SkippedSection(f"the probe cannot run this model here: {e.message}")
 
@@ -351,7 +351,7 @@ def projection_section(probe: Any) -> ProjectionSection | SkippedSection:
     return ProjectionSection(project(lengths, BATCH, GRAD_ACCUM, model, samplers=("ours", "random")), model)
 
 
-def run_doctor(
+def _diagnose(
     model: ResolvedModel, probe_budget_s: float = 30.0, progress: Progress | None = None
 ) -> DoctorReport:
     """Every diagnosis on `model` (see `tuneproof.arch.resolve`); the probe times for at most
@@ -409,11 +409,11 @@ TITLE = "tuneproof doctor"  # report.json's title, with --out or --report alike
 
 
 def run(plan: DoctorPlan, progress: Progress | None = None) -> DoctorReport:
-    """`run_doctor`, then the report written where the spec says."""
+    """`_diagnose`, then the report written where the spec says."""
     from tuneproof.core.report import write_json, write_report
 
     spec = plan.spec
-    report = run_doctor(plan.model, spec.probe_budget_s, progress)
+    report = _diagnose(plan.model, spec.probe_budget_s, progress)
     if spec.out is not None:
         report.written.append(f"report written to {write_json(spec.out, TITLE, report.to_dict())}")
     if spec.report_dir is not None:

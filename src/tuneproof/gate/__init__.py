@@ -17,7 +17,7 @@ _EXPORTS = {
     "read_arm": "tuneproof.gate.arms",
     "read_probes": "tuneproof.gate.probes",
     "read_spec": "tuneproof.gate.spec",
-    "run_gate": "tuneproof.gate.judge",
+    "judge_arms": "tuneproof.gate.judge",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy(__name__, _EXPORTS)

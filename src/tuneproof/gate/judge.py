@@ -1,7 +1,7 @@
 """The gate: tuned vs base on every metric family, each judged against the instrument's measured noise.
 
 `check_inputs` (gate/checks.py) refuses what cannot be judged before any work starts; `measure` computes
-the families and probes (`run_gate` is the two in one call); the overall verdict (`overall`, a
+the families and probes (`judge_arms` is the two in one call); the overall verdict (`overall`, a
 `tuneproof.core.verdict.Verdict`) is FAIL when any judged metric fails, INCONCLUSIVE when none fails
 but one is inconclusive or could not be judged, PASS when every judged metric passes.
 """
@@ -139,7 +139,7 @@ def _skipped(name: str, wanted: str, reason: str) -> MetricResult:
     )  # fmt: skip
 
 
-def run_gate(
+def judge_arms(
     base: Arm,
     tuned: Arm,
     spec: GateSpec | None = None,

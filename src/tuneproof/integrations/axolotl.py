@@ -63,7 +63,7 @@ class TuneproofPlugin(BasePlugin):
         """Axolotl hands the loaded YAML here before validating it: the pre-flight's moment."""
         if cfg.get("tuneproof_preflight") is False or not is_main_process():
             return
-        self.preflight_findings = run_preflight(cfg)
+        self.preflight_findings = _preflight_findings(cfg)
 
     def add_callbacks_post_trainer(self, cfg: Any, trainer: Any) -> list[Any]:
         from tuneproof.train.callback import TuneproofCallback
@@ -86,7 +86,7 @@ class TuneproofPlugin(BasePlugin):
         return [self.callback]
 
 
-def run_preflight(cfg: Mapping[str, Any]) -> list[str] | None:
+def _preflight_findings(cfg: Mapping[str, Any]) -> list[str] | None:
     """tuneproof's pre-flight of an Axolotl config, logged: one line per finding, or one line saying
     why it was skipped (then None). Never raises: a pre-flight that fails must not stop the run."""
     source = str(cfg.get("axolotl_config_path") or "the Axolotl config")

@@ -22,7 +22,6 @@ _EXPORTS = {
     "kernel_table": "tuneproof.measure.kernels",
     "load_trace": "tuneproof.trace.read",
     "read_points": "tuneproof.measure.points",
-    "run_probe": "tuneproof.measure.probe",
     "time_fn": "tuneproof.measure.timing",
     "time_interleaved": "tuneproof.measure.timing",
 }

@@ -31,7 +31,7 @@ from tuneproof.flops.run import MODES
 from tuneproof.measure.budget import OVER_BUDGET, WholeBudget
 from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS
 from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS, KernelTable, kernel_table
-from tuneproof.measure.probe_result import ProbeResult, analyse, timing_rows
+from tuneproof.measure.probe_result import timing_rows
 from tuneproof.measure.steps import probe_model, width_steps
 from tuneproof.measure.timing import Interleaved, time_interleaved
 from tuneproof.trace.read import load_trace
@@ -161,76 +161,6 @@ def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ProbePlan:
-    """A probe that passed every cheap check (`prepare`): the model, the spec, the output folder."""
-
-    model: ResolvedModel
-    spec: ProbeSpec
-    out: Path | None = None
-
-
-def prepare(model: ResolvedModel, spec: ProbeSpec, out: Path | None = None) -> ProbePlan:
-    """Everything refused before a model is built: the output folder (`OUT_FILES` writable), then
-    positions, the device and memory (`check_probe`)."""
-    from tuneproof.core.io import check_out_folder
-
-    if out is not None:
-        check_out_folder(out, OUT_FILES)
-    check_probe(model, spec)
-    return ProbePlan(model, spec, out)
-
-
-def run(
-    plan: ProbePlan,
-    progress: Callable[[str], None] | None = None,
-    notice: Callable[[str], None] | None = None,
-    clock: Callable[[], float] | None = None,
-) -> ProbeResult:
-    """Time, fit, profile and cross-check. Widths that run out of memory are skipped and reported.
-
-    The measuring half (a real model, `model_steps`, the timing harness, the profiler) feeds the
-    analysing half (`analyse`), which is a plain function of the measurements. The whole run counts
-    against `spec.budget_s` on `clock` (default: the timing harness's); `notice` gets the estimate made
-    after the first timed round, before the other rounds run."""
-    from tuneproof.measure.timing import default_clock
-
-    model, spec, out = plan.model, plan.spec, plan.out
-    clock = clock or default_clock
-    budget = WholeBudget(
-        spec.budget_s, clock, clock(), spec.profiles, spec.over_budget, spec.max_repeats, notice=notice
-    )
-    steps, timing = time_widths(model, spec, progress, budget=budget)
-    with tempfile.TemporaryDirectory() as tmp:
-        keep = Path(tmp) / "trace.json"
-        widths = sorted(timing.timings)
-        kernel_ms, set_aside, first_table = _profile_widths(
-            {w: steps[w] for w in widths}, spec, Path(tmp), keep, progress
-        )
-        if progress:
-            progress("peak")
-        result = analyse(model, spec, timing, kernel_ms, set_aside, first_table, probe_peak(spec))
-        timing.notes.extend([*budget.lines, budget.finish()])
-        if out is not None:
-            result.files.update(_keep(out, keep, timing, kernel_ms))
-    if out is not None:
-        from tuneproof.core.io import atomic_write_json
-
-        result.files["json"] = str(out / "probe.json")
-        atomic_write_json(out / "probe.json", result.to_dict())
-    return result
-
-
-def run_probe(
-    model: ResolvedModel,
-    spec: ProbeSpec,
-    out: Path | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> ProbeResult:
-    """`prepare` and `run` in one call."""
-    return run(prepare(model, spec, out), progress)
-
-
 def time_widths(
     model: ResolvedModel,
     spec: ProbeSpec,
@@ -272,7 +202,7 @@ def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[],
     return width_steps(probe_model(model, spec), spec, int(model.config.vocab_size))
 
 
-def _profile_widths(
+def profile_widths(
     steps: dict[int, Callable[[], None]],
     spec: ProbeSpec,
     tmp: Path,
@@ -316,7 +246,7 @@ def _profile_widths(
 
 
 def _time_profile(step: Callable[[], None], device: str, clock: Callable[[], float]) -> float:
-    """Seconds of one profiled step as `_profile_widths` takes it (profile, trace read, kernel table):
+    """Seconds of one profiled step as `profile_widths` takes it (profile, trace read, kernel table):
     what the budget's estimate of the profiles is made from (`measure.budget`)."""
     start = clock()
     with tempfile.TemporaryDirectory() as tmp:
@@ -354,7 +284,7 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _keep(
+def keep_files(
     out: Path, trace: Path, timing: Interleaved[int], kernel_ms: dict[int, list[dict[str, float]]]
 ) -> dict[str, str]:
     """Write the points CSV, the kernel-class CSV and the gzipped trace into `out`, each atomically."""

@@ -1,0 +1,80 @@
+"""`tuneproof probe`: time a step at several widths, fit t = A*w + B*w^2, profile every width and
+cross-check the two (`measure.probe`, the probe's engine, which the doctor, the plan and the train report
+run too). A `ProbeSpec`, `prepare(spec, model, out)` (every cheap check before a model is built) and
+`run(plan, progress, notice, clock)`: a `ProbeResult`. The engine's steps are looked up on its module
+when they run, so a test that replaces one (the profiler, the model) replaces it here too."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuneproof.arch import ResolvedModel
+from tuneproof.core.progress import Progress
+from tuneproof.measure import probe as engine
+from tuneproof.measure.probe import ProbeSpec
+from tuneproof.measure.probe_result import ProbeResult, analyse
+
+__all__ = ["ProbePlan", "ProbeSpec", "prepare", "run"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePlan:
+    """A probe that passed every cheap check (`prepare`): the model, the spec, the output folder."""
+
+    model: ResolvedModel
+    spec: ProbeSpec
+    out: Path | None = None
+
+
+def prepare(spec: ProbeSpec, model: ResolvedModel, out: Path | None = None) -> ProbePlan:
+    """Everything refused before a model is built: the output folder (`OUT_FILES` writable), then
+    positions, the device and memory (`check_probe`)."""
+    from tuneproof.core.io import check_out_folder
+
+    if out is not None:
+        check_out_folder(out, engine.OUT_FILES)
+    engine.check_probe(model, spec)
+    return ProbePlan(model, spec, out)
+
+
+def run(
+    plan: ProbePlan,
+    progress: Progress | None = None,
+    notice: Callable[[str], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> ProbeResult:
+    """Time, fit, profile and cross-check. Widths that run out of memory are skipped and reported.
+
+    The measuring half (a real model, `model_steps`, the timing harness, the profiler) feeds the
+    analysing half (`analyse`), which is a plain function of the measurements. The whole run counts
+    against `spec.budget_s` on `clock` (default: the timing harness's); `notice` gets the estimate made
+    after the first timed round, before the other rounds run."""
+    from tuneproof.measure.timing import default_clock
+
+    model, spec, out = plan.model, plan.spec, plan.out
+    clock = clock or default_clock
+    budget = engine.WholeBudget(
+        spec.budget_s, clock, clock(), spec.profiles, spec.over_budget, spec.max_repeats, notice=notice
+    )
+    steps, timing = engine.time_widths(model, spec, progress, budget=budget)
+    with tempfile.TemporaryDirectory() as tmp:
+        keep = Path(tmp) / "trace.json"
+        widths = sorted(timing.timings)
+        kernel_ms, set_aside, first_table = engine.profile_widths(
+            {w: steps[w] for w in widths}, spec, Path(tmp), keep, progress
+        )
+        if progress:
+            progress("peak")
+        result = analyse(model, spec, timing, kernel_ms, set_aside, first_table, engine.probe_peak(spec))
+        timing.notes.extend([*budget.lines, budget.finish()])
+        if out is not None:
+            result.files.update(engine.keep_files(out, keep, timing, kernel_ms))
+    if out is not None:
+        from tuneproof.core.io import atomic_write_json
+
+        result.files["json"] = str(out / "probe.json")
+        atomic_write_json(out / "probe.json", result.to_dict())
+    return result
