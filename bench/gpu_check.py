@@ -14,7 +14,7 @@ and written to bench/results/gpu-<device>.txt.
 
 Run:  python bench/gpu_check.py            (from the repository root, on a CUDA machine)
       python bench/gpu_check.py --dry-run  (anywhere: the steps, budgets and outputs; no CUDA)
-Rehearsal: `pytest tests/test_bench_gpu_check.py` runs every step's code on a CPU at a small scale.
+Rehearsal: `pytest tests/contract/test_bench_gpu_check.py` runs every step's code on a CPU at a small scale.
 """
 
 from __future__ import annotations

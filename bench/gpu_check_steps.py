@@ -20,7 +20,7 @@ WINDOW = 1024
 FLEX_T = 2048  # shared memory a flex kernel needs does not depend on the width: compile at a small one
 TRAIN_STEPS = 4
 TRAIN_ROW_WORDS = 2000  # each training row about this many tokens
-DEVICE = "cuda"  # the CPU rehearsal (tests/test_bench_gpu_check.py) sets "cpu" and smaller numbers
+DEVICE = "cuda"  # the CPU rehearsal (tests/contract/test_bench_gpu_check.py) sets "cpu" and smaller numbers
 TRAIN_ATTENTION = "flex_attention"  # the rehearsal trains with sdpa: flex has no backward on a CPU
 
 Emit = Callable[[dict[str, Any]], None]

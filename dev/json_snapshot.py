@@ -37,8 +37,8 @@ MEASURED = re.compile(
 
 
 def command_lines() -> list[str]:
-    """Every runnable `tuneproof ...` line in a code block of the README or docs/ (as tests/test_docs.py reads
-    them), usage lines with [options] or PLACEHOLDERS left out."""
+    """Every runnable `tuneproof ...` line in a code block of the README or docs/ (as
+    tests/contract/test_docs.py reads them), usage lines with [options] or PLACEHOLDERS left out."""
     lines: list[str] = []
     for page in PAGES:
         for block in page.read_text().split("```")[1::2]:

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MUTANTS: tuple[tuple[str, str, list[tuple[str, str]], list[str]], ...] = (
     (
         "adjudicator's closest picks the largest error instead of the smallest",
-        "src/tuneproof/attention/adjudicate.py",
+        "src/tuneproof/commands/adjudicate.py",
         [(r"sorted\(means, key=lambda b: means\[b\]\)", "sorted(means, key=lambda b: -means[b])")],
-        ["tests/test_adjudicate.py"],
+        ["tests/commands/test_adjudicate.py"],
     ),
     (
         "the cross-check's agree and disagree swapped",
@@ -37,24 +37,24 @@ MUTANTS: tuple[tuple[str, str, list[tuple[str, str]], list[str]], ...] = (
             (r'Verdict\(\s*"disagree"', 'Verdict("agree"'),
             (r'Verdict\("SWAPPED"', 'Verdict("disagree"'),
         ],
-        ["tests/test_probe.py"],
+        ["tests/measure/test_probe.py"],
     ),
     (
         "warm-up runs leak into the timed repeats",
         "src/tuneproof/measure/timing.py",
         [(r"for _ in range\(warmup\):\s*fn\(\)", "pass")],
-        ["tests/test_timing.py"],
+        ["tests/measure/test_timing.py"],
     ),
     (
         "the H100 SXM bf16 peak changed from 989 to 98.9 TFLOP/s",
-        "src/tuneproof/hardware.py",
+        "src/tuneproof/hardware/gpus.py",
         [
             (
                 r'"H100 SXM",(\s*\("h100",\),\s*\(9, 0\),\s*SMEM_SM90_100,\s*)\{"bf16": 989\.0',
                 r'"H100 SXM",\1{"bf16": 98.9',
             )
         ],
-        ["tests/test_hardware.py"],
+        ["tests/hardware/test_hardware.py"],
     ),
 )
 

@@ -126,7 +126,7 @@ head, and each layer's attention or mixer kind (`tuneproof.arch.construct`). A f
 unless it brings a new kind of mixer. Eleven families keep hand-written readers (the family table,
 `tuneproof.arch.families`).
 
-`tests/test_families.py` enumerates every causal-LM model type of the installed transformers
+`tests/flops/test_counter_parity.py` enumerates every causal-LM model type of the installed transformers
 ({version}) and checks, on a tiny build from each type's own config class, that the performed ledger
 for `--attn eager` equals torch's `FlopCounterMode` (experts eager) for a forward, a full fine-tune,
 LoRA, and LoRA with gradient checkpointing, within 0.5 %. This page is generated from

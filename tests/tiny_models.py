@@ -319,7 +319,7 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     ),
     "minimax": dict(block_size=16),
     # LongCat-Flash with no zero-compute experts: how many slots land on them depends on the routing,
-    # which the ledger takes as balanced (tests/test_sublayers.py checks the zero experts themselves).
+    # which the ledger takes as balanced (tests/arch/test_sublayers.py checks the zero experts themselves).
     "longcat_flash": dict(num_layers=2, n_routed_experts=4, zero_expert_num=0),
     # LFM2 with short-convolution layers among its attention ones (its default config has none).
     "lfm2": dict(layer_types=["conv", "full_attention", "conv", "full_attention"]),

@@ -1,7 +1,7 @@
 """Which of transformers' causal-LM model types tuneproof costs, and why the others are refused.
 
 Every model_type the installed transformers maps to a causal LM is read by construction
-(`tuneproof.arch.construct`) unless it is listed here. `tests/test_families.py` enumerates the
+(`tuneproof.arch.construct`) unless it is listed here. `tests/flops/test_counter_parity.py` enumerates the
 installed mapping and checks both directions: every unlisted type's performed ledger equals
 FlopCounterMode on a tiny build (forward, full, LoRA, LoRA with checkpointing), and every listed type
 is refused with its reason. docs/families.md is this table in prose.

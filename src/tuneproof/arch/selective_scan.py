@@ -9,7 +9,7 @@ copies `FalconMambaMixer.forward`, `JambaMambaMixer.forward`): in_proj (an nn.Li
 causal convolution (`causal_conv1d_fn`: F.conv1d padded K - 1 on both sides, sliced to T), x_proj
 (an nn.Linear), then `self.dt_proj.weight @ time_step`: a matmul with dt_proj's weight that never
 calls the nn.Linear module, so a LoRA adapter PEFT puts on dt_proj never runs (the ledger counts it as
-a plain, non-adaptable GEMM; `tests/test_selective_scan.py` shows the adapter adds no FLOP). Then
+a plain, non-adaptable GEMM; `tests/arch/test_selective_scan.py` shows the adapter adds no FLOP). Then
 `mamba_selective_scan`: the discretisation (exp(A dt), dt B x) is elementwise, and its recurrent
 branch loops over the T time steps, each running `torch.matmul(ssm_state, C[:, t])`, a
 (D x N) @ (N x 1) product per sequence; then D's skip and the gate, elementwise; out_proj.

@@ -102,7 +102,7 @@ FWD_TABLES: tuple[
 
 def default_fwd(head_dim: int, dtype: str, cap: tuple[int, int]) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_stages, num_warps) torch 2.13 uses for the forward on CUDA
-    (CUDAConfigHeuristic.get_flex_attn_fwd_configs; tests/test_attention_flex.py checks every known
+    (CUDAConfigHeuristic.get_flex_attn_fwd_configs; tests/attention/test_attention_flex.py checks every known
     capability, head_dim and dtype against it)."""
     if head_dim > 256:
         return (32, 16, 3, 4) if dtype == "fp32" else (64, 32, 3, 4)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # paths whose performed FLOPs depend on the batch only through (B, T, any row padded): the ledger
-# is then B x one row's (checked against the ledger itself in tests/test_callback.py)
+# is then B x one row's (checked against the ledger itself in tests/train/test_callback.py)
 ROW_UNIFORM_PATHS = ("eager", "sdpa")
 
 

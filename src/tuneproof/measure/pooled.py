@@ -20,7 +20,7 @@ noise is then read from every row at once:
   sigma^2 * (1 - h_ii)) and the percentile interval ignores that sigma is estimated from 6 degrees of
   freedom, so it under-covers exactly where it is used; the t interval accounts for both, and it is
   exact at the two ends: no noise gives s = 0 and the interval [estimate, estimate], tiny noise a
-  tiny interval around the truth (tests/test_fit.py checks both, and 95 % coverage by simulation).
+  tiny interval around the truth (tests/measure/test_fit.py checks both, and 95 % coverage by simulation).
 - Three rows for three coefficients (three widths, one row each) leave no residual for C's own
   model; C's interval then takes s from the two-term model (df 1). A real C inflates that s, so the
   interval only widens: it can show C absent (three points on a curve through the origin within the

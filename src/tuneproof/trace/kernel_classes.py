@@ -11,7 +11,7 @@ operator) name. Ordering rule: the first match wins, so
 A name no rule matches is "other" and unclassified: the kernel table names every unclassified kernel
 above `UNCLASSIFIED_FLOOR` of kernel time rather than hiding it in "other".
 
-The test vectors are real names: tests/test_kernel_classes.py reads them from the DeepSeek-V3 H800
+The test vectors are real names: tests/trace/test_kernel_classes.py reads them from the DeepSeek-V3 H800
 trace, HolisticTraceAnalysis's AMD MI250 and sampled-rank traces and tests/data/zoo_sm90.json.gz.
 """
 

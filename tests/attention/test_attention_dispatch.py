@@ -1,0 +1,155 @@
+"""The dispatch explainer: the CASE chain, live vs predicted on this CPU, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tuneproof.arch import from_config, tiny_config_path
+from tuneproof.attention.dispatch import Context, explain, predict
+from tuneproof.cli.app import main
+from tuneproof.core.errors import TuneproofError
+from tuneproof.hardware.capability import parse_capability
+
+CASE = Path(__file__).parent.parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json"
+
+
+def test_case_chain_from_explain_json(capsys) -> None:
+    args = [
+        "explain",
+        "--config",
+        str(CASE),
+        "--seq-len",
+        "16384",
+        "--batch",
+        "2",
+        "--padded",
+        "--capability",
+        "12.0",
+        "--training",
+        "--json",
+    ]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    sliding, glob = d["layers"]
+    assert (sliding["layer_type"], sliding["head_dim"], sliding["num_layers"]) == ("sliding", 256, 25)
+    assert sliding["mask_materialised"] is True and "kv_length 16384 >= window 1024" in sliding["mask_reason"]
+    assert "explicit attn_mask" in sliding["refused"]["flash"]
+    assert "not preferred on capability 12.0" in sliding["refused"]["cudnn"]
+    assert sliding["backend"] == "efficient" and sliding["source"] == "predicted"
+    assert (glob["layer_type"], glob["head_dim"], glob["num_layers"]) == ("full", 512, 5)
+    assert glob["mask_materialised"] is True and "padded" in glob["mask_reason"]
+    assert "head_dim 512 > 256" in glob["refused"]["flash"] and "attn_mask" in glob["refused"]["flash"]
+    assert glob["backend"] == "efficient" and "gmem" in glob["kernel"] and "sm80" in glob["kernel"]
+    advice = " ".join(d["advice"])
+    assert "flex_attention with kernel_options" in advice and "'fwd_BLOCK_M': 32" in advice
+    assert "bucket to avoid padding" in advice and "regain is_causal" in advice
+
+
+def test_unpadded_global_layers_keep_is_causal_but_not_flash_at_512() -> None:
+    shape = from_config(CASE)
+    e = explain(shape, Context(seq_len=16384, batch=2, training=True, capability=(12, 0)))
+    glob = next(x for x in e.layers if x.layer_type == "full")
+    assert not glob.mask_materialised and "head_dim 512 > 256" in glob.refused["flash"]
+    assert glob.backend == "efficient"
+
+
+def test_hopper_prefers_cudnn_when_head_dim_allows() -> None:
+    shape = from_config(
+        {
+            "model_type": "llama",
+            "hidden_size": 512,
+            "intermediate_size": 1024,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "vocab_size": 128,
+        }
+    )
+    e = explain(shape, Context(seq_len=4096, batch=1, padded=True, capability=(9, 0)), live=False)
+    assert e.layers[0].backend == "cudnn" and e.layers[0].refused == {}
+    e = explain(shape, Context(seq_len=4096, batch=1, capability=(8, 0)), live=False)
+    assert e.layers[0].backend == "flash"
+
+
+@pytest.mark.parametrize("seq_len,padded", [(64, False), (64, True), (128, False), (512, False), (512, True)])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_live_and_predicted_agree_on_this_cpu(seq_len: int, padded: bool, dtype: str) -> None:
+    shape = from_config(tiny_config_path())  # sliding window 128
+    ctx = Context(seq_len=seq_len, batch=2, padded=padded, dtype=dtype, training=True)
+    live = explain(shape, ctx, live=True)
+    for layer in live.layers:
+        assert layer.source == "live"
+        spec = next(s.attention for s in shape.layers if s.attention.head_dim == layer.head_dim)
+        mask, _, backend, _, _ = predict(ctx, spec)
+        assert (layer.mask_materialised, layer.backend) == (mask, backend)
+
+
+def test_flex_and_eager_paths() -> None:
+    shape = from_config(CASE)
+    flex = explain(shape, Context(seq_len=16384, batch=2, attn="flex_attention", capability=(12, 0)))
+    assert all(not x.mask_materialised and x.backend == "flex" for x in flex.layers)
+    eager = explain(shape, Context(seq_len=512, batch=2, attn="eager"))
+    assert all(x.mask_materialised and x.backend == "eager" for x in eager.layers)
+
+
+@pytest.mark.parametrize(
+    "text,cap", [("12.0", (12, 0)), ("sm_120", (12, 0)), ("sm90", (9, 0)), ("8.6", (8, 6))]
+)
+def test_capability_strings(text: str, cap: tuple[int, int]) -> None:
+    assert parse_capability(text) == cap
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--capability", "13.5"], "unknown --capability '13.5'"),
+        (["--capability", "twelve"], "unknown --capability 'twelve'"),
+        (["--capability", "9.0", "--gpu", "H100"], "--capability and --gpu together"),
+        (["--batch", "0"], "--batch must be >= 1, got 0"),
+        (["--dtype", "fp8"], "--dtype 'fp8' is not known"),
+        (["--padded", "--packed"], "--padded and --packed together"),
+        (["--attn", "xformers"], "--attn 'xformers' is not a known attention path"),
+        (["--gpu", "Voodoo"], "unknown GPU 'Voodoo'"),
+    ],
+)
+def test_bad_explain_input(capsys, args: list[str], fragment: str) -> None:
+    assert main(["explain", "--seq-len", "128", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment in err
+
+
+def test_gpu_name_gives_capability(capsys) -> None:
+    assert (
+        main(
+            [
+                "explain",
+                "--config",
+                str(CASE),
+                "--seq-len",
+                "2048",
+                "--gpu",
+                "NVIDIA H100 80GB HBM3",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["context"]["device"] == "cuda sm_90"
+
+
+def test_flex_on_old_torch_is_refused(monkeypatch) -> None:
+    import torch
+
+    from tuneproof.attention.flex import require_flex
+
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cu124")
+    with pytest.raises(TuneproofError, match=r"flex_attention needs torch >= 2\.6"):
+        require_flex()
+
+
+def test_unknown_capability_raises() -> None:
+    with pytest.raises(TuneproofError):
+        parse_capability("7.2")

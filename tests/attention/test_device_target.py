@@ -1,0 +1,200 @@
+"""The device an explanation is for and the shared memory flex's options must fit: from a capability, a
+GPU name, "auto" or a profiler trace's deviceProperties (real traces from tests/data)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tuneproof.attention.kernel_measure import best_choice
+from tuneproof.attention.target import DeviceTarget, device_target, trace_target
+from tuneproof.cli.app import main
+from tuneproof.core.errors import TuneproofError
+
+DATA = Path(__file__).parent.parent / "data"
+H800 = DATA / "deepseek_v3_train_h800.json.gz"  # DeepSeek's published V3 training trace: 9.0, 232,448 B
+V100 = DATA / "hta" / "ns_resolution_rank-0.json.gz"  # HTA's test trace, a Tesla V100: 7.0, 98,304 B
+
+
+def _trace_like(tmp_path: Path, source: Path, **changes: object) -> Path:
+    """`source`'s deviceProperties with `changes`, and one kernel row on its device."""
+    with gzip.open(source, "rt") as f:
+        props = json.load(f)["deviceProperties"]
+    props = [{**p, **changes} for p in props]
+    out = tmp_path / "trace.json"
+    event = {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 5, "args": {"device": props[0]["id"]}}
+    out.write_text(json.dumps({"deviceProperties": props, "traceEvents": [event]}))
+    return out
+
+
+def test_real_traces_give_their_cards_capability_and_limit() -> None:
+    h800 = trace_target(H800)
+    assert (h800.capability, h800.smem_limit) == ((9, 0), 232_448)
+    assert h800.smem_source == "trace deepseek_v3_train_h800.json.gz, NVIDIA H800: sharedMemPerBlockOptin"
+    v100 = trace_target(V100)
+    assert (v100.capability, v100.smem_limit) == ((7, 0), 98_304)
+    assert "Tesla V100" in (v100.smem_source or "")
+
+
+def test_the_traces_limit_decides_the_estimate(tmp_path) -> None:
+    """A 9.0 card whose trace says 101,376 B per block (not the table's 232,448 B) gets smaller tiles."""
+    small = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=101_376))
+    assert small.capability == (9, 0) and small.smem_limit == 101_376
+    table = best_choice({512}, "bf16", (9, 0), "fwd")
+    traced = best_choice({512}, "bf16", (9, 0), "fwd", smem_limit_bytes=small.smem_limit)
+    assert table.smem_limit == 232_448 and traced.smem_limit == 101_376
+    assert traced.options != table.options and traced.smem_bytes is not None
+    assert traced.smem_bytes <= 101_376 < table.smem_bytes
+    assert "> 101,376 B per block (capability 9.0)" in traced.reason
+
+
+def test_explain_with_a_trace_prints_the_limit_and_sizes_flex_by_it(tmp_path, capsys) -> None:
+    tight = _trace_like(tmp_path, H800, sharedMemPerBlockOptin=60_000)
+    argv = ["explain", "--config", "tiny", "--seq-len", "256", "--attn", "flex_attention", "--training"]
+    assert main([*argv, "--trace", str(tight), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["context"]["device"] == "cuda sm_90" and out["context"]["smem_limit"] == 60_000
+    assert out["context"]["smem_source"] == "trace trace.json, NVIDIA H800: sharedMemPerBlockOptin"
+    for p in ("fwd", "bwd"):
+        got = out["flex_kernel_options"][p]
+        assert got["smem_limit"] == 60_000 and got["options"] and got["smem_bytes"] <= 60_000
+    assert main([*argv, "--trace", str(H800)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "shared memory per block: 232,448 B (trace deepseek_v3_train_h800.json.gz, NVIDIA H800" in text
+
+
+@pytest.mark.parametrize("value", [None, 0, -5, 1, 49_151, 232_449, "101376", True, 1e30, 101376.5, 2**31])
+def test_a_trace_without_a_valid_limit_takes_the_table_and_says_why(tmp_path, value: object) -> None:
+    """Valid: an integer from 48 KiB (every CUDA card since Fermi) to the capability's own maximum."""
+    t = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=value))
+    assert (t.capability, t.smem_limit) == ((9, 0), 232_448)
+    assert t.smem_source == (
+        f"the capability 9.0 table; the trace gives no valid sharedMemPerBlockOptin (device 0: {value!r}; "
+        "valid: 49,152 to 232,448 B)"
+    )
+    assert trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=49_152)).smem_limit == 49_152
+
+
+def test_the_real_trace_without_the_field_names_the_table() -> None:
+    t = trace_target(DATA / "zoo_sm90.json.gz")
+    assert t.smem_limit == 232_448 and (t.smem_source or "").startswith("the capability 9.0 table; the trace")
+
+
+def _two_devices(tmp_path: Path, second: dict[str, object], kernels_on: tuple[int, ...] = (0, 1)) -> Path:
+    with gzip.open(H800, "rt") as f:
+        first = json.load(f)["deviceProperties"][0]
+    props = [{**first, "id": 0}, {**first, "id": 1, **second}]
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "ts": i, "dur": 5, "args": {"device": d}}
+              for i, d in enumerate(kernels_on)]  # fmt: skip
+    out = tmp_path / "two.json"
+    out.write_text(json.dumps({"deviceProperties": props, "traceEvents": events}))
+    return out
+
+
+def test_a_trace_over_several_devices_is_judged_on_all_it_ran_on(tmp_path) -> None:
+    smaller = trace_target(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 101_376}))
+    assert smaller.smem_limit == 101_376  # options that fit every device the kernels ran on
+    assert (smaller.smem_source or "").endswith("sharedMemPerBlockOptin (the smallest of devices 0, 1)")
+    idle = trace_target(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 1_000}, kernels_on=(0,)))
+    assert idle.smem_limit == 232_448  # a listed device no kernel ran on does not count
+    with pytest.raises(TuneproofError, match=r"ran kernels on devices of capability 9.0 and 12.0: one "):
+        trace_target(_two_devices(tmp_path, {"computeMajor": 12, "computeMinor": 0}))
+    with pytest.raises(TuneproofError, match=r"kernels ran on device 3, which its deviceProperties do not"):
+        trace_target(_two_devices(tmp_path, {}, kernels_on=(0, 3)))
+    with pytest.raises(TuneproofError, match=r"list one device id twice: which card ran what is unknown"):
+        trace_target(_two_devices(tmp_path, {"id": 0, "sharedMemPerBlockOptin": 101_376}))
+    named = json.loads(_two_devices(tmp_path, {}).read_text())  # device ids as strings, or null
+    named["traceEvents"] = [
+        {**e, "args": {"device": d}} for e, d in zip(named["traceEvents"], ["0", None], strict=True)
+    ]
+    (tmp_path / "named.json").write_text(json.dumps(named))
+    assert trace_target(tmp_path / "named.json").smem_limit == 232_448
+
+
+def test_a_malformed_capability_or_name_in_a_trace(tmp_path) -> None:
+    with pytest.raises(TuneproofError) as e:
+        trace_target(_trace_like(tmp_path, H800, computeMajor=9.5))
+    assert "NVIDIA H800 has computeMajor 9.5, computeMinor 0: not a compute capability" in e.value.message
+    escaped = trace_target(_trace_like(tmp_path, H800, name="NVIDIA \x1b[31mH800"))
+    assert "\x1b" not in (escaped.smem_source or "") and "NVIDIA [31mH800" in (escaped.smem_source or "")
+
+
+def test_explain_still_explains_where_no_flex_option_fits_the_card(capsys) -> None:
+    """A T4 (65,536 B) at head_dim 512 in fp32: no flex block size fits; the SDPA dispatch is explained,
+    and the advice says flex cannot run here rather than advising it."""
+    config = str(Path(__file__).parent.parent.parent / "examples" / "gemma4-26b-a4b-like" / "config.json")
+    argv = ["explain", "--config", config, "--seq-len", "4096", "--padded", "--batch", "2", "--gpu", "T4"]
+    assert main([*argv, "--dtype", "fp32", "--training", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [x["backend"] for x in out["layers"]] and out["flex_kernel_options"]["fwd"]["options"] is None
+    assert out["flex_kernel_options"]["fwd"]["reason"].startswith("no flex block size fits 65,536 B")
+    advice = " ".join(out["advice"])
+    assert "flex_attention would skip the blocks outside the window, but cannot run on this card" in advice
+    assert "use flex_attention" not in advice and "nor can flex_attention on this card" in advice
+    assert main([*argv, "--dtype", "fp32", "--attn", "flex_attention"]) == 0
+    assert "flex_attention cannot run on this card" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        (DATA / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", "(ROCm, gfx9 family"),
+        (DATA / "cpu_tiny_sdpa.json.gz", "CPU only (no deviceProperties in the trace and no device rows)"),
+    ],
+)
+def test_a_trace_from_no_cuda_device_is_refused(path: Path, message: str) -> None:
+    with pytest.raises(TuneproofError) as e:
+        trace_target(path)
+    assert message in e.value.message and "no CUDA compute capability to explain for" in e.value.message
+
+
+def test_a_trace_from_a_capability_without_rules_names_the_trace(tmp_path) -> None:
+    pascal = _trace_like(tmp_path, V100, computeMajor=6, computeMinor=1, name="Tesla P40")
+    with pytest.raises(TuneproofError) as e:
+        trace_target(pascal)
+    assert e.value.fields == ("trace", "capability")
+    assert e.value.message.startswith(
+        "trace trace.json ran on Tesla P40 (compute capability 6.1), a capability tuneproof has no rules for"
+    )
+
+
+def test_one_device_source_at_a_time_and_the_named_rows_limit(monkeypatch) -> None:
+    with pytest.raises(TuneproofError, match=r"gpu and trace together \(give one of them\)"):
+        device_target(None, "H100", H800)
+    with pytest.raises(TuneproofError, match=r"capability and gpu and trace together"):
+        device_target("9.0", "H100", H800)
+    assert device_target(None, None) == DeviceTarget()
+    table = DeviceTarget((9, 0), 232_448, "the capability 9.0 table")
+    assert device_target("sm_90", None) == device_target(None, " 9.0 ") == table  # a capability as a GPU
+    assert device_target(None, "sm_90a") == table  # arch-specific (a) and family (f) suffixes
+    for bad, message in [
+        ("99.9", "unknown gpu '99.9'"),
+        ("sm_75x", "unknown gpu 'sm_75x'"),
+        (" ", "gpu is empty"),
+    ]:
+        with pytest.raises(TuneproofError, match=message):
+            device_target(None, bad)
+    row = device_target(None, "L4")
+    assert (row.capability, row.smem_limit, row.smem_source) == (
+        (8, 9),
+        101_376,
+        "the L4 row of the GPU table",
+    )
+
+
+def test_auto_takes_the_devices_own_limit(monkeypatch) -> None:
+    from test_hardware import _fake_device
+
+    _fake_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
+    t = device_target(None, "auto")
+    assert (t.capability, t.smem_limit) == ((8, 9), 101_000)
+    assert t.smem_source == "this device: torch's shared_memory_per_block_optin"
+    _fake_device(monkeypatch, "Tesla T4", (7, 5), None)  # torch without the field: the table's limit
+    assert device_target(None, "auto") == DeviceTarget(
+        (7, 5),
+        65_536,
+        "the capability 7.5 table; torch reports no shared_memory_per_block_optin for this device",
+    )

@@ -1,0 +1,67 @@
+"""docs/ship.md's examples are what the commands print: build the demo models, run every
+`$ tuneproof ...` line of the section as written, and compare with the lines under it."""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tuneproof.cli.app import main
+
+ROOT = Path(__file__).parent.parent.parent
+DEMO = "/tmp/ship-demo"  # the folder the README uses
+pytestmark = pytest.mark.slow  # documentation checks: left out of mutation runs
+
+
+def _section() -> str:
+    return (ROOT / "docs" / "ship.md").read_text()
+
+
+def _examples() -> list[tuple[str, str]]:
+    """(command, expected output) for every `$ tuneproof` line in the section's code blocks."""
+    pairs: list[tuple[str, str]] = []
+    for block in _section().split("```")[1::2]:
+        lines = block.strip("\n").split("\n")
+        for i, line in enumerate(lines):
+            if line.startswith("$ tuneproof "):
+                end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("$ ")), len(lines))
+                pairs.append((line[len("$ tuneproof ") :], "\n".join(lines[i + 1 : end]) + "\n"))
+    return pairs
+
+
+def _make(folder: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "make_models", ROOT / "examples" / "ship" / "make_models.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.make(folder)
+
+
+def test_the_shipping_examples_print_what_the_readme_shows(tmp_path: Path, capsys, monkeypatch) -> None:
+    # the page's own folder and width: lines wrap where the page shows them wrapped
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.chdir(ROOT)
+    demo = Path(DEMO)
+    shutil.rmtree(demo, ignore_errors=True)
+    _make(demo)
+    examples = _examples()
+    assert len(examples) == 6
+    capsys.readouterr()
+    for command, shown in examples:
+        main(shlex.split(command.replace(DEMO, str(demo))))
+        out, err = capsys.readouterr()
+        assert (out + err).replace(str(demo), DEMO) == shown, command
+
+
+def test_the_case_lines_are_in_the_readme() -> None:
+    section = _section()
+    assert "lora_B non-zero in 205 of 205 adapted modules, median norm 1.708" in section
+    assert "experts: 0 of 11,520 tensors covered" in section
+    assert "looks like directional ablation (abliteration)" in section
+    assert "the base is not the one the adapter was trained on" in section

@@ -1,0 +1,239 @@
+"""The layers of the code (docs/contributing.md), top to bottom:
+
+    cli > integrations > commands > measure, gate, ship, train, preflight > flops, data, attention
+        > arch, trace, hardware, runs > core
+
+A module imports only from its own layer or below, packages import each other in no cycle, and no
+module imports another module's private name. Every import counts: at the top, inside a function (to
+delay a heavy dependency) and under TYPE_CHECKING. A new package must be given its layer here.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent.parent / "src" / "tuneproof"
+LAYERS: tuple[tuple[str, ...], ...] = (  # bottom first
+    ("core",),
+    ("arch", "trace", "hardware", "runs"),
+    ("flops", "data", "attention"),
+    ("measure", "gate", "ship", "train", "preflight"),
+    ("commands",),
+    ("integrations",),
+    ("cli",),
+)
+TOP = ("__init__", "__main__")  # the package's front door and `python -m tuneproof`: above every layer
+LAYER = {package: i for i, packages in enumerate(LAYERS) for package in packages}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _package(module: str) -> str:
+    """`tuneproof.measure.fit` -> measure; `tuneproof` and `tuneproof.__main__` -> their own names."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(module: str) -> list[tuple[str, str | None, int]]:
+    """(imported module, name imported from it or None, line) for every import of tuneproof code."""
+    path = MODULES[module]
+    found: list[tuple[str, str | None, int]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None, node.lineno) for a in node.names if a.name.startswith("tuneproof")]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, (
+                f"{module}:{node.lineno}: a relative import (tuneproof imports absolutely)"
+            )
+            if not (node.module or "").startswith("tuneproof"):
+                continue
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.append(
+                    (sub, None, node.lineno) if sub in MODULES else (node.module, a.name, node.lineno)
+                )
+    return found
+
+
+EDGES = {m: _imports(m) for m in MODULES}
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {_package(m) for m in MODULES} - set(TOP)
+    assert packages - set(LAYER) == set(), "give each new package its layer in LAYERS"
+
+
+def test_imports_go_down_or_sideways() -> None:
+    upward = [
+        f"{m}:{line} imports {target} ({_package(m)} is below {_package(target)})"
+        for m, imports in EDGES.items()
+        for target, _, line in imports
+        if _package(m) not in TOP and LAYER[_package(m)] < LAYER.get(_package(target), len(LAYERS))
+    ]
+    assert upward == []
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph, as its nodes in order, or None."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_cycle_between_packages() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for m, imports in EDGES.items():
+        for target, _, _ in imports:
+            if _package(target) != _package(m):
+                graph[_package(m)].add(_package(target))
+    assert _cycle(graph) is None
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    private = [
+        f"{m}:{line} imports {name} from {target}"
+        for m, imports in EDGES.items()
+        for target, name, line in imports
+        if name is not None and name.startswith("_") and not name.startswith("__") and target != m
+    ]
+    assert private == []
+
+
+def _classes() -> list[tuple[str, ast.ClassDef]]:
+    return [
+        (m, node)
+        for m, path in MODULES.items()
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.ClassDef)
+    ]
+
+
+def test_every_spec_is_frozen_and_keyword_only() -> None:
+    """torchtitan's rule: a configuration built by position takes two swapped fields of one type silently."""
+    loose = []
+    for m, node in _classes():
+        if not node.name.endswith("Spec"):
+            continue
+        decorators = [ast.unparse(d) for d in node.decorator_list if "dataclass" in ast.unparse(d)]
+        if not decorators or "kw_only=True" not in decorators[0] or "frozen=True" not in decorators[0]:
+            loose.append(f"{m}.{node.name}")
+    assert loose == []
+
+
+def test_no_two_classes_share_a_name() -> None:
+    homes: dict[str, list[str]] = defaultdict(list)
+    for m, node in _classes():
+        homes[node.name].append(m)
+    assert {name: ms for name, ms in homes.items() if len(ms) > 1} == {}
+
+
+# One home per concept: the definition, and the code shapes that would be a second copy of it.
+HOMES = {
+    "tuneproof.core.dtypes": ("DTYPES", "MODEL_DTYPES", "PEAK_DTYPES", "PEAK_ALIASES", "normalise_dtype"),
+    "tuneproof.hardware.capability": ("KNOWN_CAPABILITIES", "SMEM_FLOOR", "parse_capability", "smem_limit"),
+    "tuneproof.arch.targets": ("peft_matches",),
+    "tuneproof.attention.paths": ("PATHS", "implementation_path"),
+    "tuneproof.runs.axolotl": ("AXOLOTL_PAD_MULTIPLE",),
+}
+DTYPE_NAMES = {"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"}
+
+
+def _top_level_names(module: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(MODULES[module].read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_each_concept_is_defined_in_its_home_alone() -> None:
+    defined = {m: _top_level_names(m) for m in MODULES}
+    for home, names in HOMES.items():
+        for name in names:
+            assert name in defined[home], f"{name} left {home}"
+            others = [m for m, ns in defined.items() if name in ns and m != home]
+            assert others == [], f"{name} is defined again in {others} (its home is {home})"
+
+
+def _dtype_table(node: ast.AST) -> bool:
+    """A literal tuple, list or set of dtype names, or a dict mapping them to other names: a copy of the
+    dtype table (a dict of numbers per dtype, a GPU row's peaks, is data about dtypes, not a copy)."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+    elif isinstance(node, ast.Dict) and all(
+        isinstance(v, ast.Constant) and isinstance(v.value, str) for v in node.values
+    ):
+        values = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+    else:
+        return False
+    return len(DTYPE_NAMES.intersection(v for v in values if isinstance(v, str))) >= 2
+
+
+def test_no_module_but_the_dtype_table_lists_dtypes() -> None:
+    copies = [
+        f"{m}:{node.lineno}"
+        for m, path in MODULES.items()
+        if m != "tuneproof.core.dtypes"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _dtype_table(node)
+    ]
+    assert copies == []
+
+
+def test_no_module_but_the_matcher_matches_peft_targets() -> None:
+    """PEFT's rule (the full path or a '.'-suffix) is written once, in arch/targets.py."""
+    copies = [
+        m
+        for m, path in MODULES.items()
+        if m != "tuneproof.arch.targets" and 'endswith("." +' in path.read_text().replace("'", '"')
+    ]
+    assert copies == []
+
+
+def test_every_verb_is_a_command_module_with_prepare_and_run() -> None:
+    """`tuneproof X` is `tuneproof.commands.X`: its spec, `prepare` and `run(plan, progress)`, and no
+    second door (`run_x`, `x(...)` doing both) beside them."""
+    from tuneproof.cli.app import app
+
+    missing = []
+    for verb in app.commands:
+        module = f"tuneproof.commands.{verb.replace('-', '_')}"
+        names = _top_level_names(module) if module in MODULES else set()
+        if not {"prepare", "run"} <= names:
+            missing.append(verb)
+    assert missing == []
+    verbs = {verb.replace("-", "_") for verb in app.commands}
+    doors = [
+        f"{m}.{n}" for m in MODULES for n in _top_level_names(m) if n.startswith("run_") and n[4:] in verbs
+    ]
+    assert doors == []
