@@ -1,7 +1,7 @@
 """`tuneproof train`: a thin runner on transformers' `Trainer` + PEFT with every reference-run fix on.
 
-    plan = prepare(TrainSpec(recipe, output_dir))   # every cheap check, nothing written
-    result = run(plan)                               # the weights, the training, the outputs
+    plan = prepare(TrainSpec(recipe=recipe, output_dir=out))   # every cheap check, nothing written
+    result = run(plan)                                         # the weights, the training, the outputs
 
 Nothing here is a training loop or a launcher: the Trainer trains, `torchrun` / `accelerate launch`
 start the processes (`torchrun --nproc-per-node N -m tuneproof train R.toml`). What this adds:

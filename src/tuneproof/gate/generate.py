@@ -1,4 +1,5 @@
-"""`tuneproof generate`: an arm file from a model, with transformers' own `generate`.
+"""An arm file from a model, with transformers' own `generate` (the engine of `tuneproof generate`,
+`tuneproof.commands.generate`).
 
 Run r samples with seed `seed + r` (recorded on every row and in the sidecar), so the runs are
 independent repetitions and the gate can measure the instrument's noise from them. Each prompt gets

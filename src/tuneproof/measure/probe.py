@@ -1,5 +1,6 @@
-"""`tuneproof probe`: time a real training step at several widths, fit t = A*w + B*w^2, profile every
-width, and cross-check the fit's quadratic share against the attention kernels' (like with like).
+"""The probe's engine (the command is `tuneproof.commands.probe`): time a real training step at several
+widths, fit t = A*w + B*w^2, profile every width, and cross-check the fit's quadratic share against the
+attention kernels' (like with like).
 
 The two methods share no assumptions: one times whole steps, the other reads kernel names. Timing is
 interleaved across widths with outliers set aside (`tuneproof.measure.timing`); profiles are

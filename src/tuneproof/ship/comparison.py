@@ -1,5 +1,6 @@
-"""`tuneproof fingerprint --compare A B`: which tensors of two models differ, and what the difference is
-(`identity.characterise`: the rank of each change, one direction shared across layers or not).
+"""What `tuneproof fingerprint --compare A B` finds (`tuneproof.commands.fingerprint`): which tensors of
+two models differ, and what the difference is (`identity.characterise`: the rank of each change, one
+direction shared across layers or not).
 
 Either side may be a model folder (hashed shard by shard) or a fingerprint file (digests only: a
 difference is then named, never characterised, since a file holds no weights)."""
