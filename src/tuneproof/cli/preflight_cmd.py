@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -28,9 +27,7 @@ def preflight(run_file: Path, gpu: str | None, fit: str | None, json_out: bool) 
     2 bad input."""
     from tuneproof.commands.preflight import PreflightSpec, prepare, run
 
-    spec: Any = PreflightSpec(
-        run_file=run_file, gpu=gpu, fit=step_fit(fit, "--fit") if fit is not None else None
-    )
+    spec = PreflightSpec(run_file=run_file, gpu=gpu, fit=step_fit(fit, "--fit") if fit is not None else None)
     plan = prepare(spec)
     with terminal_progress() as update:
         result = run(plan, update)

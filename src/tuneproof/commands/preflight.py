@@ -16,6 +16,7 @@ from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
 from tuneproof.core.verdict import FINDING, OK, Verdict
+from tuneproof.data.ranks import StepCost
 from tuneproof.preflight.sections import Section
 from tuneproof.runs.axolotl import RunConfig, from_axolotl, read_yaml
 
@@ -26,7 +27,7 @@ RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
 class PreflightSpec:
     run_file: Path
     gpu: str | None = None  # the card, for dispatch and flex kernel options ("auto": this device)
-    fit: Any = None  # a StepCost, for the wall time
+    fit: StepCost | None = None  # the step's cost, for the wall time
 
 
 @dataclass(slots=True)
@@ -37,7 +38,7 @@ class PreflightPlan:
     folder: Path | None  # the base's local folder (its tokenizer), when there is one
     target: DeviceTarget  # the card: capability and shared memory (none: the CPU)
     gpu: str | None
-    fit: Any
+    fit: StepCost | None
 
 
 @dataclass(slots=True)
