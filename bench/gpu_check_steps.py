@@ -356,9 +356,9 @@ def _recipe(work: Path) -> Path:
 
 
 def step_train(work: Path, budget_s: float, emit: Emit) -> None:
-    """`tuneproof train` (its library call, `tuneproof.commands.train.train`) with flex for a few steps on
-    the saved model; per step, the callback's performed FLOPs against FlopCounterMode's count of the
-    same step: outside attention they must agree (0.5 %); attention is shown side by side, as torch's
+    """`tuneproof train` (its library calls, `tuneproof.commands.train.prepare` and `run`) with flex for a
+    few steps on the saved model; per step, the callback's performed FLOPs against FlopCounterMode's count
+    of the same step: outside attention they must agree (0.5 %); attention is shown side by side, as torch's
     formula counts the full square for flex (7 matmuls, no block skipping) and the ledger the blocks
     flex computes. The MFU is each count over the callback's own step time."""
     from transformers import TrainerCallback

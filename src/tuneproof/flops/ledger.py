@@ -27,7 +27,7 @@ Ledgers:
 - intended: real tokens only, causal and window pairs exact, no recompute. This is the MFU
   numerator ("model FLOPs").
 - performed: what the chosen path computes: all B*T token slots, the path's attention pairs
-  (see `tuneproof.flops.attention`), recompute and fused-kernel recompute included.
+  (see `tuneproof.attention.paths`), recompute and fused-kernel recompute included.
 """
 
 from __future__ import annotations
