@@ -237,3 +237,12 @@ def test_every_verb_is_a_command_module_with_prepare_and_run() -> None:
         f"{m}.{n}" for m in MODULES for n in _top_level_names(m) if n.startswith("run_") and n[4:] in verbs
     ]
     assert doors == []
+
+
+def test_the_tests_mirror_the_source_and_keep_out_of_the_fixtures() -> None:
+    """tests/<package>/ per package (data/'s in tests/batching/), none in tests/data/: pytest would put the
+    fixture folder on sys.path, where tests/data/axolotl/ then reads as an installed Axolotl."""
+    tests = SRC.parent.parent / "tests"
+    assert sorted(p.name for p in (tests / "data").rglob("test_*.py")) == []
+    folders = {p.parent.name for p in tests.rglob("test_*.py")} - {"contract", "batching"}
+    assert folders <= set(LAYER), sorted(folders - set(LAYER))
