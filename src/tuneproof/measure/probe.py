@@ -309,7 +309,7 @@ def keep_files(
 
 def probe_peak(spec: ProbeSpec) -> Any:
     """The MFU denominator: the table peak for a known GPU, the measured peak otherwise (the CPU
-    included), through `hardware.resolve_peak`, with the reason."""
+    included), through `hardware.gpus.resolve_peak`, with the reason."""
     from tuneproof.hardware.gpus import resolve_peak
     from tuneproof.measure.peak import measure_peak
 
