@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SETUP = [
     ["examples/gate/make_arms.py", "ex"],
     ["examples/gate/make_lm_eval.py", "ex-lm"],
@@ -37,26 +36,14 @@ MEASURED = re.compile(
 
 
 def command_lines() -> list[str]:
-    """Every runnable `tuneproof ...` line in a code block of the README or docs/ (as
-    tests/contract/test_docs.py reads them), usage lines with [options] or PLACEHOLDERS left out."""
-    lines: list[str] = []
-    for page in PAGES:
-        for block in page.read_text().split("```")[1::2]:
-            pending = ""
-            for raw in block.split("\n"):
-                line = raw.strip().removeprefix("$ ")
-                if pending:
-                    line, pending = pending + " " + line, ""
-                if not line.startswith("tuneproof "):
-                    continue
-                if line.endswith("\\"):
-                    pending = line[:-1].rstrip()
-                    continue
-                line = line.split("  #")[0].strip()
-                synopsis = "[" in line or re.search(r"\s[A-Z][A-Z_/.]*(\s|$)", line)
-                if not line.split()[1].endswith(",") and not synopsis and "--version" not in line:
-                    lines.append(line)
-    return list(dict.fromkeys(lines))
+    """Every runnable `tuneproof ...` line in a code block of the README or docs/, read as
+    tests/contract/test_docs.py reads them; usage lines ([options], PLACEHOLDERS) and --version left out."""
+    sys.path.insert(0, str(ROOT / "tests" / "contract"))
+    from test_docs import PAGES, is_synopsis
+    from test_docs import command_lines as page_lines
+
+    lines = [line for page in PAGES for line in page_lines(page.read_text())]
+    return list(dict.fromkeys(line for line in lines if not is_synopsis(line) and "--version" not in line))
 
 
 def snapshot(out: Path) -> None:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def _command_lines(text: str) -> list[str]:
+def command_lines(text: str) -> list[str]:
     """Every `tuneproof ...` (or `$ tuneproof ...`) line inside a code block, continuations joined."""
     lines: list[str] = []
     for block in text.split("```")[1::2]:
@@ -39,7 +39,7 @@ def _command_lines(text: str) -> list[str]:
     return lines
 
 
-def _synopsis(line: str) -> bool:
+def is_synopsis(line: str) -> bool:
     """`tuneproof flops --config PATH --seq-len T [--attn eager|sdpa]`: a usage line, not a run."""
     return "[" in line or bool(re.search(r"\s[A-Z][A-Z_/.]*(\s|$)", line))
 
@@ -72,7 +72,7 @@ def _resolve(words: list[str]) -> tuple[click.Command, list[str], str]:
     return cmd, words, name
 
 
-COMMANDS = [(page.name, line) for page in PAGES for line in _command_lines(page.read_text())]
+COMMANDS = [(page.name, line) for page in PAGES for line in command_lines(page.read_text())]
 
 
 def test_the_pages_show_commands() -> None:
@@ -86,7 +86,7 @@ def test_every_command_in_the_docs_parses(page: str, line: str) -> None:
     words = shlex.split(line)[1:]
     cmd, args, name = _resolve(words)
     assert cmd is not app or words[0].startswith("-"), f"{page}: {line!r} names no command"
-    if _synopsis(line):  # every option it names exists
+    if is_synopsis(line):  # every option it names exists
         known = {opt for param in cmd.params for opt in param.opts}
         named = set(re.findall(r"--[a-z][a-z0-9-]*", line))
         assert named <= known, f"{page}: {line!r} names unknown options {sorted(named - known)}"
