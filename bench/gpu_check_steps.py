@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -229,7 +230,9 @@ def step_probe(work: Path, budget_s: float, emit: Emit) -> None:
         attn="sdpa", widths=PROBE_WIDTHS, batch=1, mode="full", device=DEVICE, dtype="bf16",
         min_repeats=3, max_repeats=8, budget_s=max(budget_s - 25, 20), over_budget="floor", profiles=2,
     )  # fmt: skip
-    result = probe_command.run(probe_command.prepare(spec, resolve(work / "model" / "config.json")))
+    result = probe_command.run(
+        probe_command.prepare(replace(spec, model=resolve(work / "model" / "config.json")))
+    )
     fit, cross = result.fit, result.cross
     shares = ", ".join(f"{int(w)}: {100 * s:.1f} %" for w, s in sorted(fit.quad_share.items()))
     emit(

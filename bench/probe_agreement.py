@@ -11,6 +11,7 @@ Run: .venv/bin/python bench/probe_agreement.py   (a few minutes)
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 from tuneproof.arch import resolve
 from tuneproof.commands import probe as probe_command
@@ -29,7 +30,7 @@ def main() -> None:
     model = resolve("tiny")
     for name, spec in SETUPS.items():
         for i in range(3):
-            r = probe_command.run(probe_command.prepare(spec, model))
+            r = probe_command.run(probe_command.prepare(replace(spec, model=model)))
             cc = r.cross
             print(f"{name} run {i + 1}: {cc.verdict.outcome}: {cc.verdict.reason}")
             for line in cc.explanation[:1] + cc.notes:

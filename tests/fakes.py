@@ -38,3 +38,24 @@ def noisy(w: float, rel: float, seed: int, c: float = 0.0) -> Callable[[int], fl
     """The CASE's step time at width w with multiplicative noise of `rel` (a shared machine)."""
     rng = np.random.default_rng([seed, int(w)])
     return lambda n: case_time(w, c) * (1.0 + rel * float(rng.standard_normal()))
+
+
+class _Props:
+    """torch.cuda.get_device_properties' answer: the shared-memory limit, or none (an old torch)."""
+
+    def __init__(self, smem: int | None) -> None:
+        if smem is not None:
+            self.shared_memory_per_block_optin = smem
+
+
+def fake_cuda_device(
+    monkeypatch, name: str, capability: tuple[int, int], smem: int | None, hip: str | None = None
+):
+    """This machine as one CUDA card of `name` and `capability` (ROCm when `hip` is given)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: _Props(smem))
+    monkeypatch.setattr(torch.version, "hip", hip)

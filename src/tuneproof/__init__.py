@@ -12,7 +12,7 @@ from tuneproof.core.lazy import lazy
 from tuneproof.core.version import __version__ as __version__
 
 _EXPORTS = {
-    "RunSpec": "tuneproof.flops",
+    "RunSpec": "tuneproof.runs.step",
     "flop_report": "tuneproof.flops",
     "from_config": "tuneproof.arch",
     "lookup_gpu": "tuneproof.hardware.gpus",

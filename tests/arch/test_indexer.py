@@ -17,8 +17,9 @@ from tuneproof.arch.indexer import (
     indexed_attention_notes,
 )
 from tuneproof.arch.shape import AttentionSpec, IndexScores, Linear
-from tuneproof.attention.paths import PATHS, Rows, intended_for, performed_for
+from tuneproof.attention.paths import PATHS, intended_for, performed_for
 from tuneproof.flops import RunSpec, flop_report
+from tuneproof.runs.step import Rows
 
 INDEXED = AttentionSpec(
     kind="indexed", window=None, num_heads=4, num_kv_heads=4, head_dim=24, v_head_dim=16, topk=16

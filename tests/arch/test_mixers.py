@@ -13,9 +13,10 @@ from tuneproof.arch import resolve
 from tuneproof.arch.lightning import Lightning
 from tuneproof.arch.mixers import DELTA_CHUNK, delta_rule_backward, delta_rule_flops, mixer_flops
 from tuneproof.arch.shape import AttentionSpec, DeltaRule, StateSpace
-from tuneproof.attention.paths import PATHS, Rows, chunk_pieces, intended_for, performed_for
+from tuneproof.attention.paths import PATHS, chunk_pieces, intended_for, performed_for
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
+from tuneproof.runs.step import Rows
 
 CONFIGS = Path(__file__).parent.parent / "data" / "configs"
 CHUNKED = AttentionSpec(

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from tuneproof.arch import from_config
 from tuneproof.attention.dispatch import Context, explain
 from tuneproof.attention.pairs import flex_block_pairs, flex_document_pairs, intended_pairs
-from tuneproof.attention.paths import PATHS, Rows, names, path
+from tuneproof.attention.paths import PATHS, names, path
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
+from tuneproof.runs.step import Rows
 
 
 def _allowed(width: int, length: int, window: int | None) -> np.ndarray:

@@ -13,6 +13,7 @@ from tuneproof.attention.kernel_measure import best_choice
 from tuneproof.attention.target import DeviceTarget, device_target, trace_target
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
+from tuneproof.trace.read import load_trace
 
 DATA = Path(__file__).parent.parent / "data"
 H800 = DATA / "deepseek_v3_train_h800.json.gz"  # DeepSeek's published V3 training trace: 9.0, 232,448 B
@@ -31,17 +32,17 @@ def _trace_like(tmp_path: Path, source: Path, **changes: object) -> Path:
 
 
 def test_real_traces_give_their_cards_capability_and_limit() -> None:
-    h800 = trace_target(H800)
+    h800 = trace_target(load_trace(H800))
     assert (h800.capability, h800.smem_limit) == ((9, 0), 232_448)
     assert h800.smem_source == "trace deepseek_v3_train_h800.json.gz, NVIDIA H800: sharedMemPerBlockOptin"
-    v100 = trace_target(V100)
+    v100 = trace_target(load_trace(V100))
     assert (v100.capability, v100.smem_limit) == ((7, 0), 98_304)
     assert "Tesla V100" in (v100.smem_source or "")
 
 
 def test_the_traces_limit_decides_the_estimate(tmp_path) -> None:
     """A 9.0 card whose trace says 101,376 B per block (not the table's 232,448 B) gets smaller tiles."""
-    small = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=101_376))
+    small = trace_target(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=101_376)))
     assert small.capability == (9, 0) and small.smem_limit == 101_376
     table = best_choice({512}, "bf16", (9, 0), "fwd")
     traced = best_choice({512}, "bf16", (9, 0), "fwd", smem_limit_bytes=small.smem_limit)
@@ -69,17 +70,20 @@ def test_explain_with_a_trace_prints_the_limit_and_sizes_flex_by_it(tmp_path, ca
 @pytest.mark.parametrize("value", [None, 0, -5, 1, 49_151, 232_449, "101376", True, 1e30, 101376.5, 2**31])
 def test_a_trace_without_a_valid_limit_takes_the_table_and_says_why(tmp_path, value: object) -> None:
     """Valid: an integer from 48 KiB (every CUDA card since Fermi) to the capability's own maximum."""
-    t = trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=value))
+    t = trace_target(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=value)))
     assert (t.capability, t.smem_limit) == ((9, 0), 232_448)
     assert t.smem_source == (
         f"the capability 9.0 table; the trace gives no valid sharedMemPerBlockOptin (device 0: {value!r}; "
         "valid: 49,152 to 232,448 B)"
     )
-    assert trace_target(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=49_152)).smem_limit == 49_152
+    assert (
+        trace_target(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=49_152))).smem_limit
+        == 49_152
+    )
 
 
 def test_the_real_trace_without_the_field_names_the_table() -> None:
-    t = trace_target(DATA / "zoo_sm90.json.gz")
+    t = trace_target(load_trace(DATA / "zoo_sm90.json.gz"))
     assert t.smem_limit == 232_448 and (t.smem_source or "").startswith("the capability 9.0 table; the trace")
 
 
@@ -95,30 +99,32 @@ def _two_devices(tmp_path: Path, second: dict[str, object], kernels_on: tuple[in
 
 
 def test_a_trace_over_several_devices_is_judged_on_all_it_ran_on(tmp_path) -> None:
-    smaller = trace_target(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 101_376}))
+    smaller = trace_target(load_trace(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 101_376})))
     assert smaller.smem_limit == 101_376  # options that fit every device the kernels ran on
     assert (smaller.smem_source or "").endswith("sharedMemPerBlockOptin (the smallest of devices 0, 1)")
-    idle = trace_target(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 1_000}, kernels_on=(0,)))
+    idle = trace_target(
+        load_trace(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 1_000}, kernels_on=(0,)))
+    )
     assert idle.smem_limit == 232_448  # a listed device no kernel ran on does not count
     with pytest.raises(TuneproofError, match=r"ran kernels on devices of capability 9.0 and 12.0: one "):
-        trace_target(_two_devices(tmp_path, {"computeMajor": 12, "computeMinor": 0}))
+        trace_target(load_trace(_two_devices(tmp_path, {"computeMajor": 12, "computeMinor": 0})))
     with pytest.raises(TuneproofError, match=r"kernels ran on device 3, which its deviceProperties do not"):
-        trace_target(_two_devices(tmp_path, {}, kernels_on=(0, 3)))
+        trace_target(load_trace(_two_devices(tmp_path, {}, kernels_on=(0, 3))))
     with pytest.raises(TuneproofError, match=r"list one device id twice: which card ran what is unknown"):
-        trace_target(_two_devices(tmp_path, {"id": 0, "sharedMemPerBlockOptin": 101_376}))
+        trace_target(load_trace(_two_devices(tmp_path, {"id": 0, "sharedMemPerBlockOptin": 101_376})))
     named = json.loads(_two_devices(tmp_path, {}).read_text())  # device ids as strings, or null
     named["traceEvents"] = [
         {**e, "args": {"device": d}} for e, d in zip(named["traceEvents"], ["0", None], strict=True)
     ]
     (tmp_path / "named.json").write_text(json.dumps(named))
-    assert trace_target(tmp_path / "named.json").smem_limit == 232_448
+    assert trace_target(load_trace(tmp_path / "named.json")).smem_limit == 232_448
 
 
 def test_a_malformed_capability_or_name_in_a_trace(tmp_path) -> None:
     with pytest.raises(TuneproofError) as e:
-        trace_target(_trace_like(tmp_path, H800, computeMajor=9.5))
+        trace_target(load_trace(_trace_like(tmp_path, H800, computeMajor=9.5)))
     assert "NVIDIA H800 has computeMajor 9.5, computeMinor 0: not a compute capability" in e.value.message
-    escaped = trace_target(_trace_like(tmp_path, H800, name="NVIDIA \x1b[31mH800"))
+    escaped = trace_target(load_trace(_trace_like(tmp_path, H800, name="NVIDIA \x1b[31mH800")))
     assert "\x1b" not in (escaped.smem_source or "") and "NVIDIA [31mH800" in (escaped.smem_source or "")
 
 
@@ -147,14 +153,14 @@ def test_explain_still_explains_where_no_flex_option_fits_the_card(capsys) -> No
 )
 def test_a_trace_from_no_cuda_device_is_refused(path: Path, message: str) -> None:
     with pytest.raises(TuneproofError) as e:
-        trace_target(path)
+        trace_target(load_trace(path))
     assert message in e.value.message and "no CUDA compute capability to explain for" in e.value.message
 
 
 def test_a_trace_from_a_capability_without_rules_names_the_trace(tmp_path) -> None:
     pascal = _trace_like(tmp_path, V100, computeMajor=6, computeMinor=1, name="Tesla P40")
     with pytest.raises(TuneproofError) as e:
-        trace_target(pascal)
+        trace_target(load_trace(pascal))
     assert e.value.fields == ("trace", "capability")
     assert e.value.message.startswith(
         "trace trace.json ran on Tesla P40 (compute capability 6.1), a capability tuneproof has no rules for"
@@ -186,13 +192,13 @@ def test_one_device_source_at_a_time_and_the_named_rows_limit(monkeypatch) -> No
 
 
 def test_auto_takes_the_devices_own_limit(monkeypatch) -> None:
-    from test_hardware import _fake_device
+    from fakes import fake_cuda_device
 
-    _fake_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
+    fake_cuda_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
     t = device_target(None, "auto")
     assert (t.capability, t.smem_limit) == ((8, 9), 101_000)
     assert t.smem_source == "this device: torch's shared_memory_per_block_optin"
-    _fake_device(monkeypatch, "Tesla T4", (7, 5), None)  # torch without the field: the table's limit
+    fake_cuda_device(monkeypatch, "Tesla T4", (7, 5), None)  # torch without the field: the table's limit
     assert device_target(None, "auto") == DeviceTarget(
         (7, 5),
         65_536,

@@ -4,6 +4,7 @@ real thing on the embedded tiny model (CPU)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -81,7 +82,7 @@ def test_gradients_as_the_criterion_leave_out_backends_without_a_backward() -> N
     spec = AdjudicateSpec(
         widths=(64,), backends=("sdpa", "flex_attention", "eager"), criterion="grads", samples=2
     )
-    result = run(prepare(spec, resolve("tiny")))
+    result = run(prepare(replace(spec, model=resolve("tiny"))))
     v = result.judge(64)
     assert set(v.errors) == {"sdpa", "eager"}
     assert any("no part in the grads verdict" in n for n in result.notes)

@@ -348,7 +348,7 @@ def test_trace_devices(props: object, events: list[dict]) -> None:
     raw = json.dumps({"deviceProperties": props, "traceEvents": events}).encode()
 
     def read(path: Path) -> None:
-        t = trace_target(path)
+        t = trace_target(load_trace(path))
         assert t.capability is not None and (t.smem_limit is None or t.smem_limit >= 49_152)
 
     _file_refused_or_ok(read, raw, "trace.json")

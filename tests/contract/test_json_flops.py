@@ -5,6 +5,7 @@ JSON encoding: tuples become lists, a non-finite number null)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -42,7 +43,7 @@ def test_flops_json_is_the_library_report(capsys: pytest.CaptureFixture[str]) ->
     step = RunSpec(
         seq_len=5000, batch=2, attn="eager", padding_fraction=0.25, mode="lora", lora_rank=8, grad_ckpt=True
     )
-    result = run(prepare(FlopsSpec(run=step, step_time_s=0.5, gpu="H100"), resolve("tiny")))
+    result = run(prepare(FlopsSpec(model=resolve("tiny"), run=step, step_time_s=0.5, gpu="H100")))
     assert _as_json(result) == printed
     # 5000 tokens are past the tiny model's 4096 positions: counted as asked, with the note
     assert any("exceeds the model's max_position_embeddings 4096" in n for n in printed["notes"])
@@ -50,16 +51,16 @@ def test_flops_json_is_the_library_report(capsys: pytest.CaptureFixture[str]) ->
 
 def test_explain_json_is_the_library_explanation(capsys: pytest.CaptureFixture[str]) -> None:
     from tuneproof.attention.dispatch import Context
-    from tuneproof.commands.explain import prepare, run
+    from tuneproof.commands.explain import ExplainSpec, prepare, run
 
     printed = _printed(
         capsys, ["explain", "--seq-len", "512", "--batch", "2", "--padded", "--training", "--json"]
     )
     ctx = Context(seq_len=512, batch=2, padded=True, training=True)
-    assert _as_json(run(prepare(ctx, resolve("tiny")))) == printed
+    assert _as_json(run(prepare(ExplainSpec(model=resolve("tiny"), context=ctx)))) == printed
     printed = _printed(capsys, ["explain", "--seq-len", "1024", "--capability", "12.0", "--json"])
     ctx = Context(seq_len=1024, batch=1, capability=(12, 0))
-    assert _as_json(run(prepare(ctx, resolve("tiny")))) == printed
+    assert _as_json(run(prepare(ExplainSpec(model=resolve("tiny"), context=ctx)))) == printed
 
 
 @pytest.mark.slow
@@ -70,7 +71,7 @@ def test_adjudicate_json_is_the_library_adjudication(capsys: pytest.CaptureFixtu
     argv = ["--widths", "32,48", "--backends", "sdpa,eager", "--samples", "2", "--seed", "3"]
     printed = _printed(capsys, ["adjudicate", *argv, "--json"])
     spec = AdjudicateSpec(widths=(32, 48), backends=("sdpa", "eager"), samples=2, seed=3)
-    assert _as_json(run(prepare(spec, resolve("tiny")))) == printed
+    assert _as_json(run(prepare(replace(spec, model=resolve("tiny"))))) == printed
 
 
 @pytest.mark.slow

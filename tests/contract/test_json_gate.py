@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,11 @@ def arms(tmp_path: Path) -> tuple[Path, Path]:
 def test_gate_json_is_the_library_report(
     capsys, monkeypatch, tmp_path: Path, arms: tuple[Path, Path]
 ) -> None:
-    from tuneproof.commands.gate import GateRequest, prepare, run
+    from tuneproof.commands.gate import GateCommandSpec, prepare, run
 
     monkeypatch.setenv("TUNEPROOF_CACHE", str(tmp_path / "cache"))
     base, tuned = arms
-    request = GateRequest(
+    request = GateCommandSpec(
         base=(base,), tuned=(tuned,), attractors=EXAMPLE / "attractors.txt", corpus=(EXAMPLE / "corpus.txt",),
         probes=EXAMPLE / "probes.toml", floor_k=2.5, out=tmp_path / "report.json",
     )  # fmt: skip
@@ -62,7 +63,7 @@ def test_gate_json_is_the_library_report(
     assert "index" in printed["metrics"]["memorisation"] and printed["inputs"]["floor_k"] == 2.5
     # an arm against itself with given floors: INCONCLUSIVE, exit 3, the same story
     floors = ("diversity=0.01", "attractors=2", "probe:refusal-rate=3")
-    same = GateRequest(base=(base,), tuned=(base,), attractors=request.attractors, probes=request.probes,
+    same = GateCommandSpec(base=(base,), tuned=(base,), attractors=request.attractors, probes=request.probes,
                        floors=floors)  # fmt: skip
     result = run(prepare(same))
     argv = ["gate", "--base", str(base), "--tuned", str(base), "--attractors", str(request.attractors),
@@ -92,7 +93,7 @@ def test_generate_json_is_the_library_sidecar(capsys, tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt_id": "a", "prompt": "hi"}\n{"prompt_id": "b", "prompt": "yo"}\n')
     spec = GenerateSpec(model="tiny", prompts=str(prompts), runs=2, samples=2, max_new_tokens=3, seed=7)
-    result = run(prepare(spec, tmp_path / "library.jsonl"))
+    result = run(prepare(replace(spec, out=tmp_path / "library.jsonl")))
     argv = ["generate", "--model", "tiny", "--prompts", str(prompts), "--runs", "2", "--samples", "2",
             "--max-new-tokens", "3", "--seed", "7", "--out", str(tmp_path / "command.jsonl"),
             "--json"]  # fmt: skip

@@ -160,7 +160,12 @@ HOMES = {
     "tuneproof.arch.targets": ("peft_matches",),
     "tuneproof.attention.paths": ("PATHS", "implementation_path"),
     "tuneproof.runs.axolotl": ("AXOLOTL_PAD_MULTIPLE",),
+    "tuneproof.runs.run": ("Run", "DatasetRef", "PACKS_ROWS"),
+    "tuneproof.runs.step": ("RunSpec", "Rows", "ATTENTION_PATHS", "attention_path_name"),
 }
+# How a step trains: RunSpec's fields. A dataclass that holds several of them is a second run type,
+# unless it is a command's Spec (its user's input, turned into a RunSpec by the command).
+STEP_FIELDS = {"attn", "mode", "lora_rank", "lora_targets", "lora_target_parameters", "grad_ckpt"}
 DTYPE_NAMES = {"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"}
 
 
@@ -183,6 +188,37 @@ def test_each_concept_is_defined_in_its_home_alone() -> None:
             assert name in defined[home], f"{name} left {home}"
             others = [m for m, ns in defined.items() if name in ns and m != home]
             assert others == [], f"{name} is defined again in {others} (its home is {home})"
+
+
+def _fields(node: ast.ClassDef) -> set[str]:
+    return {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def test_one_run_type_and_one_step_type() -> None:
+    """The run is `runs.run.Run` and its step `runs.step.RunSpec`, both frozen; no other class
+    carries a copy of how the step trains (a callback's state holds a RunSpec instead)."""
+    copies = [
+        f"{m}.{node.name}"
+        for m, node in _classes()
+        if m != "tuneproof.runs.step"
+        and not node.name.endswith("Spec")
+        and len(STEP_FIELDS & _fields(node)) >= 3
+    ]
+    assert copies == []
+    loose = [
+        f"{m}.{node.name}"
+        for m, node in _classes()
+        if m.startswith("tuneproof.runs.")
+        and not any("frozen=True" in ast.unparse(d) for d in node.decorator_list)
+    ]
+    assert loose == []
+
+
+def test_the_path_records_are_the_step_s_path_names() -> None:
+    from tuneproof.attention.paths import PATHS
+    from tuneproof.runs.step import ATTENTION_PATHS
+
+    assert tuple(PATHS) == ATTENTION_PATHS
 
 
 def _dtype_table(node: ast.AST) -> bool:
@@ -237,6 +273,26 @@ def test_every_verb_is_a_command_module_with_prepare_and_run() -> None:
         f"{m}.{n}" for m in MODULES for n in _top_level_names(m) if n.startswith("run_") and n[4:] in verbs
     ]
     assert doors == []
+
+
+def test_every_command_is_prepare_of_a_spec_and_run_of_a_plan_with_progress() -> None:
+    """One contract: `prepare(spec)` (the spec holds the model, the output, everything) and
+    `run(plan, progress=None, *extra)`: the second parameter is the one `Progress`, defaulting to None."""
+    from tuneproof.cli.app import app
+
+    odd = []
+    for verb in app.commands:
+        module = f"tuneproof.commands.{verb.replace('-', '_')}"
+        tree = ast.parse(MODULES[module].read_text())
+        defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        prepare, run = defs["prepare"].args, defs["run"].args
+        if len(prepare.args) != 1 or prepare.defaults or prepare.kwonlyargs:
+            odd.append(f"{verb}: prepare({', '.join(a.arg for a in prepare.args)})")
+        progress = run.args[1] if len(run.args) > 1 else None
+        typed = progress is not None and progress.annotation is not None
+        if not typed or "Progress | None" not in ast.unparse(progress.annotation):  # type: ignore[union-attr]
+            odd.append(f"{verb}: run's second parameter is not `progress: Progress | None`")
+    assert odd == []
 
 
 def test_the_tests_mirror_the_source_and_keep_out_of_the_fixtures() -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from fakes import fake_cuda_device
 from tuneproof.core.errors import TuneproofError
 from tuneproof.hardware.capability import SMEM_SM86_89_120, SMEM_SM90_100
 from tuneproof.hardware.gpus import GPUS, lookup_gpu, peak_for
@@ -332,45 +333,27 @@ def test_flops_cli_prints_the_assumed_variant(capsys) -> None:
     assert "(H100 -> H100 SXM (assumed; also H100 PCIe, H100 NVL: name the variant): NVIDIA H100" in line
 
 
-class _Props:
-    def __init__(self, smem: int | None) -> None:
-        if smem is not None:
-            self.shared_memory_per_block_optin = smem
-
-
-def _fake_device(
-    monkeypatch, name: str, capability: tuple[int, int], smem: int | None, hip: str | None = None
-):
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: name)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: capability)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: _Props(smem))
-    monkeypatch.setattr(torch.version, "hip", hip)
-
-
 def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
     from tuneproof.attention.target import device_target
     from tuneproof.hardware.gpus import device_smem_limit, match_gpu, resolve_peak
 
-    _fake_device(monkeypatch, "NVIDIA H200", (9, 0), 232_448)
+    fake_cuda_device(monkeypatch, "NVIDIA H200", (9, 0), 232_448)
     m = match_gpu("auto")
     assert (m.gpu.name, m.gpu.capability, m.gpu.smem_per_block_optin) == ("H200 SXM", (9, 0), 232_448)
     assert m.note == "auto (NVIDIA H200) -> H200 SXM"
     assert resolve_peak("auto", "bf16").source == f"auto (NVIDIA H200) -> H200 SXM: {m.gpu.source}"
     assert device_smem_limit() == 232_448 and device_target(None, " Auto ").capability == (9, 0)
     # the device's own numbers win over the table's
-    _fake_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
+    fake_cuda_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
     assert lookup_gpu("auto").smem_per_block_optin == 101_000
     # a card the table lacks: its capability still comes from the device; its peak is refused
-    _fake_device(monkeypatch, "NVIDIA GeForce RTX 3070 Ti", (8, 6), 101_376)
+    fake_cuda_device(monkeypatch, "NVIDIA GeForce RTX 3070 Ti", (8, 6), 101_376)
     assert device_target(None, "auto").capability == (8, 6)
     with pytest.raises(TuneproofError) as e:
         resolve_peak("auto", "bf16")
     assert e.value.message.startswith("unknown GPU 'NVIDIA GeForce RTX 3070 Ti', this device (gpu): no MFU")
     # torch without the field: the table's limit stands
-    _fake_device(monkeypatch, "Tesla T4", (7, 5), None)
+    fake_cuda_device(monkeypatch, "Tesla T4", (7, 5), None)
     assert device_smem_limit() is None and lookup_gpu("auto").smem_per_block_optin == 65_536
 
 
@@ -379,7 +362,7 @@ def test_auto_on_rocm_has_no_cuda_capability(monkeypatch) -> None:
     from tuneproof.attention.target import device_target
     from tuneproof.hardware.gpus import capability_of
 
-    _fake_device(monkeypatch, "AMD Instinct MI300X", (9, 4), 65_536, hip="6.2")
+    fake_cuda_device(monkeypatch, "AMD Instinct MI300X", (9, 4), 65_536, hip="6.2")
     assert lookup_gpu("auto").name == "MI300X" and lookup_gpu("auto").capability is None
     rocm = r"auto \(AMD Instinct MI300X\) \(gpu\) is a ROCm GPU: it has no CUDA compute capability"
     with pytest.raises(TuneproofError, match=rocm):
@@ -416,12 +399,13 @@ def test_a_traces_limit_reads_as_the_devices_does(monkeypatch) -> None:
 
     from tuneproof.attention.target import trace_target
     from tuneproof.commands import kernels
+    from tuneproof.trace.read import load_trace
 
     data = Path(__file__).parent.parent / "data"
     for trace in (data / "hta" / "ns_resolution_rank-0.json.gz", data / "case_sm120.json.gz"):
         t = kernels.run(kernels.prepare(kernels.KernelsSpec(trace=trace)))
         name = (t.device or {})["description"].split(" (")[0]
-        assert trace_target(trace).smem_limit == lookup_gpu(name).smem_per_block_optin, name
+        assert trace_target(load_trace(trace)).smem_limit == lookup_gpu(name).smem_per_block_optin, name
 
 
 def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsys) -> None:
@@ -432,7 +416,7 @@ def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsy
     from tuneproof.cli.app import main
     from tuneproof.commands import peak as area
 
-    _fake_device(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0), 232_448)
+    fake_cuda_device(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0), 232_448)
     fake = area.MeasuredPeak(741.75, "cuda", "bf16", 8192, 1.5e-3, 1e-5, 40)
     monkeypatch.setattr(
         area, "run", lambda plan, progress=None: area.replace(fake, table=area._table_peak(plan))
@@ -465,7 +449,7 @@ def test_the_callbacks_auto_is_the_device_the_model_is_on(monkeypatch) -> None:
         None,
         "no peak for a cpu device (pass gpu= or peak_tflops=)",
     )
-    _fake_device(monkeypatch, "NVIDIA H200", (9, 0), 232_448)
+    fake_cuda_device(monkeypatch, "NVIDIA H200", (9, 0), 232_448)
     monkeypatch.setattr(
         torch.cuda,
         "get_device_name",

@@ -77,7 +77,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 
 def _spec(**kw: object) -> ProbeSpec:
-    base: dict[str, object] = dict(widths=WIDTHS, mode="forward", profiles=2, min_repeats=30, max_repeats=30)
+    base: dict[str, object] = dict(
+        model=TINY, widths=WIDTHS, mode="forward", profiles=2, min_repeats=30, max_repeats=30
+    )
     return ProbeSpec(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -89,7 +91,7 @@ FLOOR_S = BUILD_S + 7 + 3 * 7 + (1 + PROFILE_OVERHEAD_S) + 2 * (7 + 3 * PROFILE_
 def test_a_floor_that_cannot_fit_is_refused_after_the_first_round(clock: FakeClock) -> None:
     said: list[str] = []
     with pytest.raises(TuneproofError) as e:
-        run(prepare(_spec(budget_s=15.0), TINY), said.append, said.append, clock=clock)
+        run(prepare(_spec(budget_s=15.0)), said.append, said.append, clock=clock)
     # the warm-up and the first timed step, and the cheapest width profiled once to measure the overhead
     assert clock.calls == {64: 3, 128: 2, 256: 2}
     msg = e.value.message
@@ -102,7 +104,7 @@ def test_a_floor_that_cannot_fit_is_refused_after_the_first_round(clock: FakeClo
 def test_the_budget_covers_the_whole_run_and_the_estimate_comes_first(clock: FakeClock) -> None:
     said: list[str] = []
     start = clock.now
-    r = run(prepare(_spec(budget_s=150.0), TINY), said.append, said.append, clock=clock)
+    r = run(prepare(_spec(budget_s=150.0)), said.append, said.append, clock=clock)
     assert clock.now - start <= 150.0  # build, warm-up, rounds, profiles and peak, all inside
     estimate = next(i for i, s in enumerate(said) if s.startswith("estimate:"))
     assert said[estimate - 1].startswith("round 1: timing") and said[estimate + 1].startswith("round 2")
@@ -120,14 +122,22 @@ def test_the_budget_covers_the_whole_run_and_the_estimate_comes_first(clock: Fak
 def test_the_estimate_counts_no_more_rounds_than_allowed(clock: FakeClock) -> None:
     said: list[str] = []
     r = run(
-        prepare(_spec(budget_s=900.0, min_repeats=8, max_repeats=8), TINY), None, said.append, clock=clock
+        prepare(_spec(budget_s=900.0, min_repeats=8, max_repeats=8)),
+        None,
+        said.append,
+        clock=clock,
     )
     assert "room for about 8 rounds in all (the most allowed)" in said[0] and r.timing.rounds == 8
 
 
 def test_the_floor_runs_over_the_budget_only_when_asked(clock: FakeClock) -> None:
     said: list[str] = []
-    r = run(prepare(_spec(budget_s=15.0, over_budget="floor"), TINY), None, said.append, clock=clock)
+    r = run(
+        prepare(_spec(budget_s=15.0, over_budget="floor")),
+        None,
+        said.append,
+        clock=clock,
+    )
     assert r.timing.rounds == 3 and said[0].endswith("running the floor alone, as asked")
     assert "over the 15 s budget" in r.timing.notes[-1]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2, ove
 
 @pytest.mark.slow
 def test_probe_runs_fits_profiles_and_keeps_files(tmp_path: Path) -> None:
-    result = probe_command.run(probe_command.prepare(ProbeSpec(**FAST), TINY, tmp_path / "out"))
+    result = probe_command.run(probe_command.prepare(ProbeSpec(**FAST, model=TINY, out=tmp_path / "out")))
     assert sorted(result.timings) == [64, 128, 256] and result.profiled_width == 256
     # the contract is 3 rounds at least; under load the budget may end before an outlier is made up
     assert all(len(t.times_s) >= 3 for t in result.timings.values())
@@ -61,7 +62,7 @@ def test_the_global_rng_is_left_alone() -> None:
 
     torch.manual_seed(123)
     before = torch.random.get_rng_state().clone()
-    probe_command.run(probe_command.prepare(ProbeSpec(**FAST), TINY))
+    probe_command.run(probe_command.prepare(ProbeSpec(**FAST, model=TINY)))
     assert torch.equal(torch.random.get_rng_state(), before)
 
 
@@ -77,7 +78,7 @@ def test_out_of_memory_width_is_skipped(monkeypatch) -> None:
 
     monkeypatch.setattr(probe_mod, "time_interleaved", flaky)
     result = probe_command.run(
-        probe_command.prepare(ProbeSpec(**{**FAST, "widths": (64, 96, 128, 256)}), TINY)
+        probe_command.prepare(ProbeSpec(**{**FAST, "widths": (64, 96, 128, 256)}, model=TINY))
     )
     assert list(result.skipped) == [96] and "out of memory" in result.skipped[96]
     assert sorted(result.timings) == [64, 128, 256]
@@ -89,7 +90,7 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
 
     monkeypatch.setattr(probe_mod, "time_interleaved", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        probe_command.run(probe_command.prepare(ProbeSpec(**FAST), TINY))
+        probe_command.run(probe_command.prepare(ProbeSpec(**FAST, model=TINY)))
 
 
 @pytest.mark.parametrize(
@@ -147,7 +148,7 @@ def test_probe_command_json_and_errors(capsys, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_probe_training_modes_run(kw: dict) -> None:
     spec = ProbeSpec(**{**FAST, "widths": (32, 64, 128), **kw})
-    result = probe_command.run(probe_command.prepare(spec, TINY))
+    result = probe_command.run(probe_command.prepare(replace(spec, model=TINY)))
     assert sorted(result.timings) == [32, 64, 128]
     assert result.flops.run.mode == kw["mode"]
 
@@ -155,7 +156,7 @@ def test_probe_training_modes_run(kw: dict) -> None:
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
 def test_probe_on_cuda_reads_device_kernels() -> None:
     result = probe_command.run(
-        probe_command.prepare(ProbeSpec(widths=(256, 512, 1024), mode="full", device="cuda"), TINY)
+        probe_command.prepare(ProbeSpec(model=TINY, widths=(256, 512, 1024), mode="full", device="cuda"))
     )
     assert result.kernels.source == "device" and result.kernels.device is not None
     assert result.kernels.share("attention") > 0
@@ -626,7 +627,7 @@ def test_the_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     spec = ProbeSpec(
         widths=(64, 128, 256), mode="forward", budget_s=1e-6, target=0.01, profiles=2, over_budget="floor"
     )
-    r = probe_command.run(probe_command.prepare(spec, TINY, tmp_path / "out"), said.append)
+    r = probe_command.run(probe_command.prepare(replace(spec, model=TINY, out=tmp_path / "out")), said.append)
     assert r.timing.stopped == "the 1e-06 s budget ended after 3 rounds" and r.timing.target == 0.01
     assert {w: len(t.times_s) for w, t in r.timings.items()} == {64: 3, 128: 3, 256: 3}
     assert all(t.warmup == 1 for t in r.timings.values())

@@ -16,7 +16,7 @@ DATA = Path(__file__).parent.parent / "data"
 
 
 def _names(path: Path) -> set[str]:
-    events = load_trace(path)["traceEvents"]
+    events = load_trace(path).events
     return {e["name"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
 
 

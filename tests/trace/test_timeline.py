@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
 from tuneproof.measure.kernels import _table, rank_tables
-from tuneproof.trace.read import load_trace
+from tuneproof.trace.read import Trace, load_trace
 from tuneproof.trace.timeline import Span, rank_skew, sweep
 
 DATA = Path(__file__).parent.parent / "data"
@@ -54,7 +55,7 @@ FIXTURE = [
 
 
 def test_overlapping_streams_fixture_by_hand() -> None:
-    t = _table({"traceEvents": FIXTURE}, 5)
+    t = _table(Trace.of({"traceEvents": FIXTURE}), 5)
     tl = t.timeline
     assert tl is not None
     assert tl.window_ms == pytest.approx(27.0)  # 0 to 27
@@ -80,7 +81,7 @@ def test_touching_kernels_do_not_overlap() -> None:
 
 
 def test_one_stream_summed_is_wall_time() -> None:
-    t = _table({"traceEvents": FIXTURE[:2]}, 5)
+    t = _table(Trace.of({"traceEvents": FIXTURE[:2]}), 5)
     assert t.timeline is not None and t.timeline.union_ms == pytest.approx(t.total_ms)
     assert t.share("attention") == pytest.approx(8 / 18)
     assert t.wall_share("attention") == pytest.approx(8 / 20)  # the window includes the 2 ms gap
@@ -123,7 +124,7 @@ def test_deepseek_json_labels_both_bases(capsys) -> None:
     )
 
 
-def _hta_scope(path: Path) -> dict[str, Any]:
+def _hta_scope(path: Path) -> Trace:
     """HTA's scope (hta/common/trace.py _filter_irrelevant_gpu_kernels, include_last_profiler_step
     False): only the GPU kernels whose launching CPU event starts before the last ProfilerStep does.
     Read whole here: the kernel table's reader keeps no CPU rows once it has device rows."""
@@ -137,7 +138,7 @@ def _hta_scope(path: Path) -> dict[str, Any]:
         if e.get("cat") not in device and "correlation" in e.get("args", {}) and e["ts"] < last
     }
     kept = [e for e in events if e.get("cat") not in device or e["args"].get("correlation") in launched]
-    return {**trace, "traceEvents": kept}
+    return Trace.of({**trace, "traceEvents": kept})
 
 
 # HTA 0.5.0 on tests/data/hta/sampled_rank-*.json.gz: rank -> (kernel_time, idle, compute, non-compute) in
@@ -191,12 +192,12 @@ def test_amd_trace_against_hta_rounding() -> None:
     exact = _table(trace, 5).timeline
     assert exact is not None and exact.window_ms == pytest.approx(8.91189, abs=1e-5)
     rounded = []
-    for e in trace["traceEvents"]:
+    for e in trace.events:
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
             start, end = math.ceil(e["ts"]), math.floor(e["ts"] + e["dur"])
             e = {**e, "ts": start, "dur": max(end - start, 0)}
         rounded.append(e)
-    tl = _table({**trace, "traceEvents": rounded}, 5).timeline
+    tl = _table(replace(trace, events=rounded), 5).timeline
     assert tl is not None
     got = [round(x * 1e3) for x in (tl.window_ms, tl.idle_ms, tl.compute_ms, tl.union_ms - tl.compute_ms)]
     assert got == [8911, 8780, 96, 35]

@@ -19,7 +19,7 @@ from tuneproof.commands import kernels as area
 from tuneproof.core.errors import TuneproofError
 from tuneproof.measure.kernels import kernel_table
 from tuneproof.trace import read as trace_read
-from tuneproof.trace.read import load_trace
+from tuneproof.trace.read import Trace, load_trace
 
 DATA = Path(__file__).parent.parent / "data"
 HTA = DATA / "hta"
@@ -63,11 +63,9 @@ def test_streaming_keeps_the_events_and_metadata_of_the_whole_file(
 ) -> None:
     monkeypatch.setattr(trace_read, "CHUNK", chunk)  # chunk boundaries land inside events and keys
     whole, streamed = _whole(path), load_trace(path)
-    assert _rows(streamed["traceEvents"]) == _rows(whole["traceEvents"])
-    assert {k: v for k, v in streamed.items() if k not in ("traceEvents", "_read")} == {
-        k: v for k, v in whole.items() if k != "traceEvents"
-    }
-    assert streamed["_read"]["events"] == len(whole["traceEvents"])
+    assert _rows(streamed.events) == _rows(whole["traceEvents"])
+    assert streamed.meta == {k: v for k, v in whole.items() if k != "traceEvents"}
+    assert streamed.read_events == len(whole["traceEvents"])
 
 
 @pytest.mark.parametrize("path", [p for p in FIXTURES if "kineto" not in p.parts], ids=lambda p: p.name)
@@ -99,7 +97,7 @@ def test_a_gcn_arch_name_is_the_rocm_arch() -> None:
 
     props = [{"id": 0, "name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4,
               "gcnArchName": "gfx942:sramecc+:xnack-"}]  # fmt: skip
-    dev = device_info({"deviceProperties": props}, [], "device")
+    dev = device_info(Trace.of({"deviceProperties": props}), "device")
     assert dev["platform"] == "rocm" and dev["arch"] == "gfx942" and "gfx942" in dev["description"]
 
 
@@ -121,19 +119,19 @@ def test_cpu_only_trace() -> None:
 def test_ns_display_unit_keeps_microseconds() -> None:
     path = HTA / "ns_resolution_rank-0.json.gz"
     trace = load_trace(path)
-    assert trace["displayTimeUnit"] == "ns"
-    first = trace["traceEvents"][0]
+    assert trace.meta["displayTimeUnit"] == "ns"
+    first = trace.events[0]
     # ts and dur stay microseconds with ns decimals (PyTorch #122425): 4.928 us, not 4.928 ns
     assert first["cat"] == "kernel" and first["dur"] == 4.928 and first["args"] == {"stream": 7, "device": 0}
     t = _one(path)
     assert (t.device or {})["description"] == "Tesla V100-SXM2-32GB (compute capability 7.0)"
-    assert t.total_ms == pytest.approx(sum(e["dur"] for e in trace["traceEvents"]) / 1e3)
+    assert t.total_ms == pytest.approx(sum(e["dur"] for e in trace.events) / 1e3)
 
 
 def test_old_kineto_format() -> None:
     path = DATA / "kineto" / "gpu_metrics_input.json.gz"
     trace = load_trace(path)
-    cats = {e["cat"] for e in trace["traceEvents"]}
+    cats = {e["cat"] for e in trace.events}
     assert cats == {"kernel", "gpu_memcpy"}  # "Kernel" and "Memcpy" under today's names
     t = _one(path)
     assert t.source == "device" and t.ms["memory"] > 0  # the two Memcpy rows
@@ -203,14 +201,14 @@ def test_malformed_event_refused_with_its_index(tmp_path: Path, bad: Any) -> Non
 
 def test_reader_keeps_only_compact_events() -> None:
     trace = load_trace(DATA / "deepseek_v3_train_h800.json.gz")
-    keys = {k for e in trace["traceEvents"] for k in e}
+    keys = {k for e in trace.events for k in e}
     assert keys <= {"ph", "cat", "name", "ts", "dur", "pid", "tid", "args"}
-    assert {k for e in trace["traceEvents"] for k in e.get("args", {})} == {"stream", "device"}
-    assert trace["_read"] == {
-        "events": 14240,
-        "runtime": "cuda",
-        "path": str(DATA / "deepseek_v3_train_h800.json.gz"),
-    }
+    assert {k for e in trace.events for k in e.get("args", {})} == {"stream", "device"}
+    assert (trace.read_events, trace.runtime, trace.source) == (
+        14240,
+        "cuda",
+        str(DATA / "deepseek_v3_train_h800.json.gz"),
+    )
 
 
 def test_one_rank_twice_or_mixed_devices_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -235,3 +233,24 @@ def test_kernels_without_device_properties_are_not_cpu_only() -> None:
         dev["platform"] == "cuda"
         and dev["description"] == "CUDA device, properties not recorded in the trace"
     )
+
+
+def test_each_trace_is_read_once_and_handed_on(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """One `Trace` per file, read once: the kernels command over two ranks reads two files twice in
+    all (the table, the device and the rank come from the same Trace), explain --trace reads one once."""
+    seen: list[str] = []
+    read = trace_read.read_trace
+
+    def counted(p: Path) -> trace_read.Trace:
+        seen.append(Path(p).name)
+        return read(p)
+
+    monkeypatch.setattr(trace_read, "read_trace", counted)
+    ranks = [HTA / "sampled_rank-0.json.gz", HTA / "sampled_rank-1.json.gz"]
+    assert main(["kernels", "--json", "--trace", str(ranks[0]), "--trace", str(ranks[1])]) == 0
+    assert seen == [p.name for p in ranks]
+    seen.clear()
+    h800 = DATA / "deepseek_v3_train_h800.json.gz"
+    assert main(["explain", "--json", "--config", "tiny", "--seq-len", "1024", "--trace", str(h800)]) == 0
+    assert seen == [h800.name]
+    capsys.readouterr()

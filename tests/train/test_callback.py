@@ -5,6 +5,7 @@ gradient accumulation 1 and 4; and its metrics reach the Trainer's logs."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -152,12 +153,16 @@ def test_the_cached_row_ledger_equals_the_ledger_on_whole_batches(attn: str) -> 
     experts = ("experts.gate_up_proj", "experts.down_proj")  # merged once per micro-batch, not per row
     for config, params in (("tiny", ()), (gemma4, ()), (gemma4, experts)):
         shape = resolve(config).shape
-        ledger = MicroBatchLedger(shape, attn, "lora", 8, ("self_attn.q_proj",), True, params)
+        step = RunSpec(
+            seq_len=1, attn=attn, mode="lora", lora_rank=8, grad_ckpt=True,
+            lora_targets=("self_attn.q_proj",), lora_target_parameters=params,
+        )  # fmt: skip
+        ledger = MicroBatchLedger(shape, step)
         rng = random.Random(0)
         for _ in range(15):
             batch, width = rng.randint(1, 4), rng.randint(2, 300)
             rows = tuple(rng.choice([width, rng.randint(1, width)]) for _ in range(batch))
-            direct = flop_report(shape, RunSpec(seq_len=width, batch=batch, lengths=rows, **ledger.options))
+            direct = flop_report(shape, replace(step, seq_len=width, batch=batch, lengths=rows))
             assert ledger.micro_batch(batch, width, rows) == pytest.approx(
                 (direct.intended.total, direct.performed.total), rel=1e-9
             )
@@ -248,7 +253,8 @@ def test_compiled_flex_near_the_recompile_limit_is_warned_once(tmp_path: Path, m
         def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
             super().on_train_begin(*args, **kwargs)
             assert self._run is not None
-            self._run.attn = "flex_attention"  # the ledger still prices eager; only the guard is under test
+            # the ledger keeps its own step (eager): only the guard is under test
+            self._run.step = replace(self._run.step, attn="flex_attention")
 
     trainer = _trainer(tmp_path, 1, True, [FlexRun(peak_tflops=1.0)])
     with pytest.warns(UserWarning) as record:
@@ -274,7 +280,7 @@ def test_lora_on_fused_experts_is_read_into_the_ledger(tmp_path: Path) -> None:
     ours, counter = TuneproofCallback(), CountEachStep()
     trainer = _trainer(tmp_path, 2, False, [counter, ours], model=model, grad_ckpt=True)
     trainer.train()
-    assert ours._run is not None and ours._run.lora_target_parameters == _lora(model)[2]
+    assert ours._run is not None and ours._run.step.lora_target_parameters == _lora(model)[2]
     assert len(ours.history) == len(counter.counts) == 3
     for step, counted in zip(ours.history, counter.counts, strict=True):
         assert abs(step.performed / counted - 1) < TOL, (step, counted)
@@ -326,11 +332,12 @@ def test_the_typical_micro_batch_is_a_real_one_at_the_median_width(tmp_path: Pat
 
 def _tiny_run() -> Any:
     from tuneproof.arch import resolve
-    from tuneproof.train.read_run import TrainerRun
+    from tuneproof.runs.step import RunSpec
+    from tuneproof.train.read_run import CallbackState
 
     shape = resolve("tiny").shape  # sliding window 128, global layers every third
-    ledger = MicroBatchLedger(shape, "sdpa", "lora", 16, ("all-linear",), False)
-    return TrainerRun(shape, "sdpa", "lora", 16, (), False, None, "", ledger)
+    step = RunSpec(seq_len=1, attn="sdpa", mode="lora", lora_rank=16, lora_targets=("all-linear",))
+    return CallbackState(shape, step, None, "", MicroBatchLedger(shape, step))
 
 
 def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() -> None:

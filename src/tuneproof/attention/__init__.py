@@ -18,8 +18,9 @@ from tuneproof.attention.kernel_options import (
     choose_kernel_options,
     run_with_smem_fallback,
 )
-from tuneproof.attention.paths import PATHS, AttentionPath, Rows, path
+from tuneproof.attention.paths import PATHS, AttentionPath, path
 from tuneproof.hardware.capability import parse_capability
+from tuneproof.runs.step import Rows
 
 __all__ = [
     "PATHS",

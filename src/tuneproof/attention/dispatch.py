@@ -9,7 +9,7 @@ present (`_ignore_causal_mask_sdpa`, `torch._fused_sdp_choice`, `can_use_*(..., 
 "predicted" applies the rule table in `tuneproof.attention.rules` for a device that is not here
 (explaining an sm_120 run from a laptop). Live wins when both are available (`tuneproof.attention.live`).
 
-`tuneproof explain` is `prepare(context, model)` then `run(plan)`: an `Explanation`.
+`tuneproof explain` is `prepare(ExplainSpec(model=..., context=...))` then `run(plan)`: an `Explanation`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from tuneproof.attention.live import LIVE_LEN as LIVE_LEN
 from tuneproof.attention.live import device_present, version_notes
 from tuneproof.attention.live import live_mask as _live_mask
 from tuneproof.attention.live import live_sdpa as _live_sdpa
-from tuneproof.attention.paths import PATHS, Rows, path, performed_for
+from tuneproof.attention.paths import PATHS, path, performed_for
 from tuneproof.core import validate
 from tuneproof.core.dtypes import MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import NoWarnings
 from tuneproof.hardware.capability import KNOWN_CAPABILITIES
+from tuneproof.runs.step import Rows
 
 if TYPE_CHECKING:
     pass

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuneproof.attention.pairs import FLEX_BLOCK, flex_block_pairs, flex_document_pairs, intended_pairs
-from tuneproof.core.errors import TuneproofError, field_error
+from tuneproof.runs.step import Rows, attention_path_name
 
 if TYPE_CHECKING:
     from tuneproof.arch.shape import AttentionSpec
@@ -42,51 +42,6 @@ MASK_SOURCES = {
     "indexed": "transformers models/deepseek_v32/modeling_deepseek_v32.py DeepseekV32Attention.forward: "
     "eager and sdpa scatter the indexer's top-k into the attention mask",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Rows:
-    """A batch as attention sees it: `docs[r]` are the documents of row r, back to back from slot 0;
-    every row has `width` slots, the slots after its documents are padding. One document per row
-    unless packed; a packed row fills the width (padding a packed row needs an attention mask, which
-    turns off transformers' packed-sequence detection: see `tuneproof.data.packing`)."""
-
-    width: int
-    docs: tuple[tuple[int, ...], ...]
-
-    def __post_init__(self) -> None:
-        if self.width < 1 or not self.docs or any(not row or min(row) < 1 for row in self.docs):
-            raise TuneproofError(
-                f"empty rows or documents in a batch of width {self.width}", "give lengths >= 1"
-            )
-        for row in self.docs:
-            if sum(row) > self.width:
-                raise field_error("lengths", f"hold {sum(row)} tokens in a row of width {self.width}")
-            if len(row) > 1 and sum(row) != self.width:
-                raise TuneproofError(
-                    f"a packed row holds {sum(row)} of {self.width} slots",
-                    "packed rows are not padded: give each packed row the full width",
-                )
-
-    @classmethod
-    def padded(cls, width: int, lengths: list[int] | tuple[int, ...]) -> Rows:
-        return cls(width, tuple((int(n),) for n in lengths))
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.docs)
-
-    @property
-    def is_padded(self) -> bool:
-        return any(sum(row) < self.width for row in self.docs)
-
-    @property
-    def is_packed(self) -> bool:
-        return any(len(row) > 1 for row in self.docs)
-
-    def intended(self, window: int | None) -> int:
-        """The pairs the architecture specifies: causal (windowed) within each document, real tokens."""
-        return sum(intended_pairs(n, window) for row in self.docs for n in row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +113,7 @@ def _eager_pairs(rows: Rows, window: int | None) -> Performed:
 
 def _flash_pairs(rows: Rows, window: int | None) -> Performed:
     return Performed(
-        rows.intended(window),
+        intended_in(rows, window),
         Mask(False, (), "no 4-D mask: padding handled by varlen unpadding (" + MASK_SOURCES["flash"] + ")"),
         "varlen kernel on real tokens, window and causal skip native",
     )
@@ -295,9 +250,12 @@ PATHS: dict[str, AttentionPath] = {
 
 def path(name: object, field: str = "attn") -> AttentionPath:
     """The record for `name`; an unknown name is refused, naming the known ones."""
-    if not isinstance(name, str) or name not in PATHS:
-        raise field_error(field, f"{name!r} is not a known attention path", "use one of: " + ", ".join(PATHS))
-    return PATHS[name]
+    return PATHS[attention_path_name(name, field)]
+
+
+def intended_in(rows: Rows, window: int | None) -> int:
+    """The pairs the architecture specifies: causal (windowed) within each document, real tokens."""
+    return sum(intended_pairs(n, window) for row in rows.docs for n in row)
 
 
 def names(*, probe: bool = False, adjudicate: bool = False) -> tuple[str, ...]:
@@ -326,11 +284,11 @@ def intended_for(rows: Rows, spec: AttentionSpec) -> int:
     if not spec.softmax:
         return 0
     if spec.kind == "indexed":  # min(topk, causal prefix) keys per query: a topk-key window's pairs
-        return rows.intended(spec.topk)
+        return intended_in(rows, spec.topk)
     if spec.kind == "chunked":
         assert spec.chunk is not None
         return sum(intended_pairs(n, None) for row in rows.docs for n in chunk_pieces(row, spec.chunk))
-    return rows.intended(spec.window)
+    return intended_in(rows, spec.window)
 
 
 _CHUNK_FLASH = (

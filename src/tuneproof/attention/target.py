@@ -18,6 +18,7 @@ from tuneproof.hardware.capability import (
     parse_capability,
     smem_limit,
 )
+from tuneproof.trace.read import Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,9 @@ def device_target(capability: str | None, gpu: str | None, trace: Path | None = 
     if gpu is not None:
         return _gpu_target(gpu)
     if trace is not None:
-        return trace_target(trace)
+        from tuneproof.trace.read import load_trace
+
+        return trace_target(load_trace(trace))
     return DeviceTarget()
 
 
@@ -94,20 +97,18 @@ def _printable(text: object) -> str:
     return "".join(c for c in str(text) if c.isprintable())
 
 
-def trace_target(trace: Path) -> DeviceTarget:
+def trace_target(trace: Trace) -> DeviceTarget:
     """The device a torch.profiler trace ran its kernels on: its compute capability and
     `sharedMemPerBlockOptin`. A ROCm or CPU-only trace, kernels on a device its deviceProperties do not
     describe, and kernels on cards of different capabilities are refused with the reason; cards of one
     capability with different limits give the smallest; no valid limit, the capability's table."""
-    from tuneproof.trace.read import load_trace
-
-    data = load_trace(trace)
-    entries = _used_entries(data, trace.name)
-    capabilities = sorted({_trace_capability(e, trace.name) for e in entries})
+    name = Path(trace.source).name
+    entries = _used_entries(trace, name)
+    capabilities = sorted({_trace_capability(e, name) for e in entries})
     if len(capabilities) > 1:
         shown = " and ".join(f"{a}.{b}" for a, b in capabilities)
         raise TuneproofError(
-            f"{{trace}} {trace.name} ran kernels on devices of capability {shown}: one explanation cannot "
+            f"{{trace}} {name} ran kernels on devices of capability {shown}: one explanation cannot "
             "hold for both",
             "give one rank's trace, or name the card ({gpu})",
             fields=("trace", "gpu"),
@@ -134,16 +135,16 @@ def trace_target(trace: Path) -> DeviceTarget:
         else ""
     )
     return DeviceTarget(
-        capability, smem, f"trace {trace.name}, {', '.join(names)}: sharedMemPerBlockOptin{several}"
+        capability, smem, f"trace {name}, {', '.join(names)}: sharedMemPerBlockOptin{several}"
     )
 
 
-def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _used_entries(trace: Trace, where: str) -> list[dict[str, Any]]:
     """The deviceProperties entries of the devices the trace's kernels ran on (every entry when no
     kernel row names its device); refused when a kernel's device has no entry, or nothing is CUDA."""
     from tuneproof.trace.devices import OLD_KEYS, device_info
 
-    info = device_info(data, data["traceEvents"], "device")
+    info = device_info(trace, "device")
     if info.get("platform") != "cuda":
         raise TuneproofError(
             f"{{trace}} {where}: {_printable(info['description'])}: no CUDA compute capability to "
@@ -151,7 +152,7 @@ def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
             "give a trace recorded on a CUDA device, or name the card",
             fields=("trace",),
         )
-    raw = data.get("deviceProperties") or data.get("computeProperties") or []
+    raw = trace.meta.get("deviceProperties") or trace.meta.get("computeProperties") or []
     listed = [e for e in raw if isinstance(e, dict)]
     entries: dict[str, dict[str, Any]] = {
         str(e.get("id")): {OLD_KEYS.get(str(k), str(k)): v for k, v in e.items()} for e in listed
@@ -165,7 +166,7 @@ def _used_entries(data: dict[str, Any], where: str) -> list[dict[str, Any]]:
         )
     used = {  # kernel rows that name their device ("0" and 0 alike)
         str(e["args"]["device"])
-        for e in data["traceEvents"]
+        for e in trace.events
         if str(e.get("cat", "")).lower() == "kernel"
         and isinstance(e.get("args"), dict)
         and e["args"].get("device") is not None

@@ -11,9 +11,9 @@ from tuneproof.cli.common import (
     finish,
     int_list,
     json_option,
-    resolve_model,
     str_list,
     terminal_progress,
+    with_model,
 )
 from tuneproof.commands.adjudicate import CRITERIA, GRADS
 
@@ -68,10 +68,10 @@ def adjudicate(
     from tuneproof.commands.adjudicate import AdjudicateSpec, prepare, run
 
     spec = AdjudicateSpec(
-        widths=int_list(widths, "--widths"), backends=str_list(backends), dtype=dtype, grads=grads,
-        criterion=criterion, batch=batch, samples=samples, seed=seed,
+        model=config, widths=int_list(widths, "--widths"), backends=str_list(backends), dtype=dtype,
+        grads=grads, criterion=criterion, batch=batch, samples=samples, seed=seed,
     )  # fmt: skip
-    plan = prepare(spec, resolve_model(config))
+    plan = prepare(with_model(spec))
     with terminal_progress() as update:
         result = run(plan, update)
     return finish(result, json_out)

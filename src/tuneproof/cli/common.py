@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -97,6 +97,17 @@ def resolve_model(config: str) -> Any:
     for note in model.notes:
         warn(note)
     return model
+
+
+S = TypeVar("S")
+
+
+def with_model(spec: S) -> S:
+    """`spec` (checked on construction, before any model is read) with its --config resolved, the
+    model's notes warned about on stderr; `prepare` then takes the model as it is."""
+    from dataclasses import replace
+
+    return replace(spec, model=resolve_model(spec.model))  # type: ignore[type-var, attr-defined]
 
 
 def warn_unused(params: tuple[str, ...], needs: str, active: bool) -> None:

@@ -12,8 +12,8 @@ from tuneproof.cli.common import (
     finish,
     json_option,
     probe_budget_option,
-    resolve_model,
     terminal_progress,
+    with_model,
 )
 
 
@@ -40,9 +40,8 @@ def doctor(
     """Diagnose a setup end to end: FLOP ledger, attention dispatch, batching, measured probe."""
     from tuneproof.commands.doctor import DoctorSpec, prepare, run
 
-    plan = prepare(
-        DoctorSpec(probe_budget_s=probe_budget_s, out=out, report_dir=report_dir), resolve_model(config)
-    )
+    spec = DoctorSpec(model=config, probe_budget_s=probe_budget_s, out=out, report_dir=report_dir)
+    plan = prepare(with_model(spec))
     with terminal_progress() as update:
         result = run(plan, update)
     return finish(result, json_out)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tuneproof.attention.paths import PATHS
-from tuneproof.cli.common import command, config_option, finish, json_option, resolve_model
+from tuneproof.cli.common import command, config_option, finish, json_option, with_model
 
 
 @command()
@@ -54,7 +54,7 @@ def explain(
     """Per attention layer type: is a mask materialised, which SDPA backend runs, what each refusal was."""
     from tuneproof.attention.dispatch import Context
     from tuneproof.attention.target import device_target
-    from tuneproof.commands.explain import prepare, run
+    from tuneproof.commands.explain import ExplainSpec, prepare, run
 
     target = device_target(capability, gpu, trace)
     ctx = Context(
@@ -62,4 +62,4 @@ def explain(
         training=training, capability=target.capability, smem_limit=target.smem_limit,
         smem_source=target.smem_source,
     )  # fmt: skip
-    return finish(run(prepare(ctx, resolve_model(config))), json_out)
+    return finish(run(prepare(with_model(ExplainSpec(model=config, context=ctx)))), json_out)

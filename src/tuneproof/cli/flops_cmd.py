@@ -10,9 +10,9 @@ from tuneproof.cli.common import (
     config_option,
     finish,
     json_option,
-    resolve_model,
     str_list,
     warn_unused,
+    with_model,
 )
 
 
@@ -78,7 +78,7 @@ def flops(
 ) -> int:
     """Intended vs performed FLOPs per component and pass, each excess named, and MFU."""
     from tuneproof.commands.flops import FlopsSpec, prepare, run
-    from tuneproof.flops import RunSpec
+    from tuneproof.runs.step import RunSpec
 
     step = RunSpec(
         seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
@@ -86,9 +86,9 @@ def flops(
         lora_target_parameters=str_list(",".join(lora_target_parameters)), grad_ckpt=grad_ckpt,
     )  # fmt: skip
     spec = FlopsSpec(
-        run=step, step_time_s=step_time, gpu=gpu, dtype=dtype, peak_tflops=peak_tflops
+        model=config, run=step, step_time_s=step_time, gpu=gpu, dtype=dtype, peak_tflops=peak_tflops
     )  # checked before the model is read
-    result = run(prepare(spec, resolve_model(config)))
+    result = run(prepare(with_model(spec)))
     warn_unused(("lora_rank", "lora_targets", "lora_target_parameters"), "--mode lora", mode == "lora")
     warn_unused(("gpu", "peak_tflops", "dtype"), "--step-time (MFU needs a step time)", step_time is not None)
     return finish(result, json_out)

@@ -74,10 +74,10 @@ def gate(json_out: bool, **flags: Any) -> int:
     of the same arm (>= 2 runs per arm; for benchmarks with 1 run, a paired per-document test stands in):
     PASS, FAIL or INCONCLUSIVE, with delta / floor, a paired 95 % interval and the minimum detectable
     effect. Exit 0 all pass, 1 any fails, 3 some inconclusive, 2 bad input."""
-    from tuneproof.commands.gate import GateRequest, prepare, run
+    from tuneproof.commands.gate import GateCommandSpec, prepare, run
 
     warn_unused(("tokenizer", "k"), "--corpus", bool(flags["corpus"]))
-    plan = prepare(GateRequest(**flags))
+    plan = prepare(GateCommandSpec(**flags))
     with terminal_progress() as update:
         result = run(plan, update)
     return finish(result, json_out)

@@ -46,9 +46,9 @@ def generate(out: Path, json_out: bool, **flags: Any) -> int:
     fingerprints, generation settings, package versions). Both files are written atomically."""
     from tuneproof.commands.generate import GenerateSpec, prepare, run
 
-    spec = GenerateSpec(**{**flags, "prompts": str(flags["prompts"])})
+    spec = GenerateSpec(**{**flags, "prompts": str(flags["prompts"])}, out=out)
     warn_unused(("top_p",), "a temperature > 0 (greedy decoding ignores it)", spec.temperature > 0)
-    plan = prepare(spec, out)
+    plan = prepare(spec)
     with terminal_progress() as progress:
         result = run(plan, progress)
     return finish(result, json_out)

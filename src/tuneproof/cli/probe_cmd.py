@@ -14,8 +14,8 @@ from tuneproof.cli.common import (
     finish,
     int_list,
     json_option,
-    resolve_model,
     terminal_progress,
+    with_model,
 )
 
 
@@ -102,11 +102,11 @@ def probe(
     from tuneproof.commands import probe as area
 
     spec = area.ProbeSpec(
-        attn=attn, widths=int_list(widths, "--widths"), batch=batch, mode=mode, grad_ckpt=grad_ckpt,
-        device=device, dtype=dtype, min_repeats=min_repeats, max_repeats=max_repeats, budget_s=budget_s,
-        target=target, profiles=profiles, seed=seed, over_budget=over_budget,
+        model=config, out=out, attn=attn, widths=int_list(widths, "--widths"), batch=batch, mode=mode,
+        grad_ckpt=grad_ckpt, device=device, dtype=dtype, min_repeats=min_repeats, max_repeats=max_repeats,
+        budget_s=budget_s, target=target, profiles=profiles, seed=seed, over_budget=over_budget,
     )  # fmt: skip
-    plan = area.prepare(spec, resolve_model(config), out)
+    plan = area.prepare(with_model(spec))
     with terminal_progress() as update:
         result = area.run(plan, update, notice=lambda line: print(line, file=sys.stderr))
     return finish(result, json_out)

@@ -12,7 +12,7 @@ backend has the smallest mean error over the batches. Two backends are tied when
 difference (same batches) is inside its own spread: the difference's 95 % t-interval over the batches
 contains 0. One batch gives no spread, so no verdict.
 
-`tuneproof adjudicate` is `prepare(spec, model)` (every check before a model is built) then
+`tuneproof adjudicate` is `prepare(spec)` (every check before a model is built) then
 `run(plan, progress)`: an `Adjudication`.
 """
 
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneproof.arch import ResolvedModel
+from tuneproof.arch import ResolvedModel, resolve
 from tuneproof.attention.paths import names as path_names
 from tuneproof.attention.paths import path
 from tuneproof.core import validate
@@ -250,6 +251,7 @@ class Adjudication(NoWarnings):
 
 @dataclass(kw_only=True, frozen=True, slots=True)
 class AdjudicateSpec:
+    model: str | Path | ResolvedModel = "tiny"  # a config read by `prepare`, or a model already resolved
     widths: tuple[int, ...] = (256, 1024)
     backends: tuple[str, ...] = ("sdpa", "flex_attention", "eager")
     dtype: str = "bf16"
@@ -319,10 +321,12 @@ class AdjudicatePlan:
     spec: AdjudicateSpec
 
 
-def prepare(spec: AdjudicateSpec, model: ResolvedModel) -> AdjudicatePlan:
+def prepare(spec: AdjudicateSpec) -> AdjudicatePlan:
     """Every check before a model is built: widths within the model's positions, flex importable,
     the device present, and (on the CPU) memory for each backend's widest step."""
     import torch
+
+    model = resolve(spec.model)
 
     from tuneproof.measure.model import check_fits_on_cpu, check_positions
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneproof.core import validate
+from tuneproof.core.progress import Progress
 from tuneproof.core.terminal import plain
 
 if TYPE_CHECKING:
@@ -75,7 +76,8 @@ def prepare(spec: MiningSpec) -> MiningPlan:
     return MiningPlan(spec, arm, text, warnings)
 
 
-def run(plan: MiningPlan) -> MiningResult:
+def run(plan: MiningPlan, progress: Progress | None = None) -> MiningResult:
+    """Mine the arm against the reference (quick: no progress to report) and write --out if asked."""
     from tuneproof.gate.attractors import mine
 
     out = plan.spec.out

@@ -5,7 +5,7 @@ chain (live here, predicted for the reference run's sm_120 card), batching choic
 length set, and the measurement probe (scaling fit, kernel table, cross-check) on the CPU. Later
 capabilities (gates, shipping) add their sections here.
 
-`tuneproof doctor` is a `DoctorSpec` (probe budget, where to write), `prepare(spec, model)` (the
+`tuneproof doctor` is a `DoctorSpec` (the model, probe budget, where to write), `prepare(spec)` (the
 folders checked before any work) and `run(plan, progress)`: a `DoctorReport`, written to report.json
 (`--out`) and a report folder with plots drawn from the section results (`--report`).
 """
@@ -133,7 +133,8 @@ class DoctorReport(NoWarnings):
 
 
 def flops_section(shape: ModelShape) -> FlopsSection:
-    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.flops import flop_report
+    from tuneproof.runs.step import RunSpec
 
     widths = doctor_widths(shape)
     rows = []
@@ -222,9 +223,11 @@ def probe_section(
     from tuneproof.core.errors import TuneproofError
 
     # a diagnosis runs the probe's floor even past its budget, and the probe's notes say so
-    spec = ProbeSpec(widths=PROBE_WIDTHS, batch=2, mode=PROBE_MODE, budget_s=budget_s, over_budget="floor")
+    spec = ProbeSpec(
+        model=model, widths=PROBE_WIDTHS, batch=2, mode=PROBE_MODE, budget_s=budget_s, over_budget="floor"
+    )
     try:
-        return ProbeSection(run(prepare(spec, model), progress), PROBE_NOTE)
+        return ProbeSection(run(prepare(spec), progress), PROBE_NOTE)
     except TuneproofError as e:
         return SkippedSection(f"the probe cannot run this model here: {e.message}")
 
@@ -380,6 +383,7 @@ class DoctorSpec:
     """A doctor run: seconds of probe timing, and where the report goes: `out` (a folder that receives
     report.json) and `report_dir` (report.md, report.json and the plots); None writes nothing."""
 
+    model: str | Path | ResolvedModel = "tiny"  # a config read by `prepare`, or a model already resolved
     probe_budget_s: float = 30.0
     out: Path | None = None
     report_dir: Path | None = None
@@ -394,15 +398,16 @@ class DoctorPlan:
     spec: DoctorSpec
 
 
-def prepare(spec: DoctorSpec, model: ResolvedModel) -> DoctorPlan:
+def prepare(spec: DoctorSpec) -> DoctorPlan:
     """Refuse folders that cannot be written before an hour of work is lost to them."""
+    from tuneproof.arch import resolve
     from tuneproof.core.report import check_json_folder, check_report_folder
 
     if spec.out is not None:
         check_json_folder(spec.out)
     if spec.report_dir is not None:
         check_report_folder(spec.report_dir)
-    return DoctorPlan(model, spec)
+    return DoctorPlan(resolve(spec.model), spec)
 
 
 TITLE = "tuneproof doctor"  # report.json's title, with --out or --report alike

@@ -1,25 +1,29 @@
 """`tuneproof flops` as the library runs it: a `FlopsSpec` (the step, its measured time, the peak),
-`prepare(spec, model)` (every check, once, before any counting) and `run(plan)`: a `FlopReport`."""
+`prepare(spec)` (every check, once, before any counting) and `run(plan)`: a `FlopReport`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from tuneproof.arch import ResolvedModel
+from tuneproof.arch import ResolvedModel, resolve
 from tuneproof.arch.shape import ModelShape
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
 from tuneproof.flops.report import FlopReport, check_step_time, flop_report, positions_notes
-from tuneproof.flops.run import RunSpec
 from tuneproof.hardware.gpus import Peak
+from tuneproof.runs.step import RunSpec
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
 class FlopsSpec:
-    """One step to count (`run`) and, for MFU, its measured `step_time_s` and a peak: `peak_tflops`
-    given, or the table's for `gpu` in `dtype`. Checked on construction, before a model is read
-    (reading one imports transformers: seconds)."""
+    """One step to count (`run`) on `model` and, for MFU, its measured `step_time_s` and a peak:
+    `peak_tflops` given, or the table's for `gpu` in `dtype`. Checked on construction, before a model
+    is read (reading one imports transformers: seconds). `model`: a config ("tiny", a config.json or
+    its folder, a hub id in the local cache) read by `prepare`, or a model already resolved
+    (`tuneproof.resolve`; its `notes` say which fields came from transformers' defaults)."""
 
+    model: str | Path | ResolvedModel = "tiny"
     run: RunSpec
     step_time_s: float | None = None
     gpu: str | None = None
@@ -53,9 +57,10 @@ class FlopsPlan:
     notes: tuple[str, ...] = ()
 
 
-def prepare(spec: FlopsSpec, model: ResolvedModel) -> FlopsPlan:
-    """The plan for `spec` on `model`. A width over the model's positions is counted as asked (context
-    extension), with a note."""
+def prepare(spec: FlopsSpec) -> FlopsPlan:
+    """The plan for `spec` on its model. A width over the model's positions is counted as asked
+    (context extension), with a note."""
+    model = resolve(spec.model)
     return FlopsPlan(model.shape, spec, positions_notes(model, spec.run.seq_len))
 
 

@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from tuneproof.gate.tokens import Tokens
 
 
-@dataclass(frozen=True, slots=True)
-class GateRequest:
-    """What to judge, as the command's flags give it (each field is the flag of the same name)."""
+@dataclass(kw_only=True, frozen=True, slots=True)
+class GateCommandSpec:
+    """What `tuneproof gate` judges, as the command's flags give it (each field is the flag of the same
+    name); the gate's own thresholds are a `tuneproof.gate.spec.GateSpec`, read from `spec` (its TOML)."""
 
     base: tuple[Path, ...]  # arm files; one per run for lm-eval files
     tuned: tuple[Path, ...]
@@ -82,7 +83,7 @@ class GateResult:
         render_gate(self.report, console)
 
 
-def prepare(request: GateRequest) -> GatePlan:
+def prepare(request: GateCommandSpec) -> GatePlan:
     """Every cheap check, once, in the order a user fixes them: the spec and the floors, the listed
     files, the out file, then both arms and what they share; then the tokenizer and embedder load."""
     from tuneproof.core.io import check_out_file
@@ -148,7 +149,7 @@ def _phrases(path: Path | None) -> tuple[PhraseMatcher, str] | None:
     return PhraseMatcher(listed), sha
 
 
-def _tokens(request: GateRequest) -> Tokens | None:
+def _tokens(request: GateCommandSpec) -> Tokens | None:
     """The memorisation tokenizer: only with a corpus to tokenize (without one, `tokenizer` is unused)."""
     if not (request.tokenizer and request.corpus):
         return None

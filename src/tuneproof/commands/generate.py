@@ -1,6 +1,6 @@
 """`tuneproof generate`: an arm for the gate, every prompt answered SAMPLES times in each of RUNS runs
 (`gate.generate`), written with its sidecar of model fingerprints, settings and versions. A
-`GenerateSpec`, `prepare(spec, out)` (the model, adapter and prompts checked, the arm's path too) and
+`GenerateSpec`, `prepare(spec)` (the model, adapter and prompts checked, the arm's path too) and
 `run`: a `GenerateResult`."""
 
 from __future__ import annotations
@@ -43,13 +43,16 @@ class GenerateResult:
         render_generated(self, console)
 
 
-def prepare(spec: GenerateSpec, out: str | Path) -> GeneratePlan:
+def prepare(spec: GenerateSpec) -> GeneratePlan:
     """The model and adapter folders, the prompts, and the arm and sidecar paths, before any load."""
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.core.io import check_out_file
 
+    if spec.out is None:
+        raise TuneproofError("no {out} for the arm", "name the JSONL file to write", fields=("out",))
     check_paths(spec)
     prompts = read_prompts(spec.prompts)
-    out = Path(out)
+    out = Path(spec.out)
     check_out_file(out, (spec.prompts,))
     check_out_file(meta_path(out), (spec.prompts,))
     return GeneratePlan(spec, prompts, out)

@@ -12,6 +12,7 @@ from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
 from tuneproof.measure.kernels import KernelTable, RankTables, rank_tables, ranked_table
+from tuneproof.trace.read import Trace
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -28,23 +29,23 @@ class KernelsSpec:
 
 @dataclass(frozen=True, slots=True)
 class KernelsPlan:
-    trace: dict[str, Any]  # the first rank's trace, as trace_read.read_trace keeps it
+    trace: Trace  # the first rank's trace
     top_n: int
-    ranks: tuple[tuple[str | None, dict[str, Any]], ...] = ()  # (rank label, trace) per file, all of them
+    ranks: tuple[tuple[str | None, Trace], ...] = ()  # (rank label, trace) per file, all of them
 
 
 def prepare(spec: KernelsSpec) -> KernelsPlan:
     """Read the traces, streaming (a missing, unreadable or event-less file is refused here)."""
-    from tuneproof.trace.read import load_trace, rank_of, trace_files
+    from tuneproof.trace.read import load_trace, trace_files
 
     files = trace_files([spec.trace, *spec.more])
-    ranks = tuple((rank_of(t, p), t) for p in files for t in [load_trace(p)])
+    ranks = tuple((t.rank, t) for t in map(load_trace, files))
     if len(files) > 1:
         _one_run(files, ranks)
     return KernelsPlan(ranks[0][1], spec.top_n, ranks)
 
 
-def _one_run(files: list[Path], ranks: tuple[tuple[str | None, dict[str, Any]], ...]) -> None:
+def _one_run(files: list[Path], ranks: tuple[tuple[str | None, Trace], ...]) -> None:
     """A skew across traces means something only for one run: refuse two files of one rank (the same
     file twice, or a folder mixing runs) and traces from different devices or platforms."""
     from tuneproof.trace.devices import device_record, platform_of
@@ -59,7 +60,7 @@ def _one_run(files: list[Path], ranks: tuple[tuple[str | None, dict[str, Any]], 
             first[r] = p
     kinds: dict[tuple[str, Any], Path] = {}
     for p, (_, t) in zip(files, ranks, strict=True):
-        dev = device_record(t, t["traceEvents"]) or {}
+        dev = device_record(t) or {}
         kinds.setdefault((platform_of(t, dev), dev.get("name")), p)
     if len(kinds) > 1:
         (k1, p1), (k2, p2) = list(kinds.items())[:2]

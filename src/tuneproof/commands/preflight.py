@@ -8,7 +8,7 @@ does both for a config already loaded (the Axolotl plugin's use).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from tuneproof.core.progress import Progress
 from tuneproof.core.verdict import FINDING, OK, Verdict
 from tuneproof.data.ranks import StepCost
 from tuneproof.preflight.sections import Section
-from tuneproof.runs.axolotl import RunConfig, from_axolotl, read_yaml
+from tuneproof.runs.axolotl import from_axolotl, read_yaml
+from tuneproof.runs.run import Run
 
 RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
 
@@ -32,7 +33,7 @@ class PreflightSpec:
 
 @dataclass(slots=True)
 class PreflightPlan:
-    run: RunConfig
+    run: Run
     model: Any  # ResolvedModel
     config: dict[str, Any]  # the base's config.json
     folder: Path | None  # the base's local folder (its tokenizer), when there is one
@@ -43,13 +44,13 @@ class PreflightPlan:
 
 @dataclass(slots=True)
 class PreflightResult:
-    run: RunConfig
+    run: Run
     sections: list[Section]
     notes: list[str] = field(default_factory=list)
 
     @property
     def findings(self) -> list[str]:
-        return self.run.findings + [f for s in self.sections for f in s.findings]
+        return [*self.run.findings, *(f for s in self.sections for f in s.findings)]
 
     @property
     def warnings(self) -> list[str]:
@@ -96,7 +97,7 @@ class PreflightResult:
 
         r = self.run
         console.print(f"preflight {escape(r.source)} ({r.kind}): base {escape(r.base_model)}", markup=True)
-        for note in r.notes + self.notes:
+        for note in [*r.notes, *self.notes]:
             console.print(f"  note: {escape(note)}")
         for s in self.sections:
             console.print(f"{s.name}")
@@ -110,7 +111,7 @@ class PreflightResult:
         console.print(f"verdict: {v.outcome} ({v.reason}; exit {v.exit_code})")
 
 
-def read_run(path: Path) -> RunConfig:
+def read_run(path: Path) -> Run:
     from tuneproof.core.io import input_file
 
     input_file(path, "run config", RUN_HINT)
@@ -129,7 +130,7 @@ def prepare(spec: PreflightSpec) -> PreflightPlan:
     return _plan(read_run(spec.run_file), spec.gpu, spec.fit)
 
 
-def _plan(run: RunConfig, gpu: str | None, fit: Any) -> PreflightPlan:
+def _plan(run: Run, gpu: str | None, fit: Any) -> PreflightPlan:
     from tuneproof.arch import resolve
     from tuneproof.arch.locate import locate_config
 
@@ -138,17 +139,16 @@ def _plan(run: RunConfig, gpu: str | None, fit: Any) -> PreflightPlan:
     folder = None if run.base_model == "tiny" else locate_config(run.base_model).parent
     if target.capability is not None and target.capability < (8, 0) and run.dtype == "bf16":
         if run.bf16_auto:
-            run.dtype = "fp16"
-            run.notes.append(
-                "bf16 auto on a card without bf16 (capability below 8.0): Axolotl trains in fp16"
-            )
+            note = "bf16 auto on a card without bf16 (capability below 8.0): Axolotl trains in fp16"
+            run = replace(run, dtype="fp16", notes=(*run.notes, note))
         else:
-            run.findings.append(
+            finding = (
                 f"{run.source}: bf16 on a card of capability {target.capability[0]}.{target.capability[1]}, "
                 "which has no bf16: transformers' Trainer refuses it; use fp16 or fp32"
             )
+            run = replace(run, findings=(*run.findings, finding))
     if run.auto_attention:  # tuneproof train's attention auto
-        run.attn = "flex_attention" if target.capability is not None else "sdpa"
+        run = replace(run, attn="flex_attention" if target.capability is not None else "sdpa")
     problem = model.positions_problem(run.seq_len, run.seq_len_key)
     if problem:
         raise TuneproofError(
@@ -179,7 +179,7 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
         say("datasets")
         lens, ds_notes, ds_findings = batches.lengths(r, batches.tokenizer_for(plan.folder))
         notes.extend(ds_notes)
-        r.findings.extend(ds_findings)
+        r = replace(r, findings=(*r.findings, *ds_findings))
     else:
         notes.append("no datasets listed: padding and wall time need real lengths")
     if lens is not None:
@@ -203,7 +203,7 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     return PreflightResult(r, out, notes)
 
 
-def _lora(r: RunConfig, cov: Any) -> Section:
+def _lora(r: Run, cov: Any) -> Section:
     s = Section("lora", data=cov.to_dict(), findings=list(cov.findings))
     fams = ", ".join(f"{k} x{v}" for k, v in sorted(cov.families.items()))
     s.lines.append(

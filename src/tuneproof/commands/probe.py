@@ -1,6 +1,6 @@
 """`tuneproof probe`: time a step at several widths, fit t = A*w + B*w^2, profile every width and
 cross-check the two (`measure.probe`, the probe's engine, which the doctor, the plan and the train report
-run too). A `ProbeSpec`, `prepare(spec, model, out)` (every cheap check before a model is built) and
+run too). A `ProbeSpec`, `prepare(spec)` (every cheap check before a model is built) and
 `run(plan, progress, notice, clock)`: a `ProbeResult`. The engine's steps are looked up on its module
 when they run, so a test that replaces one (the profiler, the model) replaces it here too."""
 
@@ -29,15 +29,17 @@ class ProbePlan:
     out: Path | None = None
 
 
-def prepare(spec: ProbeSpec, model: ResolvedModel, out: Path | None = None) -> ProbePlan:
+def prepare(spec: ProbeSpec) -> ProbePlan:
     """Everything refused before a model is built: the output folder (`OUT_FILES` writable), then
     positions, the device and memory (`check_probe`)."""
+    from tuneproof.arch import resolve
     from tuneproof.core.io import check_out_folder
 
-    if out is not None:
-        check_out_folder(out, engine.OUT_FILES)
+    if spec.out is not None:
+        check_out_folder(spec.out, engine.OUT_FILES)
+    model = resolve(spec.model)
     engine.check_probe(model, spec)
-    return ProbePlan(model, spec, out)
+    return ProbePlan(model, spec, spec.out)
 
 
 def run(

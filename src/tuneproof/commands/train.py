@@ -386,14 +386,14 @@ def _probe(
         return None, f"the run's widest sequence ({max(lengths)} tokens) is too short to fit a scaling law"
     try:
         spec = probe.ProbeSpec(
-            attn=attention, widths=widths, batch=recipe.optim.micro_batch, mode="lora",
+            model=resolved, attn=attention, widths=widths, batch=recipe.optim.micro_batch, mode="lora",
             grad_ckpt=recipe.optim.grad_ckpt, device=device, lora_rank=recipe.lora.r, budget_s=budget,
             seed=recipe.optim.seed, lora_targets=run_targets(resolved, recipe.lora.targets),
             over_budget="floor",  # a side measurement of the run: its floor runs, said over budget
         )  # fmt: skip
         if progress:
             progress(f"probing the step time at widths {', '.join(map(str, widths))} ({budget:g} s)")
-        return probe.run(probe.prepare(spec, resolved)).to_dict(), ""
+        return probe.run(probe.prepare(spec)).to_dict(), ""
     except TuneproofError as e:
         return None, f"the probe cannot run here: {e.message}"
 

@@ -61,7 +61,8 @@ def attention_flops(
     Each micro-batch is costed by the attention path table (`tuneproof.attention.paths`): padded
     micro-batches are rows as wide as their longest member; a packed micro-batch is one row holding
     its documents back to back."""
-    from tuneproof.attention.paths import Rows, intended_for, path, performed_for
+    from tuneproof.attention.paths import intended_for, path, performed_for
+    from tuneproof.runs.step import Rows
 
     chosen = path(attn)
     groups = [(shape.layers[idx[0]].attention, len(idx)) for idx in shape.attention_groups().values()]

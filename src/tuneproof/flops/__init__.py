@@ -3,7 +3,7 @@
 from tuneproof.flops.effects import EFFECTS, Effect
 from tuneproof.flops.ledger import Ledger, Row, WalkState
 from tuneproof.flops.report import Excess, FlopReport, Mfu, flop_report
-from tuneproof.flops.run import MODES, RunSpec
+from tuneproof.runs.step import MODES, RunSpec
 
 __all__ = [
     "EFFECTS",

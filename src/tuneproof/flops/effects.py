@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from tuneproof.arch.shape import Linear, ModelShape
 from tuneproof.attention.paths import PATHS, Performed, intended_for
 from tuneproof.flops.ledger import WalkState, adapted_in_place
-from tuneproof.flops.run import RunSpec
+from tuneproof.runs.step import RunSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from tuneproof.arch.shape import Attention, Core, IndexScores, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.arch.targets import peft_matches
 from tuneproof.core.errors import TuneproofError, field_error
-from tuneproof.flops.run import RunSpec
+from tuneproof.runs.step import RunSpec
 
 PASSES = ("forward", "recompute", "backward")
 # components whose rows cost the same whatever the tokens: a micro-batch pays them once, not per row

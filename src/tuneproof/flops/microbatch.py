@@ -13,8 +13,10 @@ each row (None when no attention mask told them: every row full).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from tuneproof.runs.step import RunSpec
 
 # paths whose performed FLOPs depend on the batch only through (B, T, any row padded): the ledger
 # is then B x one row's (checked against the ledger itself in tests/train/test_callback.py)
@@ -89,22 +91,11 @@ class MicroBatchLedger:
     on the whole micro-batch, memoised. Work that costs the same whatever the tokens (PEFT's expert
     merges) is priced once per micro-batch, outside the per-row fits."""
 
-    def __init__(
-        self,
-        shape: Any,
-        attn: str,
-        mode: str,
-        lora_rank: int,
-        targets: tuple[str, ...],
-        ckpt: bool,
-        target_parameters: tuple[str, ...] = (),
-    ):
+    def __init__(self, shape: Any, step: RunSpec) -> None:
+        """`step`: the run's step (its attention path, mode, adapters, checkpointing) at any width."""
         self.shape = shape
-        self.options: dict[str, Any] = dict(
-            attn=attn, mode=mode, lora_rank=lora_rank, grad_ckpt=ckpt,
-            lora_targets=targets or (() if target_parameters else ("all-linear",)),
-            lora_target_parameters=target_parameters,
-        )  # fmt: skip
+        self.step = step
+        attn = step.attn
         windows = sorted({layer.attention.window for layer in shape.layers if layer.attention.window})
         self.per_micro_batch = self._token_free()
         intended_free, performed_free = self.per_micro_batch
@@ -123,18 +114,17 @@ class MicroBatchLedger:
     def _totals(
         self, width: int, batch: int = 1, lengths: tuple[int, ...] | None = None
     ) -> tuple[float, float]:
-        from tuneproof.flops import RunSpec
         from tuneproof.flops.report import step_totals
 
-        return step_totals(self.shape, RunSpec(seq_len=width, batch=batch, lengths=lengths, **self.options))
+        return step_totals(self.shape, replace(self.step, seq_len=width, batch=batch, lengths=lengths))
 
     def _token_free(self) -> tuple[float, float]:
         """(intended, performed) FLOPs a micro-batch costs whatever its tokens (the ledger's
         TOKEN_FREE_COMPONENTS rows: PEFT's expert merges), counted once per micro-batch, not per row."""
-        from tuneproof.flops import RunSpec, flop_report
+        from tuneproof.flops import flop_report
         from tuneproof.flops.ledger import TOKEN_FREE_COMPONENTS
 
-        report = flop_report(self.shape, RunSpec(seq_len=1, **self.options))
+        report = flop_report(self.shape, replace(self.step, seq_len=1, batch=1, lengths=None))
         intended, performed = (
             sum(ledger.where(component_prefix=c) for c in TOKEN_FREE_COMPONENTS)
             for ledger in (report.intended, report.performed)
@@ -161,9 +151,9 @@ class MicroBatchLedger:
 
     def report(self, batch: int, width: int, rows: tuple[int, ...]) -> Any:
         """The whole ledger (`FlopReport`, excess lines named) of one micro-batch of this run."""
-        from tuneproof.flops import RunSpec, flop_report
+        from tuneproof.flops import flop_report
 
-        return flop_report(self.shape, RunSpec(seq_len=width, batch=batch, lengths=rows, **self.options))
+        return flop_report(self.shape, replace(self.step, seq_len=width, batch=batch, lengths=rows))
 
 
 def rows_of(batch: int, width: int, lengths: Any) -> tuple[int, ...]:

@@ -12,8 +12,8 @@ from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.effects import EFFECTS, EffectContext, intended_state
 from tuneproof.flops.ledger import Ledger, walk
-from tuneproof.flops.run import RunSpec
 from tuneproof.hardware.gpus import Peak
+from tuneproof.runs.step import RunSpec
 
 
 @dataclass(frozen=True, slots=True)

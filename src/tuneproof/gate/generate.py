@@ -9,7 +9,7 @@ size is recorded because sampling draws depend on it.
 `tiny` is the embedded Gemma-4-style model with random weights (seed 0) and a byte-level tokenizer built
 in memory: its text is noise, which is what a test of the plumbing needs.
 
-As the command runs it: `prepare(spec, out)` checks the model and adapter folders, reads the prompts and
+As the command runs it: `prepare(spec)` checks the model and adapter folders, reads the prompts and
 checks both output paths; `run(plan, progress)` generates, writes the arm and its sidecar atomically and
 returns a `GenerateResult` (its `to_dict()` is the sidecar).
 """
@@ -54,6 +54,7 @@ class GenerateSpec:
     top_p: float = 1.0
     batch_size: int = 8
     seed: int = 0
+    out: Path | None = None  # the arm's JSONL (its ARM.meta.json goes beside it); the command needs one
 
     def __post_init__(self) -> None:
         validate.integer("runs", self.runs, low=1, high=1000)
@@ -297,7 +298,7 @@ def generate(
         "adapter": spec.adapter,
         "fingerprint": fingerprint,
         "generation": {
-            **asdict(spec),
+            **{k: v for k, v in asdict(spec).items() if k != "out"},
             "seeds": seeds,
             "do_sample": sampling,
             "top_k": 0 if sampling else None,  # off: temperature and top-p alone shape the draws

@@ -18,11 +18,11 @@ from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import Unjudged
 from tuneproof.trace.kernel_classes import CLASSES, RULES, UNCLASSIFIED_FLOOR, classify, rule_of
+from tuneproof.trace.read import DEVICE_CATS, Trace
 from tuneproof.trace.timeline import RankSkew, Timeline, rank_skew, spans_of, sweep
 
 # what a profile's time splits into: the busy classes (summed kernel time) and the idle gaps between them
 PROFILE_COLUMNS = (*CLASSES, "idle")
-DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 __all__ = ["CLASSES", "PROFILE_COLUMNS", "RULES", "KernelTable", "classify", "kernel_table", "rank_skew"]
 # "sm80", "sm_90a", "sm120" and CUTLASS 2.x's "cutlass_80_" all name the architecture a kernel was built for
 ARCH_TAG = re.compile(r"(?:^|[^a-z0-9])(?:sm_?|cutlass_)(\d{2,3})[a-z]?(?:[^0-9]|$)")
@@ -164,23 +164,23 @@ def rank_tables(tables: list[KernelTable]) -> RankTables:
     return RankTables(tables, rank_skew([r for r, _ in timed], [tl for _, tl in timed if tl is not None]))
 
 
-def ranked_table(label: str | None, trace: dict[str, Any], top_n: int) -> KernelTable:
-    """The rank's table with the device read from the trace itself (trace_device: CUDA capability, ROCm
-    gfx arch or CPU only, and the trace's limits); the sm-tag mismatch rule only on CUDA."""
+def ranked_table(label: str | None, trace: Trace, top_n: int) -> KernelTable:
+    """The rank's table with the device read from the trace itself (trace.devices: CUDA capability,
+    ROCm gfx arch or CPU only, and the trace's limits); the sm-tag mismatch rule only on CUDA."""
     from tuneproof.trace.devices import device_info
 
     table = _table(trace, top_n)
     table.rank = table.rank or label
-    table.device = device_info(trace, trace["traceEvents"], table.source)
+    table.device = device_info(trace, table.source)
     if table.device.get("platform") != "cuda":
         table.arch_mismatch = []
     return table
 
 
-def _timed_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+def _timed_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Complete ("X") events with a name and finite, non-negative ts and dur; a malformed one is refused."""
     out = []
-    for i, e in enumerate(trace.get("traceEvents") or []):
+    for i, e in enumerate(events):
         if not isinstance(e, dict) or e.get("ph") != "X" or "dur" not in e:
             continue
         ts, dur, name = e.get("ts"), e.get("dur"), e.get("name")
@@ -244,21 +244,16 @@ def _idle_ms(events: list[dict[str, Any]]) -> float:
     return (max(e for _, e in spans) - spans[0][0] - busy) / 1e3
 
 
-def kernel_table(trace: dict[str, Any], top_n: int = 5) -> KernelTable:
-    """Sum time by class. Raises when the trace has no timed events."""
+def kernel_table(trace: Trace | dict[str, Any], top_n: int = 5) -> KernelTable:
+    """Sum time by class, from a `Trace` (`load_trace`) or a whole trace document already loaded (a
+    dict with traceEvents). Raises when the trace has no timed events."""
     validate.integer("top_n", top_n, high=10_000)
-    return _table(trace, top_n)
+    return _table(trace if isinstance(trace, Trace) else Trace.of(trace), top_n)
 
 
-def _table(
-    trace: dict[str, Any] | list[dict[str, Any]], top_n: int, meta: dict[str, Any] | None = None
-) -> KernelTable:
-    """The table of one rank: from a loaded trace dict, or from its events and the trace's other
-    top-level keys (`meta`: deviceProperties, distributedInfo, ...)."""
-    if isinstance(trace, dict):
-        events, meta = _timed_events(trace), trace
-    else:
-        events, meta = _timed_events({"traceEvents": trace}), meta or {}
+def _table(trace: Trace, top_n: int) -> KernelTable:
+    """The table of one rank."""
+    events, meta = _timed_events(trace.events), trace.meta
     device_rows = [e for e in events if str(e.get("cat", "")).lower() in DEVICE_CATS]
     names: dict[str, str] = {}
     if device_rows:
@@ -284,7 +279,7 @@ def _table(
         table.rank = str(info["rank"])
     from tuneproof.trace.devices import device_record
 
-    dev = device_record(meta, device_rows) if source == "device" else None
+    dev = device_record(trace, device_rows) if source == "device" else None
     if dev is not None:  # deviceProperties, or the older computeProperties with its keys mapped
         table.device = {k: dev.get(k) for k in ("name", "computeMajor", "computeMinor") if k in dev}
         table.arch_mismatch = _mismatches([(n, us) for n, _, us in rows], dev, table.total_ms)

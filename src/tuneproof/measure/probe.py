@@ -28,13 +28,13 @@ from tuneproof.attention.paths import path
 from tuneproof.core import validate
 from tuneproof.core.dtypes import MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops.run import MODES
 from tuneproof.measure.budget import OVER_BUDGET, WholeBudget
 from tuneproof.measure.fit import MIN_SPAN, MIN_WIDTHS
 from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS, KernelTable, kernel_table
 from tuneproof.measure.probe_result import timing_rows
 from tuneproof.measure.steps import probe_model, width_steps
 from tuneproof.measure.timing import Interleaved, time_interleaved
+from tuneproof.runs.step import MODES
 from tuneproof.trace.read import load_trace
 
 DEVICES = ("cpu", "cuda")
@@ -48,8 +48,12 @@ class ProbeSpec:
     to +-target (needs `min_repeats`), up to `max_repeats` rounds or the budget. `budget_s`: seconds for
     the whole probe (build, warm-up, rounds, profiles, peak; `tuneproof.measure.budget`); a floor that
     cannot fit in it is refused (`over_budget` "refuse") or run alone ("floor"). `profiles`: profiled
-    steps per width (2 or more give the kernel side an interval)."""
+    steps per width (2 or more give the kernel side an interval). `model`: a config ("tiny", a
+    config.json or its folder, a hub id in the local cache) read by the command's `prepare`, or a
+    model already resolved; `out`: the folder for the trace and the fit (None: nothing written)."""
 
+    model: str | Path | ResolvedModel = "tiny"
+    out: Path | None = None
     attn: str = "sdpa"
     widths: tuple[int, ...] = (512, 1024, 2048)
     batch: int = 1

@@ -147,7 +147,9 @@ class ProbeResult(NoWarnings):
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
-            "spec": {k: getattr(self.spec, k) for k in self.spec.__dataclass_fields__},
+            "spec": {
+                k: getattr(self.spec, k) for k in self.spec.__dataclass_fields__ if k not in ("model", "out")
+            },
             "timing": self.timing.to_dict(),
             "points": [{"width": w, **t.to_dict()} for w, t in sorted(self.timings.items())],
             "skipped": [{"width": w, "reason": r} for w, r in sorted(self.skipped.items())],
@@ -172,8 +174,9 @@ def analyse(
 ) -> ProbeResult:
     """The fit, the cross-check at the largest width, their notes, and the FLOP ledger with MFU for the
     measured step: everything the probe concludes from its measurements."""
-    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.flops import flop_report
     from tuneproof.measure.model import lora_targets
+    from tuneproof.runs.step import RunSpec
 
     widths = sorted(timing.timings)
     ws, ts = timing_rows(timing)

@@ -19,12 +19,13 @@ import numpy as np
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.preflight.sections import Section
-from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE, DatasetRef, RunConfig
+from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE
+from tuneproof.runs.run import DatasetRef, Run
 
 MAX_ROWS = 200_000  # rows read per dataset: enough for the length mix
 
 
-def lengths(run: RunConfig, tokenizer: Any) -> tuple[np.ndarray | None, list[str], list[str]]:
+def lengths(run: Run, tokenizer: Any) -> tuple[np.ndarray | None, list[str], list[str]]:
     """Token lengths of every local dataset's rows, notes on what was skipped, and findings (a dataset
     written as a file path that is not here)."""
     notes: list[str] = []
@@ -115,7 +116,7 @@ def _row_text(row: Any, field: str | None) -> str:
     return "\n".join(v for v in row.values() if isinstance(v, str))
 
 
-def batching(run: RunConfig, lens: np.ndarray, seed: int = 0) -> tuple[Section, float, int, list[int]]:
+def batching(run: Run, lens: np.ndarray, seed: int = 0) -> tuple[Section, float, int, list[int]]:
     """Padding share, distinct widths and the widths of one epoch's micro-batches under the run's batching."""
     from tuneproof.data.packing import best_fit_decreasing
 
@@ -168,7 +169,7 @@ def batching(run: RunConfig, lens: np.ndarray, seed: int = 0) -> tuple[Section, 
     return s, pad, len(set(widths)), widths
 
 
-def wall_time(run: RunConfig, widths: list[int], fit: Any) -> Section:
+def wall_time(run: Run, widths: list[int], fit: Any) -> Section:
     """An epoch's seconds from the fit t = c + rows/batch x (a*w + b*w^2), at the widths above."""
     rows, per = (1, 1) if run.packs_rows else (run.micro_batch, run.micro_batch)
     w = np.array(widths, dtype=np.float64)
@@ -194,7 +195,7 @@ def tokenizer_for(folder: Path | None) -> Any:
         return None
 
 
-def step_time(run: RunConfig, fit: Any) -> Section:
+def step_time(run: Run, fit: Any) -> Section:
     """One micro-batch's seconds at the run's width, when no real lengths give the epoch."""
     rows, width = (1, run.micro_batch * run.seq_len) if run.packs_rows else (run.micro_batch, run.seq_len)
     seconds = float(fit(np.array([width], dtype=np.float64), np.array([rows]))[0])

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneproof.arch.targets import peft_matches
-from tuneproof.runs.axolotl import RunConfig
+from tuneproof.runs.run import Run
 
 TOWERS = (
     "vision",
@@ -117,7 +117,7 @@ def _suffix(name: str, targets: tuple[str, ...]) -> bool:
     return peft_matches(name, targets)
 
 
-def coverage(run: RunConfig, inv: Inventory) -> Coverage:
+def coverage(run: Run, inv: Inventory) -> Coverage:
     """What the run's targets adapt in `inv`, and the findings: no module adapted, towers adapted by a
     broad target, routed experts left out."""
     targets = run.targets
@@ -145,7 +145,7 @@ def coverage(run: RunConfig, inv: Inventory) -> Coverage:
     return cov
 
 
-def _findings(run: RunConfig, inv: Inventory, cov: Coverage) -> None:
+def _findings(run: Run, inv: Inventory, cov: Coverage) -> None:
     names = [n for n, _, _ in inv.linears]
     missing = [t for t in run.targets if not any(peft_matches(n, (t,)) for n in names)]
     if missing and (cov.adapted or cov.experts_adapted):

@@ -16,7 +16,8 @@ from typing import Any
 from tuneproof.attention.paths import implementation_path
 from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
-from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE, RunConfig
+from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE
+from tuneproof.runs.run import Run
 
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
 FLASH_ATTN_MAX_HEAD_DIM = 256  # flash-attn 2/3: csrc/flash_attn/flash_api.cpp mha_fwd
@@ -30,23 +31,24 @@ class Section:
     findings: list[str] = field(default_factory=list)
 
 
-def path_of(run: RunConfig) -> tuple[str, str | None]:
+def path_of(run: Run) -> tuple[str, str | None]:
     """tuneproof's attention path for the run's implementation, and how it was mapped (None: as is)."""
     return implementation_path(run.attn)
 
 
-def widths(run: RunConfig) -> tuple[int, int]:
+def widths(run: Run) -> tuple[int, int]:
     """(rows, width) of one micro-batch as the trainer builds it."""
     if run.packs_rows:
         return 1, run.micro_batch * run.seq_len
     return run.micro_batch, run.seq_len
 
 
-def ledger(run: RunConfig, model: Any, padding: float | None, real_width: int | None, cov: Any) -> Section:
+def ledger(run: Run, model: Any, padding: float | None, real_width: int | None, cov: Any) -> Section:
     """The ledger of one micro-batch: at the run's width, or with real lengths and no packing at the
     median micro-batch's width; LoRA on the leaf names the targets really adapt (`cov`)."""
-    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.flops import flop_report
     from tuneproof.flops.report import positions_notes
+    from tuneproof.runs.step import RunSpec
 
     rows, width = widths(run)
     if real_width is not None:
@@ -91,7 +93,7 @@ def ledger(run: RunConfig, model: Any, padding: float | None, real_width: int | 
     return s
 
 
-def dispatch(run: RunConfig, model: Any, target: DeviceTarget) -> Section:
+def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
     from tuneproof.attention.dispatch import Context, advise, explain
 
     rows, width = widths(run)
@@ -156,7 +158,7 @@ def dispatch(run: RunConfig, model: Any, target: DeviceTarget) -> Section:
     return s
 
 
-def flex_options(model: Any, target: DeviceTarget, gpu: str | None, run: RunConfig) -> Section:
+def flex_options(model: Any, target: DeviceTarget, gpu: str | None, run: Run) -> Section:
     from tuneproof.attention.kernel_measure import best_choice
 
     s = Section("flex")
@@ -193,7 +195,7 @@ def flex_options(model: Any, target: DeviceTarget, gpu: str | None, run: RunConf
     return s
 
 
-def recompiles(run: RunConfig, widths_seen: int | None) -> Section:
+def recompiles(run: Run, widths_seen: int | None) -> Section:
     """How many distinct widths the run will produce, against dynamo's recompile limit."""
     s = Section("recompile")
     attn = run.attn or ""
@@ -223,7 +225,7 @@ def recompiles(run: RunConfig, widths_seen: int | None) -> Section:
     return s
 
 
-def ship(run: RunConfig, config: dict[str, Any]) -> Section:
+def ship(run: Run, config: dict[str, Any]) -> Section:
     s = Section("ship")
     quant = config.get("quantization_config")
     if run.adapter == "qlora" or run.load_in_4bit:

@@ -1,5 +1,5 @@
 """A run's own config, read as the trainer reads it: an Axolotl YAML (the schema of Axolotl 0.19, in
-`axolotl_keys.json`) or a tuneproof recipe TOML, into one `RunConfig`.
+`axolotl_keys.json`) or a tuneproof recipe TOML, into one `tuneproof.runs.run.Run`.
 
 Axolotl 0.19's rules, read from its source (axolotl/utils/schemas/config.py, enums.py, validation.py,
 loaders/patch_manager.py, utils/trainer.py):
@@ -21,12 +21,12 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.runs.run import DatasetRef, Run
 
 AXOLOTL_VERSION = "0.19.0"
 HINT = "docs/preflight.md lists what preflight reads"
@@ -42,14 +42,6 @@ LEGACY_ATTN = (
 # the config sets pad_to_multiple_of (its trainer builder's collator arguments, 0.19)
 AXOLOTL_PAD_MULTIPLE = 64
 SHORT_ATTN = {"flash": "flash_attention_2", "flex": "flex_attention", "sdp": "sdpa"}
-PACKS_ROWS = (
-    "flash_attention_2",
-    "flash_attention_3",
-    "flash_attention_4",
-    "flex_attention",
-    "xformers",
-    "sage",
-)
 INT_FIELDS = ("sequence_len", "micro_batch_size", "gradient_accumulation_steps", "lora_r", "lora_alpha")
 BOOL_FIELDS = {  # the options read here that take true/false, and the strings Axolotl 0.19 also takes
     "sample_packing": (), "pad_to_sequence_len": (), "gradient_checkpointing": ("offload", "offload_disk"),
@@ -60,61 +52,6 @@ BOOL_FIELDS = {  # the options read here that take true/false, and the strings A
 }  # fmt: skip
 ADAPTERS = ("lora", "qlora")
 MAX_UNKNOWN_SHOWN = 20
-
-
-@dataclass(frozen=True, slots=True)
-class DatasetRef:
-    path: str
-    kind: str  # Axolotl's `type` (chat_template, alpaca, completion, ...) or "text"
-    local: Path | None  # the file or folder, when it exists here; None: a hub dataset (not read)
-    field: str | None = None  # the text or messages field, when the config names one
-    meant_local: bool = False  # written as a file path (absolute, ./, a file suffix) but not found here
-
-
-@dataclass(slots=True)
-class RunConfig:
-    """What preflight needs from a run, whatever wrote it; `findings` are what is wrong in the config
-    itself (unknown keys), `notes` what was read and how."""
-
-    source: str
-    kind: str  # "axolotl" | "recipe"
-    base_model: str
-    seq_len: int
-    micro_batch: int = 1
-    grad_accum: int = 1
-    epochs: float = 1.0
-    packing: bool = False
-    pad_to_seq_len: bool | None = None
-    attn: str | None = None  # attn_implementation as the trainer passes it (None: transformers' default)
-    hybrid: bool = False  # gemma4_hybrid_attn_impl: non-sliding layers on SDPA
-    grad_ckpt: bool = False
-    offload: str | None = None
-    adapter: str | None = None  # "lora" | "qlora" | None (every weight trains)
-    lora_r: int = 8
-    targets: tuple[str, ...] = ()  # PEFT target_modules names (exact or "."-suffix)
-    target_regex: str | None = None  # a target_modules string: re.fullmatch on the full module name
-    target_linear: bool = False
-    target_parameters: tuple[str, ...] = ()
-    load_in_4bit: bool = False
-    load_in_8bit: bool = False
-    torch_compile: bool = False
-    plugins: tuple[str, ...] = ()
-    fused_loss: str | None = None  # a plugin's fused cross-entropy (cut_cross_entropy, liger)
-    fsdp: dict[str, Any] | None = None
-    deepspeed: str | None = None
-    dtype: str = "bf16"
-    bf16_auto: bool = False  # Axolotl's bf16 "auto": bf16 where the card has it, else fp16
-    datasets: tuple[DatasetRef, ...] = ()
-    findings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seq_len_key: str = "sequence_len"  # how the source names the width (data.max_length in a recipe)
-    auto_attention: bool = False  # tuneproof train's auto: flex_attention on CUDA, sdpa on the CPU
-
-    @property
-    def packs_rows(self) -> bool:
-        """Axolotl packs micro_batch_size x sequence_len tokens into one row for this backend."""
-        attn = self.attn or ""
-        return self.packing and (attn in PACKS_ROWS or "flash-attn" in attn)
 
 
 @functools.cache
@@ -157,8 +94,8 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return {str(k): v for k, v in data.items()}, lines
 
 
-def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None = None) -> RunConfig:
-    """An Axolotl config (the YAML's mapping) as a RunConfig; refuses what Axolotl 0.19 refuses and
+def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None = None) -> Run:
+    """An Axolotl config (the YAML's mapping) as a Run; refuses what Axolotl 0.19 refuses and
     what cannot be checked (no base_model, a quoted number, conflicting attention options)."""
     lines = lines or {}
 
@@ -183,25 +120,33 @@ def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None
             )
         if value is not None and value < 1:
             raise TuneproofError(f"{at(key)}: {key} = {value} must be at least 1", HINT)
-    run = RunConfig(source, "axolotl", base.strip(), data.get("sequence_len") or 512)
-    run.notes.append(f"read as Axolotl {AXOLOTL_VERSION}'s schema ({len(schema['keys'])} options)")
-    _unknown_keys(data, run, at, schema)
-    run.micro_batch = data.get("micro_batch_size") or 1
-    run.grad_accum = data.get("gradient_accumulation_steps") or 1
+    findings: list[str] = []
+    notes = [f"read as Axolotl {AXOLOTL_VERSION}'s schema ({len(schema['keys'])} options)"]
+    kw: dict[str, Any] = {"seq_len": data.get("sequence_len") or 512}
+    _unknown_keys(data, findings, at, schema)
+    kw["micro_batch"] = data.get("micro_batch_size") or 1
+    kw["grad_accum"] = data.get("gradient_accumulation_steps") or 1
     epochs = data.get("num_epochs")
     if epochs is not None and (
         isinstance(epochs, bool) or not isinstance(epochs, int | float) or not epochs > 0
     ):
         raise TuneproofError(f"{at('num_epochs')}: num_epochs = {epochs!r} must be a number above 0", HINT)
-    run.epochs = float(epochs) if epochs is not None else 1.0
-    run.packing = data.get("sample_packing") is True
+    kw["epochs"] = float(epochs) if epochs is not None else 1.0
+    kw["packing"] = data.get("sample_packing") is True
     pad = data.get("pad_to_sequence_len")
-    run.pad_to_seq_len = pad if isinstance(pad, bool) else None
-    _attention(data, run, at)
-    _training(data, run)
-    _adapter(data, run, at)
-    run.datasets = tuple(_datasets(data.get("datasets"), at("datasets")))
-    return run
+    kw["pad_to_seq_len"] = pad if isinstance(pad, bool) else None
+    _attention(data, kw, notes, at)
+    _training(data, kw, findings, source)
+    _adapter(data, kw, findings, at)
+    kw["datasets"] = tuple(_datasets(data.get("datasets"), at("datasets")))
+    return Run(
+        source=source,
+        kind="axolotl",
+        base_model=base.strip(),
+        findings=tuple(findings),
+        notes=tuple(notes),
+        **kw,
+    )
 
 
 def _check_bools(data: dict[str, Any], at: Any) -> None:
@@ -214,7 +159,7 @@ def _check_bools(data: dict[str, Any], at: Any) -> None:
         raise TuneproofError(f"{at(key)}: {key} is {shown}", f"write {takes}, unquoted")
 
 
-def _unknown_keys(data: dict[str, Any], run: RunConfig, at: Any, schema: dict[str, Any]) -> None:
+def _unknown_keys(data: dict[str, Any], findings: list[str], at: Any, schema: dict[str, Any]) -> None:
     plugin_keys = schema["plugin_keys"]
     known = set(schema["keys"]) | set(schema["aliases"])
     listed = " ".join(str(p) for p in data.get("plugins") or [])
@@ -226,7 +171,7 @@ def _unknown_keys(data: dict[str, Any], run: RunConfig, at: Any, schema: dict[st
         if owner is not None and owner in listed:
             continue
         if owner is not None:
-            run.findings.append(
+            findings.append(
                 f"{at(key)}: {key} belongs to Axolotl's {owner} plugin, which plugins does not list: "
                 "Axolotl ignores it"
             )
@@ -236,16 +181,14 @@ def _unknown_keys(data: dict[str, Any], run: RunConfig, at: Any, schema: dict[st
             continue
         near = difflib.get_close_matches(key, [*known, *plugin_keys], n=1, cutoff=0.6)
         hint = f" (did you mean {near[0]}?)" if near else ""
-        run.findings.append(
-            f"{at(key)}: {key} is no Axolotl {AXOLOTL_VERSION} option: Axolotl drops it{hint}"
-        )
+        findings.append(f"{at(key)}: {key} is no Axolotl {AXOLOTL_VERSION} option: Axolotl drops it{hint}")
     if len(unknown) > MAX_UNKNOWN_SHOWN:
-        run.findings.append(
+        findings.append(
             f"... and {len(unknown) - MAX_UNKNOWN_SHOWN} more options Axolotl {AXOLOTL_VERSION} does not know"
         )
 
 
-def _attention(data: dict[str, Any], run: RunConfig, at: Any) -> None:
+def _attention(data: dict[str, Any], kw: dict[str, Any], notes: list[str], at: Any) -> None:
     legacy = [(k, v) for k, v in LEGACY_ATTN if data.get(k) is True]
     given = data.get("attn_implementation")
     if given is not None and not isinstance(given, str):
@@ -264,9 +207,7 @@ def _attention(data: dict[str, Any], run: RunConfig, at: Any) -> None:
         )
     attn = given or (legacy[0][1] if legacy else None)
     if legacy:
-        run.notes.append(
-            f"{legacy[0][0]}: true is read as attn_implementation: {attn} (deprecated in Axolotl)"
-        )
+        notes.append(f"{legacy[0][0]}: true is read as attn_implementation: {attn} (deprecated in Axolotl)")
     if attn in SHORT_ATTN:
         raise TuneproofError(
             f"{at('attn_implementation')}: attn_implementation {attn!r} is a short form Axolotl refuses",
@@ -284,83 +225,81 @@ def _attention(data: dict[str, Any], run: RunConfig, at: Any) -> None:
                 f"not {attn}",
                 "drop attn_implementation (the hybrid sets flash_attention_2) or the hybrid",
             )
-        attn, run.hybrid = "flash_attention_2", True
-    run.attn = attn
+        attn, kw["hybrid"] = "flash_attention_2", True
+    kw["attn"] = attn
 
 
-def _training(data: dict[str, Any], run: RunConfig) -> None:
+def _training(data: dict[str, Any], kw: dict[str, Any], findings: list[str], source: str) -> None:
     ckpt = data.get("gradient_checkpointing")
     offload = data.get("activation_offloading")
     if ckpt in ("offload", "offload_disk"):  # Axolotl turns these into activation offloading
         offload, ckpt = ("disk" if ckpt == "offload_disk" else True), True
-    run.grad_ckpt = bool(ckpt)
-    run.offload = None if not offload else str(offload)
-    run.torch_compile = data.get("torch_compile") in (True, "auto")
-    run.load_in_4bit = data.get("load_in_4bit") is True
-    run.load_in_8bit = data.get("load_in_8bit") is True
-    if run.load_in_4bit and run.load_in_8bit:
-        raise TuneproofError(f"{run.source}: load_in_4bit and load_in_8bit are both true", "keep one")
-    run.plugins = tuple(str(p) for p in data.get("plugins") or [])
-    plugins = " ".join(run.plugins)
+    kw["grad_ckpt"] = bool(ckpt)
+    kw["offload"] = None if not offload else str(offload)
+    kw["torch_compile"] = data.get("torch_compile") in (True, "auto")
+    kw["load_in_4bit"] = data.get("load_in_4bit") is True
+    kw["load_in_8bit"] = data.get("load_in_8bit") is True
+    if kw["load_in_4bit"] and kw["load_in_8bit"]:
+        raise TuneproofError(f"{source}: load_in_4bit and load_in_8bit are both true", "keep one")
+    kw["plugins"] = tuple(str(p) for p in data.get("plugins") or [])
+    plugins = " ".join(kw["plugins"])
     if "cut_cross_entropy" in plugins and data.get("cut_cross_entropy") is not False:
-        run.fused_loss = "Cut Cross-Entropy (the plugin's default once listed)"
+        kw["fused_loss"] = "Cut Cross-Entropy (the plugin's default once listed)"
     elif "liger" in plugins and data.get("liger_fused_linear_cross_entropy"):
-        run.fused_loss = "Liger fused linear cross-entropy"
+        kw["fused_loss"] = "Liger fused linear cross-entropy"
     fsdp = data.get("fsdp_config")
-    run.fsdp = fsdp if isinstance(fsdp, dict) else ({"fsdp": data["fsdp"]} if data.get("fsdp") else None)
+    kw["fsdp"] = fsdp if isinstance(fsdp, dict) else ({"fsdp": data["fsdp"]} if data.get("fsdp") else None)
     ds = data.get("deepspeed")
-    run.deepspeed = None if ds is None else (ds if isinstance(ds, str) else "inline config")
+    kw["deepspeed"] = None if ds is None else (ds if isinstance(ds, str) else "inline config")
     # Axolotl's bf16 defaults to "auto" (bf16 where the card has it); bf16 false without fp16 is fp32
     bf16 = data.get("bf16", "auto")
-    run.dtype = (
+    kw["dtype"] = (
         "fp16" if data.get("fp16") is True and bf16 is not True else "fp32" if bf16 is False else "bf16"
     )
-    run.bf16_auto = bf16 == "auto" and data.get("fp16") is not True
+    kw["bf16_auto"] = bf16 == "auto" and data.get("fp16") is not True
     if data.get("fp16") is True and data.get("bf16") is True:
-        run.findings.append(
-            f"{run.source}: bf16 and fp16 are both true: the run trains in one of them (bf16 here)"
-        )
+        findings.append(f"{source}: bf16 and fp16 are both true: the run trains in one of them (bf16 here)")
 
 
-def _adapter(data: dict[str, Any], run: RunConfig, at: Any) -> None:
+def _adapter(data: dict[str, Any], kw: dict[str, Any], findings: list[str], at: Any) -> None:
     adapter = data.get("adapter")
-    run.adapter = str(adapter) if adapter else None
-    if run.adapter is not None and run.adapter not in ADAPTERS:
-        run.findings.append(
-            f"{at('adapter')}: adapter {run.adapter!r} is not lora or qlora: Axolotl refuses it unless a "
+    kw["adapter"] = str(adapter) if adapter else None
+    if kw["adapter"] is not None and kw["adapter"] not in ADAPTERS:
+        findings.append(
+            f"{at('adapter')}: adapter {kw['adapter']!r} is not lora or qlora: Axolotl refuses it unless a "
             "plugin registers it; costed here as LoRA"
         )
-    if run.adapter == "qlora" and data.get("load_in_4bit") is not True:
+    if kw["adapter"] == "qlora" and data.get("load_in_4bit") is not True:
         raise TuneproofError(
             f"{at('adapter')}: adapter qlora without load_in_4bit: true (Axolotl 0.19 refuses it)",
             "set load_in_4bit: true, or use adapter: lora",
         )
     r = data.get("lora_r")
-    run.lora_r = r if isinstance(r, int) else 8
+    kw["lora_r"] = r if isinstance(r, int) else 8
     modules = data.get("lora_target_modules")
     if isinstance(modules, str):
-        run.target_regex = modules
+        kw["target_regex"] = modules
     elif isinstance(modules, list):
-        run.targets = tuple(str(m) for m in modules)
+        kw["targets"] = tuple(str(m) for m in modules)
     elif modules is not None:
         raise TuneproofError(
             f"{at('lora_target_modules')}: lora_target_modules must be a list or a string", HINT
         )
-    run.target_linear = data.get("lora_target_linear") is True
+    kw["target_linear"] = data.get("lora_target_linear") is True
     params = data.get("lora_target_parameters")
-    run.target_parameters = (params,) if isinstance(params, str) else tuple(str(p) for p in params or [])
-    if run.target_regex is not None:
+    kw["target_parameters"] = (params,) if isinstance(params, str) else tuple(str(p) for p in params or [])
+    if kw.get("target_regex") is not None:
         import re
 
         try:
-            re.compile(run.target_regex)
+            re.compile(kw["target_regex"])
         except re.error as e:
             raise TuneproofError(
                 f"{at('lora_target_modules')}: the regex does not compile ({e})", HINT
             ) from None
-        if run.target_linear:  # Axolotl then lists the string with the linear names: no longer a regex
-            run.targets, run.target_regex = (run.target_regex,), None
-            run.findings.append(
+        if kw["target_linear"]:  # Axolotl then lists the string with the linear names: no longer a regex
+            kw["targets"], kw["target_regex"] = (kw["target_regex"],), None
+            findings.append(
                 f"{at('lora_target_linear')}: lora_target_linear with a lora_target_modules string makes "
                 "Axolotl match the string as a module name, not as a regex"
             )

@@ -20,6 +20,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from tuneproof.trace.read import DEVICE_CATS, Trace
+
 LIMIT_KEYS = (
     "totalGlobalMem",
     "numSms",
@@ -58,28 +60,29 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def device_record(meta: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The trace's entry for the device most kernels ran on, from `deviceProperties` or the older
-    `computeProperties` (its CUDA field names mapped to today's); None when the trace has neither."""
-    dev = _entry(meta.get("deviceProperties") or meta.get("computeProperties"), events)
+def device_record(trace: Trace, events: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The trace's entry for the device most kernels ran on (of `events`, the trace's own when not
+    given), from `deviceProperties` or the older `computeProperties` (its CUDA field names mapped to
+    today's); None when the trace has neither."""
+    meta = trace.meta
+    dev = _entry(
+        meta.get("deviceProperties") or meta.get("computeProperties"),
+        trace.events if events is None else events,
+    )
     return None if dev is None else {OLD_KEYS.get(k, k): v for k, v in dev.items()}
 
 
-DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-
-
-def platform_of(meta: dict[str, Any], dev: dict[str, Any] | None) -> str:
+def platform_of(trace: Trace, dev: dict[str, Any] | None) -> str:
     """The platform, "cuda" | "rocm", from the device record or the trace's runtime rows; "device" for
     device rows with neither; "cpu" for a trace without device rows."""
-    runtime = (meta.get("_read") or {}).get("runtime")
+    runtime = trace.runtime
     if dev is not None:
         name = str(dev.get("name", "?"))
         amd = bool(dev.get("gcnArchName")) or bool(_AMD_NAME.search(name)) or dev.get("warpSize") == 64
         return "rocm" if amd or runtime == "hip" else "cuda"
     if runtime in ("cuda", "hip"):
         return "rocm" if runtime == "hip" else "cuda"
-    events = meta.get("traceEvents") or []
-    on_device = any(str(e.get("cat", "")).lower() in DEVICE_CATS for e in events if isinstance(e, dict))
+    on_device = any(str(e.get("cat", "")).lower() in DEVICE_CATS for e in trace.events if isinstance(e, dict))
     return "device" if on_device else "cpu"
 
 
@@ -90,13 +93,13 @@ _NO_PROPS = {
 }
 
 
-def device_info(meta: dict[str, Any], events: list[dict[str, Any]], source: str) -> dict[str, Any]:
+def device_info(trace: Trace, source: str) -> dict[str, Any]:
     """What the table says about the device: platform ("cuda" | "rocm" | "cpu"), arch, a one-line
     description, the trace's limits, and (CUDA only) computeMajor/computeMinor. Without device
     properties the platform comes from the device and runtime rows; "CPU only" only without device rows."""
-    dev = device_record(meta, events)
+    dev = device_record(trace)
     if dev is None:
-        platform = platform_of(meta, None) if source == "device" else "cpu"
+        platform = platform_of(trace, None) if source == "device" else "cpu"
         if platform == "cpu":
             why = "no deviceProperties in the trace and no device rows"
             return {"platform": "cpu", "description": f"CPU only ({why})"}
@@ -104,7 +107,7 @@ def device_info(meta: dict[str, Any], events: list[dict[str, Any]], source: str)
     name = str(dev.get("name", "?"))
     major, minor = dev.get("computeMajor"), dev.get("computeMinor")
     gcn = dev.get("gcnArchName")
-    rocm = platform_of(meta, dev) == "rocm"
+    rocm = platform_of(trace, dev) == "rocm"
     out: dict[str, Any] = {"name": name, "id": dev.get("id")}
     out["limits"] = {k: dev[k] for k in LIMIT_KEYS if _is_int(dev.get(k))}
     if rocm:

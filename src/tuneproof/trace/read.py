@@ -29,6 +29,7 @@ import math
 import re
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -263,9 +264,51 @@ def _document(s: _Stream, add: Callable[[list[Any]], None]) -> tuple[dict[str, A
             return meta, found
 
 
-def read_trace(p: Path) -> dict[str, Any]:
-    """The trace as `{"traceEvents": [kept events], **top-level metadata}`; a file that is not a
-    readable JSON trace, has no traceEvents list or holds a malformed complete event is refused."""
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """One profiler trace, read once and handed to every analysis (the kernel table, probe's cross-check,
+    explain's device), as HolisticTraceAnalysis parses one `Trace` for all its analyzers.
+
+    `events`: the complete events the analyses read (device rows, or the CPU operators of a trace with
+    none; compact, see the module's docstring); `meta`: every top-level key but traceEvents, as the
+    trace has them; `read_events`: events in the file, kept or not; `runtime`: "cuda" | "hip" from the
+    first runtime call, None when the trace has none (or was not streamed)."""
+
+    source: str  # the file read, or "<dict>" for a document handed in whole
+    events: list[dict[str, Any]]
+    meta: dict[str, Any]
+    read_events: int
+    runtime: str | None = None
+
+    @classmethod
+    def of(cls, document: dict[str, Any], source: str = "<dict>") -> Trace:
+        """A whole Chrome-trace document already in memory (`json.load`'s dict): its events unfiltered."""
+        events = document.get("traceEvents") or []
+        meta = {k: v for k, v in document.items() if k != "traceEvents"}
+        return cls(source, list(events), meta, len(events))
+
+    @property
+    def rank(self) -> str | None:
+        """distributedInfo.rank, else a 'rank-N' / 'rank_N' in the file name (HolisticTraceAnalysis
+        reads only the "rank" key and takes 0 without it; its test traces are named rank-34...,
+        sampled_rank-1...)."""
+        info = self.meta.get("distributedInfo")
+        if (
+            isinstance(info, dict)
+            and isinstance(info.get("rank"), int)
+            and not isinstance(info["rank"], bool)
+        ):
+            return str(info["rank"])
+        m = _RANK_IN_NAME.search(Path(self.source).name)
+        return m.group(1) if m else None
+
+
+def read_trace(p: Path) -> Trace:
+    """The trace's kept events and top-level metadata; a file that is not a readable JSON trace, has
+    no traceEvents list or holds a malformed complete event is refused."""
     c = _Collector()
     try:
         with open_text(p) as f:
@@ -277,22 +320,7 @@ def read_trace(p: Path) -> dict[str, Any]:
         raise unreadable(p, e) from None
     if not found:
         raise TuneproofError(f"trace {p} has no traceEvents list", "pass a PyTorch profiler Chrome trace")
-    meta["traceEvents"] = c.events
-    meta["_read"] = {"events": c.count, "runtime": c.runtime, "path": str(p)}
-    return meta
-
-
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
-
-
-def rank_of(trace: dict[str, Any], path: Path) -> str | None:
-    """distributedInfo.rank, else a 'rank-N' / 'rank_N' in the file name (HolisticTraceAnalysis reads
-    only the "rank" key and takes 0 without it; its test traces are named rank-34..., sampled_rank-1...)."""
-    info = trace.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int) and not isinstance(info["rank"], bool):
-        return str(info["rank"])
-    m = _RANK_IN_NAME.search(path.name)
-    return m.group(1) if m else None
+    return Trace(str(p), c.events, meta, c.count, c.runtime)
 
 
 def trace_files(paths: list[Path]) -> list[Path]:
@@ -311,7 +339,7 @@ def trace_files(paths: list[Path]) -> list[Path]:
     return out
 
 
-def load_trace(path: str | Path) -> dict[str, Any]:
-    """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a dict with `traceEvents`:
-    streamed, keeping only the events the table reads and the top-level metadata (`read_trace`)."""
+def load_trace(path: str | Path) -> Trace:
+    """Read a Chrome trace (.json, or gzip-compressed whatever its name) into a `Trace`: streamed,
+    keeping only the events the table reads and the top-level metadata (`read_trace`)."""
     return read_trace(input_file(path, "trace", "pass a profiler Chrome trace (.json or .json.gz)"))

@@ -38,7 +38,7 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import StepFlops, median_width, price_step, rows_of
 from tuneproof.train.advice import first_step_warnings, recompile_warning
 from tuneproof.train.artefacts import adapter_health, base_folder, write_base_fingerprint
-from tuneproof.train.read_run import TrainerRun, read_run
+from tuneproof.train.read_run import CallbackState, read_run
 from tuneproof.train.say import say
 
 PREFIX = "tuneproof/"
@@ -68,7 +68,7 @@ class TuneproofCallback(TrainerCallback):
         self.widths = sorted({int(w) for w in widths}) if widths is not None else []
         self.record_base = record_base
         self.history: list[StepFlops] = []  # every optimizer step of the run
-        self._run: TrainerRun | None = None
+        self._run: CallbackState | None = None
         self._pending: list[tuple[int, int, Any]] = []  # (batch, width, row lengths on device or None)
         self._unlogged: list[StepFlops] = []
         self._t0: float | None = None

@@ -1,7 +1,8 @@
 """The run as `TuneproofCallback` reads it from the model itself, at train begin: the shape from
-`model.config`, the LoRA rank, targets and target parameters (fused experts) from the PEFT wrappers,
-activation checkpointing, the attention implementation in use, the dtype and device, and the peak
-the MFUs are taken against."""
+`model.config`, and the step (`tuneproof.runs.step.RunSpec`, the one step type) from the model and the
+Trainer's arguments: the LoRA rank, targets and target parameters (fused experts) from the PEFT
+wrappers, activation checkpointing, the attention implementation in use; the dtype and device, and
+the peak the MFUs are taken against. `CallbackState` holds that and what the callback has seen."""
 
 from __future__ import annotations
 
@@ -11,17 +12,14 @@ from typing import Any
 from tuneproof.core.dtypes import LOW_PRECISION, short_name
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import MicroBatchLedger
+from tuneproof.runs.step import RunSpec
 from tuneproof.train.say import say
 
 
 @dataclass(slots=True)
-class TrainerRun:
+class CallbackState:
     shape: Any
-    attn: str
-    mode: str
-    lora_rank: int
-    lora_targets: tuple[str, ...]
-    grad_ckpt: bool
+    step: RunSpec  # the run's step at any width: attention path, mode, adapters, checkpointing
     peak_tflops: float | None
     peak_source: str
     ledger: MicroBatchLedger
@@ -32,10 +30,13 @@ class TrainerRun:
     # per padded width: micro-batches seen, and the first one's (batch, row lengths), for the report
     widths_seen: dict[int, list[Any]] = field(default_factory=dict)
     dtype: str = "bf16"
-    lora_target_parameters: tuple[str, ...] = ()  # fused expert parameters PEFT adapts in place
+
+    @property
+    def attn(self) -> str:
+        return self.step.attn
 
 
-def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) -> TrainerRun:
+def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) -> CallbackState:
     """The run of `model` (a PEFT model or a plain one) under the Trainer's `args`."""
     from tuneproof.arch import resolve
 
@@ -48,7 +49,11 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
     grad_ckpt = bool(_checkpointing(base) or getattr(args, "gradient_checkpointing", False))
     first = next(base.parameters())
     tflops, source = _peak(gpu, peak_tflops, first.dtype, first.device)
-    ledger = MicroBatchLedger(resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, parameters)
+    step = RunSpec(
+        seq_len=1, attn=attn, mode=mode, lora_rank=rank or 16, grad_ckpt=grad_ckpt,
+        lora_targets=targets or (() if parameters else ("all-linear",)), lora_target_parameters=parameters,
+    )  # fmt: skip
+    ledger = MicroBatchLedger(resolved.shape, step)
     capability = None
     if first.device.type == "cuda":
         import torch
@@ -57,10 +62,15 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
     # the dispatch rules know bf16, fp16 and fp32: anything else is explained as fp32
     named = short_name(first.dtype)
     dtype_name = named if named in LOW_PRECISION else "fp32"
-    return TrainerRun(
-        resolved.shape, attn, mode, rank or 16, targets, grad_ckpt, tflops, source, ledger,
-        capability=capability, dtype=dtype_name, lora_target_parameters=parameters,  # type: ignore[arg-type]
-    )  # fmt: skip
+    return CallbackState(
+        resolved.shape,
+        step,
+        tflops,
+        source,
+        ledger,
+        capability=capability,  # type: ignore[arg-type]
+        dtype=dtype_name,
+    )
 
 
 def _checkpointing(base: Any) -> bool:

@@ -1,12 +1,73 @@
-"""What a step runs: `RunSpec` (width, batch, padding or packing, attention path, training mode)."""
+"""What one training step holds, the one step type every tool prices: `Rows` (what a micro-batch
+holds: its rows, the documents packed into each, the padding after them) and `RunSpec` (the rows plus
+how the step trains: the attention path, forward/full/LoRA, the adapters, checkpointing).
+
+A run's config (`tuneproof.runs.run.Run`, from an Axolotl YAML or a recipe) gives its step through
+`Run.step`; the CLI builds one from flags, the train callback from the model it wraps (`from_model`
+in `tuneproof.train.read_run`), probe and doctor from their own specs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuneproof.attention.paths import Rows, path
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError, field_error
+
+# The attention paths transformers can take, by the names its attn_implementation uses; their records
+# (mask rules, pairs, kernels) are `tuneproof.attention.paths.PATHS`, in this order.
+ATTENTION_PATHS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
+
+
+def attention_path_name(name: object, field: str = "attn") -> str:
+    """`name` if it is a known attention path; an unknown name is refused, naming the known ones."""
+    if not isinstance(name, str) or name not in ATTENTION_PATHS:
+        raise field_error(
+            field, f"{name!r} is not a known attention path", "use one of: " + ", ".join(ATTENTION_PATHS)
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """A batch as attention sees it: `docs[r]` are the documents of row r, back to back from slot 0;
+    every row has `width` slots, the slots after its documents are padding. One document per row
+    unless packed; a packed row fills the width (padding a packed row needs an attention mask, which
+    turns off transformers' packed-sequence detection: see `tuneproof.data.packing`)."""
+
+    width: int
+    docs: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        if self.width < 1 or not self.docs or any(not row or min(row) < 1 for row in self.docs):
+            raise TuneproofError(
+                f"empty rows or documents in a batch of width {self.width}", "give lengths >= 1"
+            )
+        for row in self.docs:
+            if sum(row) > self.width:
+                raise field_error("lengths", f"hold {sum(row)} tokens in a row of width {self.width}")
+            if len(row) > 1 and sum(row) != self.width:
+                raise TuneproofError(
+                    f"a packed row holds {sum(row)} of {self.width} slots",
+                    "packed rows are not padded: give each packed row the full width",
+                )
+
+    @classmethod
+    def padded(cls, width: int, lengths: list[int] | tuple[int, ...]) -> Rows:
+        return cls(width, tuple((int(n),) for n in lengths))
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.docs)
+
+    @property
+    def is_padded(self) -> bool:
+        return any(sum(row) < self.width for row in self.docs)
+
+    @property
+    def is_packed(self) -> bool:
+        return any(len(row) > 1 for row in self.docs)
+
 
 MODES = ("forward", "full", "lora")
 MAX_BATCH = 1 << 20
@@ -51,7 +112,7 @@ class RunSpec:
             high_open=True,
             hint="pass the share of token slots that are padding, e.g. 0.3",
         )
-        path(self.attn)
+        attention_path_name(self.attn)
         validate.choice("mode", self.mode, MODES)
         validate.integer("lora_rank", self.lora_rank, high=1 << 20, hint="pass the adapter rank r")
         _names("lora_targets", self.lora_targets, "module", "('q_proj', 'v_proj')")

@@ -1,0 +1,79 @@
+"""The run, whatever wrote it: `Run`, the one run type. An Axolotl YAML (`runs.axolotl.from_axolotl`) or a
+tuneproof recipe (`runs.from_recipe.from_recipe`) is read into one; what a micro-batch of it holds and
+how its step trains is `runs.step.RunSpec`, the step type the ledger prices.
+
+A `Run` is frozen: a reader builds it once, and what is learned later (the card has no bf16, the
+recipe's attention auto on this device) makes a new one with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The backends Axolotl 0.19 packs micro_batch_size x sequence_len tokens into one row for (they take
+# packed rows without a mask), and the kernels-community flash kernels ("...flash-attn...")
+PACKS_ROWS = (
+    "flash_attention_2",
+    "flash_attention_3",
+    "flash_attention_4",
+    "flex_attention",
+    "xformers",
+    "sage",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRef:
+    path: str
+    kind: str  # Axolotl's `type` (chat_template, alpaca, completion, ...) or "text"
+    local: Path | None  # the file or folder, when it exists here; None: a hub dataset (not read)
+    field: str | None = None  # the text or messages field, when the config names one
+    meant_local: bool = False  # written as a file path (absolute, ./, a file suffix) but not found here
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class Run:
+    """What preflight needs from a run, whatever wrote it; `findings` are what is wrong in the config
+    itself (unknown keys), `notes` what was read and how."""
+
+    source: str
+    kind: str  # "axolotl" | "recipe"
+    base_model: str
+    seq_len: int
+    micro_batch: int = 1
+    grad_accum: int = 1
+    epochs: float = 1.0
+    packing: bool = False
+    pad_to_seq_len: bool | None = None
+    attn: str | None = None  # attn_implementation as the trainer passes it (None: transformers' default)
+    hybrid: bool = False  # gemma4_hybrid_attn_impl: non-sliding layers on SDPA
+    grad_ckpt: bool = False
+    offload: str | None = None
+    adapter: str | None = None  # "lora" | "qlora" | None (every weight trains)
+    lora_r: int = 8
+    targets: tuple[str, ...] = ()  # PEFT target_modules names (exact or "."-suffix)
+    target_regex: str | None = None  # a target_modules string: re.fullmatch on the full module name
+    target_linear: bool = False
+    target_parameters: tuple[str, ...] = ()
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    torch_compile: bool = False
+    plugins: tuple[str, ...] = ()
+    fused_loss: str | None = None  # a plugin's fused cross-entropy (cut_cross_entropy, liger)
+    fsdp: dict[str, Any] | None = None
+    deepspeed: str | None = None
+    dtype: str = "bf16"
+    bf16_auto: bool = False  # Axolotl's bf16 "auto": bf16 where the card has it, else fp16
+    datasets: tuple[DatasetRef, ...] = ()
+    findings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    seq_len_key: str = "sequence_len"  # how the source names the width (data.max_length in a recipe)
+    auto_attention: bool = False  # tuneproof train's auto: flex_attention on CUDA, sdpa on the CPU
+
+    @property
+    def packs_rows(self) -> bool:
+        """Axolotl packs micro_batch_size x sequence_len tokens into one row for this backend."""
+        attn = self.attn or ""
+        return self.packing and (attn in PACKS_ROWS or "flash-attn" in attn)
