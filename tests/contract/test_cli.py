@@ -185,12 +185,12 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
 
 def test_flops_refuses_a_bad_step_time_before_reading_the_model(monkeypatch, capsys) -> None:
     """Fresh eyes: `flops --step-time 0` took 7-11 s to refuse (the config was read first)."""
-    import tuneproof.cli.flops_cmd as flops_cmd
+    import tuneproof.cli.common as common
 
     def never(*a, **k):  # type: ignore[no-untyped-def]
         raise AssertionError("the model was read before the step time was checked")
 
-    monkeypatch.setattr(flops_cmd, "resolve_model", never)
+    monkeypatch.setattr(common, "resolve_model", never)
     assert main(["flops", "--seq-len", "8", "--step-time", "0", "--peak-tflops", "1"]) == 2
     assert (
         capsys.readouterr().err

@@ -627,7 +627,8 @@ def test_the_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     spec = ProbeSpec(
         widths=(64, 128, 256), mode="forward", budget_s=1e-6, target=0.01, profiles=2, over_budget="floor"
     )
-    r = probe_command.run(probe_command.prepare(replace(spec, model=TINY, out=tmp_path / "out")), said.append)
+    spec = replace(spec, model=TINY, out=tmp_path / "out")
+    r = probe_command.run(probe_command.prepare(spec), said.append)
     assert r.timing.stopped == "the 1e-06 s budget ended after 3 rounds" and r.timing.target == 0.01
     assert {w: len(t.times_s) for w, t in r.timings.items()} == {64: 3, 128: 3, 256: 3}
     assert all(t.warmup == 1 for t in r.timings.values())
