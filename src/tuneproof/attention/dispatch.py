@@ -38,7 +38,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What the explanation is about: the run, and the device (None = CPU)."""
+    """What the explanation is about: the run, and the device. `capability`: (major, minor) or its text
+    ("9.0", "sm_90"); None: this machine's CPU. For a card by name or a profiler trace, take the
+    capability and shared-memory limit from `tuneproof.attention.target.device_target(None, gpu, trace)`
+    (what `tuneproof explain --gpu/--trace` does)."""
 
     seq_len: int
     batch: int
@@ -54,6 +57,15 @@ class Context:
     def __post_init__(self) -> None:
         validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
         validate.integer("batch", self.batch, hint="pass sequences per micro-batch")
+        if self.capability is not None and not (
+            isinstance(self.capability, tuple) and len(self.capability) == 2
+        ):  # "9.0", "sm_90", [9, 0]: the one parser
+            from tuneproof.hardware.capability import parse_capability
+
+            text = (
+                self.capability if isinstance(self.capability, str) else ".".join(map(str, self.capability))
+            )
+            object.__setattr__(self, "capability", parse_capability(text))
         path(self.attn)
         validate.choice("dtype", self.dtype, MODEL_DTYPES)
         if self.padded and self.packed:

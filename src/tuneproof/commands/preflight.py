@@ -26,9 +26,17 @@ RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
 
 @dataclass(kw_only=True, frozen=True, slots=True)
 class PreflightSpec:
+    """A run's own config to check before launch: `run_file` an Axolotl YAML or a tuneproof recipe
+    TOML; `gpu` the card, for dispatch and flex kernel options ("auto": this device, None: the CPU);
+    `fit` the step's measured cost (`tuneproof.data.ranks.StepCost`: c + rows x (a*w + b*w^2) seconds
+    at width w, from a `tuneproof probe` or `fit` of this model), for the run's wall time; None: none."""
+
     run_file: Path
-    gpu: str | None = None  # the card, for dispatch and flex kernel options ("auto": this device)
-    fit: StepCost | None = None  # the step's cost, for the wall time
+    gpu: str | None = None
+    fit: StepCost | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "run_file", Path(self.run_file))  # a str is taken as the path it names
 
 
 @dataclass(slots=True)
