@@ -160,7 +160,7 @@ HOMES = {
     "tuneproof.arch.targets": ("peft_matches",),
     "tuneproof.attention.paths": ("PATHS", "implementation_path"),
     "tuneproof.runs.axolotl": ("AXOLOTL_PAD_MULTIPLE",),
-    "tuneproof.runs.run": ("Run", "DatasetRef", "PACKS_ROWS"),
+    "tuneproof.runs.run": ("Run", "DatasetRef", "PACKS_ROWS", "attn_base"),
     "tuneproof.runs.step": ("RunSpec", "Rows", "ATTENTION_PATHS", "attention_path_name"),
 }
 # How a step trains: RunSpec's fields. A dataclass that holds several of them is a second run type,

@@ -16,6 +16,7 @@ from typing import Any
 from tuneproof.attention.paths import implementation_path
 from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
+from tuneproof.preflight.axolotl_packing import contamination_finding, packing_isolation
 from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE
 from tuneproof.runs.run import Run
 
@@ -98,11 +99,24 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
 
     rows, width = widths(run)
     attn, mapped = path_of(run)
-    padded = not run.packing and run.pad_to_seq_len is not True
+    iso = packing_isolation(run)
+    # packed documents not kept apart: transformers sees rows with one causal mask each and the padding
+    # after their documents (a bin short of the width), never a per-document mask
+    mixed = iso is not None and not iso.isolated
+    packed = run.packing and not mixed
+    padded = (not run.packing and run.pad_to_seq_len is not True and rows > 1) or mixed
     s = Section("dispatch")
+    if mixed:
+        assert iso is not None
+        s.lines.append(
+            "sample_packing without a packing-aware attention option (the finding below): each row gets one "
+            "causal mask across its documents; the mask below is the padding after them, not per document"
+        )
+        s.findings.append(contamination_finding(iso))
     if mapped and "not modelled" in mapped:
         s.lines.append(f"dispatch unknown: {run.attn} is not modelled here (no per-layer backend to name)")
-        s.data = {"layers": [], "advice": [], "attn": run.attn}
+        s.data = {"layers": [], "advice": [], "attn": run.attn,
+                  "packing": iso.to_dict() if iso else None}  # fmt: skip
         return s
     capability = target.capability
     if capability is None:
@@ -111,7 +125,7 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
         )
 
     def ctx(path: str) -> Context:
-        return Context(seq_len=width, batch=rows, attn=path, padded=padded and rows > 1, packed=run.packing,
+        return Context(seq_len=width, batch=rows, attn=path, padded=padded, packed=packed,
                        dtype=run.dtype, training=True, capability=capability, smem_limit=target.smem_limit,
                        smem_source=target.smem_source)  # fmt: skip
 
@@ -152,8 +166,8 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
                 "supports head dimension at most 256'): the run fails there; keep flash on the narrower "
                 "layers (gemma4_hybrid_attn_impl) or use sdpa or flex_attention"
             )
-    s.data = {"rows": rows, "width": width, "packed": run.packing, "layers": [x.to_dict() for x in layers],
-              "advice": advice}  # fmt: skip
+    s.data = {"rows": rows, "width": width, "packed": packed, "layers": [x.to_dict() for x in layers],
+              "advice": advice, "packing": iso.to_dict() if iso else None}  # fmt: skip
     s.findings.extend(f"attention: {a}" for a in advice)
     return s
 

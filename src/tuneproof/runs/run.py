@@ -12,16 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The backends Axolotl 0.19 packs micro_batch_size x sequence_len tokens into one row for (they take
-# packed rows without a mask), and the kernels-community flash kernels ("...flash-attn...")
+# The backends Axolotl 0.19 takes packed rows on (micro_batch_size x sequence_len tokens in one row, by
+# position_ids, no mask): its utils/schemas/enums.py ATTN_IMPLS_SUPPORTING_PACKING, verbatim, compared
+# after `attn_base` (its attn_impl_base)
 PACKS_ROWS = (
-    "flash_attention_2",
-    "flash_attention_3",
-    "flash_attention_4",
-    "flex_attention",
-    "xformers",
-    "sage",
-)
+    "flash_attention_2", "flash_attention_3", "flash_attention_4", "flash_attention_torch", "flex_attention",
+    "xformers", "sage", "kernels-community/flash-attn2", "kernels-community/flash-attn3",
+    "kernels-community/sage-attention",
+)  # fmt: skip
+
+
+def attn_base(attn: str) -> str:
+    """Axolotl's `attn_impl_base`: a hub kernel's name without its `@revision` or `:kernel` suffix."""
+    return attn.split(":", 1)[0].split("@", 1)[0].strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,4 +79,4 @@ class Run:
     def packs_rows(self) -> bool:
         """Axolotl packs micro_batch_size x sequence_len tokens into one row for this backend."""
         attn = self.attn or ""
-        return self.packing and (attn in PACKS_ROWS or "flash-attn" in attn)
+        return self.packing and attn_base(attn) in PACKS_ROWS
