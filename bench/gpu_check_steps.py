@@ -332,16 +332,13 @@ class _CountAndCompare:
             self.peak = getattr(run, "peak_tflops", None) if run is not None else None
 
 
-def _attention_share(priced: list[tuple[Any, list[tuple[int, int, tuple[int, ...]]]]]) -> list[float]:
+def _attention_share(priced: list[tuple[Any, list[Any]]]) -> list[float]:
     """Per step, the ledger's performed attention FLOPs (components attention.*), summed over the step's
     micro-batches as the callback priced them."""
     out = []
     for ledger, batches in priced:
         out.append(
-            sum(
-                ledger.report(b, w, rows).performed.where(component_prefix="attention.")
-                for b, w, rows in batches
-            )
+            sum(ledger.report(read).performed.where(component_prefix="attention.") for read in batches)
         )
     return out
 
@@ -370,7 +367,7 @@ def step_train(work: Path, budget_s: float, emit: Emit) -> None:
     from tuneproof.runs.recipe import read_recipe
     from tuneproof.train import callback as cb
 
-    priced: list[tuple[Any, list[tuple[int, int, tuple[int, ...]]]]] = []
+    priced: list[tuple[Any, list[Any]]] = []  # (the ledger, the step's BatchReads)
     price = cb.price_step
 
     def recording(ledger: Any, step: int, batches: Any, seconds: float) -> Any:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tuneproof.arch import from_config
 from tuneproof.attention.dispatch import Context, explain
 from tuneproof.attention.pairs import flex_block_pairs, flex_document_pairs, intended_pairs
-from tuneproof.attention.paths import PATHS, names, path
+from tuneproof.attention.paths import PATHS, intended_in, names, path
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops import RunSpec, flop_report
 from tuneproof.runs.step import Rows
@@ -120,9 +120,12 @@ def test_unknown_path_is_refused_never_costed_as_another() -> None:
         RunSpec(seq_len=8, attn="xformers")
 
 
-def test_rows_refuse_padded_packed_rows_and_overfull_rows() -> None:
-    with pytest.raises(TuneproofError, match="packed rows are not padded"):
-        Rows(100, ((40, 50),))
+def test_rows_take_packed_rows_that_end_in_padding_and_refuse_overfull_rows() -> None:
+    """A packed row padded to a multiple (TRL's pad_to_multiple_of, Axolotl's multipack) is a real
+    batch: its documents are priced, its padding is not a document."""
+    rows = Rows(100, ((40, 50),))
+    assert rows.is_packed and rows.is_padded
+    assert intended_in(rows, None) == 40 * 41 // 2 + 50 * 51 // 2
     with pytest.raises(TuneproofError, match="hold 120 tokens in a row of width 100"):
         Rows.padded(100, [120])
 

@@ -106,8 +106,8 @@ def test_unknown_dtype_peak_is_unknown_not_guessed(capsys) -> None:
         (["--seq-len", "8", "--mode", "lora", "--lora-targets", "nonexistent_proj"], "matches no nn.Linear"),
         (
             ["--seq-len", "8", "--mode", "lora", "--lora-target-parameters", "experts.up_proj"],
-            "--lora-target-parameters 'experts.up_proj' matches no fused expert parameter of this "
-            "gemma4_text model (its fused expert parameters: experts.down_proj, experts.gate_up_proj)",
+            "--lora-target-parameters 'experts.up_proj' matches no fused expert parameter or GEMM weight of "
+            "this gemma4_text model (its fused expert parameters: experts.down_proj, experts.gate_up_proj)",
         ),
         (
             ["--seq-len", "8", "--mode", "lora", "--lora-targets", "none"],

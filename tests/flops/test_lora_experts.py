@@ -125,20 +125,22 @@ def test_without_target_parameters_nothing_changes() -> None:
         (
             "qwen3_moe",
             "q_proj",
-            "lora_target_parameters 'q_proj' matches no fused expert parameter of this qwen3_moe model "
+            "lora_target_parameters 'q_proj' matches no fused expert parameter or GEMM weight of this "
+            "qwen3_moe model "
             "(its fused expert parameters: mlp.experts.down_proj, mlp.experts.gate_up_proj)",
         ),
         (
             "mixtral",
             "experts.gate_up",  # a prefix of a name, not a '.'-suffix of the path
-            "lora_target_parameters 'experts.gate_up' matches no fused expert parameter of this mixtral "
-            "model (its fused expert parameters: mlp.experts.down_proj, mlp.experts.gate_up_proj)",
+            "lora_target_parameters 'experts.gate_up' matches no fused expert parameter or GEMM weight "
+            "of this mixtral model (its fused expert parameters: mlp.experts.down_proj, "
+            "mlp.experts.gate_up_proj)",
         ),
         (
             "llama",
             "mlp.experts.down_proj",
-            "lora_target_parameters 'mlp.experts.down_proj' matches no fused expert parameter of this "
-            "llama model (it has none (adapt nn.Linear modules with lora_targets))",
+            "lora_target_parameters 'mlp.experts.down_proj' matches no fused expert parameter or GEMM "
+            "weight of this llama model (it has none (adapt nn.Linear modules with lora_targets))",
         ),
     ],
 )

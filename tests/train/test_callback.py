@@ -15,6 +15,7 @@ from transformers import TrainerCallback
 
 from tuneproof.data.collate import RowsDataset
 from tuneproof.flops.microbatch import MicroBatchLedger
+from tuneproof.runs.batch import BatchRead
 from tuneproof.train.callback import TuneproofCallback
 
 pytestmark = pytest.mark.slow  # a real Trainer: left out of mutation runs
@@ -163,7 +164,7 @@ def test_the_cached_row_ledger_equals_the_ledger_on_whole_batches(attn: str) -> 
             batch, width = rng.randint(1, 4), rng.randint(2, 300)
             rows = tuple(rng.choice([width, rng.randint(1, width)]) for _ in range(batch))
             direct = flop_report(shape, replace(step, seq_len=width, batch=batch, lengths=rows))
-            assert ledger.micro_batch(batch, width, rows) == pytest.approx(
+            assert ledger.micro_batch(BatchRead.padded(batch, width, rows)) == pytest.approx(
                 (direct.intended.total, direct.performed.total), rel=1e-9
             )
 
@@ -276,7 +277,11 @@ def test_lora_on_fused_experts_is_read_into_the_ledger(tmp_path: Path) -> None:
     model = get_peft_model(
         model, LoraConfig(r=2, target_modules=["q_proj"], target_parameters=params, lora_dropout=0.0)
     )
-    assert _lora(model) == (2, ("self_attn.q_proj",), ("mlp.experts.down_proj", "mlp.experts.gate_up_proj"))
+    assert _lora(model)[:3] == (
+        2,
+        ("self_attn.q_proj",),
+        ("mlp.experts.down_proj", "mlp.experts.gate_up_proj"),
+    )
     ours, counter = TuneproofCallback(), CountEachStep()
     trainer = _trainer(tmp_path, 2, False, [counter, ours], model=model, grad_ckpt=True)
     trainer.train()
@@ -344,9 +349,11 @@ def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() ->
     from tuneproof.train.advice import _attention_excess_share
 
     run = _tiny_run()
-    assert _attention_excess_share(run, 2, 100, (100, 100)) == 0  # inside the window, unpadded: causal
-    dense = _attention_excess_share(run, 2, 144, (144, 144))  # past the window: the sliding square
-    padded = _attention_excess_share(run, 2, 144, (144, 143))  # one pad token: globals lose is_causal
+    # inside the window, unpadded: causal; past the window: the sliding square; one pad token: globals
+    # lose is_causal
+    assert _attention_excess_share(run, BatchRead.padded(2, 100, (100, 100))) == 0
+    dense = _attention_excess_share(run, BatchRead.padded(2, 144, (144, 144)))
+    padded = _attention_excess_share(run, BatchRead.padded(2, 144, (144, 143)))
     assert 0 < dense < padded
 
 
@@ -357,7 +364,7 @@ def test_flop_advice_is_given_only_when_its_excess_is_material(monkeypatch) -> N
 
     run = _tiny_run()
     step = cb.StepFlops(1, 1.0, 1.0, 1.0, 287, 288, 1)
-    pending = [(2, 144, torch.tensor([144, 143]))]
+    pending = [BatchRead.padded(2, 144, (144, 143))]
     lines = cb.first_step_warnings(run, step, pending)
     cpu_only = "" if torch.cuda.is_available() else " on a CUDA device (it has no backward on the CPU)"
     assert any(f"use flex_attention{cpu_only}:" in x for x in lines)
@@ -370,7 +377,6 @@ def test_flop_advice_is_given_only_when_its_excess_is_material(monkeypatch) -> N
 def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread() -> None:
     """Padding past every row of a micro-batch is the collator's multiple (Axolotl pads to 64): bucketing
     cannot remove it, and the warning says so; the spread inside micro-batches is what bucketing fixes."""
-    import torch
 
     from tuneproof.flops.microbatch import StepFlops
     from tuneproof.train.advice import padding_line
@@ -378,7 +384,7 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
     def step(batches: list[tuple[int, int, list[int]]]) -> tuple[StepFlops, list]:
         tokens = sum(sum(rows) for _, _, rows in batches)
         slots = sum(b * w for b, w, _ in batches)
-        pending = [(b, w, torch.tensor(rows)) for b, w, rows in batches]
+        pending = [BatchRead.padded(b, w, tuple(rows)) for b, w, rows in batches]
         return StepFlops(1, 0.0, 0.0, 1.0, tokens, slots, len(batches)), pending
 
     collator = padding_line(*step([(2, 128, [60, 64]), (2, 128, [70, 72])]), bucketed=True)
@@ -403,7 +409,7 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
         "(tuneproof.train.bucketing.use_bucketing) or pack; 22 points of it past each micro-batch's longest "
         "row: the collator pads to a multiple (pad_to_multiple_of; Axolotl pads to 64)"
     )
-    no_mask = StepFlops(1, 0.0, 0.0, 1.0, 100, 128, 1), [(2, 64, None)]  # no mask: every row full
+    no_mask = StepFlops(1, 0.0, 0.0, 1.0, 100, 128, 1), [BatchRead.padded(2, 64)]  # every row full
     assert padding_line(*no_mask, bucketed=False) == (
         "22 % of the first step's token slots are padding: bucket by length "
         "(tuneproof.train.bucketing.use_bucketing) or pack"
@@ -413,7 +419,6 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
 def test_padding_the_collator_adds_gets_no_advice_to_bucket() -> None:
     """The slow-path warning's "bucket to avoid padding" is left out where the padding is past every row
     (the collator's multiple): bucketing would not remove it."""
-    import torch
 
     from tuneproof.attention.dispatch import BUCKET_ADVICE
     from tuneproof.flops.microbatch import StepFlops
@@ -422,9 +427,9 @@ def test_padding_the_collator_adds_gets_no_advice_to_bucket() -> None:
     run = _tiny_run()
     rows = [60, 62]  # one length spread of 2, padded to 128 by a multiple-of-64 collator
     step = StepFlops(1, 0.0, 0.0, 1.0, sum(rows), 2 * 128, 1)
-    lines = first_step_warnings(run, step, [(2, 128, torch.tensor(rows))])
+    lines = first_step_warnings(run, step, [BatchRead.padded(2, 128, tuple(rows))])
     assert any("past each micro-batch's longest row" in x for x in lines)
     assert not any(BUCKET_ADVICE in x for x in lines), lines
     spread = StepFlops(1, 0.0, 0.0, 1.0, 128 + 20, 2 * 128, 1)  # the same width, one row of 20: a spread
-    lines = first_step_warnings(run, spread, [(2, 128, torch.tensor([128, 20]))])
+    lines = first_step_warnings(run, spread, [BatchRead.padded(2, 128, (128, 20))])
     assert any(BUCKET_ADVICE in x for x in lines), lines

@@ -98,13 +98,26 @@ def _matches_parameter(name: str, targets: tuple[str, ...]) -> bool:
     return peft_matches(name, targets)
 
 
+def parameter_path(lin: Linear) -> str:
+    """The path PEFT's target_parameters names `lin`'s weight by: a fused expert parameter is a
+    parameter itself (`mlp.experts.gate_up_proj`), a 2-D weight is its module's `.weight`
+    (`mlp.gate.weight`, a router applied as a raw matmul)."""
+    return lin.name if lin.num_experts > 1 else f"{lin.name}.weight"
+
+
 def adapted_in_place(lin: Linear, run: RunSpec) -> bool:
-    """A fused expert parameter that PEFT's target_parameters adapts in place (W + A@B)."""
+    """A weight PEFT's target_parameters adapts in place (W + A@B, formed on every use): a fused
+    expert parameter, or a 2-D weight (PEFT's all-linear on MoE models wraps the router's)."""
     return (
         run.mode == "lora"
-        and lin.num_experts > 1
-        and _matches_parameter(lin.name, run.lora_target_parameters)
+        and lin.component != "lm_head"
+        and _matches_parameter(parameter_path(lin), run.lora_target_parameters)
     )
+
+
+def trained_whole(lin: Linear, run: RunSpec) -> bool:
+    """A module PEFT's modules_to_save copies and trains whole beside the adapters."""
+    return run.mode == "lora" and peft_matches(lin.name, run.lora_modules_to_save)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +161,9 @@ class _Walker:
         self.recompute = state.recompute and run.grad_ckpt
         self.training = run.mode != "forward"
         full = run.mode == "full"
+        embed_saved = run.mode == "lora" and peft_matches("embed_tokens", run.lora_modules_to_save)
         self.rg: dict[str, bool] = {
-            "model:embed": full or (state.input_grads and run.grad_ckpt and self.training),
+            "model:embed": full or embed_saved or (state.input_grads and run.grad_ckpt and self.training),
             "model:embed_per_layer": full,
         }
         self.ledger = Ledger()
@@ -170,9 +184,10 @@ class _Walker:
             return self.forward_only(layer, lin, passes, gemm)
         src_rg = self.rg[self.node(layer, lin.src)]
         in_place = adapted_in_place(lin, self.run)
-        trainable = self.run.mode == "full" or in_place  # a merged weight W + A@B gets its gradient
+        # a merged weight W + A@B gets its gradient; so does a module saved whole (modules_to_save)
+        trainable = self.run.mode == "full" or in_place or trained_whole(lin, self.run)
         adapted = self.adapted(lin)
-        r = self.run.lora_rank
+        r = self.run.rank_of(parameter_path(lin) if in_place else lin.name)
         a_gemm = 2.0 * n * lin.in_features * r
         b_gemm = 2.0 * n * r * lin.out_features
         # one A@B product over all E experts, whatever the tokens (performed only)
@@ -197,7 +212,8 @@ class _Walker:
         """A GEMM under torch.no_grad (a sparse-attention indexer's projection), with its LoRA
         adapter's two forward GEMMs when adapted."""
         n = self.tokens * lin.tokens_per_token
-        lora = 2.0 * n * self.run.lora_rank * (lin.in_features + lin.out_features) if self.adapted(lin) else 0
+        rank = self.run.rank_of(lin.name)
+        lora = 2.0 * n * rank * (lin.in_features + lin.out_features) if self.adapted(lin) else 0
         for p in passes:
             self.ledger.add(layer, lin.component, p, gemm)
             self.ledger.add(layer, "lora", p, lora)
@@ -378,16 +394,17 @@ def check_targets(shape: ModelShape, run: RunSpec) -> None:
 
 
 def check_target_parameters(shape: ModelShape, run: RunSpec) -> None:
-    """PEFT raises when target_parameters match no parameter; we also refuse one that matches no
-    fused 3-D expert parameter (PEFT would wrap a 2-D weight too, a path the ledger does not count)."""
-    names = sorted({lin.name for lin in shape.linears() if lin.num_experts > 1})
+    """PEFT raises when target_parameters match no parameter; so do we (a fused expert parameter, or a
+    GEMM's 2-D weight, `mlp.gate.weight`; never the LM head's)."""
+    names = sorted({parameter_path(lin) for lin in shape.linears() if lin.component != "lm_head"})
+    experts = [lin.name for lin in shape.linears() if lin.num_experts > 1]
     for t in run.lora_target_parameters:
         if not any(_matches_parameter(n, (t,)) for n in names):
             raise field_error(
                 "lora_target_parameters",
-                f"{t!r} matches no fused expert parameter of this {shape.model_type} model",
-                f"its fused expert parameters: {', '.join(names)}"
-                if names
+                f"{t!r} matches no fused expert parameter or GEMM weight of this {shape.model_type} model",
+                f"its fused expert parameters: {', '.join(sorted(set(experts)))}"
+                if experts
                 else "it has none (adapt nn.Linear modules with lora_targets)",
             )
 

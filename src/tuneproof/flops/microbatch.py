@@ -7,8 +7,8 @@ the micro-batch's padded width, skips lost to padding or dense masks), LoRA's mi
 GEMMs and recompute as `RunSpec` describes them. Both are exact copies of the ledger (tested), never
 an approximation of it: a fit is used only where it reproduces the ledger to 1e-9.
 
-A micro-batch here is `(batch, width, row lengths)`: B rows padded to width T, the real length of
-each row (None when no attention mask told them: every row full).
+A micro-batch here is a `tuneproof.runs.batch.BatchRead`: its real documents per row (intended) and
+the rows as the kernel runs them (performed).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tuneproof.runs.step import RunSpec
+from tuneproof.runs.batch import BatchRead
+from tuneproof.runs.step import Rows, RunSpec
 
 # paths whose performed FLOPs depend on the batch only through (B, T, any row padded): the ledger
 # is then B x one row's (checked against the ledger itself in tests/train/test_callback.py)
@@ -98,18 +99,14 @@ class MicroBatchLedger:
         attn = step.attn
         windows = sorted({layer.attention.window for layer in shape.layers if layer.attention.window})
         self.per_micro_batch = self._token_free()
-        intended_free, performed_free = self.per_micro_batch
+        intended_free = self.per_micro_batch[0]
         self.intended = RowFit(lambda n: self._totals(n)[0] - intended_free, windows)
+        # performed per row at a padded width, padded or not: fitted on first use (a packed run, or a
+        # run never padded, never pays for the other)
+        self.row_uniform = attn in ROW_UNIFORM_PATHS
         self.performed: dict[bool, RowFit] = {}
-        if attn in ROW_UNIFORM_PATHS:
-            self.performed = {
-                padded: RowFit(
-                    lambda n, p=padded: self._totals(n, 1, (n - 1,) if p else None)[1] - performed_free,
-                    windows,
-                )
-                for padded in (False, True)
-            }
-        self._batch: dict[tuple[int, tuple[int, ...]], float] = {}
+        self._windows = windows
+        self._batch: dict[tuple[int, tuple[tuple[int, ...], ...]], float] = {}
 
     def _totals(
         self, width: int, batch: int = 1, lengths: tuple[int, ...] | None = None
@@ -117,6 +114,15 @@ class MicroBatchLedger:
         from tuneproof.flops.report import step_totals
 
         return step_totals(self.shape, replace(self.step, seq_len=width, batch=batch, lengths=lengths))
+
+    def spec_of(self, rows: Rows) -> RunSpec:
+        """The run's step on these rows: packed rows as documents, others as their lengths."""
+        if rows.is_packed:
+            return replace(
+                self.step, seq_len=rows.width, batch=rows.num_rows, documents=rows.docs, lengths=None
+            )
+        lengths = tuple(sum(row) for row in rows.docs)
+        return replace(self.step, seq_len=rows.width, batch=rows.num_rows, lengths=lengths, documents=None)
 
     def _token_free(self) -> tuple[float, float]:
         """(intended, performed) FLOPs a micro-batch costs whatever its tokens (the ledger's
@@ -131,51 +137,61 @@ class MicroBatchLedger:
         )
         return intended, performed
 
+    def performed_fit(self, padded: bool) -> RowFit:
+        """Performed FLOPs of one row at a padded width (any row of the micro-batch padded or none),
+        for the paths that compute every row alike."""
+        if padded not in self.performed:
+            free = self.per_micro_batch[1]
+            self.performed[padded] = RowFit(
+                lambda n: self._totals(n, 1, (n - 1,) if padded else None)[1] - free, self._windows
+            )
+        return self.performed[padded]
+
     def prewarm(self, widths: list[int]) -> None:
         """Price these widths now (padded and not) where performed FLOPs are memoised per width."""
-        for fit in self.performed.values():
+        if not self.row_uniform:
+            return
+        for padded in (False, True):
+            fit = self.performed_fit(padded)
             for width in widths:
                 if width > 1:
                     fit(width)
 
-    def micro_batch(self, batch: int, width: int, rows: tuple[int, ...]) -> tuple[float, float]:
+    def micro_batch(self, read: BatchRead) -> tuple[float, float]:
+        """(intended, performed) FLOPs of one micro-batch: intended over its real documents, each on
+        its own; performed over the rows as the kernel runs them (`BatchRead.seen`)."""
         intended_free, performed_free = self.per_micro_batch
-        intended = sum(self.intended(length) for length in rows) + intended_free
-        padded = any(length < width for length in rows)
-        if self.performed:
-            return intended, batch * self.performed[padded](width) + performed_free
-        key = (width, rows)
+        intended = sum(self.intended(n) for row in read.docs for n in row) + intended_free
+        seen = read.seen
+        if self.row_uniform and not seen.is_packed:
+            fit = self.performed_fit(seen.is_padded)
+            return intended, seen.num_rows * fit(seen.width) + performed_free
+        key = (seen.width, seen.docs)
         if key not in self._batch:
-            self._batch[key] = self._totals(width, batch, rows)[1]
+            from tuneproof.flops.report import step_totals
+
+            self._batch[key] = step_totals(self.shape, self.spec_of(seen))[1]
         return intended, self._batch[key]
 
-    def report(self, batch: int, width: int, rows: tuple[int, ...]) -> Any:
-        """The whole ledger (`FlopReport`, excess lines named) of one micro-batch of this run."""
+    def report(self, read: BatchRead) -> Any:
+        """The whole ledger (`FlopReport`, excess lines named) of one micro-batch of this run, on its
+        rows as the kernel runs them."""
         from tuneproof.flops import flop_report
 
-        return flop_report(self.shape, replace(self.step, seq_len=width, batch=batch, lengths=rows))
+        return flop_report(self.shape, self.spec_of(read.seen))
 
 
-def rows_of(batch: int, width: int, lengths: Any) -> tuple[int, ...]:
-    """Each row's real length: from the attention mask's row sums (a tensor, read here: one device
-    sync), or every row full when there was no mask."""
-    return tuple(int(x) for x in lengths.tolist()) if lengths is not None else (width,) * batch
-
-
-def price_step(
-    ledger: MicroBatchLedger, step: int, micro_batches: list[tuple[int, int, tuple[int, ...]]], seconds: float
-) -> StepFlops:
-    """One optimizer step's FLOPs: its micro-batches `(batch, width, row lengths)` priced and summed,
-    with the step's wall time."""
+def price_step(ledger: MicroBatchLedger, step: int, reads: list[BatchRead], seconds: float) -> StepFlops:
+    """One optimizer step's FLOPs: its micro-batches priced and summed, with the step's wall time."""
     intended = performed = 0.0
     tokens = slots = 0
-    for batch, width, rows in micro_batches:
-        i, p = ledger.micro_batch(batch, width, rows)
+    for read in reads:
+        i, p = ledger.micro_batch(read)
         intended += i
         performed += p
-        tokens += sum(rows)
-        slots += batch * width
-    return StepFlops(step, intended, performed, seconds, tokens, slots, len(micro_batches))
+        tokens += read.tokens
+        slots += read.slots
+    return StepFlops(step, intended, performed, seconds, tokens, slots, len(reads))
 
 
 def median_width(counts: dict[int, int]) -> int:

@@ -32,8 +32,8 @@ def attention_path_name(name: object, field: str = "attn") -> str:
 class Rows:
     """A batch as attention sees it: `docs[r]` are the documents of row r, back to back from slot 0;
     every row has `width` slots, the slots after its documents are padding. One document per row
-    unless packed; a packed row fills the width (padding a packed row needs an attention mask, which
-    turns off transformers' packed-sequence detection: see `tuneproof.data.packing`)."""
+    unless packed. A packed row may end in padding (a collator's pad_to_multiple_of after packing,
+    Axolotl's multipack); the plans of `tuneproof.data.packing` fill every packed row."""
 
     width: int
     docs: tuple[tuple[int, ...], ...]
@@ -46,11 +46,6 @@ class Rows:
         for row in self.docs:
             if sum(row) > self.width:
                 raise field_error("lengths", f"hold {sum(row)} tokens in a row of width {self.width}")
-            if len(row) > 1 and sum(row) != self.width:
-                raise TuneproofError(
-                    f"a packed row holds {sum(row)} of {self.width} slots",
-                    "packed rows are not padded: give each packed row the full width",
-                )
 
     @classmethod
     def padded(cls, width: int, lengths: list[int] | tuple[int, ...]) -> Rows:
@@ -85,6 +80,9 @@ class RunSpec:
     nn.Linear but the LM head; `lora_target_parameters`: fused 3-D expert parameters adapted in place
     by PEFT's target_parameters, each a parameter path or its '.'-suffix such as
     "mlp.experts.gate_up_proj", rank `lora_rank` per expert; `lora_targets` may then be empty).
+    `lora_ranks`: (module or parameter path or its '.'-suffix, rank) for the adapters whose rank is not
+    `lora_rank` (PEFT's rank_pattern, or the ranks a PEFT model really holds); `lora_modules_to_save`:
+    modules PEFT copies and trains whole beside the adapters (modules_to_save, e.g. lm_head).
     """
 
     seq_len: int
@@ -96,6 +94,8 @@ class RunSpec:
     lora_targets: tuple[str, ...] = ("all-linear",)
     lora_target_parameters: tuple[str, ...] = ()
     grad_ckpt: bool = False
+    lora_ranks: tuple[tuple[str, int], ...] = ()
+    lora_modules_to_save: tuple[str, ...] = ()
     lengths: tuple[int, ...] | None = None
     documents: tuple[tuple[int, ...], ...] | None = None
 
@@ -119,6 +119,15 @@ class RunSpec:
         _names(
             "lora_target_parameters", self.lora_target_parameters, "parameter", "('mlp.experts.down_proj',)"
         )
+        _names("lora_modules_to_save", self.lora_modules_to_save, "module", "('lm_head',)")
+        for entry in self.lora_ranks:
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and entry[0]):
+                raise field_error(
+                    "lora_ranks",
+                    f"must be (path, rank) pairs, got {entry!r}",
+                    "e.g. (('mlp.experts.gate_up_proj', 32),)",
+                )
+            validate.integer("lora_ranks", entry[1], high=1 << 20, hint="pass each adapter's rank r")
         if not self.lora_targets and not self.lora_target_parameters:
             raise TuneproofError(
                 "{lora_targets} is empty",
@@ -147,6 +156,15 @@ class RunSpec:
             for row in self.documents:
                 validate.integers("documents", row, high=self.seq_len)
         self.rows()  # the geometry itself is checked by Rows
+
+    def rank_of(self, path: str) -> int:
+        """The adapter rank on the module or parameter at `path` (inside a layer): the first entry of
+        `lora_ranks` it matches (exact or '.'-suffix, PEFT's semantics), else `lora_rank`."""
+        from tuneproof.arch.targets import peft_matches
+
+        return next(
+            (rank for pattern, rank in self.lora_ranks if peft_matches(path, (pattern,))), self.lora_rank
+        )
 
     def rows(self) -> Rows:
         """The batch as attention sees it."""

@@ -35,13 +35,15 @@ from typing import Any
 from transformers import TrainerCallback
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops.microbatch import StepFlops, median_width, price_step, rows_of
+from tuneproof.flops.microbatch import StepFlops, median_width, price_step
+from tuneproof.runs.batch import BATCH_KEYS, BatchRead, read_batch
 from tuneproof.train.advice import first_step_warnings, recompile_warning
 from tuneproof.train.artefacts import adapter_health, base_folder, write_base_fingerprint
 from tuneproof.train.read_run import CallbackState, read_run
 from tuneproof.train.say import say
 
 PREFIX = "tuneproof/"
+ISOLATION_TOKENS = 512  # the first step's isolation check runs at most this many tokens of a packed row
 
 
 class TuneproofCallback(TrainerCallback):
@@ -53,11 +55,14 @@ class TuneproofCallback(TrainerCallback):
         peak_tflops: float | None = None,
         widths: Any = None,
         record_base: bool = True,
+        check_isolation: bool = False,
     ) -> None:
         """`widths`: the padded widths the batches will have (`BucketBatchSampler.widths()`), priced
         once at train begin so that no step pays for a width seen the first time. `record_base`: write
         the base's fingerprint to the Trainer's output_dir at train end (for a Trainer of your own,
-        where nothing else records it); `tuneproof train` writes it into its adapter folder itself."""
+        where nothing else records it); `tuneproof train` writes it into its adapter folder itself.
+        `check_isolation`: after the first step, run its first packed row packed and its documents one
+        by one through the model and say whether the documents stayed apart (a few forwards, once)."""
         number = isinstance(peak_tflops, int | float) and not isinstance(peak_tflops, bool)
         if peak_tflops is not None and not (number and math.isfinite(peak_tflops) and peak_tflops > 0):
             raise TuneproofError(
@@ -67,9 +72,12 @@ class TuneproofCallback(TrainerCallback):
         self.peak_tflops = peak_tflops
         self.widths = sorted({int(w) for w in widths}) if widths is not None else []
         self.record_base = record_base
+        self.check_isolation = check_isolation
+        self.isolation: Any = None  # the first step's isolation check (attention.isolation.Isolation)
+        self._main = True  # the main process: the only one that warns
         self.history: list[StepFlops] = []  # every optimizer step of the run
         self._run: CallbackState | None = None
-        self._pending: list[tuple[int, int, Any]] = []  # (batch, width, row lengths on device or None)
+        self._pending: list[tuple[dict[str, Any], bool]] = []  # (the forward's batch tensors, KV cache on)
         self._unlogged: list[StepFlops] = []
         self._t0: float | None = None
         self._sync: Any = None
@@ -81,6 +89,7 @@ class TuneproofCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is None:
             return
+        self._main = bool(getattr(state, "is_world_process_zero", True))
         self._run = read_run(model, args, self.gpu, self.peak_tflops)
         self._run.ledger.prewarm(self.widths)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -92,8 +101,10 @@ class TuneproofCallback(TrainerCallback):
         device = next(base.parameters()).device
         self._sync = torch.cuda.synchronize if device.type == "cuda" else None
         _log_first(self)
+        for note in self._run.notes:
+            self._say(f"tuneproof: {note}")
         if self._run.peak_tflops is None:
-            say(f"tuneproof: no MFU: {self._run.peak_source}")
+            self._say(f"tuneproof: no MFU: {self._run.peak_source}")
 
     def on_train_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         """Adapter health into the log and, with `record_base`, the base's fingerprint beside the
@@ -115,18 +126,18 @@ class TuneproofCallback(TrainerCallback):
             self.fingerprint_path = write_base_fingerprint(folder, source, Path(args.output_dir))
 
     def _record(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Forward pre-hook: the micro-batch's shape, no device sync (the row sums stay on the device)."""
+        """Forward pre-hook: the micro-batch's tensors as the model receives them (BATCH_KEYS), kept by
+        reference and read at the step's end (no device sync here)."""
         if not module.training:
             return
-        ids = kwargs.get("input_ids")
-        if ids is None:
-            ids = args[0] if args else kwargs.get("inputs_embeds")
-        if ids is None:
-            return
-        batch, width = int(ids.shape[0]), int(ids.shape[1])
-        mask = kwargs.get("attention_mask")
-        lengths = mask.sum(dim=1) if mask is not None and getattr(mask, "dim", lambda: 0)() == 2 else None
-        self._pending.append((batch, width, lengths))
+        batch = {key: kwargs[key] for key in BATCH_KEYS if kwargs.get(key) is not None}
+        if "input_ids" not in batch and args:
+            batch["input_ids"] = args[0]
+        if "input_ids" not in batch and kwargs.get("inputs_embeds") is not None:
+            embeds = kwargs["inputs_embeds"]
+            batch["input_ids"] = embeds[..., 0]  # only its (B, T) shape is read
+        if "input_ids" in batch and self._run is not None:
+            self._pending.append((batch, self._run.caches(kwargs)))
 
     def typical_micro_batch(self) -> Any:
         """The FLOP ledger (`FlopReport`) of one real micro-batch of the run at its median padded width
@@ -135,8 +146,7 @@ class TuneproofCallback(TrainerCallback):
             return None
         seen = self._run.widths_seen
         width = median_width({w: seen[w][0] for w in seen})
-        _, batch, rows = seen[width]
-        return self._run.ledger.report(batch, width, rows)
+        return self._run.ledger.report(seen[width][1])
 
     # --- timing ----------------------------------------------------------------------------------------
 
@@ -153,23 +163,57 @@ class TuneproofCallback(TrainerCallback):
         seconds = time.perf_counter() - self._t0
         self._t0 = None
         pending, self._pending = self._pending, []
-        batches = [(batch, width, rows_of(batch, width, lengths)) for batch, width, lengths in pending]
-        for batch, width, rows in batches:
-            self._run.widths_seen.setdefault(width, [0, batch, rows])[0] += 1
-        step = price_step(self._run.ledger, state.global_step, batches, seconds)
+        run = self._run
+        reads = [r for b, cache in pending if (r := read_batch(b, run.attn, run.pad_id, cache)) is not None]
+        for read in reads:
+            run.widths_seen.setdefault(read.width, [0, read])[0] += 1
+        step = price_step(run.ledger, state.global_step, reads, seconds)
         self._unlogged.append(step)
-        if self._run.frames_at_first_step is None:
-            self._run.frames_at_first_step = _frames_compiled()
-            for line in first_step_warnings(self._run, step, pending, bool(self.widths)):
-                say(f"tuneproof: {line}")
+        if run.frames_at_first_step is None:
+            run.frames_at_first_step = _frames_compiled()
+            for line in first_step_warnings(run, step, reads, bool(self.widths)):
+                self._say(f"tuneproof: {line}")
+            if self.check_isolation:
+                self._check_isolation(kwargs.get("model"), reads)
         self.history.append(step)
+
+    def _check_isolation(self, model: Any, reads: list[BatchRead]) -> None:
+        """The opt-in first-step check: the first packed row's documents (at most ISOLATION_TOKENS
+        tokens of them) run packed and one by one through the model on its own backend."""
+        packed = next((r for r in reads if any(len(row) > 1 for row in r.docs)), None)
+        if model is None or packed is None:
+            self._say("tuneproof: no packed row in the first step: documents' isolation not checked")
+            return
+        from tuneproof.attention.isolation import check_isolation
+
+        row = next(row for row in packed.docs if len(row) > 1)
+        docs, total = [], 0
+        for n in row:
+            n = min(n, ISOLATION_TOKENS - total)
+            if n < 1:
+                break
+            docs.append(n)
+            total += n
+        if len(docs) < 2:
+            docs = [max(1, ISOLATION_TOKENS // 2)] * 2
+        try:
+            self.isolation = check_isolation(model, docs)
+        except TuneproofError as e:
+            self._say(f"tuneproof: documents' isolation not checked: {e.message}")
+            return
+        attn = self._run.attn if self._run is not None else "the model's attention"
+        self._say(f"tuneproof: packed documents on {attn}: {self.isolation.summary()}")
 
     # --- logging ---------------------------------------------------------------------------------------
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        if logs is None or self._run is None or not self._unlogged or "loss" not in logs:
+        # the steps since the last log, with the loss; the closing summary (train_runtime) takes the
+        # steps no logging step reached
+        if logs is None or self._run is None or not self._unlogged:
+            return
+        if "loss" not in logs and "train_runtime" not in logs:
             return
         steps, self._unlogged = self._unlogged, []
         seconds = sum(s.seconds for s in steps)
@@ -178,6 +222,9 @@ class TuneproofCallback(TrainerCallback):
         slots = sum(s.slots for s in steps)
         recompiles = _frames_compiled() - (self._run.frames_at_first_step or 0)
         metrics = {
+            f"{PREFIX}flops_intended": sum(s.intended for s in steps),
+            f"{PREFIX}flops_performed": sum(s.performed for s in steps),
+            f"{PREFIX}steps": len(steps),
             f"{PREFIX}tflops_intended": intended,
             f"{PREFIX}tflops_performed": performed,
             f"{PREFIX}padding": 1 - sum(s.tokens for s in steps) / slots if slots else math.nan,
@@ -186,13 +233,18 @@ class TuneproofCallback(TrainerCallback):
         near = recompile_warning(self._run.attn, recompiles, _recompile_limit())
         if near is not None and not self._run.warned_recompiles:
             self._run.warned_recompiles = True
-            say(f"tuneproof: {near}")
+            self._say(f"tuneproof: {near}")
         if self._run.peak_tflops:
             metrics[f"{PREFIX}mfu_intended"] = intended / self._run.peak_tflops
             metrics[f"{PREFIX}mfu_performed"] = performed / self._run.peak_tflops
         logs.update(metrics)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(metrics)
+
+    def _say(self, text: str) -> None:
+        """A warning, on the main process only (every rank reads the same run)."""
+        if self._main:
+            say(text)
 
 
 def _log_first(callback: TuneproofCallback) -> None:

@@ -6,14 +6,14 @@ the peak the MFUs are taken against. `CallbackState` holds that and what the cal
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from tuneproof.core.dtypes import LOW_PRECISION, short_name
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import MicroBatchLedger
 from tuneproof.runs.step import RunSpec
-from tuneproof.train.say import say
 
 
 @dataclass(slots=True)
@@ -30,6 +30,14 @@ class CallbackState:
     # per padded width: micro-batches seen, and the first one's (batch, row lengths), for the report
     widths_seen: dict[int, list[Any]] = field(default_factory=dict)
     dtype: str = "bf16"
+    notes: list[str] = field(default_factory=list)  # what reading the run found worth a warning
+    pad_id: int | None = None  # the config's pad token: padding read from it when no mask is sent
+    use_cache: bool = False  # the config's use_cache at train begin (a forward's own kwarg wins)
+
+    def caches(self, kwargs: dict[str, Any]) -> bool:
+        """Whether this forward builds a KV cache (which turns off transformers' packed detection)."""
+        given = kwargs.get("use_cache")
+        return bool(self.use_cache if given is None else given) or kwargs.get("past_key_values") is not None
 
     @property
     def attn(self) -> str:
@@ -42,7 +50,9 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     resolved = resolve(base.config)
-    rank, targets, parameters = _lora(model)
+    notes: list[str] = []
+    adapters = _lora(model, notes)
+    targets, parameters = adapters.targets, adapters.parameters
     trains = any(p.requires_grad for p in model.parameters())
     mode = "lora" if targets or parameters else ("full" if trains else "forward")
     attn = getattr(base.config, "_attn_implementation", None) or "eager"
@@ -50,8 +60,10 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
     first = next(base.parameters())
     tflops, source = _peak(gpu, peak_tflops, first.dtype, first.device)
     step = RunSpec(
-        seq_len=1, attn=attn, mode=mode, lora_rank=rank or 16, grad_ckpt=grad_ckpt,
+        seq_len=1, attn=attn, mode=mode, lora_rank=adapters.rank or 16, grad_ckpt=grad_ckpt,
         lora_targets=targets or (() if parameters else ("all-linear",)), lora_target_parameters=parameters,
+        lora_ranks=adapters.ranks if mode == "lora" else (),
+        lora_modules_to_save=adapters.saved if mode == "lora" else (),
     )  # fmt: skip
     ledger = MicroBatchLedger(resolved.shape, step)
     capability = None
@@ -62,6 +74,7 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
     # the dispatch rules know bf16, fp16 and fp32: anything else is explained as fp32
     named = short_name(first.dtype)
     dtype_name = named if named in LOW_PRECISION else "fp32"
+    pad = getattr(base.config, "pad_token_id", None)
     return CallbackState(
         resolved.shape,
         step,
@@ -70,6 +83,9 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
         ledger,
         capability=capability,  # type: ignore[arg-type]
         dtype=dtype_name,
+        notes=notes,
+        pad_id=pad if isinstance(pad, int) else None,
+        use_cache=bool(getattr(base.config, "use_cache", False)),
     )
 
 
@@ -81,41 +97,76 @@ def _checkpointing(base: Any) -> bool:
     return False
 
 
-def _lora(model: Any) -> tuple[int | None, tuple[str, ...], tuple[str, ...]]:
-    """The adapters' rank, their nn.Linear targets and their target parameters (the fused expert
-    parameters PEFT's ParamWrapper adapts in place), as paths inside a layer (`self_attn.q_proj`,
-    `mlp.experts.gate_up_proj`)."""
+class Adapters(NamedTuple):
+    """The adapters a PEFT model really holds, as paths inside a layer: the most common rank, the
+    nn.Linear targets, the target parameters (fused experts, 2-D weights such as a router's), the
+    paths whose rank differs from the common one, and the modules saved whole (modules_to_save)."""
+
+    rank: int | None
+    targets: tuple[str, ...]
+    parameters: tuple[str, ...]
+    ranks: tuple[tuple[str, int], ...] = ()
+    saved: tuple[str, ...] = ()
+
+
+def _lora(model: Any, notes: list[str] | None = None) -> Adapters:
+    """Walk the wrapped model: every LoRA module PEFT created (never the requested pattern: PEFT's
+    all-linear on a MoE adds expert and router target_parameters, its rank_pattern other ranks), each
+    with its active adapter's rank, and PEFT's ModulesToSaveWrapper copies."""
     try:
         from peft.tuners.lora import LoraLayer, ParamWrapper
+        from peft.utils import ModulesToSaveWrapper
     except ImportError:
-        return None, (), ()
+        return Adapters(None, (), ())
 
-    ranks: set[int] = set()
+    found: dict[str, set[int]] = {}  # path inside a layer (or outside: lm_head) -> ranks seen
     targets: set[str] = set()
     parameters: set[str] = set()
-    flat: set[str] = set()  # 2-D parameters wrapped by target_parameters: not in the ledger
+    saved: set[str] = set()
     for name, module in model.named_modules():
+        if isinstance(module, ModulesToSaveWrapper):
+            saved.add(_inside_layer(name) or name.rpartition(".")[2])
+            continue
         if not isinstance(module, LoraLayer) or not module.r:
             continue
-        ranks.update(module.r.values())
-        parts = name.split(".")
-        if "layers" not in parts:
+        active = [a for a in _active(module) if module.r.get(a)]
+        path = _inside_layer(name)
+        if not active or not path:
             continue
-        i = parts.index("layers")
-        path = ".".join(p for p in parts[i + 2 :] if p != "base_layer")
         if isinstance(module, ParamWrapper):
-            param = f"{path}.{module.parameter_name}" if path else module.parameter_name
-            (parameters if module.num_experts > 1 else flat).add(param)
-        elif path:
+            path = f"{path}.{module.parameter_name}" if path else module.parameter_name
+            parameters.add(path)
+        else:
             targets.add(path)
-    if flat:
-        say(
-            f"tuneproof: LoRA on 2-D parameters through target_parameters ({', '.join(sorted(flat))}) is "
-            "not in the FLOP ledger: the logged FLOPs leave out its GEMMs, so they undercount by that share"
+        found.setdefault(path, set()).update(module.r[a] for a in active)
+    if not found:
+        return Adapters(None, (), (), (), tuple(sorted(saved)))
+    per_path = {path: max(r) for path, r in found.items()}
+    counts = Counter(per_path.values())
+    rank = max(counts, key=lambda r: (counts[r], r))
+    uneven = sorted(path for path, r in found.items() if len(r) > 1)
+    if uneven and notes is not None:
+        notes.append(
+            f"adapters of several ranks at the same place in different layers ({', '.join(uneven)}): FLOPs "
+            "use the largest there"
         )
-    if len(ranks) > 1:
-        say(f"tuneproof: adapters of several ranks {sorted(ranks)}: FLOPs use the largest")
-    return (max(ranks) if ranks else None), tuple(sorted(targets)), tuple(sorted(parameters))
+    ranks = tuple(sorted((path, r) for path, r in per_path.items() if r != rank))
+    return Adapters(rank, tuple(sorted(targets)), tuple(sorted(parameters)), ranks, tuple(sorted(saved)))
+
+
+def _inside_layer(name: str) -> str:
+    """A module's path inside its decoder layer (`self_attn.q_proj`), PEFT's wrappers left out; a
+    module outside the layers (lm_head, embed_tokens) by its last name; "" for the model itself."""
+    parts = [p for p in name.split(".") if p not in ("base_layer", "modules_to_save", "original_module")]
+    if "layers" in parts:
+        i = parts.index("layers")
+        return ".".join(parts[i + 2 :])
+    return parts[-1] if parts and parts[-1] not in ("model", "base_model") else ""
+
+
+def _active(module: Any) -> list[str]:
+    active = getattr(module, "active_adapters", None) or getattr(module, "active_adapter", None)
+    return [active] if isinstance(active, str) else list(active or module.r)
 
 
 def _peak(gpu: str | None, given: float | None, dtype: Any, device: Any) -> tuple[float | None, str]:
