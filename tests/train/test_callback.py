@@ -433,3 +433,28 @@ def test_padding_the_collator_adds_gets_no_advice_to_bucket() -> None:
     spread = StepFlops(1, 0.0, 0.0, 1.0, 128 + 20, 2 * 128, 1)  # the same width, one row of 20: a spread
     lines = first_step_warnings(run, spread, [BatchRead.padded(2, 128, (128, 20))])
     assert any(BUCKET_ADVICE in x for x in lines), lines
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa", "flash_attention_2", "flex_attention"])
+def test_the_packed_row_shortcuts_equal_the_ledger_on_whole_packed_batches(attn: str) -> None:
+    """A full packed row is priced as a padded row of its width (eager, SDPA: the full square) or as
+    its documents alone (flash varlen) only where that reproduces the ledger; flex keeps the ledger."""
+    from tuneproof.arch import resolve
+    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.runs.step import Rows
+
+    expected = {"eager": "square", "sdpa": "square", "flash_attention_2": "documents"}
+    for config in ("tiny", "examples/gemma4-26b-a4b-like/config.json"):
+        shape = resolve(config).shape
+        step = RunSpec(seq_len=1, attn=attn, mode="lora", lora_rank=8, grad_ckpt=True)
+        ledger = MicroBatchLedger(shape, step)
+        rng = random.Random(0)
+        for _ in range(8):
+            docs = tuple(rng.randint(1, 300) for _ in range(rng.randint(2, 6)))
+            rows = Rows(sum(docs), (docs,) * 2)
+            read = BatchRead(2, rows.width, rows.docs, rows, "position_ids restarts", None, True)
+            direct = flop_report(shape, replace(step, seq_len=rows.width, batch=2, documents=rows.docs))
+            assert ledger.micro_batch(read) == pytest.approx(
+                (direct.intended.total, direct.performed.total), rel=1e-9
+            )
+        assert ledger.packed_rule() == expected.get(attn, "ledger")
