@@ -78,6 +78,28 @@ def test_the_gemma4_sdp_attention_examples_name_the_head_dim_512_layers_and_the_
     assert any("head_dim > 128 on the memory-efficient backend" in f for f in d["findings"])
 
 
+def test_gpt_oss_packs_apart_on_its_flash_kernel_and_not_on_eager(
+    tmp_path: Path, capsys, monkeypatch, hub
+) -> None:
+    """transformers 5.24's GptOssModel.forward builds its masks without position_ids: Axolotl's example on
+    flash_attention_2 (which reads position_ids in the layers) keeps documents apart, the same run on eager
+    (Axolotl drops the mask for it, and would for sdpa) lets them attend to each other: a finding."""
+    example = DATA / "axolotl" / "examples" / "gpt-oss__gpt-oss-20b-sft-lora-singlegpu.yaml"
+    flash = tmp_path / "flash.yaml"
+    flash.write_text(example.read_text().replace("kernels-community/vllm-flash-attn3", "flash_attention_2"))
+    _, out, _ = _preflight([str(flash), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
+    assert not any("attend to each other" in f for f in json.loads(out)["findings"])
+    eager = tmp_path / "eager.yaml"
+    eager.write_text(example.read_text().replace("kernels-community/vllm-flash-attn3", "eager"))
+    code, out, _ = _preflight([str(eager), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    assert code == 1 and d["run"]["attn_implementation"] == "eager"
+    assert any(f.startswith("attention: pack only on flash_attention_2 (it reads the packed position_ids")
+               for f in d["findings"])  # fmt: skip
+    assert any("GptOssModel.forward builds its masks without position_ids" in n
+               for n in d["sections"]["dispatch"]["lines"])  # fmt: skip
+
+
 def test_the_hybrid_gives_sliding_layers_flash_and_global_layers_sdpa(capsys, monkeypatch, hub) -> None:
     example = DATA / "axolotl" / "examples" / "gemma4__26b-a4b-moe-qlora.yaml"
     _, out, _ = _preflight([str(example), "--json", "--gpu", "H100"], capsys, monkeypatch, hub)

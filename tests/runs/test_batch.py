@@ -126,3 +126,22 @@ def test_a_padded_batch_with_a_mask() -> None:
     assert read is not None and read.docs == ((3,), (4,)) and read.seen.docs == ((3,), (4,))
     assert read.padding_from == "attention mask" and read.apart is None
     assert read_batch({"inputs_embeds": torch.ones(2, 4, 8)}, "sdpa") is None
+
+
+def test_a_model_that_hides_packing_sees_one_sequence_per_row_except_flash_given_cu_seq_lens() -> None:
+    """`hidden` (the model's forward builds its masks without position_ids) is asked on packed batches
+    only; flash given cu_seq_lens_q keeps the documents apart whatever the forward does."""
+    asked: list[str] = []
+
+    def hidden() -> str:
+        asked.append("x")
+        return "its forward hides the packing"
+
+    read = read_batch(_flat([5, 7, 3]), "eager", hidden=hidden)
+    assert read is not None and read.apart is False and read.why_not_apart == "its forward hides the packing"
+    assert read.docs == ((5, 7, 3),) and read.seen.docs == ((15,),)
+    flash = read_batch(_flat([5, 7, 3]), "flash_attention_2", hidden=hidden)
+    assert flash is not None and flash.apart is True
+    plain = read_batch({"input_ids": torch.ones(2, 8, dtype=torch.long)}, "eager", hidden=hidden)
+    assert plain is not None and plain.apart is None
+    assert len(asked) == 1

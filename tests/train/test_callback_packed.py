@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_callback import TOL, CountEachStep, _trainer
 
-from tuneproof.train.callback import TuneproofCallback
+from tuneproof.train.callback import ISOLATION_TOKENS, TuneproofCallback
 
 pytestmark = pytest.mark.slow  # real Trainers
 
@@ -265,13 +265,53 @@ def test_packed_rows_sent_with_a_2d_mask_are_warned_as_documents_attending_to_ea
         batch["attention_mask"] = torch.ones_like(batch["input_ids"])
         return batch
 
-    ours = TuneproofCallback()
+    ours = TuneproofCallback(check_isolation=True)
     trainer = _trainer(tmp_path, 1, False, [StepMarks(Batches()), ours])
     trainer.data_collator = with_mask
     with pytest.warns(UserWarning, match="attend to each other under eager: a 2-D attention_mask"):
         trainer.train()
-    for step, count in zip(ours.history, _counted(trainer), strict=True):
+    # from step 2: the first step's count also holds the check's own forwards (the Trainer runs our
+    # on_step_end before the counter's)
+    for step, count in zip(ours.history[1:], _counted(trainer)[1:], strict=True):
         assert abs(step.performed / count - 1) < TOL
+    # the first-step check runs the row as it came, its 2-D mask included, and sees the leak
+    assert ours.isolation is not None and not ours.isolation.isolated
+    assert ours.isolation.summary().startswith("document 2 attends to document 1 from layer 0")
+
+
+def test_the_first_step_check_proves_trl_packing_keeps_documents_apart(tmp_path: Path) -> None:
+    """TRL's default packing under SDPA (transformers' packed block mask): the first packed row of the
+    first step, its own tokens and position_ids, run packed and document by document: isolated."""
+    ours = TuneproofCallback(check_isolation=True)
+    trainer = _sft(tmp_path, "sdpa", [ours], packing=True, max_length=128)
+    with pytest.warns(UserWarning, match=r"packed documents on sdpa: isolated \(max \|dlogit\|"):
+        trainer.train()
+    assert ours.isolation is not None and ours.isolation.isolated and len(ours.isolation.docs) >= 2
+    assert sum(ours.isolation.docs) <= ISOLATION_TOKENS
+
+
+def test_a_model_whose_forward_hides_packing_is_priced_and_proved_as_one_sequence_per_row(
+    tmp_path: Path,
+) -> None:
+    """gpt-oss in transformers 5.24 builds its masks without position_ids: DataCollatorWithFlattening's
+    rows run as one causal sequence each. The callback says why, prices them so (equal to the counter),
+    and its first-step check finds document 2 seeing document 1."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import DataCollatorWithFlattening
+
+    from tiny_models import build_model, config_dict
+
+    model = build_model(config_dict("gpt_oss", pad_token_id=0))
+    model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    ours = TuneproofCallback(check_isolation=True)
+    trainer = _trainer(tmp_path, 1, False, [StepMarks(Batches()), ours], model=model)
+    trainer.data_collator = DataCollatorWithFlattening()
+    with pytest.warns(UserWarning, match="GptOssModel.forward builds its masks without position_ids"):
+        trainer.train()
+    for step, count in zip(ours.history[1:], _counted(trainer)[1:], strict=True):  # step 1: the check too
+        assert abs(step.performed / count - 1) < TOL
+    assert ours.isolation is not None and not ours.isolation.isolated
+    assert "GptOssModel.forward" in ours.isolation.summary()
 
 
 def test_a_moe_under_all_linear_is_priced_at_the_ranks_peft_created(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuneproof.arch.shape import Attention, AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
@@ -28,12 +28,9 @@ from tuneproof.attention.paths import PATHS, path, performed_for
 from tuneproof.core import validate
 from tuneproof.core.dtypes import MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
-from tuneproof.core.verdict import NoWarnings
+from tuneproof.core.verdict import FINDING, NoWarnings, Verdict
 from tuneproof.hardware.capability import KNOWN_CAPABILITIES
 from tuneproof.runs.step import Rows
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +130,17 @@ class Explanation(NoWarnings):
     advice: list[str]
     notes: list[str] = field(default_factory=list)
     kernel_options: dict[str, Any] | None = None  # flex's options for the card, per pass (`_kernel_options`)
+    isolation: dict[str, Any] | None = None  # the live check that packed documents stay apart, when run
 
     @property
-    def verdict(self) -> None:
-        return None  # an explanation judges nothing
+    def verdict(self) -> Verdict | None:
+        """None (an explanation judges nothing), except the live check that packed documents stay
+        apart: ISOLATED, or ATTEND (a finding, exit 1)."""
+        if self.isolation is None:
+            return None
+        if self.isolation["isolated"]:
+            return Verdict("ISOLATED", self.isolation["summary"])
+        return Verdict("ATTEND", self.isolation["summary"], FINDING)
 
     def render(self, console: Any) -> None:
         from tuneproof.attention.render import render_explanation
@@ -162,7 +166,11 @@ class Explanation(NoWarnings):
             "advice": self.advice,
             "notes": self.notes,
             "flex_kernel_options": self.kernel_options,
-        }
+        } | (
+            {"isolation": self.isolation, "verdict": verdict.to_dict()}
+            if (verdict := self.verdict) is not None and self.isolation is not None
+            else {}
+        )
 
 
 def predict_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str]:
@@ -268,19 +276,22 @@ def predict(ctx: Context, spec: AttentionSpec) -> Prediction:
 
 
 def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
-    """Explain every attention geometry of `shape` under `ctx`. Live where the device is present."""
+    """Explain every attention geometry of `shape` under `ctx`. Live where the device is present.
+    A packed batch on a model whose forward hides packing from transformers
+    (`tuneproof.attention.packed_detection`) is explained as the kernel sees it: one sequence per row."""
+    packing_note, seen = _packing(shape, ctx)
     live_ok = live and device_present(ctx)
     layers = []
     for idxs in shape.attention_groups().values():
         spec = shape.layers[idxs[0]].attention
-        p = predict(ctx, spec)
+        p = predict(seen, spec)
         mask, mask_reason = p.mask_materialised, p.mask_reason
         backend, refused, kernel, source = p.backend, p.refused, p.kernel, "predicted"
         if live_ok and ctx.attn == "sdpa":
-            got_mask = _live_mask(ctx, spec)
+            got_mask = _live_mask(seen, spec)
             if got_mask is not None:
                 mask, mask_reason = got_mask
-            backend, refused, kernel = _live_sdpa(ctx, spec, mask)
+            backend, refused, kernel = _live_sdpa(seen, spec, mask)
             source = "live"
         layers.append(
             LayerExplanation(
@@ -300,7 +311,9 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
         )
     from tuneproof.attention.mixer_notes import mixer_notes
 
-    notes = version_notes() + mixer_notes(shape, ctx.rows().is_packed)
+    notes = (
+        version_notes() + ([packing_note] if packing_note else []) + mixer_notes(shape, ctx.rows().is_packed)
+    )
     if ctx.attn in shape.attn_refused:
         notes.insert(
             0,
@@ -314,7 +327,41 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     if ctx.attn == "flex_attention" and unfit:  # the kernel cannot be built for this card
         for x in layers:
             x.kernel = f"none: flex_attention cannot compile on this card ({unfit[0]})"
-    return Explanation(ctx, layers, advise(shape, ctx, layers), notes, options)
+    advice = advise(shape, ctx, layers)
+    if seen is not ctx:  # transformers never finds the documents of this model's packed rows
+        from tuneproof.attention.packed_detection import packed_detection
+
+        detection = packed_detection(shape.model_type)
+        route = (
+            "flash_attention_2 (it reads the packed position_ids itself)"
+            if detection is not None and detection.layers_get_positions
+            else "flash_attention_2 with a collator that sends cu_seq_lens_q (DataCollatorWithFlattening("
+            "return_flash_attn_kwargs=True), TRL's bfd packing)"
+        )
+        advice.insert(0, f"pack only on {route}, or turn packing off: on {ctx.attn} the documents of a row "
+                      "attend to each other with this model")  # fmt: skip
+    return Explanation(ctx, layers, advice, notes, options)
+
+
+def _packing(shape: ModelShape, ctx: Context) -> tuple[str, Context]:
+    """For a packed batch: the line saying whether the documents stay apart on this path and model,
+    and the context the kernel really sees (unpacked rows where transformers never detects packing)."""
+    if not ctx.packed:
+        return "", ctx
+    from dataclasses import replace
+
+    from tuneproof.attention.isolation import documents_line
+    from tuneproof.attention.packed_detection import packed_detection
+
+    detection = packed_detection(shape.model_type)
+    blind = detection.blind(ctx.attn) if detection is not None else ""
+    if blind and ctx.attn != "flash_attention_2":
+        return (
+            f"packed documents attend to each other: {blind} (each row is explained as the one sequence the "
+            "kernel sees; 'tuneproof explain --packed --live' runs the proof)",
+            replace(ctx, packed=False),
+        )
+    return (f"{documents_line(ctx.attn)}; {blind}" if blind else documents_line(ctx.attn)), ctx
 
 
 # The advice lines whose whole cost is attention FLOPs (the ledger's per-attention-group excess):

@@ -46,3 +46,7 @@ def render_explanation(result: Explanation, console: Console) -> None:
             console.print(f"  - {escape(a)}")
     for n in result.notes:
         console.print(f"note: {escape(n)}")
+    if result.isolation is not None:
+        iso = result.isolation
+        console.print(f"\n[bold]packed documents, live[/bold] ({escape(str(iso['model']))})")
+        console.print(f"  {escape(str(iso['summary']))}")

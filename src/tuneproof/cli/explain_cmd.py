@@ -18,6 +18,12 @@ from tuneproof.cli.common import command, config_option, finish, json_option, wi
 @click.option(
     "--packed", is_flag=True, help="Documents packed into rows (position_ids restart, no 2-D mask)."
 )
+@click.option(
+    "--live",
+    is_flag=True,
+    help="With --packed: build a small copy of the model (every layer kind, random weights) on --attn and "
+    "run one packed row packed and document by document: do the documents stay apart?",
+)
 @click.option("--attn", default="sdpa", show_default=True, help=", ".join(PATHS) + ".")
 @click.option("--dtype", default="bf16", show_default=True, help="bf16, fp16 or fp32.")
 @click.option("--training", is_flag=True, help="Tensors require grad (training step), not inference.")
@@ -43,6 +49,7 @@ def explain(
     batch: int,
     padded: bool,
     packed: bool,
+    live: bool,
     attn: str,
     dtype: str,
     training: bool,
@@ -62,4 +69,5 @@ def explain(
         training=training, capability=target.capability, smem_limit=target.smem_limit,
         smem_source=target.smem_source,
     )  # fmt: skip
-    return finish(run(prepare(with_model(ExplainSpec(model=config, context=ctx)))), json_out)
+    spec = ExplainSpec(model=config, context=ctx, live=live)
+    return finish(run(prepare(with_model(spec))), json_out)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tuneproof.arch import ResolvedModel, resolve
 from tuneproof.arch.shape import ModelShape
+from tuneproof.arch.small import SmallCopy
 from tuneproof.attention.dispatch import Context, Explanation, explain
+from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
 
 __all__ = ["Context", "ExplainPlan", "ExplainSpec", "prepare", "run"]
@@ -23,6 +26,15 @@ class ExplainSpec:
 
     model: str | Path | ResolvedModel = "tiny"
     context: Context
+    live: bool = False  # with a packed context: run the isolation check on a small copy of the model
+
+    def __post_init__(self) -> None:
+        if self.live and not self.context.packed:
+            raise TuneproofError(
+                "{live} checks packed documents, and the batch is not packed",
+                "add {packed} or drop {live}",
+                fields=("live", "packed"),
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,18 +44,79 @@ class ExplainPlan:
     shape: ModelShape
     context: Context
     notes: tuple[str, ...] = ()
+    live: ResolvedModel | None = None  # the model to build for the isolation check
 
 
 def prepare(spec: ExplainSpec) -> ExplainPlan:
     """The plan for `tuneproof explain`; a width over the model's positions is noted, not refused
     (the explanation is of the dispatch, which does not depend on the positions)."""
     model, ctx = resolve(spec.model), spec.context
+    if spec.live and ctx.attn in model.shape.attn_refused:
+        raise TuneproofError(
+            f"transformers will not run {ctx.attn} for {model.shape.model_type} "
+            f"({model.shape.attn_refused[ctx.attn]}): there is nothing live to check",
+            "pick the path the run uses with {attn} (eager, flex_attention, ...)",
+            fields=("attn",),
+        )
     problem = model.positions_problem(ctx.seq_len, "seq_len")
-    return ExplainPlan(model.shape, ctx, (problem,) if problem else ())
+    return ExplainPlan(model.shape, ctx, (problem,) if problem else (), model if spec.live else None)
 
 
 def run(plan: ExplainPlan, progress: Progress | None = None) -> Explanation:
-    """Explain the plan's model (quick: no progress to report)."""
+    """Explain the plan's model; with `live`, also run the isolation check (seconds on a CPU)."""
     result = explain(plan.shape, plan.context)
     result.notes.extend(plan.notes)
+    if plan.live is not None:
+        result.isolation = live_isolation(plan.live, plan.context.attn)
     return result
+
+
+LIVE_DOCS = (72, 120, 64)  # three documents of unequal length, 256 tokens in one row
+
+
+def live_isolation(model: ResolvedModel, attn: str) -> dict[str, object]:
+    """Build a small copy of `model` (`tuneproof.arch.small`: every layer kind and window it has,
+    narrow widths, random weights, seeded) on `attn` and run one packed row of LIVE_DOCS through it,
+    packed and each document alone (`tuneproof.attention.isolation.check_isolation`)."""
+    from transformers.utils import logging as hf_logging
+
+    from tuneproof.attention.isolation import check_isolation
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # kernels "falling back to PyTorch": the check runs on the CPU
+    try:
+        built, small, problem = _build_small(model, attn)
+        if built is None or small is None:
+            raise TuneproofError(
+                f"a small copy of this {model.shape.model_type} config cannot be built ({problem})",
+                "explain a small config of the same family, or drop {live}",
+                fields=("live",),
+            )
+        out = check_isolation(built, LIVE_DOCS).as_dict()
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    out["model"] = small.what
+    return out
+
+
+def _build_small(model: ResolvedModel, attn: str) -> tuple[Any, SmallCopy | None, str]:
+    """The model built from its small copy on `attn`: narrow widths first, then, where the family
+    ties its widths together, its own widths. (model or None, the copy, why it could not be built)."""
+    from tuneproof.arch.small import small_copy
+    from tuneproof.measure.model import build_model
+
+    small, problem = None, ""
+    for narrow in (True, False):  # narrow widths first; a config whose widths are tied keeps its own
+        small = small_copy(model, narrow=narrow)
+        try:
+            small_model = resolve(small.config)
+        except TuneproofError as e:
+            problem = e.message
+            continue
+        try:
+            return build_model(small_model, attn), small, ""
+        except TuneproofError:
+            raise  # transformers refuses the attention path itself: no width changes that
+        except Exception as e:  # a family whose config the narrowing does not fit
+            problem = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None, small, problem

@@ -20,6 +20,7 @@ only where a mask tells the kernel of it (without one every slot is a real token
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -82,11 +83,17 @@ class BatchRead:
 
 
 def read_batch(
-    batch: dict[str, Any], attn: str, pad_id: int | None = None, cache: bool = False
+    batch: dict[str, Any],
+    attn: str,
+    pad_id: int | None = None,
+    cache: bool = False,
+    hidden: Callable[[], str] | None = None,
 ) -> BatchRead | None:
     """Read one micro-batch's tensors (the model's kwargs: BATCH_KEYS) under attention path `attn`;
-    `cache`: the forward builds a KV cache (use_cache on), which turns off packed detection. None when
-    the batch has no `input_ids` (embeddings given)."""
+    `cache`: the forward builds a KV cache (use_cache on), which turns off packed detection; `hidden`:
+    asked on a packed batch, why the model's own forward hides packed rows from transformers on `attn`
+    ("" where it does not; `tuneproof.attention.packed_detection`). None when the batch has no
+    `input_ids` (embeddings given)."""
     ids = batch.get("input_ids")
     if ids is None or getattr(ids, "dim", lambda: 0)() != 2:
         return None
@@ -102,7 +109,7 @@ def read_batch(
     if not packed:
         seen_docs = docs if mask is not None else tuple((width,) for _ in range(rows))
         return BatchRead(rows, width, docs, Rows(width, seen_docs), None, padding_from)
-    why = _why_not_apart(attn, source, rows, mask2d, cache, batch)
+    why = _why_not_apart(attn, source, rows, mask2d, cache, batch, hidden)
     apart = not why
     if apart:  # the kernel sees the documents, and padding only where a mask or position 0s tell it
         seen = Rows(width, docs if mask is not None else tuple(_split(starts[r], width) for r in range(rows)))
@@ -119,7 +126,7 @@ def _real_lengths(
     if mask2d is not None:
         real = (mask2d != 0).sum(dim=1).tolist()
         return [int(n) for n in real], ("attention mask" if any(n < width for n in real) else None)
-    labels, ids = batch.get("labels"), batch.get("input_ids")
+    labels, ids = batch.get("labels"), batch["input_ids"]
     pad = None
     if labels is not None and getattr(labels, "shape", None) == ids.shape:
         pad = labels == -100
@@ -194,11 +201,22 @@ def _split(starts: list[int], length: int) -> tuple[int, ...]:
     return tuple(b - a for a, b in pairwise(bounds))
 
 
-def _why_not_apart(attn: str, source: str, rows: int, mask2d: Any, cache: bool, batch: dict[str, Any]) -> str:
+def _why_not_apart(
+    attn: str,
+    source: str,
+    rows: int,
+    mask2d: Any,
+    cache: bool,
+    batch: dict[str, Any],
+    hidden: Callable[[], str] | None = None,
+) -> str:
     """Why the kernel of `attn` lets the packed documents of this batch attend to each other in
     transformers 5.x, or "" when it keeps them apart."""
     if source == "block_mask":
         return ""  # the mask given keeps them apart itself
+    varlen = attn == "flash_attention_2" and source == "cu_seq_lens"  # the kwargs reach the kernel as sent
+    if source != "mask_ids" and not varlen and hidden is not None and (why := hidden()):
+        return why
     if source == "mask_ids":
         if attn == "flash_attention_2":
             return ""  # Axolotl's multipack patch reads the ids into varlen boundaries

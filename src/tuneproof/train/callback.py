@@ -164,7 +164,12 @@ class TuneproofCallback(TrainerCallback):
         self._t0 = None
         pending, self._pending = self._pending, []
         run = self._run
-        reads = [r for b, cache in pending if (r := read_batch(b, run.attn, run.pad_id, cache)) is not None]
+        batches = [
+            (b, cache, r)
+            for b, cache in pending
+            if (r := read_batch(b, run.attn, run.pad_id, cache, run.hidden_packing)) is not None
+        ]
+        reads = [r for _, _, r in batches]
         for read in reads:
             run.widths_seen.setdefault(read.width, [0, read])[0] += 1
         step = price_step(run.ledger, state.global_step, reads, seconds)
@@ -174,30 +179,35 @@ class TuneproofCallback(TrainerCallback):
             for line in first_step_warnings(run, step, reads, bool(self.widths)):
                 self._say(f"tuneproof: {line}")
             if self.check_isolation:
-                self._check_isolation(kwargs.get("model"), reads)
+                autocast = (
+                    "bfloat16"
+                    if getattr(args, "bf16", False)
+                    else "float16"
+                    if getattr(args, "fp16", False)
+                    else None
+                )
+                self._check_isolation(kwargs.get("model"), batches, autocast)
         self.history.append(step)
 
-    def _check_isolation(self, model: Any, reads: list[BatchRead]) -> None:
-        """The opt-in first-step check: the first packed row's documents (at most ISOLATION_TOKENS
-        tokens of them) run packed and one by one through the model on its own backend."""
-        packed = next((r for r in reads if any(len(row) > 1 for row in r.docs)), None)
-        if model is None or packed is None:
+    def _check_isolation(
+        self, model: Any, batches: list[tuple[dict[str, Any], bool, BatchRead]], autocast: str | None
+    ) -> None:
+        """The opt-in first-step check: the first packed row of the step, as the model received it
+        (its tokens, position_ids, 2-D mask and use_cache; at most ISOLATION_TOKENS tokens of its
+        documents), run packed and document by document through the model on its own backend."""
+        found = next(
+            ((b, cache, i, row) for b, cache, r in batches for i, row in enumerate(r.docs) if len(row) > 1),
+            None,
+        )
+        if model is None or found is None:
             self._say("tuneproof: no packed row in the first step: documents' isolation not checked")
             return
-        from tuneproof.attention.isolation import check_isolation
+        from tuneproof.attention.isolation import check_isolation, cut_row
 
-        row = next(row for row in packed.docs if len(row) > 1)
-        docs, total = [], 0
-        for n in row:
-            n = min(n, ISOLATION_TOKENS - total)
-            if n < 1:
-                break
-            docs.append(n)
-            total += n
-        if len(docs) < 2:
-            docs = [max(1, ISOLATION_TOKENS // 2)] * 2
+        batch, cache, index, row = found
+        docs, tensors = cut_row(batch, index, row, ISOLATION_TOKENS)
         try:
-            self.isolation = check_isolation(model, docs)
+            self.isolation = check_isolation(model, docs, row=tensors, use_cache=cache, autocast=autocast)
         except TuneproofError as e:
             self._say(f"tuneproof: documents' isolation not checked: {e.message}")
             return

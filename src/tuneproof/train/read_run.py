@@ -33,6 +33,9 @@ class CallbackState:
     notes: list[str] = field(default_factory=list)  # what reading the run found worth a warning
     pad_id: int | None = None  # the config's pad token: padding read from it when no mask is sent
     use_cache: bool = False  # the config's use_cache at train begin (a forward's own kwarg wins)
+    # why the model's own forward hides packed rows from transformers on this path ("" where it does
+    # not), read from its modeling file on the first packed batch (`attention.packed_detection`)
+    _hidden_packing: str | None = None
 
     def caches(self, kwargs: dict[str, Any]) -> bool:
         """Whether this forward builds a KV cache (which turns off transformers' packed detection)."""
@@ -42,6 +45,15 @@ class CallbackState:
     @property
     def attn(self) -> str:
         return self.step.attn
+
+    def hidden_packing(self) -> str:
+        """Why this model's forward never lets transformers find packed documents on its path, or ""."""
+        if self._hidden_packing is None:
+            from tuneproof.attention.packed_detection import packed_detection
+
+            detection = packed_detection(self.shape.model_type)
+            self._hidden_packing = detection.blind(self.attn) if detection is not None else ""
+        return self._hidden_packing
 
 
 def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) -> CallbackState:
