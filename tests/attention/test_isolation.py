@@ -69,9 +69,11 @@ def test_a_planted_leak_is_caught_and_placed(attn: str, leak: str) -> None:
     result = check_isolation(_model(config_dict("llama"), attn), DOCS, leak=leak)
     assert not result.isolated
     assert result.diffs[0] <= result.tolerance < result.diffs[1]  # the first document sees nothing before it
-    assert result.summary().startswith("document 2 attends to document 1 from layer 0 (full) on")
+    assert result.summary().startswith("documents 2 and 3 attend to the documents before them from layer 0")
     assert f"planted leak: {leak}" in result.summary()
-    assert result.as_dict()["isolated"] is False and result.as_dict()["first_layer"] == 0
+    d = result.as_dict()
+    assert d["isolated"] is False and d["first_layer"] == 0 and d["planted_leak"] == leak
+    assert d["attending"] == [2, 3]
 
 
 def test_a_model_whose_forward_hides_packing_leaks_and_is_named() -> None:
@@ -150,14 +152,16 @@ def test_explain_live_says_isolated_or_names_the_leak(capsys) -> None:
     d = json.loads(capsys.readouterr().out)
     assert d["isolation"]["isolated"] and d["verdict"]["outcome"] == "ISOLATED"
     assert "every kind it has (full, sliding)" in d["isolation"]["model"]
-    config = str(CONFIGS / "gpt-oss-20b.json")
-    assert (
-        main(["explain", "--config", config, "--seq-len", "2048", "--packed", "--attn", "eager", "--live"])
-        == 1
-    )
-    out = capsys.readouterr().out
-    assert "packed documents, live" in out and "document 2 attends to document 1 from layer 0" in out
-    assert "pack only on flash_attention_2" in " ".join(out.split())
+    gpt_oss = ["explain", "--config", str(CONFIGS / "gpt-oss-20b.json"), "--seq-len", "2048", "--packed"]
+    assert main([*gpt_oss, "--attn", "eager", "--live"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "packed documents, live" in out and "documents 2 and 3 attend to the documents before them" in out
+    assert "pack only on flash_attention_2" in out and "run in fp32 on this machine's CPU" in out
+    assert "--live' runs the proof" not in out  # the note's pointer to the check it has just run
+    # without --live: the same finding, read from the model's forward (exit 1 too)
+    assert main([*gpt_oss, "--attn", "eager", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"]["outcome"] == "ATTEND" and "GptOssModel.forward" in d["verdict"]["reason"]
 
 
 def test_explain_live_refuses_before_building(capsys) -> None:
@@ -180,9 +184,12 @@ def test_the_explainer_says_what_keeps_packed_documents_apart_on_every_path(caps
     for attn, words in words_of.items():
         notes = explain(tiny, Context(seq_len=1024, batch=1, attn=attn, packed=True)).notes
         assert any(n.startswith(f"packed documents kept apart on {attn}") and words in n for n in notes)
+    two = explain(tiny, Context(seq_len=1024, batch=2, attn="flash_attention_2", packed=True)).notes
+    assert any("at 2 rows a batch only from cu_seq_lens_q/k" in n for n in two)
     granite = resolve(CONFIGS / "granite-4.0-1b.json").shape
     e = explain(granite, Context(seq_len=1024, batch=1, attn="sdpa", packed=True))
     assert any("GraniteMoeHybridModel.forward builds its masks without position_ids" in n for n in e.notes)
+    assert e.verdict is not None and e.verdict.exit_code == 1
     assert e.advice[0].startswith("pack only on flash_attention_2 with a collator that sends cu_seq_lens_q")
     assert not any(x.mask_materialised for x in e.layers)  # one causal row: SDPA keeps is_causal
 
@@ -190,3 +197,22 @@ def test_the_explainer_says_what_keeps_packed_documents_apart_on_every_path(caps
 def test_an_isolation_summary_names_the_documents() -> None:
     three = Isolation("sdpa", (10, 10, 10), (0.0, 0.0, 0.5), 1e-3)
     assert three.summary().startswith("document 3 attends to documents 1-2 (max |dlogit| 0.5")
+    four = Isolation("sdpa", (10, 10, 10, 10), (0.0, 0.2, 0.0, 0.5), 1e-3)
+    assert four.summary().startswith(
+        "documents 2 and 4 attend to the documents before them (max |dlogit| 0.5"
+    )
+
+
+def test_a_path_that_cannot_run_here_cannot_be_judged(capsys) -> None:
+    """gpt-oss's attention sinks do not run on flex on the CPU (transformers raises at the forward), and
+    flash_attention_2 needs flash-attn and CUDA: exit 3 in one line, no traceback, no verdict."""
+    config = str(CONFIGS / "gpt-oss-20b.json")
+    args = ["explain", "--config", config, "--seq-len", "2048", "--packed", "--live"]
+    assert main([*args, "--attn", "flex_attention"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "error: the model does not run a packed row on flex_attention"
+    )
+    assert main([*args, "--attn", "flash_attention_2"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "flash_attention_2 needs the flash-attn package" in err

@@ -83,7 +83,10 @@ def small_copy(model: ResolvedModel, *, narrow: bool = True) -> SmallCopy:
         elif isinstance(ids, list):
             text[key] = [i for i in ids if isinstance(i, int) and i < text.get("vocab_size", i + 1)] or None
     kept = model.shape.layers[:layers]
-    windows = sorted({w for layer in kept if (w := layer.attention.locality)})
+    windows = sorted({w for layer in kept if (w := layer.attention.window)})
+    chunks = sorted(
+        {c for layer in kept if layer.attention.kind == "chunked" and (c := layer.attention.chunk)}
+    )
     kinds = sorted({layer.attention.kind for layer in kept})
     head_dims = sorted({layer.attention.head_dim for layer in kept if layer.attention.softmax})
     what = (
@@ -91,6 +94,7 @@ def small_copy(model: ResolvedModel, *, narrow: bool = True) -> SmallCopy:
         f"{heads} query heads"
         + (f" of head_dim {', '.join(map(str, head_dims))}" if head_dims else "")
         + (f", windows {', '.join(map(str, windows))} narrowed to {WINDOW}" if windows else "")
+        + (f", attention chunks {', '.join(map(str, chunks))} narrowed to {WINDOW}" if chunks else "")
         + (", narrow widths" if narrow else ", its own widths")
         + ", random weights"
     )

@@ -131,16 +131,20 @@ class Explanation(NoWarnings):
     notes: list[str] = field(default_factory=list)
     kernel_options: dict[str, Any] | None = None  # flex's options for the card, per pass (`_kernel_options`)
     isolation: dict[str, Any] | None = None  # the live check that packed documents stay apart, when run
+    hidden_packing: str | None = None  # why this model's forward lets packed documents meet (read, not run)
 
     @property
     def verdict(self) -> Verdict | None:
-        """None (an explanation judges nothing), except the live check that packed documents stay
-        apart: ISOLATED, or ATTEND (a finding, exit 1)."""
-        if self.isolation is None:
-            return None
-        if self.isolation["isolated"]:
-            return Verdict("ISOLATED", self.isolation["summary"])
-        return Verdict("ATTEND", self.isolation["summary"], FINDING)
+        """None (an explanation judges nothing), except for packed documents: the live check's
+        ISOLATED or ATTEND (a finding, exit 1), or without it ATTEND where the model's own forward
+        hides packing from transformers (read from its source)."""
+        if self.isolation is not None:
+            if self.isolation["isolated"]:
+                return Verdict("ISOLATED", self.isolation["summary"])
+            return Verdict("ATTEND", self.isolation["summary"], FINDING)
+        if self.hidden_packing:
+            return Verdict("ATTEND", f"packed documents attend to each other: {self.hidden_packing}", FINDING)
+        return None
 
     def render(self, console: Any) -> None:
         from tuneproof.attention.render import render_explanation
@@ -149,27 +153,27 @@ class Explanation(NoWarnings):
 
     def to_dict(self) -> dict[str, Any]:
         c = self.context
-        return {
-            "context": {
-                "seq_len": c.seq_len,
-                "batch": c.batch,
-                "attn": c.attn,
-                "padded": c.padded,
-                "packed": c.packed,
-                "dtype": c.dtype,
-                "training": c.training,
-                "device": c.device,
-                "smem_limit": c.smem_limit,
-                "smem_source": c.smem_source,
-            },
-            "layers": [layer.to_dict() for layer in self.layers],
-            "advice": self.advice,
-            "notes": self.notes,
-            "flex_kernel_options": self.kernel_options,
-        } | (
-            {"isolation": self.isolation, "verdict": verdict.to_dict()}
-            if (verdict := self.verdict) is not None and self.isolation is not None
-            else {}
+        return (
+            {
+                "context": {
+                    "seq_len": c.seq_len,
+                    "batch": c.batch,
+                    "attn": c.attn,
+                    "padded": c.padded,
+                    "packed": c.packed,
+                    "dtype": c.dtype,
+                    "training": c.training,
+                    "device": c.device,
+                    "smem_limit": c.smem_limit,
+                    "smem_source": c.smem_source,
+                },
+                "layers": [layer.to_dict() for layer in self.layers],
+                "advice": self.advice,
+                "notes": self.notes,
+                "flex_kernel_options": self.kernel_options,
+            }
+            | ({"isolation": self.isolation} if self.isolation is not None else {})
+            | ({"verdict": verdict.to_dict()} if (verdict := self.verdict) is not None else {})
         )
 
 
@@ -328,19 +332,19 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
         for x in layers:
             x.kernel = f"none: flex_attention cannot compile on this card ({unfit[0]})"
     advice = advise(shape, ctx, layers)
+    hidden = None
     if seen is not ctx:  # transformers never finds the documents of this model's packed rows
         from tuneproof.attention.packed_detection import packed_detection
 
         detection = packed_detection(shape.model_type)
-        route = (
-            "flash_attention_2 (it reads the packed position_ids itself)"
-            if detection is not None and detection.layers_get_positions
-            else "flash_attention_2 with a collator that sends cu_seq_lens_q (DataCollatorWithFlattening("
-            "return_flash_attn_kwargs=True), TRL's bfd packing)"
-        )
-        advice.insert(0, f"pack only on {route}, or turn packing off: on {ctx.attn} the documents of a row "
-                      "attend to each other with this model")  # fmt: skip
-    return Explanation(ctx, layers, advice, notes, options)
+        assert detection is not None
+        hidden = detection.blind(ctx.attn)
+        advice.insert(0, f"{detection.fix()}: on {ctx.attn} the documents of a row attend to each other "
+                      "with this model")  # fmt: skip
+    return Explanation(ctx, layers, advice, notes, options, hidden_packing=hidden)
+
+
+LIVE_HINT = "; 'tuneproof explain --packed --live' runs the proof"  # left out where it has just run
 
 
 def _packing(shape: ModelShape, ctx: Context) -> tuple[str, Context]:
@@ -358,10 +362,11 @@ def _packing(shape: ModelShape, ctx: Context) -> tuple[str, Context]:
     if blind and ctx.attn != "flash_attention_2":
         return (
             f"packed documents attend to each other: {blind} (each row is explained as the one sequence the "
-            "kernel sees; 'tuneproof explain --packed --live' runs the proof)",
+            f"kernel sees{LIVE_HINT})",
             replace(ctx, packed=False),
         )
-    return (f"{documents_line(ctx.attn)}; {blind}" if blind else documents_line(ctx.attn)), ctx
+    line = documents_line(ctx.attn, ctx.batch)
+    return (f"{line}; {blind}" if blind else line), ctx
 
 
 # The advice lines whose whole cost is attention FLOPs (the ledger's per-attention-group excess):

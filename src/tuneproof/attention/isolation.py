@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.verdict import CANNOT_JUDGE
 
 LEAKS = ("no-restarts", "2d-mask")
 RECURRENT_KINDS = ("linear", "none")  # tuneproof.arch.shape kinds whose mixer carries a state, not a mask
@@ -57,8 +58,12 @@ class Isolation:
                 f"isolated (max |dlogit| {worst:.1g} over {len(self.docs)} documents, {self.attn}, "
                 f"tolerance {self.tolerance:.1g}{planted})"
             )
-        first = next(i for i, d in enumerate(self.diffs) if d > self.tolerance)
+        seeing = [i for i, d in enumerate(self.diffs) if d > self.tolerance]
+        first = seeing[0]
         earlier = "document 1" if first == 1 else f"documents 1-{first}"
+        who = f"document {first + 1} attends to {earlier}"
+        if len(seeing) > 1:
+            who = f"documents {_numbers([i + 1 for i in seeing])} attend to the documents before them"
         where = ""
         if self.layer is not None:
             where = f" from layer {self.layer}" + (f" ({self.layer_kind})" if self.layer_kind else "") + " on"
@@ -71,22 +76,35 @@ class Isolation:
                     "the mixer's CUDA kernels"
                 )
         return (
-            f"document {first + 1} attends to {earlier}{where} (max |dlogit| {self.diffs[first]:.2g}, "
-            f"tolerance {self.tolerance:.1g}, {self.attn}{planted})"
+            f"{who}{where} (max |dlogit| {max(self.diffs):.2g}, tolerance {self.tolerance:.1g}, "
+            f"{self.attn}{planted})"
         )
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "attn": self.attn, "documents": list(self.docs), "max_abs_dlogit": list(self.diffs),
-            "tolerance": self.tolerance, "isolated": self.isolated, "leak": self.leak,
+            "tolerance": self.tolerance, "isolated": self.isolated, "planted_leak": self.leak,
+            "attending": [i + 1 for i, d in enumerate(self.diffs) if d > self.tolerance],
             "note": self.note or None, "first_layer": self.layer, "first_layer_kind": self.layer_kind or None,
             "why": self.why or None, "summary": self.summary(),
         }  # fmt: skip
 
 
-def documents_line(attn: str) -> str:
+def _numbers(ns: list[int]) -> str:
+    """2, 3 and 5"""
+    return ", ".join(map(str, ns[:-1])) + f" and {ns[-1]}"
+
+
+def documents_line(attn: str, batch: int = 1) -> str:
     """What keeps packed documents apart on `attn` in transformers 5.x, and what makes them attend to
-    each other: the explainer's line for a packed batch."""
+    each other: the explainer's line for a packed batch of `batch` rows."""
+    if attn == "flash_attention_2" and batch > 1:
+        return (
+            f"packed documents kept apart on flash_attention_2 by varlen boundaries, at {batch} rows a batch "
+            "only from cu_seq_lens_q/k sent by the collator: position_ids alone are read only in a batch of "
+            "one row (modeling_flash_attention_utils._is_packed_sequence), and a 2-D attention_mask lets "
+            "them attend to each other"
+        )
     if attn == "flash_attention_2":
         return (
             "packed documents kept apart on flash_attention_2 by varlen boundaries: cu_seq_lens_q/k when the "
@@ -195,14 +213,23 @@ def check_isolation(
     stance = torch.compiler.set_stance("force_eager") if eager else contextlib.nullcontext()
     training = model.training
     model.eval()
+    attn = getattr(config, "_attn_implementation", None) or "eager"
     try:
         with torch.no_grad(), stance, warnings.catch_warnings():
             # uncompiled flex warns that it materialises the scores: it is meant to, here
             warnings.filterwarnings("ignore", message=".*flex_attention.*", category=UserWarning)
             diffs, scale, layer = _compare(model, kwargs, docs, tol, use_cache, _agreed if flex else _logits)
+    except (ValueError, RuntimeError, NotImplementedError, ImportError) as e:
+        if isinstance(e, TuneproofError):
+            raise
+        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TuneproofError(
+            f"the model does not run a packed row on {attn} here ({type(e).__name__}: {first_line})",
+            "check the path the run uses, on the device it runs on",
+            exit_code=CANNOT_JUDGE,
+        ) from None
     finally:
         model.train(training)
-    attn = getattr(config, "_attn_implementation", None) or "eager"
     note = "flex run uncompiled on the CPU (the same BlockMask)" if eager else ""
     kind = _layer_kind(config, layer) if layer is not None else ""
     why = ""

@@ -46,6 +46,15 @@ class PackedDetection:
             "rows: one causal mask spans the row"
         )
 
+    def fix(self) -> str:
+        """Where this model's packed rows stay apart."""
+        if self.layers_get_positions:
+            return "pack only on flash_attention_2 (it reads the packed position_ids), or turn packing off"
+        return (
+            "pack only on flash_attention_2 with a collator that sends cu_seq_lens_q (DataCollatorWith"
+            "Flattening(return_flash_attn_kwargs=True), TRL's bfd packing), or turn packing off"
+        )
+
 
 @functools.cache
 def packed_detection(model_type: str) -> PackedDetection | None:

@@ -11,9 +11,10 @@ from typing import Any
 from tuneproof.arch import ResolvedModel, resolve
 from tuneproof.arch.shape import ModelShape
 from tuneproof.arch.small import SmallCopy
-from tuneproof.attention.dispatch import Context, Explanation, explain
+from tuneproof.attention.dispatch import LIVE_HINT, Context, Explanation, explain
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
+from tuneproof.core.verdict import CANNOT_JUDGE
 
 __all__ = ["Context", "ExplainPlan", "ExplainSpec", "prepare", "run"]
 
@@ -53,11 +54,13 @@ def prepare(spec: ExplainSpec) -> ExplainPlan:
     model, ctx = resolve(spec.model), spec.context
     if spec.live and ctx.attn in model.shape.attn_refused:
         raise TuneproofError(
-            f"transformers will not run {ctx.attn} for {model.shape.model_type} "
-            f"({model.shape.attn_refused[ctx.attn]}): there is nothing live to check",
-            "pick the path the run uses with {attn} (eager, flex_attention, ...)",
+            f"transformers will not run {ctx.attn} for {model.shape.model_type}, so there is nothing live to "
+            f"check: {model.shape.attn_refused[ctx.attn]}",
+            "pick the path the run uses with {attn}: eager or flex_attention",
             fields=("attn",),
         )
+    if spec.live and ctx.attn == "flash_attention_2":
+        _flash_here()
     problem = model.positions_problem(ctx.seq_len, "seq_len")
     return ExplainPlan(model.shape, ctx, (problem,) if problem else (), model if spec.live else None)
 
@@ -68,7 +71,24 @@ def run(plan: ExplainPlan, progress: Progress | None = None) -> Explanation:
     result.notes.extend(plan.notes)
     if plan.live is not None:
         result.isolation = live_isolation(plan.live, plan.context.attn)
+        result.notes[:] = [n.replace(LIVE_HINT, "") for n in result.notes]
     return result
+
+
+def _flash_here() -> None:
+    """flash_attention_2 runs only with the flash-attn package on a CUDA device: the live check
+    cannot judge it elsewhere (exit 3, before any model is built)."""
+    import torch
+    from transformers.utils import is_flash_attn_2_available
+
+    if not (torch.cuda.is_available() and is_flash_attn_2_available()):
+        raise TuneproofError(
+            "flash_attention_2 needs the flash-attn package and a CUDA device, and this machine has "
+            + ("neither" if not torch.cuda.is_available() else "no flash-attn"),
+            "run the live check where the run runs, or check the path's rule without {live}",
+            exit_code=CANNOT_JUDGE,
+            fields=("live",),
+        )
 
 
 LIVE_DOCS = (72, 120, 64)  # three documents of unequal length, 256 tokens in one row
@@ -95,7 +115,7 @@ def live_isolation(model: ResolvedModel, attn: str) -> dict[str, object]:
         out = check_isolation(built, LIVE_DOCS).as_dict()
     finally:
         hf_logging.set_verbosity(verbosity)
-    out["model"] = small.what
+    out["model"] = f"{small.what}; run in fp32 on this machine's CPU (the masks do not depend on the dtype)"
     return out
 
 
@@ -117,6 +137,13 @@ def _build_small(model: ResolvedModel, attn: str) -> tuple[Any, SmallCopy | None
             return build_model(small_model, attn), small, ""
         except TuneproofError:
             raise  # transformers refuses the attention path itself: no width changes that
+        except ImportError as e:  # the path's package is not installed here: no width changes that
+            raise TuneproofError(
+                f"{attn} cannot be loaded here ({str(e).splitlines()[0] if str(e) else 'ImportError'})",
+                "run the live check where the run runs, or check the path's rule without {live}",
+                exit_code=CANNOT_JUDGE,
+                fields=("live",),
+            ) from None
         except Exception as e:  # a family whose config the narrowing does not fit
             problem = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return None, small, problem

@@ -40,6 +40,8 @@ def first_step_warnings(
         advice = explain(run.shape, ctx, live=False).advice
     except TuneproofError as e:  # an attention path or device the explainer does not model
         return [*out, f"the attention dispatch cannot be explained here: {e.message}"]
+    if any(r.apart is False for r in pending) and run.hidden_packing():  # flex would not keep them apart
+        advice = [a for a in advice if not a.startswith(FLEX_ADVICE)]
     share = _attention_excess_share(run, read)
     if share < SLOW_PATH_WARN:  # the FLOP-only advice would save less than this: not worth a warning
         advice = [a for a in advice if not a.startswith((FLEX_ADVICE, BUCKET_ADVICE))]

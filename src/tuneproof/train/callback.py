@@ -212,7 +212,11 @@ class TuneproofCallback(TrainerCallback):
             self._say(f"tuneproof: documents' isolation not checked: {e.message}")
             return
         attn = self._run.attn if self._run is not None else "the model's attention"
-        self._say(f"tuneproof: packed documents on {attn}: {self.isolation.summary()}")
+        line = f"tuneproof: packed documents on {attn}: {self.isolation.summary()}"
+        if not self.isolation.isolated:
+            self._say(line)
+        elif self._main:  # a proof, not a warning
+            print(line, file=sys.stderr)
 
     # --- logging ---------------------------------------------------------------------------------------
 

@@ -52,7 +52,8 @@ class CallbackState:
             from tuneproof.attention.packed_detection import packed_detection
 
             detection = packed_detection(self.shape.model_type)
-            self._hidden_packing = detection.blind(self.attn) if detection is not None else ""
+            blind = detection.blind(self.attn) if detection is not None else ""
+            self._hidden_packing = f"{blind}; {detection.fix()}" if blind and detection is not None else ""
         return self._hidden_packing
 
 
