@@ -30,6 +30,8 @@ DEEPSEEK = _names(DATA / "deepseek_v3_train_h800.json.gz")
 AMD = _names(DATA / "hta" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
 SAMPLED = _names(DATA / "hta" / "sampled_rank-0.json.gz")
 ZOO = _names(DATA / "zoo_sm90.json.gz")
+COMPILED_MI300X = _names(DATA / "tracelens" / "torch_compile_triton_mi300x.json.gz")
+SGLANG_MI300X = _names(DATA / "tracelens" / "sglang_qwen3_8b_decode_mi300x.json.gz")
 
 REAL: list[tuple[str, str]] = [
     *((n, "communication") for n in _by_prefix(DEEPSEEK, "void dpsk::ep::internode::")),
@@ -64,6 +66,10 @@ REAL: list[tuple[str, str]] = [
     *((n, "grouped_gemm") for n in _by_prefix(ZOO, "void at::cuda::detail::grouped_mm_kernel")),
     *((n, "communication") for n in _by_prefix(ZOO, "ncclDevKernel_AllReduce")),
     *((n, "memory") for n in _by_prefix(ZOO, "Memset")),
+    # ROCm: SDPA's flash (AOTriton, a Triton kernel) under torch.compile, and vLLM's paged attention
+    *((n, "attention") for n in _by_prefix(COMPILED_MI300X, "attn_fwd")),
+    *((n, "other") for n in _by_prefix(COMPILED_MI300X, "triton_poi_fused__unsafe_view_mul_silu")),
+    *((n, "attention") for n in _by_prefix(SGLANG_MI300X, "void paged_attention_ll4mi_QKV_mfma16_kernel")),
 ]
 
 # families without a public trace here: names as their libraries write them
@@ -76,6 +82,8 @@ FROM_SOURCE = [
     ("kernel_cutlass_kernel_flash_attncuteflash_fwd_sm100FlashAttentionForwardSm100_object", "attention"),
     ("ck_tile::kentry<fmha_fwd_d128_bf16_batch_b128x128x32>", "attention"),  # CK-tile
     ("aiter::mha_fwd_kernel", "attention"),  # aiter
+    ("bwd_kernel_dk_dv", "attention"),  # AOTriton backward (SDPA flash on ROCm)
+    ("_attn_bwd_preprocess", "attention"),  # the Triton tutorial's fused attention
     ("fused_moe_kernel", "grouped_gemm"),  # vLLM / SGLang triton MoE
     ("void deep_gemm::fp8_gemm_kernel<m_grouped_contiguous>", "grouped_gemm"),  # DeepGEMM m-grouped
     ("void deep_gemm::fp8_gemm_kernel<normal>", "gemm"),  # DeepGEMM dense
@@ -100,6 +108,14 @@ def test_every_rule_is_exercised() -> None:
     hit = {rule_of(n) for n, _ in REAL + FROM_SOURCE}
     missing = [RULES[i][2] for i in range(len(RULES)) if i not in hit and "operator rows" not in RULES[i][2]]
     assert missing == []
+
+
+def test_triton_attention_in_a_real_compiled_trace_is_attention() -> None:
+    """AMD-AGI/TraceLens's torch.compile trace on an MI300X: AOTriton's attn_fwd, launched by
+    aten::_flash_attention_forward, is 29.4 % of kernel time; it was filed under "other" (attention 0)."""
+    t = _table(load_trace(DATA / "tracelens" / "torch_compile_triton_mi300x.json.gz"), 5)
+    assert t.ms["attention"] / t.total_ms == pytest.approx(0.294, abs=0.001)
+    assert not any(n == "attn_fwd" for n, _, _ in t.unclassified)
 
 
 def test_unclassified_above_one_percent_are_named() -> None:

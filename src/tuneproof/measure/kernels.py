@@ -60,7 +60,9 @@ class ArchMismatch:
     def finding(self) -> str:
         return (
             f"{100 * self.share:.1f} % of device time runs kernels built for {self.tag} on a "
-            f"{self.capability} device ({self.device}): a generic code path, not one tuned for this card"
+            f"{self.capability} device ({self.device}): code not specialised for this card, a hint to look "
+            "rather than a fault (SDPA's memory-efficient attention and many CUTLASS kernels ship only an "
+            "sm80 build, which every later card runs)"
         )
 
 

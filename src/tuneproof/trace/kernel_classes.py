@@ -61,6 +61,15 @@ RULES: tuple[tuple[str, str, str], ...] = (
     ("attention", r"aiter.*(mha|attn|paged)|ck_tile.*fmha", "AMD aiter / CK-tile attention kernels"),
     (
         "attention",
+        r"(^|_)attn_(fwd|bwd)|^_?bwd_(kernel_(dk_dv|dq|fuse)|preprocess|postprocess)",
+        "Triton attention by what it computes: AOTriton's attn_fwd / bwd_kernel_dk_dv / bwd_kernel_dq / "
+        "bwd_preprocess (SDPA's flash and memory-efficient backends on ROCm, launched by "
+        "aten::_flash_attention_forward; AMD-AGI/TraceLens tests/traces/torch_compile_triton), the Triton "
+        "tutorial's _attn_fwd / _attn_bwd",
+    ),
+    ("attention", r"paged_attention", "vLLM paged attention (paged_attention_v1/v2, ROCm ll4mi kernels)"),
+    (
+        "attention",
         r"scaled_dot_product|_efficient_attention|_flash_attention|attention_for_cpu",
         "aten SDPA operator rows",
     ),
