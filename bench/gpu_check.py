@@ -4,7 +4,9 @@ A Gemma-4-shaped model (sliding layers head_dim 256 with a 1,024 window, a globa
 6 layers, dense MLP, random bf16 weights; `gpu_check_steps.model_config`) is built and saved once;
 then, each step in its own process with its own time limit (STEPS below):
 - dispatch: live dispatch equals the predicted one for every layer, at 2k-16k, padded and unpadded;
-- flex options: every option the chooser picks compiles and runs fwd and bwd; torch's defaults too;
+- sdpa grid: torch's own backend choice on the card, with its real cuDNN, against the chooser;
+- flex options: every option the chooser picks compiles and runs fwd and bwd; torch's defaults too,
+  also without inductor's one-stage retry, their Triton "Required" beside the estimate;
 - probe: the fit's and the kernel table's quadratic shares cross-checked at 3 widths;
 - flex vs sdpa: the model's step time at 2k-16k;
 - train: `tuneproof train` with flex, the callback's FLOPs and MFU against FlopCounterMode's count
@@ -48,11 +50,14 @@ STEPS = (
         45,
         "build the model on CUDA (bf16, random), save it, a tokenizer and data to the work folder",
     ),
-    Step("dispatch", 30, "live vs predicted dispatch per layer, widths 2k/4k/8k/16k, padded and unpadded"),
-    Step("flex_options", 130, "chosen flex options (fwd+bwd) and torch defaults compile and run, d=256/512"),
-    Step("probe", 100, "probe library: fit vs kernel table at 2k/4k/8k, SDPA training step"),
-    Step("flex_vs_sdpa", 120, "model fwd+bwd step time, SDPA vs flex, widths 2k/4k/8k/16k"),
-    Step("train", 95, "tuneproof train with flex, 4 steps; callback FLOPs/MFU vs FlopCounterMode"),
+    Step("dispatch", 20, "live vs predicted dispatch per layer, widths 2k/4k/8k/16k, padded and unpadded"),
+    Step("sdpa_grid", 25, "torch._fused_sdp_choice on this card and its cuDNN vs the chooser, 504 cases"),
+    Step(
+        "flex_options", 160, "chosen flex options and torch defaults (with and without the one-stage retry)"
+    ),
+    Step("probe", 80, "probe library: fit vs kernel table at 2k/4k/8k, SDPA training step"),
+    Step("flex_vs_sdpa", 100, "model fwd+bwd step time, SDPA vs flex, widths 2k/4k/8k/16k"),
+    Step("train", 90, "tuneproof train with flex, 4 steps; callback FLOPs/MFU vs FlopCounterMode"),
 )
 
 

@@ -144,6 +144,57 @@ def step_dispatch(work: Path, budget_s: float, emit: Emit) -> None:
     )
 
 
+SDPA_HEAD_DIMS = ((64, 64), (100, 100), (128, 128), (192, 128), (192, 192), (256, 256), (512, 512))
+
+
+def step_sdpa_grid(work: Path, budget_s: float, emit: Emit) -> None:
+    """torch's own SDPA choice on this card, with its own cuDNN (`torch._fused_sdp_choice`, the
+    `can_use_*` debug reasons), against the chooser's prediction on the stack read off the card, over
+    dtype x head_dim (non-multiples of 8 and 192/128 included) x mask x dropout x training x GQA; the
+    versions the rules read are printed (torch.version.cuda, torch.backends.cudnn.version())."""
+    import itertools
+
+    import torch
+
+    from tuneproof.arch.shape import AttentionSpec
+    from tuneproof.attention.dispatch import Context, cuda_stack, predict
+    from tuneproof.attention.live import live_sdpa
+
+    cap = None if DEVICE == "cpu" else _cuda_facts()[0]
+    stack = cuda_stack(Context(seq_len=128, batch=1, capability=cap)) if cap is not None else None
+    print(f"  stack: {stack.to_dict() if stack else 'cpu'}", flush=True)
+    diffs: list[str] = []
+    cases = 0
+    started = time.perf_counter()
+    for dtype, (d_qk, d_v), mask, dropout, training, kv in itertools.product(
+        ("bf16", "fp16", "fp32"), SDPA_HEAD_DIMS, (False, True), (0.0, 0.1, 0.125), (False, True), (8, 2)
+    ):
+        if time.perf_counter() - started > 0.8 * budget_s:
+            break
+        spec = AttentionSpec(
+            kind="full", window=None, num_heads=8, num_kv_heads=kv, head_dim=d_qk, v_head_dim=d_v
+        )
+        ctx = Context(seq_len=256, batch=1, dtype=dtype, training=training, dropout=dropout, padded=mask,
+                      capability=cap)  # fmt: skip
+        want = predict(ctx, spec, stack).backend
+        got, refused, _ = live_sdpa(ctx, spec, mask)
+        cases += 1
+        if got != want:
+            diffs.append(f"{dtype} d={d_qk}/{d_v} mask={mask} p={dropout} train={training} kv={kv}: "
+                         f"live {got} ({refused}), predicted {want}")  # fmt: skip
+    torch.cuda.empty_cache() if DEVICE == "cuda" else None
+    versions = (
+        f"cuda {torch.version.cuda}, cudnn {torch.backends.cudnn.version()}" if DEVICE == "cuda" else "cpu"
+    )
+    emit(
+        {
+            "outcome": "ok" if not diffs else "DIFF",
+            "numbers": f"{cases} cases ({versions}), {len(diffs)} differ"
+            + "".join(f"\n    {d}" for d in diffs[:12]),
+        }
+    )
+
+
 def chosen_options(head_dims: list[int]) -> tuple[dict[str, int], list[str]]:
     """The chooser's one kernel_options for every head_dim, fwd and bwd, for this card's limit."""
     from tuneproof.attention.kernel_measure import choose_measured
@@ -161,11 +212,15 @@ def chosen_options(head_dims: list[int]) -> tuple[dict[str, int], list[str]]:
     return options, reasons
 
 
-def _flex_case(head_dim: int, sliding: bool, opts: dict[str, int], backward: bool) -> str:
+def _flex_case(head_dim: int, sliding: bool, opts: dict[str, int], backward: bool, retry: bool = True) -> str:
     """Compile and run flex forward (and backward) once at FLEX_T with `opts`; what happened, as text
-    (an out-of-resource failure with its Required/limit numbers is a result, not an error)."""
+    (an out-of-resource failure with its Required/limit numbers is a result, not an error). `retry`:
+    inductor's one-stage retry of an out-of-resource template (triton.dynamic_disable_pipelining)."""
     import torch
+    import torch._inductor.config as inductor
     from torch.nn.attention.flex_attention import flex_attention
+
+    inductor.triton.dynamic_disable_pipelining = retry
 
     from tuneproof.attention.flex import causal_block_mask, sliding_block_mask
     from tuneproof.attention.kernel_options import parse_out_of_resource
@@ -202,16 +257,27 @@ def step_flex_options(work: Path, budget_s: float, emit: Emit) -> None:
         print("  " + r)
     fwd_only = {k: v for k, v in options.items() if k.startswith("fwd_")}
     cases = [
-        ("chosen", options, True),
-        ("torch default fwd", {}, False),
-        ("torch default bwd", fwd_only, True),
+        ("chosen", options, True, True),
+        ("torch default fwd", {}, False, True),
+        # without inductor's one-stage retry: does torch's own default fit this card, and is Triton's
+        # "Required" the estimate's (kernel_options.caveats says where it is unverified)?
+        ("torch default fwd, no 1-stage retry", {}, False, False),
+        ("torch default bwd", fwd_only, True, True),
     ]
     lines: list[str] = [f"options {options or 'torch defaults'}"]
     chosen_ok = True
-    for label, opts, backward in cases:
+    cap, smem = _cuda_facts()
+    for label, opts, backward, retry in cases:
         for head_dim, sliding in ((256, True), (512, False)):
             t0 = time.perf_counter()
-            what = _flex_case(head_dim, sliding, opts, backward)
+            what = _flex_case(head_dim, sliding, opts, backward, retry)
+            if not retry:
+                from tuneproof.attention.kernel_options import default_fwd, smem_fwd
+
+                bm, bn, st, _ = default_fwd(head_dim, "bf16", cap)
+                what += (
+                    f"; estimate {bm}x{bn} x {st}: {smem_fwd(bm, bn, head_dim, 'bf16', st):,} B vs {smem:,} B"
+                )
             chosen_ok &= label != "chosen" or what.endswith("ran")
             lines.append(f"{label} d={head_dim}: {what} ({time.perf_counter() - t0:.0f} s)")
             print("  " + lines[-1], flush=True)

@@ -12,7 +12,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "bench" / "gpu_check.py"
-STEPS = ("build", "dispatch", "flex_options", "probe", "flex_vs_sdpa", "train")
+STEPS = ("build", "dispatch", "sdpa_grid", "flex_options", "probe", "flex_vs_sdpa", "train")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -130,7 +130,7 @@ def test_every_step_runs_end_to_end_in_a_cpu_rehearsal(tmp_path: Path, monkeypat
             # the tensors require grad (a training forward), which flex refuses on a CPU: a result row
             assert real(64, True, {}, False).startswith("fwd failed: NotImplementedError: FlexAttention")
             monkeypatch.setattr(
-                s, "_flex_case", lambda d, sliding, opts, bwd: "fwd+bwd ran" if bwd else "fwd ran"
+                s, "_flex_case", lambda d, sliding, opts, bwd, retry=True: "fwd+bwd ran" if bwd else "fwd ran"
             )
         budget = 20.0 if step == "probe" else 60.0
         getattr(s, f"step_{step}")(tmp_path, budget, lambda row, n=step: rows.setdefault(n, []).append(row))
@@ -139,7 +139,12 @@ def test_every_step_runs_end_to_end_in_a_cpu_rehearsal(tmp_path: Path, monkeypat
     assert last["build"]["outcome"] == "ok" and "sm_90, 232,448 B smem/block" in str(last["build"]["numbers"])
     # the CPU cannot answer live for a 9.0 card: every layer says so, and the step still reports
     assert last["dispatch"]["outcome"] == "DIFF" and "not asked live" in str(last["dispatch"]["numbers"])
+    # on the CPU the grid asks torch._fused_sdp_choice itself: the prediction must agree everywhere
+    assert last["sdpa_grid"]["outcome"] == "ok" and "504 cases (cpu), 0 differ" in str(
+        last["sdpa_grid"]["numbers"]
+    )
     flex = str(last["flex_options"]["numbers"])
+    assert "no 1-stage retry d=512: fwd ran; estimate 64x32 x 3: 262,144 B vs 232,448 B" in flex, flex
     assert last["flex_options"]["outcome"] == "ok" and "'fwd_num_stages': 2" in flex, flex
     assert last["probe"]["outcome"] in ("ok", "disagree", "inconclusive") and "A=" in str(
         last["probe"]["numbers"]
