@@ -37,7 +37,7 @@ def test_case_chain_from_explain_json(capsys) -> None:
     assert (sliding["layer_type"], sliding["head_dim"], sliding["num_layers"]) == ("sliding", 256, 25)
     assert sliding["mask_materialised"] is True and "kv_length 16384 >= window 1024" in sliding["mask_reason"]
     assert "explicit attn_mask" in sliding["refused"]["flash"]
-    assert "not preferred on capability 12.0" in sliding["refused"]["cudnn"]
+    assert "cuDNN first only on major 9 or 10 (capability 12.0)" in sliding["refused"]["cudnn"]
     assert sliding["backend"] == "efficient" and sliding["source"] == "predicted"
     assert (glob["layer_type"], glob["head_dim"], glob["num_layers"]) == ("full", 512, 5)
     assert glob["mask_materialised"] is True and "padded" in glob["mask_reason"]
@@ -113,6 +113,11 @@ def test_capability_strings(text: str, cap: tuple[int, int]) -> None:
         (["--padded", "--packed"], "--padded and --packed together"),
         (["--attn", "xformers"], "--attn 'xformers' is not a known attention path"),
         (["--gpu", "Voodoo"], "unknown GPU 'Voodoo'"),
+        (["--dropout", "1.5"], "--dropout must be < 1"),
+        (["--dropout", "nan"], "--dropout must be a finite number"),
+        (["--cudnn", "nine"], "--cudnn 'nine' is not a cuDNN version"),
+        (["--cudnn", "7.6.5"], "--cudnn '7.6.5' is out of range"),
+        (["--cuda", "latest"], "--cuda 'latest' is not a CUDA version"),
     ],
 )
 def test_bad_explain_input(capsys, args: list[str], fragment: str) -> None:
@@ -153,3 +158,25 @@ def test_flex_on_old_torch_is_refused(monkeypatch) -> None:
 def test_unknown_capability_raises() -> None:
     with pytest.raises(TuneproofError):
         parse_capability("7.2")
+
+
+def test_the_versions_the_answer_rests_on_are_named_and_can_be_given(capsys) -> None:
+    """An answer for a card that is not here names what it assumed; given versions are used and said
+    to be given; the config's attention dropout reaches the chooser in training."""
+    args = ["explain", "--config", str(CASE), "--seq-len", "4096", "--capability", "9.0", "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["stack"]["cudnn"] == "9.23.1" and d["stack"]["cudnn_frontend_d256"] is True
+    assert any(a.startswith("cudnn 9.23.1, what torch 2.13's CUDA wheels ship") for a in d["assumptions"])
+    assert main([*args, "--cudnn", "9.10.2", "--cuda", "12.8"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["stack"]["sources"]["cudnn"] == "given: 91002" and not any(
+        a.startswith("cudnn") for a in d["assumptions"]
+    )
+    assert all(
+        "not preferred: cuDNN first only above 9.15.0" in x["refused"].get("cudnn", "") for x in d["layers"]
+    )
+    assert main([*args, "--training", "--dropout", "0.1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["context"]["sdpa_dropout"] == 0.1
+    assert all("not a multiple of 1/16" in x["refused"]["cudnn"] for x in d["layers"])

@@ -498,12 +498,14 @@ def test_bf16_below_sm80_is_refused_by_the_memory_efficient_backend() -> None:
     from tuneproof.arch.shape import AttentionSpec
     from tuneproof.attention.dispatch import Context, predict
 
-    spec = AttentionSpec(kind="full", window=None, num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=128)
+    # equal heads: transformers' GQA call would stop at the memory-efficient kernel's head check first
+    spec = AttentionSpec(kind="full", window=None, num_heads=32, num_kv_heads=32, head_dim=128,
+                         v_head_dim=128)  # fmt: skip
     for cap, arch in (((7, 5), "sm75"), ((7, 0), "sm70")):
         _, _, backend, refused, kernel = predict(
             Context(seq_len=4096, batch=1, capability=cap, dtype="bf16"), spec
         )
-        assert backend == "math" and "bf16 on capability" in refused["efficient"]
+        assert backend == "math" and "bf16 below sm80" in refused["efficient"]
         _, _, backend, _, kernel = predict(Context(seq_len=4096, batch=1, capability=cap, dtype="fp16"), spec)
         assert backend == "efficient" and kernel.endswith(f"_{arch} (kMaxK 128)")
 
@@ -536,3 +538,17 @@ def test_the_explainers_json_carries_the_kernel_options_as_data() -> None:
     )
     assert set(d["flex_kernel_options"]) == {"fwd", "bwd"}
     assert explain(shape, Context(seq_len=8192, batch=1), live=False).to_dict()["flex_kernel_options"] is None
+
+
+def test_estimated_kernel_options_say_where_they_are_unverified() -> None:
+    """The stage model against torch's own tuned defaults: where it says one overflows and no card has
+    reported that configuration's size, the choice says "unverified"; a size a card reported is not; and
+    inductor's one-stage retry is named wherever a pipelined default is past the limit."""
+    from tuneproof.attention.kernel_options import RETRY, caveats
+
+    sm80 = caveats([256], "bf16", (8, 0), "fwd", 166_912)
+    assert sm80[0].startswith("unverified: the estimate says torch's own fwd default 32x64 x 3 stages")
+    assert "212,992 B > 166,912 B" in sm80[0] and sm80[-1] == RETRY
+    assert caveats([512], "bf16", (9, 0), "fwd", 232_448) == [RETRY]  # an H200 reported 64x32 x 3
+    assert caveats([256], "bf16", (12, 0), "bwd", 101_376) == []  # pytorch#198224's 1-stage size, no retry
+    assert caveats([128], "bf16", (9, 0), "fwd", 232_448) == []  # fits: nothing to say

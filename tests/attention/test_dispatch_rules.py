@@ -83,8 +83,8 @@ def test_live_sdpa_asks_pytorch_with_the_layers_shapes(monkeypatch) -> None:
 
     seen = {}
 
-    def fake_choice(q, k, v, mask, dropout, is_causal):  # type: ignore[no-untyped-def]
-        seen.update(q=q, k=k, v=v, mask=mask, dropout=dropout, is_causal=is_causal)
+    def fake_choice(q, k, v, mask, dropout, is_causal, enable_gqa=False):  # type: ignore[no-untyped-def]
+        seen.update(q=q, k=k, v=v, mask=mask, dropout=dropout, is_causal=is_causal, gqa=enable_gqa)
         return int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
 
     monkeypatch.setattr(torch, "_fused_sdp_choice", fake_choice)
@@ -98,22 +98,30 @@ def test_live_sdpa_asks_pytorch_with_the_layers_shapes(monkeypatch) -> None:
     assert tuple(seen["v"].shape) == (2, 6, dispatch.LIVE_LEN, 48)
     assert seen["q"].requires_grad and seen["v"].requires_grad
     assert tuple(seen["mask"].shape) == (2, 1, dispatch.LIVE_LEN, dispatch.LIVE_LEN)
-    assert seen["dropout"] == 0.0 and seen["is_causal"] is False
+    assert seen["dropout"] == 0.0 and seen["is_causal"] is False and seen["gqa"] is False
     dispatch._live_sdpa(Context(seq_len=100, batch=1, dtype="fp32"), spec, mask=False)
     assert seen["mask"] is None and seen["is_causal"] is True and seen["q"].shape[2] == 100
     assert seen["q"].dtype == torch.float32 and not seen["q"].requires_grad
+    # no mask and equal head_dims: transformers keeps the kv heads and passes enable_gqa; the
+    # config's attention dropout reaches SDPA in training only
+    same = AttentionSpec(kind="full", window=None, num_heads=6, num_kv_heads=2, head_dim=32, v_head_dim=32)
+    dispatch._live_sdpa(Context(seq_len=100, batch=1, dropout=0.1, training=True), same, mask=False)
+    assert seen["gqa"] is True and tuple(seen["k"].shape)[1] == 2 and seen["dropout"] == 0.1
+    dispatch._live_sdpa(Context(seq_len=100, batch=1, dropout=0.1), same, mask=False)
+    assert seen["dropout"] == 0.0
 
 
 def test_live_sdpa_reports_math_when_pytorch_refuses_flash(monkeypatch) -> None:
     import torch
 
-    monkeypatch.setattr(torch, "_fused_sdp_choice", lambda *a: int(torch.nn.attention.SDPBackend.MATH))
+    monkeypatch.setattr(torch, "_fused_sdp_choice", lambda *a, **k: int(torch.nn.attention.SDPBackend.MATH))
     backend, refused, kernel = dispatch._live_sdpa(
         Context(seq_len=64, batch=1),
         AttentionSpec(kind="full", window=None, num_heads=2, num_kv_heads=2, head_dim=16, v_head_dim=16),
         False,
     )
-    assert backend == "math" and refused == {"flash": "torch._fused_sdp_choice did not pick flash for CPU"}
+    why = "torch._fused_sdp_choice did not pick flash (the rule table expected it: torch differs here)"
+    assert backend == "math" and refused == {"cpu_flash": why}
     assert "full score matrix" in kernel
 
 

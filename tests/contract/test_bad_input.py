@@ -112,6 +112,9 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--dtype": [("fp8", "--dtype 'fp8' is not known")],
         "--capability": [("13.5", "unknown --capability '13.5'"), ("", "unknown --capability ''")],
         "--gpu": [("Voodoo", "unknown GPU 'Voodoo' (--gpu)")],
+        "--dropout": [("1", "--dropout must be < 1"), ("-0.1", "--dropout must be >= 0"), ("inf", "finite")],
+        "--cudnn": [("nine", "--cudnn 'nine' is not a cuDNN version"), ("7.6.5", "is out of range")],
+        "--cuda": [("latest", "--cuda 'latest' is not a CUDA version"), ("9.2", "is not a CUDA version")],
         "--trace": [
             ("@missing", "trace not found"),
             ("@folder", "is a folder, not a file"),

@@ -458,3 +458,28 @@ def test_the_packed_row_shortcuts_equal_the_ledger_on_whole_packed_batches(attn:
                 (direct.intended.total, direct.performed.total), rel=1e-9
             )
         assert ledger.packed_rule() == expected.get(attn, "ledger")
+
+
+def test_a_compiled_run_is_read_as_one_and_priced_with_every_layer_masked() -> None:
+    """TrainingArguments(torch_compile=True), or a model handed over compiled: transformers masks every
+    SDPA layer under compile (tests/attention/test_compiled_masks.py shows it), so the step is priced
+    masked; the config's attention dropout is read for the dispatch advice."""
+    import types
+
+    import torch
+
+    from tiny_models import config_dict
+    from tuneproof.arch import resolve
+    from tuneproof.measure.model import build_model
+    from tuneproof.runs.batch import BatchRead
+    from tuneproof.train.read_run import read_run
+
+    model = build_model(resolve(config_dict("llama", attention_dropout=0.1)), "sdpa")
+    plain = read_run(model, types.SimpleNamespace(torch_compile=False), None, None)
+    compiled = read_run(model, types.SimpleNamespace(torch_compile=True), None, None)
+    wrapped = read_run(torch.compile(model), types.SimpleNamespace(), None, None)
+    assert not plain.step.compiled and compiled.step.compiled and wrapped.step.compiled
+    assert compiled.dropout == 0.1
+    read = BatchRead.padded(2, 256)
+    assert compiled.ledger.micro_batch(read)[1] > plain.ledger.micro_batch(read)[1]
+    assert compiled.ledger.micro_batch(read)[0] == plain.ledger.micro_batch(read)[0]

@@ -86,6 +86,13 @@ class ResolvedModel:
             object.__setattr__(self, "_config", _text_of(config))
         return self._config
 
+    @property
+    def attention_dropout(self) -> float:
+        """The dropout its attention layers pass to SDPA in training (transformers reads the config's
+        `attention_dropout` into `self.attention_dropout`); 0.0 where the config has none."""
+        value = getattr(self.config, "attention_dropout", 0.0)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
     def positions_problem(self, tokens: int, what: str) -> str | None:
         """The one rule for widths the model cannot place: `what` (e.g. "seq_len") of `tokens` tokens
         exceeds max_position_embeddings, as a sentence; None when it fits or the config sets no limit.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneproof.arch.shape import Attention, AttentionSpec, ModelShape
 from tuneproof.attention import rules as R
@@ -31,6 +31,9 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import FINDING, NoWarnings, Verdict
 from tuneproof.hardware.capability import KNOWN_CAPABILITIES
 from tuneproof.runs.step import Rows
+
+if TYPE_CHECKING:
+    from tuneproof.attention.stack import Stack
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,12 @@ class Context:
     capability: tuple[int, int] | None = None  # CUDA compute capability; None = CPU
     smem_limit: int | None = None  # the device's shared memory per block; None: the capability's table
     smem_source: str | None = None  # where smem_limit came from (`target.DeviceTarget`)
+    # attention dropout p (the config's attention_dropout; SDPA gets it in training only); None: not
+    # known yet (`commands.explain` fills it from the model's config)
+    dropout: float | None = None
+    compiled: bool = False  # the model runs under torch.compile (transformers then always builds masks)
+    cudnn: int | str | None = None  # runtime cuDNN, '9.23.1' or 92301; None: the device's, or assumed
+    cuda: str | None = None  # the CUDA build of torch, '12.8'; None: the device's, or assumed
 
     def __post_init__(self) -> None:
         validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
@@ -65,6 +74,16 @@ class Context:
             object.__setattr__(self, "capability", parse_capability(text))
         path(self.attn)
         validate.choice("dtype", self.dtype, MODEL_DTYPES)
+        if self.dropout is not None:
+            validate.real("dropout", self.dropout, low=0.0, high=1.0, high_open=True, hint="a probability")
+        if self.cudnn is not None and not isinstance(self.cudnn, int):
+            from tuneproof.attention.stack import parse_cudnn
+
+            object.__setattr__(self, "cudnn", parse_cudnn(self.cudnn))
+        if self.cuda is not None:
+            from tuneproof.attention.stack import parse_cuda
+
+            parse_cuda(self.cuda)
         if self.padded and self.packed:
             raise TuneproofError(
                 "{padded} and {packed} together",
@@ -91,11 +110,16 @@ class Context:
         two documents when packed (the mask rules read only whether there is padding or packing)."""
         if self.packed:
             half = self.seq_len // 2
-            return Rows(self.seq_len, ((half, self.seq_len - half),) * self.batch)
+            return Rows(self.seq_len, ((half, self.seq_len - half),) * self.batch, self.compiled)
         lengths = [self.seq_len] * self.batch
         if self.padded:
             lengths[-1] = max(1, self.seq_len - 1)
-        return Rows.padded(self.seq_len, lengths)
+        return Rows.padded(self.seq_len, lengths, self.compiled)
+
+    @property
+    def sdpa_dropout(self) -> float:
+        """The dropout_p SDPA receives: the attention dropout in training, 0 otherwise."""
+        return (self.dropout or 0.0) if self.training else 0.0
 
     @property
     def device(self) -> str:
@@ -132,6 +156,7 @@ class Explanation(NoWarnings):
     kernel_options: dict[str, Any] | None = None  # flex's options for the card, per pass (`_kernel_options`)
     isolation: dict[str, Any] | None = None  # the live check that packed documents stay apart, when run
     hidden_packing: str | None = None  # why this model's forward lets packed documents meet (read, not run)
+    stack: Stack | None = None  # the software a CUDA answer rests on (versions, what was assumed)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -166,7 +191,12 @@ class Explanation(NoWarnings):
                     "device": c.device,
                     "smem_limit": c.smem_limit,
                     "smem_source": c.smem_source,
+                    "dropout": c.dropout,
+                    "sdpa_dropout": c.sdpa_dropout,
+                    "compiled": c.compiled,
                 },
+                "stack": self.stack.to_dict() if self.stack is not None else None,
+                "assumptions": self.stack.assumptions if self.stack is not None else [],
                 "layers": [layer.to_dict() for layer in self.layers],
                 "advice": self.advice,
                 "notes": self.notes,
@@ -184,64 +214,38 @@ def predict_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str]:
     return mask.materialised, mask.reason
 
 
-def _in(cap: tuple[int, int], span: tuple[tuple[int, int], tuple[int, int]]) -> bool:
-    return span[0] <= cap <= span[1]
+def predict_sdpa_cuda(
+    ctx: Context, spec: AttentionSpec, mask: bool, stack: Stack | None = None
+) -> tuple[str, dict[str, str], str]:
+    """(backend, refusal reason per backend tried before it, kernel) on CUDA: PyTorch's chooser
+    (`tuneproof.attention.sdpa_cuda`) on the call transformers makes for this layer."""
+    from tuneproof.attention.sdpa_cuda import choose, sdpa_call
 
-
-def predict_sdpa_cuda(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict[str, str], str]:
-    """(backend, refusal reason per higher-priority backend, kernel family) on CUDA."""
     cap = ctx.capability
     assert cap is not None
-    d = spec.head_dim
-    capstr = f"{cap[0]}.{cap[1]}"
-    checks: dict[str, str | None] = {}
-    flash = None
-    if mask:
-        flash = "explicit attn_mask (" + R.SOURCES["flash_mask"] + ")"
-    elif d > R.FLASH_MAX_HEAD_DIM:
-        flash = f"head_dim {d} > {R.FLASH_MAX_HEAD_DIM} ({R.SOURCES['flash_head_dim']})"
-    elif not _in(cap, R.FLASH_CAPABILITY):
-        flash = f"capability {capstr} ({R.SOURCES['flash_capability']})"
-    elif ctx.dtype == "fp32":
-        flash = "fp32 (" + R.SOURCES["flash_dtype"] + ")"
-    elif ctx.training and cap in R.FLASH_TRAINING_GT192_CAPS and 192 < d <= 224:
-        flash = f"training with head_dim {d} in (192, 224] on {capstr} ({R.SOURCES['flash_gt192']})"
-    if mask and d > R.FLASH_MAX_HEAD_DIM:
-        flash = f"{flash}; also head_dim {d} > {R.FLASH_MAX_HEAD_DIM}"
-    checks["flash"] = flash
-    align = 4 if ctx.dtype == "fp32" else 8
-    if not _in(cap, R.EFFICIENT_CAPABILITY):
-        checks["efficient"] = f"capability {capstr} ({R.SOURCES['efficient_capability']})"
-    elif d % align:
-        checks["efficient"] = f"head_dim {d} not a multiple of {align} ({R.SOURCES['efficient_align']})"
-    elif ctx.dtype == "bf16" and cap < (8, 0):
-        checks["efficient"] = f"bf16 on capability {capstr} ({R.SOURCES['efficient_dtype']})"
-    else:
-        checks["efficient"] = None
-    cudnn_pref = cap[0] in R.CUDNN_PREFERRED_MAJORS
-    if not _in(cap, R.CUDNN_CAPABILITY):
-        checks["cudnn"] = f"capability {capstr} ({R.SOURCES['cudnn_capability']})"
-    elif (d > R.CUDNN_HEAD_DIM_DEFAULT and not (cap in ((9, 0),) or cap[0] == 10)) or d > 256:
-        checks["cudnn"] = f"head_dim {d} > {R.CUDNN_HEAD_DIM_DEFAULT} ({R.SOURCES['cudnn_head_dim']})"
-    elif ctx.dtype == "fp32":
-        checks["cudnn"] = "fp32: cuDNN attention takes fp16/bf16 only"
-    else:
-        checks["cudnn"] = None
-    checks["math"] = None
-    order = R.CUDA_PRIORITY_CUDNN_FIRST if cudnn_pref else R.CUDA_PRIORITY
-    refused: dict[str, str] = {}
-    backend = "math"
-    for name in order:
-        reason = checks[name]
-        if reason is None:
-            backend = name
-            break
-        refused[name] = reason
-    if not cudnn_pref and "cudnn" not in refused:
-        refused["cudnn"] = f"not preferred on capability {capstr} ({R.SOURCES['cudnn_preference']})" + (
-            f"; would also refuse: {checks['cudnn']}" if checks["cudnn"] else ""
-        )
-    return backend, refused, R.sdpa_kernel(backend, d, cap)
+    call = sdpa_call(
+        cap, ctx.dtype, spec.head_dim, spec.v_head_dim, mask, ctx.sdpa_dropout, ctx.training,
+        spec.num_heads, spec.num_kv_heads, stack or cuda_stack(ctx), ctx.batch,
+    )  # fmt: skip
+    backend, refused = choose(call)
+    return backend, refused, R.sdpa_kernel(backend, spec.head_dim, cap)
+
+
+def cuda_stack(ctx: Context) -> Stack:
+    """The software stack a CUDA answer rests on: the device's own when it is here, else the user's
+    versions, else what the installed torch's release ships (said to be assumed)."""
+    from tuneproof.attention.stack import parse_cuda, stack_for
+
+    cudnn = ctx.cudnn if isinstance(ctx.cudnn, int) else None
+    return stack_for(device_present(ctx), cudnn, parse_cuda(ctx.cuda) if ctx.cuda else None)
+
+
+def predict_sdpa_cpu(ctx: Context, spec: AttentionSpec) -> tuple[str, dict[str, str], str]:
+    """SDPA on the CPU: its flash kernel unless `rules.cpu_refusal` says why not; then math."""
+    why = R.cpu_refusal(ctx.sdpa_dropout, spec.head_dim, spec.v_head_dim)
+    backend = "math" if why else "cpu_flash"
+    refused = {"cpu_flash": why} if why else {}
+    return backend, refused, R.sdpa_kernel(backend, spec.head_dim) + " (" + R.SOURCES["cpu"] + ")"
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +264,9 @@ class Prediction:
         return iter((self.mask_materialised, self.mask_reason, self.backend, self.refused, self.kernel))
 
 
-def predict(ctx: Context, spec: AttentionSpec) -> Prediction:
+def predict(ctx: Context, spec: AttentionSpec, stack: Stack | None = None) -> Prediction:
     """The rules' answer for `spec` under `ctx`: a path with its own kernel (the path table's), SDPA's
-    flash for the CPU, or SDPA's CUDA chain."""
+    CPU choice, or SDPA's CUDA chain (on `stack`, else `cuda_stack(ctx)`)."""
     mask, mask_reason = predict_mask(ctx, spec)
     own = path(ctx.attn).kernel
     if ctx.attn == "flash_attention_2" and spec.kind == "chunked" and spec.chunk and ctx.seq_len > spec.chunk:
@@ -273,9 +277,8 @@ def predict(ctx: Context, spec: AttentionSpec) -> Prediction:
     if own is not None:
         return Prediction(mask, mask_reason, own.backend, {}, own.on(ctx.capability))
     if ctx.capability is None:
-        kernel = R.sdpa_kernel("cpu_flash", spec.head_dim) + " (" + R.SOURCES["cpu"] + ")"
-        return Prediction(mask, mask_reason, "cpu_flash", {}, kernel)
-    backend, refused, kernel = predict_sdpa_cuda(ctx, spec, mask)
+        return Prediction(mask, mask_reason, *predict_sdpa_cpu(ctx, spec))
+    backend, refused, kernel = predict_sdpa_cuda(ctx, spec, mask, stack)
     return Prediction(mask, mask_reason, backend, refused, kernel)
 
 
@@ -285,14 +288,16 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     (`tuneproof.attention.packed_detection`) is explained as the kernel sees it: one sequence per row."""
     packing_note, seen = _packing(shape, ctx)
     live_ok = live and device_present(ctx)
+    stack = cuda_stack(ctx) if ctx.capability is not None and ctx.attn == "sdpa" else None
     layers = []
     for idxs in shape.attention_groups().values():
         spec = shape.layers[idxs[0]].attention
-        p = predict(seen, spec)
+        p = predict(seen, spec, stack)
         mask, mask_reason = p.mask_materialised, p.mask_reason
         backend, refused, kernel, source = p.backend, p.refused, p.kernel, "predicted"
         if live_ok and ctx.attn == "sdpa":
-            got_mask = _live_mask(seen, spec)
+            # under torch.compile the mask decision is traced: the rule stands (tests check it live)
+            got_mask = None if ctx.compiled else _live_mask(seen, spec)
             if got_mask is not None:
                 mask, mask_reason = got_mask
             backend, refused, kernel = _live_sdpa(seen, spec, mask)
@@ -318,6 +323,11 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     notes = (
         version_notes() + ([packing_note] if packing_note else []) + mixer_notes(shape, ctx.rows().is_packed)
     )
+    if stack is not None and stack.assumptions:
+        notes.append(
+            "assumed, not read off a card ('tuneproof explain' takes the versions as options): "
+            + "; ".join(stack.assumptions)
+        )
     if ctx.attn in shape.attn_refused:
         notes.insert(
             0,
@@ -327,6 +337,10 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     from tuneproof.attention.flex_advice import kernel_options
 
     options = kernel_options(ctx, layers)
+    if ctx.attn == "flex_attention" or any(x.mask_materialised and x.layer_type == "sliding" for x in layers):
+        notes += sorted(
+            {f"flex estimate: {c}" for v in (options or {}).values() for c in v.get("caveats", [])}
+        )
     unfit = [v["reason"] for v in (options or {}).values() if v["options"] is None]
     if ctx.attn == "flex_attention" and unfit:  # the kernel cannot be built for this card
         for x in layers:
@@ -341,7 +355,7 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
         hidden = detection.blind(ctx.attn)
         advice.insert(0, f"{detection.fix()}: on {ctx.attn} the documents of a row attend to each other "
                       "with this model")  # fmt: skip
-    return Explanation(ctx, layers, advice, notes, options, hidden_packing=hidden)
+    return Explanation(ctx, layers, advice, notes, options, hidden_packing=hidden, stack=stack)
 
 
 LIVE_HINT = "; 'tuneproof explain --packed --live' runs the proof"  # left out where it has just run
@@ -412,10 +426,11 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
             else f"{FLEX_ADVICE}{opts}{where}: {square}; flex skips the blocks outside the window"
         )
     if ctx.padded and any(x.layer_type == "full" and x.mask_materialised for x in layers):
-        out.append(
-            f"{BUCKET_ADVICE} (sequences of one length per micro-batch): the global layers regain "
-            "is_causal and skip half the square"
-        )
+        which = "the global layers" if any(x.layer_type != "full" for x in layers) else "the layers"
+        regain = "regain is_causal and skip half the square"
+        if ctx.compiled:
+            regain = "would regain is_causal, but not under torch.compile, which masks every layer"
+        out.append(f"{BUCKET_ADVICE} (sequences of one length per micro-batch): {which} {regain}")
     if any(x.backend == "efficient" and x.head_dim > 128 for x in layers):
         flex = (
             "flex_attention is the path that compiles for this card"

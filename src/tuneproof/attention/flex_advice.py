@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tuneproof.attention.kernel_measure import best_choice
+from tuneproof.attention.kernel_options import caveats
 from tuneproof.core.errors import TuneproofError
 
 if TYPE_CHECKING:
@@ -28,7 +29,9 @@ def kernel_options(ctx: Context, layers: list[LayerExplanation]) -> dict[str, An
                       "source": "estimated", "reason": e.message}  # fmt: skip
             continue
         out[p] = {"options": c.options, "smem_bytes": c.smem_bytes, "smem_limit": c.smem_limit,
-                  "source": c.source, "reason": c.reason}  # fmt: skip
+                  "source": c.source, "reason": c.reason,
+                  "caveats": caveats(dims, ctx.dtype, ctx.capability, p, c.smem_limit)
+                  if c.source == "estimated" else []}  # fmt: skip
     return out
 
 

@@ -125,6 +125,49 @@ def default_bwd(head_dim: int, dtype: str, cap: tuple[int, int]) -> tuple[int, i
     return (32, 128, 3, 4) if h < 64 else (64, 64, 3 if cap == (8, 6) and h == 128 else 2, 4)
 
 
+# Configurations whose shared memory a card reported (Triton's "Required"): the estimate reproduces each,
+# so where it says one of them does not fit a smaller limit, that is a fact about bytes, not a guess.
+# (pass, BLOCK_M, BLOCK_N, num_stages, head_dim rounded to a power of two, element bytes) -> evidence
+SEEN = {
+    ("fwd", 64, 32, 3, 512, 2): "an H200 refused it: 'Required: 26x,xxx' (bench/gpu_check.py)",
+    ("fwd", 64, 32, 1, 512, 2): "the reference run on sm_120: 102,400 B",
+    ("fwd", 64, 32, 1, 256, 4): "pytorch#143832: 106,496 B",
+    ("bwd", 64, 64, 1, 256, 2): "pytorch#198224: 'Required: 114688, Hardware limit: 101376' on sm_12x",
+}
+RETRY = (
+    "torch 2.13's inductor recompiles a template that runs out of shared memory with num_stages=1 "
+    "(config.triton.dynamic_disable_pipelining, on by default; triton_heuristics.py "
+    "compile_by_disabling_pipelining): a default past the limit may then run unpipelined, slower, rather "
+    "than fail, and the reported 'Required' is the one-stage figure"
+)
+
+
+def caveats(
+    head_dims: Iterable[int], dtype: str, capability: tuple[int, int], pass_: str, limit: int
+) -> list[str]:
+    """What an estimated choice for these head_dims does not know: the defaults the stage model says
+    overflow, in a configuration no card has reported the size of (SEEN), and inductor's one-stage
+    retry."""
+    default = default_fwd if pass_ == "fwd" else default_bwd
+    estimate = smem_fwd if pass_ == "fwd" else smem_bwd
+    out, retried = [], False
+    for d in sorted(set(head_dims)):
+        bm, bn, stages, _ = default(d, dtype, capability)
+        need = estimate(bm, bn, d, dtype, stages)
+        if need <= limit:
+            continue
+        retried = retried or stages > 1
+        if (pass_, bm, bn, stages, _pow2(d), DTYPE_BYTES[dtype]) not in SEEN:
+            tuned = "a default torch tunes for" if d <= 256 else "torch's default for head_dim > 256 on"
+            out.append(
+                f"unverified: the estimate says torch's own {pass_} default {bm}x{bn} x {stages} stage"
+                f"{'s' * (stages > 1)} at head_dim {d} ({dtype}) needs {need:,} B > {limit:,} B, {tuned} "
+                f"capability {capability[0]}.{capability[1]}, and no card has reported that configuration's "
+                "size: the stage model may overcount pipelined tiles (on the card, the choice is measured)"
+            )
+    return out + ([RETRY] if retried else [])
+
+
 # Smaller configurations tried in order when the default does not fit (largest first).
 CANDIDATES = ((64, 64), (64, 32), (32, 64), (32, 32), (32, 16), (16, 32), (16, 16))
 

@@ -58,16 +58,18 @@ def live_sdpa(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict[
     dtype = torch_dtype(ctx.dtype)
     t = min(ctx.seq_len, LIVE_LEN)
     batch = min(ctx.batch, 2)  # the rules do not depend on the batch size either
-    # transformers expands K/V with repeat_kv whenever a mask is passed (use_gqa_in_sdpa), so heads match
-    q = torch.zeros(
-        batch, spec.num_heads, t, spec.head_dim, device=device, dtype=dtype, requires_grad=ctx.training
-    )
-    k = torch.zeros_like(q)
-    v = torch.zeros(
-        batch, spec.num_heads, t, spec.v_head_dim, device=device, dtype=dtype, requires_grad=ctx.training
-    )
+    # what transformers passes (integrations/sdpa_attention.py): K/V keep their kv heads with
+    # enable_gqa only without a mask and with equal head_dims up to 256, else repeat_kv copies them
+    gqa = spec.num_kv_heads != spec.num_heads and not mask and spec.head_dim == spec.v_head_dim <= 256
+    kv_heads = spec.num_kv_heads if gqa else spec.num_heads
+    grad = ctx.training
+    q = torch.zeros(batch, spec.num_heads, t, spec.head_dim, device=device, dtype=dtype, requires_grad=grad)
+    k = torch.zeros(batch, kv_heads, t, spec.head_dim, device=device, dtype=dtype, requires_grad=grad)
+    v = torch.zeros(batch, kv_heads, t, spec.v_head_dim, device=device, dtype=dtype, requires_grad=grad)
     attn_mask = torch.ones(batch, 1, t, t, device=device, dtype=torch.bool) if mask else None
-    choice = SDPBackend(int(torch._fused_sdp_choice(q, k, v, attn_mask, 0.0, not mask)))
+    dropout = ctx.sdpa_dropout
+    chosen = torch._fused_sdp_choice(q, k, v, attn_mask, dropout, not mask, enable_gqa=gqa)
+    choice = SDPBackend(int(chosen))
     names = {
         SDPBackend.FLASH_ATTENTION: "flash",
         SDPBackend.EFFICIENT_ATTENTION: "efficient",
@@ -77,13 +79,16 @@ def live_sdpa(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict[
     backend = names.get(choice, choice.name.lower())
     if device == "cpu":
         backend = "cpu_flash" if backend == "flash" else backend
+        why = R.cpu_refusal(dropout, spec.head_dim, spec.v_head_dim)
         refused = (
-            {} if backend == "cpu_flash" else {"flash": "torch._fused_sdp_choice did not pick flash for CPU"}
+            {} if backend == "cpu_flash" else {"cpu_flash": "torch._fused_sdp_choice did not pick flash"}
         )
+        if backend != "cpu_flash":
+            refused["cpu_flash"] += f": {why}" if why else " (the rule table expected it: torch differs here)"
         return backend, refused, R.sdpa_kernel(backend, spec.head_dim)
     from torch.backends import cuda as tbc
 
-    params = tbc.SDPAParams(q, k, v, attn_mask, 0.0, not mask, False)
+    params = tbc.SDPAParams(q, k, v, attn_mask, dropout, not mask, gqa)
     refused = {}
     for name, fn in (
         ("flash", tbc.can_use_flash_attention),
@@ -97,7 +102,7 @@ def live_sdpa(ctx: Context, spec: AttentionSpec, mask: bool) -> tuple[str, dict[
             refused[name] = "; ".join(str(w.message).strip() for w in caught) or "refused (no reason given)"
         if name == backend:
             break
-    return backend, refused, R.sdpa_kernel(backend, spec.head_dim)
+    return backend, refused, R.sdpa_kernel(backend, spec.head_dim, ctx.capability or (8, 0))
 
 
 def device_present(ctx: Context) -> bool:

@@ -39,6 +39,9 @@ MASK_SOURCES = {
     "eager": "transformers masking_utils.eager_mask: always builds a (B,1,q,kv) float mask",
     "flex": "transformers masking_utils.flex_attention_mask: a BlockMask via create_block_mask",
     "flash": "transformers masking_utils.flash_attention_mask: the 2-D padding mask or None (varlen)",
+    "compiled": "transformers masking_utils.find_packed_sequence_indices returns the sequence ids whenever "
+    "it is traced (it cannot test them), so create_causal_mask sets allow_is_causal_skip=False; on torch "
+    "< 2.14 _ignore_causal_mask_sdpa also returns False under torch.compile (is_torchdynamo_exporting)",
     "indexed": "transformers models/deepseek_v32/modeling_deepseek_v32.py DeepseekV32Attention.forward: "
     "eager and sdpa scatter the indexer's top-k into the attention mask",
 }
@@ -77,6 +80,8 @@ def _sdpa_mask(rows: Rows, window: int | None) -> Mask:
     """transformers materialises the mask when the batch is packed, a sliding layer has kv_length >=
     window, or the batch has padding; otherwise SDPA gets attn_mask=None and is_causal=True."""
     causes = []
+    if rows.compiled:
+        causes.append(("compiled model (torch.compile)", MASK_SOURCES["compiled"]))
     if rows.is_packed:
         causes.append(("packed batch", MASK_SOURCES["packed"]))
     if window is not None and rows.width >= window:

@@ -11,40 +11,25 @@ VERIFIED_TRANSFORMERS = "5.24"
 
 # transformers' mask decisions live with the attention paths (tuneproof.attention.paths.MASK_SOURCES).
 
-# PyTorch SDPA on CUDA: default priority (ATen/Context.h) and the cuDNN preference
-# (cuda/sdp_utils.cpp check_prefer_cudnn_attention: cuDNN > 9.15.0 and major 9 or 10).
-CUDA_PRIORITY = ("flash", "efficient", "math", "cudnn")
-CUDA_PRIORITY_CUDNN_FIRST = ("cudnn", "flash", "efficient", "math")
-CUDNN_PREFERRED_MAJORS = (9, 10)
-FLASH_CAPABILITY = ((8, 0), (12, 1))  # check_flash_attention_hardware_support: sm80-sm121
-EFFICIENT_CAPABILITY = ((5, 0), (12, 1))  # check_mem_efficient_hardware_support: sm50-sm121
-CUDNN_CAPABILITY = ((8, 0), (12, 1))
+# PyTorch SDPA on CUDA: the chooser's gates and priority live in `tuneproof.attention.sdpa_cuda`.
 FLASH_MAX_HEAD_DIM = 256  # check_head_dim_size_flash (CUDA; ROCm differs)
-CUDNN_HEAD_DIM_DEFAULT = (
-    128  # check_cudnn_tensor_shapes; 256 on 9.0/10.x with cuDNN > 9.22 + frontend >= 1.24
-)
-# check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120: training, head_dim in (192, 224]
-FLASH_TRAINING_GT192_CAPS = ((8, 6), (8, 7), (8, 9), (12, 0), (12, 1))
 
-SOURCES = {
-    "flash_mask": "sdp_utils_cpp.h check_for_attn_mask: "
-    "'Flash Attention does not support non-null attn_mask.'",
-    "flash_head_dim": "cuda/sdp_utils.cpp check_head_dim_size_flash: q,k,v last dims equal and <= 256",
-    "flash_capability": "cuda/sdp_utils.cpp check_flash_attention_hardware_support: sm80-sm121",
-    "flash_dtype": "cuda/sdp_utils.cpp check_dtypes_flash_attention: fp16/bf16 only",
-    "flash_gt192": "cuda/sdp_utils.cpp check_requires_grad_and_head_dim_gt192_constraints_on_sm86_89_or_120",
-    "efficient_capability": "cuda/sdp_utils.cpp check_mem_efficient_hardware_support: sm50-sm121",
-    "efficient_dtype": "cuda/sdp_utils.cpp use_mem_efficient_attention: less_than_sm80_mem_efficient_dtypes "
-    "are fp16 and fp32 (bf16 from sm80)",
-    "efficient_align": "cuda/sdp_utils.cpp check_head_dim_size_mem_efficient: head_dim a multiple of 8 "
-    "(fp16/bf16) or 4 (fp32)",
-    "cudnn_capability": "cuda/sdp_utils.cpp can_use_cudnn_attention: sm80-sm121",
-    "cudnn_head_dim": "cuda/sdp_utils.cpp check_cudnn_tensor_shapes: head_dim <= 128 (256 only on 9.0/10.x "
-    "with cuDNN > 9.22 and cudnn-frontend >= 1.24)",
-    "cudnn_preference": "cuda/sdp_utils.cpp check_prefer_cudnn_attention: cuDNN first only on major 9 or 10 "
-    "(and cuDNN > 9.15.0); otherwise it comes after math and is never reached",
+SOURCES = {  # the CUDA chooser's sources are its gates' own (attention/sdpa_cuda.py GATES)
     "cpu": "sdp_utils_cpp.cpp priority_order_cpp: flash for CPU (accepts masks; no dropout), then math",
 }
+
+
+def cpu_refusal(dropout: float, d_qk: int, d_v: int) -> str | None:
+    """Why SDPA's CPU flash kernel is not used (sdp_utils_cpp.cpp use_flash_attention_cpp), or None:
+    dropout passed (check_for_dropout), q/k and v head_dims differ (check_head_dim_size_cpp)."""
+    if dropout > 0:
+        return (
+            f"dropout {dropout:g} in training (sdp_utils_cpp.h check_for_dropout: 'Both fused kernels do not "
+            "support non-zero dropout.')"
+        )
+    if d_qk != d_v:
+        return f"head_dims differ, q/k {d_qk} and v {d_v} (sdp_utils_cpp.h check_head_dim_size_cpp)"
+    return None
 
 
 # The kernel each SDPA backend runs (the memory-efficient one by head_dim tier: `efficient_kernel`).

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tuneproof.attention.paths import PATHS
-from tuneproof.cli.common import command, config_option, finish, json_option, with_model
+from tuneproof.cli.common import command, config_option, finish, json_option, warn_unused, with_model
 
 
 @command()
@@ -27,6 +27,27 @@ from tuneproof.cli.common import command, config_option, finish, json_option, wi
 @click.option("--attn", default="sdpa", show_default=True, help=", ".join(PATHS) + ".")
 @click.option("--dtype", default="bf16", show_default=True, help="bf16, fp16 or fp32.")
 @click.option("--training", is_flag=True, help="Tensors require grad (training step), not inference.")
+@click.option(
+    "--dropout",
+    type=float,
+    default=None,
+    help="Attention dropout probability SDPA gets in training [default: the config's attention_dropout].",
+)
+@click.option(
+    "--compiled",
+    is_flag=True,
+    help="The model runs under torch.compile (transformers then builds every mask).",
+)
+@click.option(
+    "--cudnn",
+    default=None,
+    help="Runtime cuDNN version, e.g. 9.23.1 [default: the device's; else what the installed torch ships].",
+)
+@click.option(
+    "--cuda",
+    default=None,
+    help="CUDA build of torch, e.g. 12.8 [default: the device's; else torch's default].",
+)
 @click.option(
     "--capability", default=None, help="CUDA compute capability to explain for, e.g. 12.0 or sm_90."
 )
@@ -53,6 +74,10 @@ def explain(
     attn: str,
     dtype: str,
     training: bool,
+    dropout: float | None,
+    compiled: bool,
+    cudnn: str | None,
+    cuda: str | None,
     capability: str | None,
     gpu: str | None,
     trace: Path | None,
@@ -64,10 +89,14 @@ def explain(
     from tuneproof.commands.explain import ExplainSpec, prepare, run
 
     target = device_target(capability, gpu, trace)
+    warn_unused(
+        ("cudnn", "cuda"), "a CUDA card (--capability, --gpu or --trace)", target.capability is not None
+    )
+    warn_unused(("dropout",), "--training (SDPA gets the dropout in training only)", training)
     ctx = Context(
         seq_len=seq_len, batch=batch, attn=attn, padded=padded, packed=packed, dtype=dtype,
         training=training, capability=target.capability, smem_limit=target.smem_limit,
-        smem_source=target.smem_source,
+        smem_source=target.smem_source, dropout=dropout, compiled=compiled, cudnn=cudnn, cuda=cuda,
     )  # fmt: skip
     spec = ExplainSpec(model=config, context=ctx, live=live)
     return finish(run(prepare(with_model(spec))), json_out)

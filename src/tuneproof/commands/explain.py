@@ -4,7 +4,7 @@ notes a width over the model's positions, `run` explains."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ def prepare(spec: ExplainSpec) -> ExplainPlan:
         )
     if spec.live and ctx.attn == "flash_attention_2":
         _flash_here()
+    if ctx.dropout is None:  # SDPA gets the config's attention_dropout in training (read only then)
+        ctx = replace(ctx, dropout=model.attention_dropout if ctx.training else 0.0)
     problem = model.positions_problem(ctx.seq_len, "seq_len")
     return ExplainPlan(model.shape, ctx, (problem,) if problem else (), model if spec.live else None)
 

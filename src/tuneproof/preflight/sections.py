@@ -127,7 +127,8 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
     def ctx(path: str) -> Context:
         return Context(seq_len=width, batch=rows, attn=path, padded=padded, packed=packed,
                        dtype=run.dtype, training=True, capability=capability, smem_limit=target.smem_limit,
-                       smem_source=target.smem_source)  # fmt: skip
+                       smem_source=target.smem_source, dropout=model.attention_dropout,
+                       compiled=run.torch_compile)  # fmt: skip
 
     sliding = any(x.attention.kind == "sliding" for x in model.shape.layers)
     if run.hybrid and not sliding:

@@ -37,6 +37,7 @@ class Rows:
 
     width: int
     docs: tuple[tuple[int, ...], ...]
+    compiled: bool = False  # the model runs under torch.compile: transformers builds a mask for every row
 
     def __post_init__(self) -> None:
         if self.width < 1 or not self.docs or any(not row or min(row) < 1 for row in self.docs):
@@ -48,8 +49,8 @@ class Rows:
                 raise field_error("lengths", f"hold {sum(row)} tokens in a row of width {self.width}")
 
     @classmethod
-    def padded(cls, width: int, lengths: list[int] | tuple[int, ...]) -> Rows:
-        return cls(width, tuple((int(n),) for n in lengths))
+    def padded(cls, width: int, lengths: list[int] | tuple[int, ...], compiled: bool = False) -> Rows:
+        return cls(width, tuple((int(n),) for n in lengths), compiled)
 
     @property
     def num_rows(self) -> int:
@@ -98,6 +99,7 @@ class RunSpec:
     lora_modules_to_save: tuple[str, ...] = ()
     lengths: tuple[int, ...] | None = None
     documents: tuple[tuple[int, ...], ...] | None = None
+    compiled: bool = False  # torch.compile: SDPA gets a mask on every layer (attention.paths)
 
     def __post_init__(self) -> None:
         validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
@@ -169,13 +171,15 @@ class RunSpec:
     def rows(self) -> Rows:
         """The batch as attention sees it."""
         if self.documents is not None:
-            return Rows(self.seq_len, tuple(tuple(int(n) for n in row) for row in self.documents))
+            docs = tuple(tuple(int(n) for n in row) for row in self.documents)
+            return Rows(self.seq_len, docs, self.compiled)
         if self.lengths is not None:
-            return Rows.padded(self.seq_len, self.lengths)
+            return Rows.padded(self.seq_len, self.lengths, self.compiled)
         real = round(self.batch * self.seq_len * (1.0 - self.padding_fraction))
         real = max(real, self.batch)
         base, extra = divmod(real, self.batch)
-        return Rows.padded(self.seq_len, [base + (1 if i < extra else 0) for i in range(self.batch)])
+        lengths = [base + (1 if i < extra else 0) for i in range(self.batch)]
+        return Rows.padded(self.seq_len, lengths, self.compiled)
 
     def document_lengths(self) -> list[int]:
         """Every document's length, row by row (one per row unless packed)."""

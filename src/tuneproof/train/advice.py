@@ -36,6 +36,7 @@ def first_step_warnings(
         ctx = Context(
             seq_len=width, batch=batch, attn=run.attn, padded=read.seen.is_padded,
             packed=read.seen.is_packed, dtype=run.dtype, training=True, capability=run.capability,
+            dropout=run.dropout, compiled=run.step.compiled,
         )  # fmt: skip
         advice = explain(run.shape, ctx, live=False).advice
     except TuneproofError as e:  # an attention path or device the explainer does not model

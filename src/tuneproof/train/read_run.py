@@ -33,6 +33,7 @@ class CallbackState:
     notes: list[str] = field(default_factory=list)  # what reading the run found worth a warning
     pad_id: int | None = None  # the config's pad token: padding read from it when no mask is sent
     use_cache: bool = False  # the config's use_cache at train begin (a forward's own kwarg wins)
+    dropout: float = 0.0  # the config's attention_dropout: SDPA gets it in training
     # why the model's own forward hides packed rows from transformers on this path ("" where it does
     # not), read from its modeling file on the first packed batch (`attention.packed_detection`)
     _hidden_packing: str | None = None
@@ -77,6 +78,7 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
         lora_targets=targets or (() if parameters else ("all-linear",)), lora_target_parameters=parameters,
         lora_ranks=adapters.ranks if mode == "lora" else (),
         lora_modules_to_save=adapters.saved if mode == "lora" else (),
+        compiled=_compiled(model, args),
     )  # fmt: skip
     ledger = MicroBatchLedger(resolved.shape, step)
     capability = None
@@ -99,7 +101,16 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
         notes=notes,
         pad_id=pad if isinstance(pad, int) else None,
         use_cache=bool(getattr(base.config, "use_cache", False)),
+        dropout=resolved.attention_dropout,
     )
+
+
+def _compiled(model: Any, args: Any) -> bool:
+    """The Trainer compiles the model (`torch_compile=True`), or it arrived compiled: transformers then
+    builds a mask for every SDPA layer (attention.paths MASK_SOURCES["compiled"])."""
+    if getattr(args, "torch_compile", False):
+        return True
+    return any(hasattr(m, "_orig_mod") for m in (model, getattr(model, "base_model", None)) if m is not None)
 
 
 def _checkpointing(base: Any) -> bool:
