@@ -180,3 +180,13 @@ def test_the_versions_the_answer_rests_on_are_named_and_can_be_given(capsys) -> 
     d = json.loads(capsys.readouterr().out)
     assert d["context"]["sdpa_dropout"] == 0.1
     assert all("not a multiple of 1/16" in x["refused"]["cudnn"] for x in d["layers"])
+
+
+def test_the_explanation_names_its_model_and_a_trace_without_a_config_is_warned(capsys) -> None:
+    assert main(["explain", "--config", str(CASE), "--seq-len", "128", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == str(CASE)
+    trace = str(Path(__file__).parents[1] / "data" / "case_sm120.json.gz")
+    assert main(["explain", "--seq-len", "128", "--trace", trace]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("attention dispatch of embedded tiny Gemma-4-style model on cuda sm_120")
+    assert "--trace gives the card, not the model" in err

@@ -157,6 +157,7 @@ class Explanation(NoWarnings):
     isolation: dict[str, Any] | None = None  # the live check that packed documents stay apart, when run
     hidden_packing: str | None = None  # why this model's forward lets packed documents meet (read, not run)
     stack: Stack | None = None  # the software a CUDA answer rests on (versions, what was assumed)
+    model: str = ""  # the model explained, as named by the caller
 
     @property
     def verdict(self) -> Verdict | None:
@@ -180,6 +181,7 @@ class Explanation(NoWarnings):
         c = self.context
         return (
             {
+                "model": self.model or None,
                 "context": {
                     "seq_len": c.seq_len,
                     "batch": c.batch,

@@ -21,7 +21,9 @@ def render_explanation(result: Explanation, console: Console) -> None:
 
     c = result.context
     console.print(
-        f"[bold]attention dispatch[/bold] on {c.device}: attn={c.attn}, T={c.seq_len}, B={c.batch}"
+        "[bold]attention dispatch[/bold]"
+        + (f" of {escape(result.model)}" if result.model else "")
+        + f" on {c.device}: attn={c.attn}, T={c.seq_len}, B={c.batch}"
         + (", padded" if c.padded else "")
         + (", packed" if c.packed else "")
         + f", {c.dtype}"

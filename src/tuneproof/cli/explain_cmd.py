@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tuneproof.attention.paths import PATHS
-from tuneproof.cli.common import command, config_option, finish, json_option, warn_unused, with_model
+from tuneproof.cli.common import command, config_option, finish, json_option, warn, warn_unused, with_model
 
 
 @command()
@@ -89,6 +89,8 @@ def explain(
     from tuneproof.commands.explain import ExplainSpec, prepare, run
 
     target = device_target(capability, gpu, trace)
+    if trace is not None and config == "tiny":
+        warn("--trace gives the card, not the model: the embedded tiny model is explained; pass --config")
     warn_unused(
         ("cudnn", "cuda"), "a CUDA card (--capability, --gpu or --trace)", target.capability is not None
     )

@@ -46,6 +46,7 @@ class ExplainPlan:
     context: Context
     notes: tuple[str, ...] = ()
     live: ResolvedModel | None = None  # the model to build for the isolation check
+    name: str = ""  # the model explained, as the user named it
 
 
 def prepare(spec: ExplainSpec) -> ExplainPlan:
@@ -64,13 +65,16 @@ def prepare(spec: ExplainSpec) -> ExplainPlan:
     if ctx.dropout is None:  # SDPA gets the config's attention_dropout in training (read only then)
         ctx = replace(ctx, dropout=model.attention_dropout if ctx.training else 0.0)
     problem = model.positions_problem(ctx.seq_len, "seq_len")
-    return ExplainPlan(model.shape, ctx, (problem,) if problem else (), model if spec.live else None)
+    return ExplainPlan(
+        model.shape, ctx, (problem,) if problem else (), model if spec.live else None, model.name
+    )
 
 
 def run(plan: ExplainPlan, progress: Progress | None = None) -> Explanation:
     """Explain the plan's model; with `live`, also run the isolation check (seconds on a CPU)."""
     result = explain(plan.shape, plan.context)
     result.notes.extend(plan.notes)
+    result.model = plan.name
     if plan.live is not None:
         result.isolation = live_isolation(plan.live, plan.context.attn)
         result.notes[:] = [n.replace(LIVE_HINT, "") for n in result.notes]
