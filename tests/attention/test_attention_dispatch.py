@@ -170,7 +170,7 @@ def test_the_versions_the_answer_rests_on_are_named_and_can_be_given(capsys) -> 
     assert any(a.startswith("cudnn 9.23.1, what torch 2.13's CUDA wheels ship") for a in d["assumptions"])
     assert main([*args, "--cudnn", "9.10.2", "--cuda", "12.8"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["stack"]["sources"]["cudnn"] == "given: 91002" and not any(
+    assert d["stack"]["sources"]["cudnn"] == "given: 9.10.2" and not any(
         a.startswith("cudnn") for a in d["assumptions"]
     )
     assert all(
@@ -190,3 +190,63 @@ def test_the_explanation_names_its_model_and_a_trace_without_a_config_is_warned(
     out, err = capsys.readouterr()
     assert out.startswith("attention dispatch of embedded tiny Gemma-4-style model on cuda sm_120")
     assert "--trace gives the card, not the model" in err
+
+
+CONFIGS = Path(__file__).parent.parent / "data" / "configs"
+
+
+def test_advice_follows_the_answer() -> None:
+    """After an expert's fresh-eyes trial: the advice never sends a layer somewhere worse, nor to a
+    path that crashes, and a layer on math says why."""
+    from tuneproof.arch import resolve
+    from tuneproof.attention.dispatch import explain
+
+    llama = resolve(CONFIGS / "llama-3.1-8b.json").shape
+    padded = explain(llama, Context(seq_len=4096, batch=4, padded=True, dtype="fp16", capability=(7, 5)))
+    assert padded.layers[0].backend == "efficient" and padded.layers[0].kernel.startswith(
+        "memory-efficient fmha_cutlassF_*_32x128_rf_sm75"
+    )  # generate_kernels.py: 32x128 below sm80
+    assert not any(a.startswith("bucket") for a in padded.advice)
+    assert any(a.startswith("do not bucket the full layers off their mask") for a in padded.advice)
+    assert not any("memory traffic grows" in a for a in padded.advice)
+    plain = explain(llama, Context(seq_len=4096, batch=4, dtype="fp16", capability=(7, 5)))
+    assert plain.layers[0].backend == "math"
+    assert any(
+        a.startswith("the full layers (32) run SDPA's math backend") and "torch 2.14" in a
+        for a in plain.advice
+    )
+    gemma = resolve(CASE).shape
+    flex = explain(
+        gemma,
+        Context(seq_len=4096, batch=1, attn="flex_attention", capability=(9, 0), training=True, dropout=0.1),
+    )
+    assert flex.advice[0].startswith(
+        "flex_attention cannot run this training step: transformers' flex_attention raises"
+    )
+    assert all(x.kernel.startswith("none: transformers' flex_attention raises") for x in flex.layers)
+    sdpa = explain(gemma, Context(seq_len=4096, batch=1, capability=(9, 0), training=True, dropout=0.1))
+    assert not any(a.startswith("use flex_attention") for a in sdpa.advice)
+    mla_ctx = Context(seq_len=4096, batch=1, capability=(9, 0), training=True, cudnn="9.10.2")
+    mla = explain(resolve(CONFIGS / "deepseek-v3.json").shape, mla_ctx)
+    assert mla.layers[0].backend == "efficient"
+    assert any("flash needs equal head_dims (q/k 192, v 128)" in a for a in mla.advice)
+    dense = explain(gemma, Context(seq_len=512, batch=1, attn="flash_attention_2", capability=(9, 0)))
+    assert all("flash_attn_func" in x.kernel for x in dense.layers)
+    varlen = explain(
+        gemma, Context(seq_len=512, batch=2, padded=True, attn="flash_attention_2", capability=(9, 0))
+    )
+    assert all("flash_attn_varlen_func" in x.kernel for x in varlen.layers)
+
+
+def test_flags_with_no_effect_are_warned_and_given_versions_are_shown(capsys) -> None:
+    base = ["explain", "--seq-len", "512", "--capability", "9.0"]
+    assert main([*base, "--attn", "eager", "--cudnn", "9.10.2", "--compiled"]) == 0
+    err = capsys.readouterr().err
+    assert "--cudnn has no effect without --attn sdpa" in err and "--compiled has no effect" in err
+    assert main([*base, "--cuda", "12.8"]) == 0
+    assert (
+        "--cuda has no effect without a 9.x/10.x card of minor other than 0 or 3" in capsys.readouterr().err
+    )
+    assert main([*base, "--cudnn", "9.12"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "SDPA's chooser read: torch 2.13 (installed), CUDA 13.0 (assumed), cuDNN 9.12.0 (given)" in out

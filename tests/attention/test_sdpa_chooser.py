@@ -154,8 +154,8 @@ def test_the_grid_reaches_every_backend_and_every_gate() -> None:
         reasons += " ".join(refused.values())
     assert seen == {"flash", "efficient", "cudnn", "math"}
     fragments = (
-        "no dropout in SDPA on 9.11-9.13", "not a multiple of 1/16", "backward with head_dims",
-        "equal head counts only before torch 2.14", "with dropout 0.1 on", "not a multiple of 8",
+        "no dropout in SDPA above 9.11.0 and below 9.14", "not a multiple of 1/16", "backward with head_dims",
+        "kernel takes only equal head counts", "with dropout 0.1 on", "not a multiple of 8",
     )  # fmt: skip
     for fragment in fragments:
         assert fragment in reasons, fragment
@@ -189,9 +189,7 @@ def test_gqa_without_a_mask_falls_to_math_where_flash_cannot_run_before_torch_2_
     to the query heads and the memory-efficient kernel takes it."""
     spec = AttentionSpec(kind="full", window=None, num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=128)
     plain = predict(Context(seq_len=2048, batch=1, capability=(7, 5), dtype="fp16"), spec)
-    assert (
-        plain.backend == "math" and "equal head counts only before torch 2.14" in plain.refused["efficient"]
-    )
+    assert plain.backend == "math" and "kernel takes only equal head counts" in plain.refused["efficient"]
     padded = predict(Context(seq_len=2048, batch=2, padded=True, capability=(7, 5), dtype="fp16"), spec)
     assert padded.backend == "efficient"
 

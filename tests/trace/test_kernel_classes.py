@@ -129,3 +129,12 @@ def test_unclassified_above_one_percent_are_named() -> None:
     # a matched name in "other" (the grouped-GEMM helpers) is classified, not unclassified
     ds = _table(load_trace(DATA / "deepseek_v3_train_h800.json.gz"), 5)
     assert not any("grouped_gemm::cuda::utils" in n for n, _, _ in ds.unclassified)
+
+
+def test_an_instinct_part_gets_its_gfx_arch_from_its_name() -> None:
+    """HIP reports 9.4 for an MI300X and the trace carries no gcnArchName: the name says gfx942."""
+    from tuneproof.measure.kernels import ranked_table
+
+    t = ranked_table(None, load_trace(DATA / "tracelens" / "torch_compile_triton_mi300x.json.gz"), 5)
+    assert t.device is not None and t.device["arch"] == "gfx942"
+    assert "(ROCm, gfx942)" in t.device["description"]

@@ -277,7 +277,13 @@ def predict(ctx: Context, spec: AttentionSpec, stack: Stack | None = None) -> Pr
             mask, mask_reason, "refused", {"flash_attention_2": why}, "none: transformers raises"
         )
     if own is not None:
-        return Prediction(mask, mask_reason, own.backend, {}, own.on(ctx.capability))
+        kernel = own.on(ctx.capability)
+        rows = ctx.rows()
+        if ctx.attn == "flash_attention_2" and not (rows.is_padded or rows.is_packed):
+            kernel = kernel.replace(
+                "varlen kernels (flash_attn_varlen_func)", "dense kernels (flash_attn_func)"
+            )
+        return Prediction(mask, mask_reason, own.backend, {}, kernel)
     if ctx.capability is None:
         return Prediction(mask, mask_reason, *predict_sdpa_cpu(ctx, spec))
     backend, refused, kernel = predict_sdpa_cuda(ctx, spec, mask, stack)
@@ -347,6 +353,9 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     if ctx.attn == "flex_attention" and unfit:  # the kernel cannot be built for this card
         for x in layers:
             x.kernel = f"none: flex_attention cannot compile on this card ({unfit[0]})"
+    if ctx.attn == "flex_attention" and ctx.training and ctx.sdpa_dropout > 0:
+        for x in layers:
+            x.kernel = f"none: {FLEX_DROPOUT}"
     advice = advise(shape, ctx, layers)
     hidden = None
     if seen is not ctx:  # transformers never finds the documents of this model's packed rows
@@ -399,9 +408,61 @@ def _flex_training_on_cpu(ctx: Context) -> bool:
     return ctx.training and cpu and not PATHS["flex_attention"].backward_on_cpu
 
 
+FLEX_DROPOUT = (
+    "transformers' flex_attention raises on attention dropout > 0 in training "
+    "(integrations/flex_attention.py flex_attention_forward)"
+)
+
+
+def _spec_of(shape: ModelShape, x: LayerExplanation) -> AttentionSpec | None:
+    """The geometry behind an explained layer group."""
+    for idxs in shape.attention_groups().values():
+        spec = shape.layers[idxs[0]].attention
+        if spec.kind == x.layer_type and spec.head_dim == x.head_dim and spec.num_heads == x.num_heads:
+            return spec
+    return None
+
+
+def _unpadded_falls_to_math(shape: ModelShape, ctx: Context, x: LayerExplanation) -> bool:
+    """Would this masked layer run math once bucketing drops the mask (GQA on the memory-efficient
+    kernel before torch 2.14, where flash cannot run)?"""
+    from dataclasses import replace
+
+    spec = _spec_of(shape, x)
+    if spec is None or ctx.attn != "sdpa":
+        return False
+    return x.backend != "math" and predict(replace(ctx, padded=False), spec).backend == "math"
+
+
+def _math_advice(ctx: Context, x: LayerExplanation) -> str:
+    """Why a layer fell to SDPA's math backend, and what lifts it."""
+    refusals = " ".join(x.refused.values())
+    square = f"{ctx.seq_len}x{ctx.seq_len}"
+    head = (
+        f"the {x.layer_type} layers ({x.num_layers}) run SDPA's math backend: the full {square} score matrix "
+        "in memory (upcast to fp32 for 16-bit inputs)"
+    )
+    if "dropout" in refusals:
+        keep = "set it to 0 to keep a fused kernel"
+        return f"{head}; SDPA gets attention_dropout {ctx.sdpa_dropout:g} in training: {keep}"
+    if "only equal head counts" in refusals:
+        return (
+            f"{head}: transformers passes enable_gqa without a mask, and torch < 2.14's memory-efficient "
+            "kernel takes only equal head counts where flash cannot run; torch 2.14, a masked batch "
+            "(repeat_kv) or flex_attention keeps these layers off math"
+        )
+    if "not a multiple of" in refusals or "differ" in refusals:
+        why = x.refused.get("efficient", refusals)
+        return f"{head}: no fused kernel takes head_dim {x.head_dim} here ({why})"
+    if "bf16 below sm80" in refusals:
+        return f"{head}: bf16 runs no fused kernel below sm80; fp16 does"
+    return f"{head} (every fused kernel refused: {refusals})"
+
+
 def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> list[str]:
     """Concrete next steps, from what the layers get."""
     out: list[str] = []
+    no_flex = ctx.training and ctx.sdpa_dropout > 0  # transformers' flex raises on dropout
     dense_sliding = [
         x
         for x in layers
@@ -411,7 +472,10 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
     from tuneproof.attention.flex_advice import flex_options
 
     picked, why = flex_options(layers, ctx) if ctx.capability is not None and layers else ("", "")
-    if ctx.attn == "flex_attention" and picked != "":
+    if ctx.attn == "flex_attention" and no_flex:
+        fix = "set attention_dropout to 0 or use sdpa"
+        out.append(f"flex_attention cannot run this training step: {FLEX_DROPOUT}; {fix}")
+    elif ctx.attn == "flex_attention" and picked != "":
         out.append(
             f"flex_attention: pass kernel_options {picked} ({why})"
             if picked
@@ -421,29 +485,53 @@ def advise(shape: ModelShape, ctx: Context, layers: list[LayerExplanation]) -> l
         opts = f" with kernel_options {picked} ({why})" if picked else ""
         where = " on a CUDA device (it has no backward on the CPU)" if _flex_training_on_cpu(ctx) else ""
         square = f"the sliding layers compute the full {ctx.seq_len}x{ctx.seq_len} square today"
-        out.append(
-            f"{square}; flex_attention would skip the blocks outside the window, but cannot run on this "
-            f"card ({why})"
-            if picked is None
-            else f"{FLEX_ADVICE}{opts}{where}: {square}; flex skips the blocks outside the window"
-        )
-    if ctx.padded and any(x.layer_type == "full" and x.mask_materialised for x in layers):
+        if no_flex:
+            skip = "flex_attention would skip the blocks outside the window"
+            out.append(f"{square}; {skip}, but {FLEX_DROPOUT}: set attention_dropout to 0 first")
+        elif picked is None:
+            skip = "flex_attention would skip the blocks outside the window"
+            out.append(f"{square}; {skip}, but cannot run on this card ({why})")
+        else:
+            out.append(f"{FLEX_ADVICE}{opts}{where}: {square}; flex skips the blocks outside the window")
+    masked_full = [x for x in layers if x.layer_type == "full" and x.mask_materialised]
+    kept_off_math = [x for x in masked_full if _unpadded_falls_to_math(shape, ctx, x)]
+    if ctx.padded and masked_full and not kept_off_math:
         which = "the global layers" if any(x.layer_type != "full" for x in layers) else "the layers"
         regain = "regain is_causal and skip half the square"
         if ctx.compiled:
             regain = "would regain is_causal, but not under torch.compile, which masks every layer"
         out.append(f"{BUCKET_ADVICE} (sequences of one length per micro-batch): {which} {regain}")
-    if any(x.backend == "efficient" and x.head_dim > 128 for x in layers):
+    for x in kept_off_math:
+        out.append(
+            f"do not bucket the {x.layer_type} layers off their mask: without it transformers passes "
+            "enable_gqa, and torch < 2.14's memory-efficient kernel takes only equal head counts, so they "
+            "would fall to math; the mask's repeat_kv is what keeps them on the memory-efficient kernel"
+        )
+    if ctx.attn == "sdpa":
+        out.extend(_math_advice(ctx, x) for x in layers if x.backend == "math")
+    for x in layers:
+        if x.backend != "efficient" or x.head_dim <= 128:
+            continue
         flex = (
             "flex_attention is the path that compiles for this card"
             if picked is not None
-            else ("nor can flex_attention on this card (its shared memory)")
+            else "nor can flex_attention on this card (its shared memory)"
+        )
+        spec = _spec_of(shape, x)
+        flash = (
+            f"flash needs equal head_dims (q/k {spec.head_dim}, v {spec.v_head_dim})"
+            if spec is not None and spec.head_dim != spec.v_head_dim
+            else "flash cannot take head_dim > 256 at all"
+            if x.head_dim > 256
+            else "flash refuses it here"
         )
         out.append(
-            "head_dim > 128 on the memory-efficient backend runs its gmem tier, the slowest; flash "
-            f"cannot take head_dim > 256 at all: {flex}"
+            f"head_dim {x.head_dim} > 128 on the memory-efficient backend runs its gmem tier, the slowest; "
+            f"{flash}: {flex}"
         )
-    if ctx.attn == "sdpa" and ctx.capability is not None and any(x.mask_materialised for x in layers):
+        break
+    gqa_masked = [x for x in layers if x.mask_materialised and x.num_kv_heads != x.num_heads]
+    if ctx.attn == "sdpa" and ctx.capability is not None and gqa_masked and not kept_off_math:
         out.append(
             "with a mask, transformers also expands K/V with repeat_kv (use_gqa_in_sdpa is False): "
             "memory traffic grows by num_heads/num_kv_heads"

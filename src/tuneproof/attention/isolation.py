@@ -114,8 +114,8 @@ def documents_line(attn: str, batch: int = 1) -> str:
         )
     return (
         f"packed documents kept apart on {attn} by a per-document mask built from the restarting "
-        "position_ids (masking_utils.find_packed_sequence_indices), as long as no 2-D attention_mask and "
-        "no KV cache come with them: then one causal mask spans the row"
+        "position_ids (masking_utils.find_packed_sequence_indices); a 2-D attention_mask or a KV cache sent "
+        "with them turns that off, and one causal mask then spans the row"
     )
 
 

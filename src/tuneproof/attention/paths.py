@@ -117,11 +117,12 @@ def _eager_pairs(rows: Rows, window: int | None) -> Performed:
 
 
 def _flash_pairs(rows: Rows, window: int | None) -> Performed:
-    return Performed(
-        intended_in(rows, window),
-        Mask(False, (), "no 4-D mask: padding handled by varlen unpadding (" + MASK_SOURCES["flash"] + ")"),
-        "varlen kernel on real tokens, window and causal skip native",
-    )
+    if rows.is_padded or rows.is_packed:
+        otherwise = "no 4-D mask: the varlen kernel runs the real tokens (" + MASK_SOURCES["flash"] + ")"
+        return Performed(intended_in(rows, window), Mask(False, (), otherwise),
+                         "varlen kernel on real tokens, window and causal skip native")  # fmt: skip
+    otherwise = "no mask, no padding, no packing: the dense kernel (flash_attn_func) with causal=True"
+    return Performed(intended_in(rows, window), Mask(False, (), otherwise), "causal skip native")
 
 
 def _flex_pairs(rows: Rows, window: int | None) -> Performed:

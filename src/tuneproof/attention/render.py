@@ -31,6 +31,8 @@ def render_explanation(result: Explanation, console: Console) -> None:
     )
     if c.smem_limit is not None:
         console.print(f"shared memory per block: {c.smem_limit:,} B ({escape(c.smem_source or '?')})")
+    if result.stack is not None:
+        console.print(f"SDPA's chooser read: {escape(result.stack.line())}")
     for x in result.layers:
         console.print(
             f"\n[bold]{x.layer_type} layers[/bold] ({x.num_layers}{_calls(x)}): head_dim {x.head_dim}, "

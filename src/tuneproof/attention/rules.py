@@ -60,8 +60,9 @@ def efficient_kernel(head_dim: int, capability: tuple[int, int] = (8, 0)) -> str
     )
     if head_dim <= 64:
         return f"memory-efficient fmha_cutlassF_*_64x64_rf_{arch} (kMaxK 64)"
-    if head_dim <= 128:
-        return f"memory-efficient fmha_cutlassF_*_64x128_rf_{arch} (kMaxK 128)"
+    if head_dim <= 128:  # generate_kernels.py: (64 if sm > 75 else 32, 128, 128)
+        q = 64 if arch == "sm80" else 32
+        return f"memory-efficient fmha_cutlassF_*_{q}x128_rf_{arch} (kMaxK 128)"
     return (
         f"memory-efficient fmha_cutlassF_*_32x128_gmem_{arch} (kMaxK 65536): the gmem tier for head_dim > "
         "128, its slowest"

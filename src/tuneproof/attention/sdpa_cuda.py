@@ -132,8 +132,8 @@ def _efficient_gqa(c: SdpaCall) -> str | None:
     if not c.enable_gqa or c.stack.torch >= (2, 14):
         return None
     return (
-        f"enable_gqa with {c.heads} query / {c.kv_heads} kv heads: the memory-efficient kernel takes "
-        f"equal head counts only before torch 2.14 (torch {c.stack.torch[0]}.{c.stack.torch[1]})"
+        f"enable_gqa with {c.heads} query / {c.kv_heads} kv heads: before torch 2.14 the memory-efficient "
+        f"kernel takes only equal head counts (torch {c.stack.torch[0]}.{c.stack.torch[1]})"
     )
 
 
@@ -151,7 +151,7 @@ def _cudnn_version(c: SdpaCall) -> str | None:
     if cudnn is None or cudnn < 90000:
         return f"cuDNN {c.stack.cudnn_text()}: cuDNN attention needs 9.0 or newer"
     if c.dropout > 0 and 91100 < cudnn < 91400:
-        return f"dropout on cuDNN {c.stack.cudnn_text()} (no dropout in SDPA on 9.11-9.13)"
+        return f"dropout on cuDNN {c.stack.cudnn_text()} (no dropout in SDPA above 9.11.0 and below 9.14)"
     return None
 
 
@@ -255,7 +255,7 @@ def refusal(c: SdpaCall, backend: str) -> str | None:
     if not failing:
         return None
     (why, source), later = failing[0], failing[1:]
-    return f"{why} ({source})" + "".join(f"; also {w}" for w, _ in later)
+    return f"{why} ({source})" + "".join(f"; also {w} ({src.split(' (')[0]})" for w, src in later)
 
 
 def choose(c: SdpaCall) -> tuple[str, dict[str, str]]:

@@ -58,13 +58,26 @@ class Stack:
         major, rest = divmod(self.cudnn, 10_000)
         return f"{major}.{rest // 100}.{rest % 100}"
 
+    def line(self) -> str:
+        """'torch 2.13 (installed), CUDA 13.0 (assumed), cuDNN 9.12.0 (given), ...' for the text output."""
+
+        def said(key: str) -> str:
+            return self.sources.get(key, "").split(" ")[0].rstrip(":,")
+
+        cuda = ".".join(map(str, self.cuda)) if self.cuda else "none"
+        frontend = "cudnn-frontend " + (">= 1.24" if self.frontend_d256 else "< 1.24")
+        return (
+            f"torch {self.torch[0]}.{self.torch[1]} (installed), CUDA {cuda} ({said('cuda')}), cuDNN "
+            f"{self.cudnn_text()} ({said('cudnn')}), {frontend} ({said('frontend')})"
+        )
+
     def to_dict(self) -> dict[str, object]:
         return {
             "torch": ".".join(map(str, self.torch)),
             "cuda": ".".join(map(str, self.cuda)) if self.cuda else None,
             "cudnn": self.cudnn_text() if self.cudnn is not None else None,
             "cudnn_frontend_d256": self.frontend_d256,
-            "sources": dict(self.sources),
+            "sources": {"torch": "installed", **self.sources},
         }
 
 
@@ -79,14 +92,18 @@ def parse_cudnn(text: str | int) -> int:
         number = int(m.group(4))
     else:
         number = int(m.group(1)) * 10_000 + int(m.group(2)) * 100 + int(m.group(3) or 0)
-    if not 80_000 <= number < 200_000:
-        raise TuneproofError(f"{{cudnn}} {text!r} is out of range", "cuDNN 8.x or 9.x", fields=("cudnn",))
+    if not 90_000 <= number < 100_000:
+        raise TuneproofError(
+            f"{{cudnn}} {text!r} is out of range",
+            "torch 2.4 and later link cuDNN 9: give 9.x",
+            fields=("cudnn",),
+        )
     return number
 
 
 def parse_cuda(text: str) -> tuple[int, int]:
     m = CUDA_TEXT.fullmatch(str(text))
-    if m is None or not 10 <= int(m.group(1)) <= 20:
+    if m is None or not 11 <= int(m.group(1)) <= 13 or int(m.group(2)) > 9:
         raise TuneproofError(
             f"{{cuda}} {text!r} is not a CUDA version", "write it as 12.8 or 13.0", fields=("cuda",)
         )
@@ -123,7 +140,8 @@ def stack_for(live: bool, cudnn: int | None = None, cuda: tuple[int, int] | None
         got_cudnn: int | None = int(runtime)
         sources["cudnn"] = f"live: torch.backends.cudnn.version() {runtime}"
     elif cudnn is not None:
-        got_cudnn, sources["cudnn"] = cudnn, f"given: {cudnn}"
+        major, rest = divmod(cudnn, 10_000)
+        got_cudnn, sources["cudnn"] = cudnn, f"given: {major}.{rest // 100}.{rest % 100}"
     else:
         got_cudnn, sources["cudnn"] = shipped_cudnn, f"assumed {why['cudnn']}"
     # the compiled frontend is not exposed to Python: always the release's, said so

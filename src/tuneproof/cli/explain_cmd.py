@@ -94,7 +94,14 @@ def explain(
     warn_unused(
         ("cudnn", "cuda"), "a CUDA card (--capability, --gpu or --trace)", target.capability is not None
     )
-    warn_unused(("dropout",), "--training (SDPA gets the dropout in training only)", training)
+    warn_unused(("cudnn", "cuda", "compiled"), "--attn sdpa (they change SDPA's choice only)", attn == "sdpa")
+    cap = target.capability
+    minor_rule = cap is not None and cap[0] in (9, 10) and cap[1] not in (0, 3)
+    if cap is not None:  # the CUDA build decides only a 9.x/10.x part's cuDNN preference off minors 0 and 3
+        warn_unused(
+            ("cuda",), "a 9.x/10.x card of minor other than 0 or 3 (the only CUDA-build rule)", minor_rule
+        )
+    warn_unused(("dropout",), "--training (the attention gets its dropout in training only)", training)
     ctx = Context(
         seq_len=seq_len, batch=batch, attn=attn, padded=padded, packed=packed, dtype=dtype,
         training=training, capability=target.capability, smem_limit=target.smem_limit,

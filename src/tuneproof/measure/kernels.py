@@ -45,6 +45,8 @@ class ArchMismatch:
     ms: float
     share: float
     examples: list[str]
+    efficient_share: float = 0.0  # of device time: SDPA's memory-efficient kernels among them
+    gmem_share: float = 0.0  # of device time: their gmem tier (head_dim > 128, output kept in global memory)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,16 +56,30 @@ class ArchMismatch:
             "ms": self.ms,
             "share": self.share,
             "examples": self.examples,
+            "memory_efficient_share": self.efficient_share,
+            "gmem_tier_share": self.gmem_share,
         }
 
     @property
     def finding(self) -> str:
-        return (
+        text = (
             f"{100 * self.share:.1f} % of device time runs kernels built for {self.tag} on a "
             f"{self.capability} device ({self.device}): code not specialised for this card, a hint to look "
-            "rather than a fault (SDPA's memory-efficient attention and many CUTLASS kernels ship only an "
-            "sm80 build, which every later card runs)"
+            "rather than a fault"
         )
+        if self.efficient_share > 0:
+            text += (
+                f"; {100 * self.efficient_share:.1f} % is SDPA's memory-efficient attention, which ships "
+                "only sm80 builds (nothing to rebuild: why SDPA chose it is 'tuneproof explain''s question)"
+            )
+            if self.gmem_share > 0:
+                text += (
+                    f", {100 * self.gmem_share:.1f} % its gmem tier for head_dim > 128, the slowest; flash "
+                    "takes head_dim <= 256 without a mask, flex any head_dim"
+                )
+        else:
+            text += " (many CUTLASS kernels ship only an sm80 build, which every later card runs)"
+        return text
 
 
 @dataclass(slots=True)
@@ -327,11 +343,23 @@ def _mismatches(rows: list[tuple[str, float]], dev: dict[str, Any], total_ms: fl
         tag = arch_tag(name)
         if tag is None or tag[0] == int(major):
             continue
-        acc = found.setdefault(tag, [0.0, []])
+        acc = found.setdefault(tag, [0.0, [], 0.0, 0.0])
         acc[0] += us / 1e3
+        if "fmha_cutlass" in name:  # mem_eff_attention/kernels: fmha_cutlassF/B_..., gmem or k65536
+            acc[2] += us / 1e3
+            acc[3] += us / 1e3 if ("gmem" in name or "k65536" in name) else 0.0
         if name not in acc[1] and len(acc[1]) < 3:
             acc[1].append(name)
     return [
-        ArchMismatch(f"sm{a}{b}", f"{major}.{minor}", str(dev.get("name", "?")), t, t / total_ms, names)
-        for (a, b), (t, names) in sorted(found.items(), key=lambda kv: -kv[1][0])
+        ArchMismatch(
+            f"sm{a}{b}",
+            f"{major}.{minor}",
+            str(dev.get("name", "?")),
+            t,
+            t / total_ms,
+            names,
+            eff / total_ms,
+            gmem / total_ms,
+        )
+        for (a, b), (t, names, eff, gmem) in sorted(found.items(), key=lambda kv: -kv[1][0])
     ]

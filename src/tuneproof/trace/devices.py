@@ -38,6 +38,14 @@ LIMIT_KEYS = (
 # Kineto before PyTorch 1.10 wrote `computeProperties` with CUDA's own field names
 OLD_KEYS = {"major": "computeMajor", "minor": "computeMinor", "multiProcessorCount": "numSms"}
 _AMD_NAME = re.compile(r"\b(amd|radeon|instinct)\b", re.I)
+# AMD Instinct parts by the name HIP reports -> their gfx architecture (AMD's ROCm hardware
+# specifications table); the first match wins, so the longer names come first
+INSTINCT_ARCH = (
+    (re.compile(r"\bmi3(50|55)x?\b", re.I), "gfx950"),
+    (re.compile(r"\bmi3(00|25)[ax]?\b", re.I), "gfx942"),
+    (re.compile(r"\bmi2(10|50|50x)\b", re.I), "gfx90a"),
+    (re.compile(r"\bmi100\b", re.I), "gfx908"),
+)
 _GFX = re.compile(r"gfx[0-9a-f]+", re.I)
 
 
@@ -112,8 +120,12 @@ def device_info(trace: Trace, source: str) -> dict[str, Any]:
     out["limits"] = {k: dev[k] for k in LIMIT_KEYS if _is_int(dev.get(k))}
     if rocm:
         m = _GFX.search(str(gcn or ""))
+        by_name = next((arch for pattern, arch in INSTINCT_ARCH if pattern.search(name)), None)
         out["platform"] = "rocm"
-        out["arch"] = m.group(0).lower() if m else None
+        out["arch"] = m.group(0).lower() if m else by_name
+        out["arch_source"] = (
+            "gcnArchName" if m else ("the device name (AMD's ROCm hardware table)" if by_name else None)
+        )
         out["hip_version_major_minor"] = f"{major}.{minor}" if _is_int(major) else None
         family = f"gfx{major}" if _is_int(major) else "gfx?"
         arch = out["arch"] or (
