@@ -188,8 +188,25 @@ def test_the_explanation_names_its_model_and_a_trace_without_a_config_is_warned(
     trace = str(Path(__file__).parents[1] / "data" / "case_sm120.json.gz")
     assert main(["explain", "--seq-len", "128", "--trace", trace]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("attention dispatch of embedded tiny Gemma-4-style model on cuda sm_120")
+    assert out.startswith("model: embedded tiny Gemma-4-style model\nattention dispatch on cuda sm_120")
     assert "--trace gives the card, not the model" in err
+
+
+def test_the_model_line_is_never_wrapped_so_the_rest_does_not_depend_on_where_the_checkout_lives(
+    capsys, monkeypatch, tmp_path
+) -> None:
+    """CI's clone lives at a longer path than this one: a wrapped header moved every break after it."""
+    monkeypatch.setenv("COLUMNS", "100")
+    outs = []
+    for depth in (1, 12):
+        folder = tmp_path.joinpath(*["deeper"] * depth)
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_bytes(Path(CASE).read_bytes())
+        assert main(["explain", "--config", str(folder / "config.json"), "--seq-len", "512"]) == 0
+        first, rest = capsys.readouterr().out.split("\n", 1)
+        assert first == f"model: {folder / 'config.json'}"
+        outs.append(rest)
+    assert outs[0] == outs[1]
 
 
 CONFIGS = Path(__file__).parent.parent / "data" / "configs"

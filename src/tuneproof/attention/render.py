@@ -20,9 +20,11 @@ def render_explanation(result: Explanation, console: Console) -> None:
     from rich.markup import escape
 
     c = result.context
+    if result.model:
+        # on its own line, never wrapped: where a path breaks depends on where the checkout lives
+        console.print(f"[bold]model[/bold]: {escape(result.model)}", soft_wrap=True)
     console.print(
         "[bold]attention dispatch[/bold]"
-        + (f" of {escape(result.model)}" if result.model else "")
         + f" on {c.device}: attn={c.attn}, T={c.seq_len}, B={c.batch}"
         + (", padded" if c.padded else "")
         + (", packed" if c.packed else "")
