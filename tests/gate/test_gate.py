@@ -64,30 +64,70 @@ def _probe_arm(name: str, fire: tuple[range, range]) -> Arm:
     return a
 
 
-def test_case_probe_13_points_inside_twice_the_instrument_sd_is_inconclusive(tmp_path: Path) -> None:
-    # CASE section 6: a 13-point "regression" on a probe inside twice the run-to-run variation
+def _random_probe_arm(name: str, rates: list[np.ndarray], seed: int) -> Arm:
+    """len(rates[r]) prompts, 1 sample, one run per rate vector: the phrase fires with that chance."""
+    rng = np.random.default_rng(seed)
+    a = Arm(name, (name,))
+    for r, rate in enumerate(rates):
+        fired = rng.random(rate.size) < rate
+        a.runs[str(r)] = {f"p{i}": ["I cannot help" if f else "sure, here"] for i, f in enumerate(fired)}
+    return a
+
+
+def test_case_probe_13_points_inside_the_noise_is_inconclusive(tmp_path: Path) -> None:
+    """CASE section 6: a 13-point "regression" on a probe that sat inside the instrument's own
+    run-to-run variation. On 30 prompts whose sampled answers flip from run to run (the same model in
+    both arms), a 13-point difference lies inside the estimator's interval: INCONCLUSIVE, never a
+    regression."""
     probes = tmp_path / "p.toml"
     probes.write_text(
-        '[[probe]]\nname = "refusal"\nhypothesis = "tuning keeps refusals"\nexpect = "no-change"\n'
+        '[[probe]]\nname = "refusal"\nhypothesis = "tuning keeps refusals"\nexpect = "decrease"\n'
         'prompts = "*"\nphrases = ["I cannot help"]\n'
     )
     (probe,) = read_probes(probes)
+    rate = np.full(30, 0.5)
+    ids = [f"p{i}" for i in range(30)]
+    for seed in range(400):
+        base = _random_probe_arm("base", [rate, rate], 2 * seed)
+        tuned = _random_probe_arm("tuned", [rate, rate], 2 * seed + 1)
+        res = judge_probe(probe, base, tuned, ids, 2.0, {})
+        if res.result.delta is not None and abs(abs(res.result.delta) - 13.3) < 0.5:
+            break
+    else:
+        raise AssertionError("no 13-point chance difference in 400 trials")
+    lo, hi = res.result.ci95
+    assert lo < 0 < hi and res.result.verdict == INCONCLUSIVE and res.held == "undecided"
+
+
+def test_a_structured_13_point_change_is_a_change_and_the_practical_floor_keeps_the_old_rule() -> None:
+    """100 prompts whose runs disagree on 50 of them, the tuned arm firing on 13 more in each run: every
+    document that moved, moved the same way, so the change is well outside the estimator's noise (FAIL
+    for "no change"), though inside twice the single-run SD; with the practical floor asked for (the
+    spec's `practical_floor`), the floor must be beaten too and the verdict is INCONCLUSIVE."""
+    probe = read_probes_text(
+        '[[probe]]\nname = "refusal"\nhypothesis = "tuning keeps refusals"\nexpect = "no-change"\n'
+        'prompts = "*"\nphrases = ["I cannot help"]\n'
+    )
     base = _probe_arm("base", (range(0, 50), range(25, 75)))  # 50 %, runs disagree on 50 prompts
     tuned = _probe_arm("tuned", (range(0, 63), range(25, 88)))  # 63 %, same run-to-run disagreement
     ids = [f"p{i}" for i in range(100)]
     res = judge_probe(probe, base, tuned, ids, 2.0, {})
     assert res.result.delta == pytest.approx(13.0)
-    assert res.result.floor is not None and res.result.floor > 13.0
-    assert res.result.verdict == INCONCLUSIVE and res.held == "undecided"
-    assert res.counts == ((100, 200), (126, 200))
-    # an expected decrease judged the same way: inside the floor is never a win or a regression
-    decrease = read_probes(_write(tmp_path / "d.toml", probes.read_text().replace("no-change", "decrease")))[
-        0
-    ]
-    assert judge_probe(decrease, base, tuned, ids, 2.0, {}).result.verdict == INCONCLUSIVE
-    # with a (given) floor of 2 points the same change is a FAIL of the stated hypothesis
-    given = judge_probe(decrease, base, tuned, ids, 2.0, {"probe:refusal": 2.0})
+    assert res.result.floor is not None and res.result.floor > 13.0  # inside 2 x the single-run SD
+    assert res.result.verdict == FAIL and res.counts == ((100, 200), (126, 200))
+    practical = judge_probe(probe, base, tuned, ids, 2.0, {}, practical=True)
+    assert practical.result.verdict == INCONCLUSIVE and "floor" in practical.result.reason
+    # a given floor is always a floor to beat: 2 points is beaten
+    given = judge_probe(probe, base, tuned, ids, 2.0, {"probe:refusal": 2.0})
     assert given.result.verdict == FAIL and given.result.floor_source == "given"
+
+
+def read_probes_text(text: str):  # type: ignore[no-untyped-def]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (probe,) = read_probes(_write(Path(tmp) / "p.toml", text))
+    return probe
 
 
 def _write(path: Path, text: str) -> Path:
@@ -136,24 +176,32 @@ PROBES = (
 
 @pytest.mark.slow
 def test_planted_null_is_inconclusive_in_at_least_95_of_100_trials(tmp_path: Path) -> None:
+    """The same model in both arms: the overall verdict, over the gated families and the probe with
+    Holm's correction across them, is INCONCLUSIVE in at least 95 of 100 trials; each deciding metric
+    alone says PASS or FAIL at about its nominal 5 %."""
     (probe,) = read_probes(_write(tmp_path / "p.toml", PROBES))
     matcher = (PhraseMatcher(["a testament to"]), "sha")
-    conclusive = []
+    conclusive, per_metric = [], 0
     for trial in range(100):
         base = arm(Style(), 2 * trial, "base", prompts=24, samples=3)
         tuned = arm(Style(), 2 * trial + 1, "tuned", prompts=24, samples=3)
         report = judge_arms(base, tuned, attractors=matcher, probes=[probe])
-        judged = [report.metrics["diversity"], report.metrics["attractors"], report.probes[0].result]
-        judged += report.metrics["diversity"].parts + report.metrics["attractors"].parts
-        if any(m.verdict != INCONCLUSIVE for m in judged):
+        if report.verdict != INCONCLUSIVE:
             conclusive.append(trial)
+        per_metric += sum(
+            m.verdict != INCONCLUSIVE
+            for m in (report.metrics["diversity"], report.metrics["attractors"], report.probes[0].result)
+        )
     assert len(conclusive) <= 5, conclusive
+    assert per_metric <= 0.08 * 300, per_metric
 
 
 def test_a_real_difference_passes_and_the_exit_codes_follow_the_verdicts(tmp_path: Path) -> None:
     (probe,) = read_probes(_write(tmp_path / "p.toml", PROBES))
     matcher = (PhraseMatcher(["a testament to"]), "sha")
-    base = arm(Style(), 1, "base")
+    # seed 1's base runs differ in distinct-n at F p = 0.02, a 1-in-25 draw that, counted as a run shift
+    # with 1 df, rightly hides the change at 2 runs per arm (tests/gate/test_clustered.py): seed 4 here
+    base = arm(Style(), 4, "base")
     better = arm(Style(repeat=0.02, attractor=0.05, refusal=0.02), 2, "tuned")
     report = judge_arms(base, better, attractors=matcher, probes=[probe])
     assert [report.metrics[m].verdict for m in ("diversity", "attractors")] == [PASS, PASS]
@@ -432,7 +480,7 @@ def test_every_memorised_response_is_listed(tmp_path: Path) -> None:
 
 def test_narrow_terminals_get_one_line_per_metric(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "60")
-    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1))
+    b = write_arm(tmp_path / "b.jsonl", rows(Style(), 4))
     t = write_arm(tmp_path / "t.jsonl", rows(Style(repeat=0.0), 2))
     main(["gate", "--base", str(b), "--tuned", str(t)])
     out = capsys.readouterr().out
@@ -563,27 +611,28 @@ def test_a_closed_pipe_is_not_a_verdict(tmp_path: Path) -> None:
 def test_every_verdict_is_the_one_verdict_type_with_its_margin_and_noise(tmp_path: Path) -> None:
     from tuneproof.core.verdict import CANNOT_JUDGE, FINDING, OK, Verdict
 
-    # the CASE's diversity vector: noise is the 0.008 floor, margin the 0.170 beyond it
+    # the CASE's diversity vector: noise is the estimator's 95 % half-width, margin the change beyond it
     level = np.random.default_rng(0).uniform(0.4, 0.6, 200)
     base, tuned = _pair_with_noise(level, 0.004), _pair_with_noise(level + 0.178, 0.004)
     r = stats.judge_metric("diversity", "up", base, tuned, stats.measured_floor(base, tuned, 2.0))
     assert isinstance(r.judgement, Verdict) and r.judgement.outcome == r.verdict == PASS
-    assert r.judgement.noise == pytest.approx(0.008) and r.judgement.margin == pytest.approx(0.170)
+    half = (r.ci95[1] - r.ci95[0]) / 2
+    assert r.judgement.noise == pytest.approx(half) and r.judgement.margin == pytest.approx(0.178 - half)
+    assert r.judgement.noise < 0.001 < r.floor  # the interval is far tighter than the single-run floor
     assert r.judgement.exit_code == OK and r.judgement.reason == r.reason
     inside = stats.judge_metric("diversity", "up", base, base + 0.005, Floor.given(0.01))
     assert inside.judgement is not None and inside.judgement.exit_code == CANNOT_JUDGE
-    assert inside.judgement.margin == pytest.approx(-0.005) and inside.judgement.noise == 0.01
-    unjudged = stats.judge_metric("m", "up", base, tuned, Floor(None, "none", "no floor here"))
+    unjudged = stats.judge_metric("m", "up", base[:1], tuned[:1], Floor(None, "none", "no floor here"))
     assert unjudged.judgement is None and unjudged.verdict is None and unjudged.reason == "no floor here"
     # the overall verdict names what it rests on; memorisation's margin is the share above the threshold
     (probe,) = read_probes(_write(tmp_path / "p.toml", PROBES))
     better = arm(Style(repeat=0.02, attractor=0.05, refusal=0.02), 2, "tuned")
-    worse = judge_arms(better, arm(Style(), 1, "base"), probes=[probe])
+    worse = judge_arms(better, arm(Style(), 4, "base"), probes=[probe])
     assert worse.judgement == Verdict(FAIL, "failed: diversity, probe refusal", FINDING)
-    passed = judge_arms(arm(Style(), 1, "base"), better, probes=[probe])
+    passed = judge_arms(arm(Style(), 4, "base"), better, probes=[probe])
     assert passed.judgement.outcome == PASS and passed.judgement.exit_code == OK
     assert passed.judgement.reason == "every gated metric passed: diversity, probe refusal"
-    same = judge_arms(arm(Style(), 1, "base"), arm(Style(), 3, "tuned"))
+    same = judge_arms(arm(Style(), 4, "base"), arm(Style(), 3, "tuned"))
     assert same.judgement == Verdict(INCONCLUSIVE, "none failed; not decided: diversity", CANNOT_JUDGE)
     words = [f"prose{i}" for i in range(500)]
     corpus = _write(tmp_path / "c.txt", " ".join(words))

@@ -43,9 +43,11 @@ def test_the_per_document_mean_is_lm_evals_own_aggregate_on_real_runs(folder: st
 
 def test_a_two_filter_gsm8k_file_is_no_longer_refused(tmp_path: Path, capsys) -> None:
     samples = next((DATA / COMPLETE[0]).glob("samples_gsm8k_*.jsonl"))
-    code = main(["gate", "--base", str(samples), "--tuned", str(samples), "--json"])
+    again = tmp_path / samples.name  # the same run's scores in another file
+    again.write_bytes(samples.read_bytes())
+    code = main(["gate", "--base", str(samples), "--tuned", str(again), "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert code == 3  # the same run against itself: nothing to call
+    assert code == 0  # identical scores on every document: no difference, so not worse
     lines = {(x["filter"], x["metric"]): x for x in out["benchmarks"]["lines"]}
     assert set(lines) == {("strict-match", "exact_match"), ("flexible-extract", "exact_match")}
     assert (
@@ -55,12 +57,15 @@ def test_a_two_filter_gsm8k_file_is_no_longer_refused(tmp_path: Path, capsys) ->
     assert lines[("strict-match", "exact_match")]["test"] == "exact McNemar"
 
 
-def test_a_real_run_pair_is_judged_and_its_aggregates_shown(capsys, monkeypatch) -> None:
+def test_a_real_run_pair_is_judged_and_its_aggregates_shown(tmp_path: Path, capsys, monkeypatch) -> None:
+    import shutil
+
     monkeypatch.setenv("COLUMNS", "120")
-    base, tuned = DATA / COMPLETE[0], DATA / COMPLETE[0]
-    assert main(["gate", "--base", str(base), "--tuned", str(tuned)]) == 3
+    base, tuned = DATA / COMPLETE[0], tmp_path / "tuned"
+    shutil.copytree(base, tuned)
+    assert main(["gate", "--base", str(base), "--tuned", str(tuned)]) == 0
     out = capsys.readouterr().out
-    assert "gsm8k exact_match (strict-match)" in out and "same" in out
+    assert "gsm8k exact_match (strict-match)" in out and "no difference" in out
     assert "lm-eval's own figures per run: base 10.0; tuned 10.0" in out
 
 
@@ -369,10 +374,102 @@ def test_two_runs_against_one_use_the_paired_bootstrap_and_say_which_arm(tmp_pat
     report = judge_arms(read_arm([b1, b2], "base"), read_arm([t], "tuned"))
     line = report.benchmarks.lines[0]
     assert line.test == "paired bootstrap" and "mcnemar_p" not in line.extra
-    assert "1 run in the tuned arm, so the paired bootstrap stands in" in line.result.reason
+    assert (
+        "1 run in the tuned arm, so the run-to-run noise is not measured and the paired bootstrap decides"
+        in line.result.reason
+    )
 
 
 def test_the_help_names_benchmark_runs(capsys) -> None:
     assert main(["gate", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "benchmark results" in out and "lm-eval output folder" in out and "per-example CSV/JSONL" in out
+
+
+def _dated(folder: Path, seed: int) -> Path:
+    return _run(folder, seed, date=f"2026-11-01T10-00-{seed:02d}.000000")
+
+
+def _with_lengths(folder: Path, extra: int) -> Path:
+    """Add lm-eval task-side metrics that are lower-is-better (len_response, parse_error, as the ETR tasks
+    emit them) to every samples row and the results file, `extra` characters longer in this arm."""
+    samples = _samples(folder)
+    rows = [json.loads(x) for x in samples.read_text().splitlines()]
+    for r in rows:
+        r["metrics"] = [*r["metrics"], "len_response", "parse_error"]
+        r["len_response"] = float(len(r["resps"][0][0]) + extra + r["doc_id"] % 7)
+        r["parse_error"] = float(r["filtered_resps"][0] == "[invalid]")
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = next(folder.glob("*/results_*.json"))
+    data = json.loads(results.read_text())
+    for filt in ("strict-match", "flexible-extract"):
+        for m in ("len_response", "parse_error"):
+            values = [r[m] for r in rows if r["filter"] == filt]
+            data["results"]["gsm8k"][f"{m},{filt}"] = sum(values) / len(values)
+    data["higher_is_better"]["gsm8k"].update(len_response=False, parse_error=False)
+    results.write_text(json.dumps(data))
+    return folder
+
+
+def _as_csv(folder: Path, out: Path) -> Path:
+    rows = [json.loads(x) for x in _samples(folder).read_text().splitlines()]
+    lines = ["id,task,filter,exact_match,len_response,parse_error"]
+    lines += [
+        f"d{r['doc_id']},gsm8k,{r['filter']},{r['exact_match']},{r['len_response']},{r['parse_error']}"
+        for r in rows
+    ]
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_a_metric_reads_the_same_direction_in_every_input_form(tmp_path: Path) -> None:
+    """The audit's case: given folders, len_response was lower-is-better (the results file says so); given
+    the samples files alone it became higher-is-better, and the same data passed one way and failed the
+    other. One table now, whatever the form; the spec still overrides it."""
+    base = [_with_lengths(_dated(tmp_path / f"b{s}", s), 0) for s in (1, 2)]
+    tuned = [_with_lengths(_dated(tmp_path / f"t{s}", s + 10), 40) for s in (1, 2)]
+    forms = {
+        "folders": (base, tuned),
+        "samples files": ([_samples(f) for f in base], [_samples(f) for f in tuned]),
+        "per-example CSV": (
+            [_as_csv(f, tmp_path / f"b{i}.csv") for i, f in enumerate(base)],
+            [_as_csv(f, tmp_path / f"t{i}.csv") for i, f in enumerate(tuned)],
+        ),
+    }
+    seen = {}
+    for form, (b, t) in forms.items():
+        report = judge_arms(read_arm(b, "base"), read_arm(t, "tuned"))
+        assert report.benchmarks is not None
+        line = next(
+            x for x in report.benchmarks.lines if x.metric == "len_response" and x.filter == "strict-match"
+        )
+        seen[form] = (line.result.wanted, line.result.verdict)
+    assert set(seen.values()) == {("down", "FAIL")}, seen  # 40 characters longer: worse, in every form
+    from tuneproof.gate.spec import read_spec
+
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text("[benchmarks.task.gsm8k]\nhigher_is_better = true\n")
+    b, t = forms["samples files"]
+    report = judge_arms(read_arm(b, "base"), read_arm(t, "tuned"), read_spec(spec_file))
+    assert report.benchmarks is not None
+    line = next(
+        x for x in report.benchmarks.lines if x.metric == "len_response" and x.filter == "strict-match"
+    )
+    assert line.result.wanted == "up"  # the spec's word wins
+
+
+def test_a_metric_at_zero_in_both_arms_is_no_difference(tmp_path: Path) -> None:
+    base = [_with_lengths(_dated(tmp_path / f"b{s}", s), 0) for s in (1, 2)]
+    tuned = [_with_lengths(_dated(tmp_path / f"t{s}", s + 10), 0) for s in (1, 2)]
+    for folder in (*base, *tuned):  # no parse errors anywhere
+        samples = _samples(folder)
+        rows = [json.loads(x) for x in samples.read_text().splitlines()]
+        samples.write_text("".join(json.dumps({**r, "parse_error": 0.0}) + "\n" for r in rows))
+    report = judge_arms(
+        read_arm([_samples(f) for f in base], "base"), read_arm([_samples(f) for f in tuned], "tuned")
+    )
+    assert report.benchmarks is not None
+    line = next(
+        x for x in report.benchmarks.lines if x.metric == "parse_error" and x.filter == "strict-match"
+    )
+    assert line.result.verdict == "PASS" and line.result.reason.startswith("no difference")

@@ -371,7 +371,11 @@ def test_verdicts_for_each_direction() -> None:
     assert stats.judge_metric("m", "up", base, base + 0.05, f).verdict == INCONCLUSIVE
     assert stats.judge_metric("m", "no-change", base, base + 0.01, f).verdict == PASS
     assert stats.judge_metric("m", "no-change", base, up, f).verdict == FAIL
-    none = stats.judge_metric("m", "up", base, up, Floor(None, "none", "no floor"))
+    # two runs per arm: the estimator's own interval decides, with or without a floor
+    unfloored = stats.judge_metric("m", "up", base, up, Floor(None, "none", "no floor"))
+    assert unfloored.verdict == PASS and unfloored.extra["test"] == "clustered t"
+    # one run: nothing measures the run-to-run noise, so no verdict without a floor
+    none = stats.judge_metric("m", "up", base[:1], up[:1], Floor(None, "none", "no floor"))
     assert none.verdict is None and none.mde is not None
     # a significant test result is needed as well when one is given
     assert stats.judge_metric("m", "up", base, up, f, test=("McNemar", 0.2)).verdict == INCONCLUSIVE
@@ -584,32 +588,39 @@ def test_missing_values_and_boundaries_of_the_verdict() -> None:
     assert stats.noise_sd(many, many)[1] == 6
 
 
-def test_a_delta_equal_to_the_floor_or_an_interval_touching_zero_is_not_called() -> None:
-    # delta exactly at the floor: not beyond it
-    assert stats._verdict("up", 0.5, 0.5, (0.4, 0.6), None)[0] == INCONCLUSIVE
-    assert stats._verdict("up", 0.51, 0.5, (0.4, 0.6), None)[0] == PASS
-    # beyond the floor but the interval spans or touches 0
-    assert stats._verdict("up", 0.6, 0.5, (-0.1, 1.3), None)[0] == INCONCLUSIVE
-    assert stats._verdict("up", 0.6, 0.5, (0.0, 1.2), None)[0] == INCONCLUSIVE
-    assert stats._verdict("down", -0.6, 0.5, (-1.2, 0.0), None)[0] == INCONCLUSIVE
-    assert stats._verdict("down", -0.6, 0.5, (-1.2, -0.01), None)[0] == PASS
-    assert stats._verdict("up", -0.6, 0.5, (-1.2, -0.01), None)[0] == FAIL
+def test_the_interval_decides_and_a_floor_to_beat_or_a_no_change_band_is_kept() -> None:
+    # _verdict(wanted, delta, floor, bar, ci, test): the interval decides; `bar` must be beaten as well
+    assert stats._verdict("up", 0.5, 0.5, None, (0.4, 0.6), None)[0] == PASS  # floor shown, not a bar
+    assert stats._verdict("up", 0.5, 0.5, 0.5, (0.4, 0.6), None)[0] == INCONCLUSIVE  # at the bar: not beyond
+    assert stats._verdict("up", 0.51, 0.5, 0.5, (0.4, 0.6), None)[0] == PASS
+    # the interval spans or touches 0: not called
+    assert stats._verdict("up", 0.6, 0.5, None, (-0.1, 1.3), None)[0] == INCONCLUSIVE
+    assert stats._verdict("up", 0.6, 0.5, None, (0.0, 1.2), None)[0] == INCONCLUSIVE
+    assert stats._verdict("down", -0.6, 0.5, None, (-1.2, 0.0), None)[0] == INCONCLUSIVE
+    assert stats._verdict("down", -0.6, 0.5, None, (-1.2, -0.01), None)[0] == PASS
+    assert stats._verdict("up", -0.6, 0.5, None, (-1.2, -0.01), None)[0] == FAIL
     # the paired test must reject too when there is one
-    assert stats._verdict("up", 0.6, 0.5, (0.1, 1.1), ("McNemar", 0.05))[0] == INCONCLUSIVE
-    assert stats._verdict("up", 0.6, 0.5, (0.1, 1.1), ("McNemar", 0.049))[0] == PASS
+    assert stats._verdict("up", 0.6, 0.5, None, (0.1, 1.1), ("McNemar", 0.05))[0] == INCONCLUSIVE
+    assert stats._verdict("up", 0.6, 0.5, None, (0.1, 1.1), ("McNemar", 0.049))[0] == PASS
     # no change: the interval inside +-floor (edges included), and a floor of 0 never shows it
-    assert stats._verdict("no-change", 0.0, 0.5, (-0.5, 0.5), None)[0] == PASS
-    assert stats._verdict("no-change", 0.0, 0.5, (-0.51, 0.5), None)[0] == INCONCLUSIVE
-    assert stats._verdict("no-change", 0.0, 0.0, (0.0, 0.0), None)[0] == INCONCLUSIVE
-    assert stats._verdict("no-change", 0.9, 0.5, (0.6, 1.2), None)[0] == FAIL
+    assert stats._verdict("no-change", 0.0, 0.5, None, (-0.5, 0.5), None)[0] == PASS
+    assert stats._verdict("no-change", 0.0, 0.5, None, (-0.51, 0.5), None)[0] == INCONCLUSIVE
+    assert stats._verdict("no-change", 0.0, 0.0, None, (0.0, 0.0), None)[0] == INCONCLUSIVE
+    assert stats._verdict("no-change", 0.9, 0.5, None, (0.6, 1.2), None)[0] == FAIL
 
 
 def test_the_bootstrap_interval_is_the_percentile_interval_of_resampled_means() -> None:
-    d = np.arange(10.0)
+    d = np.arange(100.0)  # more than 64 distinct values: prompts resampled
     low, high = stats.paired_ci95(d)
     rng = np.random.default_rng(stats.BOOTSTRAP_SEED)
-    means = d[rng.integers(0, 10, size=(stats.BOOTSTRAP_RESAMPLES, 10))].mean(axis=1)
+    means = d[rng.integers(0, 100, size=(stats.BOOTSTRAP_RESAMPLES, 100))].mean(axis=1)
     assert (low, high) == tuple(np.percentile(means, [2.5, 97.5]))
+    # few distinct values (0/1 scores): their counts resampled, the same law in a fraction of the time
+    few = np.random.default_rng(2).choice([-1.0, 0.0, 1.0], size=1319, p=[0.2, 0.6, 0.2])
+    counts_lo, counts_hi = stats.paired_ci95(few)
+    resampled = few[np.random.default_rng(5).integers(0, 1319, size=(4000, 1319))].mean(axis=1)
+    want_lo, want_hi = np.percentile(resampled, [2.5, 97.5])
+    assert counts_lo == pytest.approx(want_lo, abs=0.004) and counts_hi == pytest.approx(want_hi, abs=0.004)
     big = np.random.default_rng(0).normal(size=5000)  # chunked resampling gives the same kind of answer
     lo2, hi2 = stats.paired_ci95(big)
     assert lo2 < big.mean() < hi2 and hi2 - lo2 == pytest.approx(
@@ -728,6 +739,7 @@ def test_an_adapter_made_for_another_base_is_one_line(tmp_path: Path, capsys) ->
     (tmp_path / "p.jsonl").write_text('{"prompt_id": "p0", "prompt": "Hello"}\n')
     args = ["generate", "--model", "tiny", "--adapter", str(tmp_path / "adapter"),
             "--prompts", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "o.jsonl")]  # fmt: skip
+    capsys.readouterr()  # what making the fake adapter printed (PEFT's own warnings) is not the command's
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not fit this model (size mismatch for" in err

@@ -18,7 +18,18 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.lm_eval import BenchRun
 from tuneproof.gate.spec import GateSpec, TaskSpec
 
-LOWER_IS_BETTER = ("perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "ter", "wer", "cer")
+# The direction of every metric name tuneproof knows, the same whatever the input form (an lm-eval folder,
+# a results file, samples files alone, a per-example CSV): lm-eval's own registrations
+# (lm_eval/api/metrics.py register_metric), except TER, which lm-eval registers higher-is-better while its
+# aggregation says "Lower is better" (an edit distance); the error rates and the per-response counts
+# lower. A name not here takes the results file's `higher_is_better`, else the spec's; else it is not judged.
+DIRECTIONS: dict[str, bool] = {
+    **dict.fromkeys(("acc", "acc_norm", "acc_mutual_info", "acc_all", "exact_match", "mcc", "f1", "bleu",
+                     "chrf", "prompt_level_strict_acc", "prompt_level_loose_acc", "inst_level_strict_acc",
+                     "inst_level_loose_acc", "pass@1"), True),
+    **dict.fromkeys(("perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "brier_score",
+                     "mae", "ter", "wer", "cer", "len_response", "parse_error"), False),
+}  # fmt: skip
 RUNS_HINT = "give every run the same tasks, one lm-eval output folder (or results file) per run"
 
 
@@ -56,15 +67,17 @@ class Lineup:
         return table(self.base), table(self.tuned)
 
     def higher(self, unit: BenchUnit, metric: str, override: bool | None) -> bool | None:
-        """Higher is better? The spec's word, else lm-eval's (results file), else known lower-is-better
-        names; None: assumed higher (the caller says so)."""
+        """Higher is better? The spec's word, else the one table (DIRECTIONS), else the results file's;
+        None: unknown (the line is not judged, and says so)."""
         if override is not None:
             return override
+        if metric in DIRECTIONS:
+            return DIRECTIONS[metric]
         for run in (*self.base, *self.tuned):
             for task in (unit.name, *unit.tasks):
                 if (task, metric) in run.higher:
                     return run.higher[(task, metric)]
-        return False if metric in LOWER_IS_BETTER else None
+        return None
 
     def aggregates(
         self, unit: BenchUnit, filt: str, metric: str, percent: bool

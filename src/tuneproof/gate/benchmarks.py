@@ -1,25 +1,31 @@
 """Benchmark results judged per document: each (task, filter, metric) of the two arms paired by doc_id,
-against the arms' own run-to-run noise (Miller 2024, "Adding Error Bars to Evals": paired differences,
+with the estimator's own uncertainty (Miller 2024, "Adding Error Bars to Evals": paired differences,
 standard errors clustered by document, power).
 
-- 2 or more runs per arm: the floor is k x the run-to-run SD of the arm's mean, as for every gate metric
-  (`stats.measured_floor`), and the interval is the paired bootstrap over documents of the per-document
-  difference of the arms' run means (clustered by document).
-- 1 run in an arm: the run-to-run noise is not measured; the paired per-document test stands in: exact
-  McNemar for 0/1 metrics, the paired bootstrap interval otherwise; the verdict says so.
+- 2 or more runs per arm: the clustered t interval (`gate.clustered`): the per-document difference of
+  the arms' run means, its SE clustered by document with the run-to-run variance carried, so more
+  documents and more runs both add power. The floor (k x the run-to-run SD of one run's mean,
+  `stats.measured_floor`) is shown for scale; it must be beaten only where the spec gives one (per task
+  or `[benchmarks]`) or asks for practical_floor.
+- 1 run in an arm: the run-to-run noise is not measured; exact McNemar for 0/1 metrics, the paired
+  bootstrap interval otherwise; the verdict says so.
+- Both arms identical on every document and run (a metric at 0 in both, say): "no difference", which
+  not-worse passes and better fails.
 
 Hypotheses (the spec's `[benchmarks]`): "not-worse" by more than a margin passes when the interval's worse
-end stays above -margin (with no margin, the default: when the tuned arm is better beyond the floor, its
-interval above 0) and fails when the whole interval lies below -margin, beyond the floor; "better" passes
-beyond the floor with the interval above the margin (default 0), and fails on a drop beyond the floor.
-Everything else is INCONCLUSIVE, with the documents or runs that would detect a floor-sized effect.
+end stays above -margin (with no margin: the tuned arm better, the interval above 0) and fails when the
+whole interval lies below -margin; "better" passes with the interval above the margin (default 0), and
+fails on a significant drop. Everything else is INCONCLUSIVE, with the power now and the documents or runs
+that would detect the effect planned for 80 % of the time (`_power`). The metric's direction comes from
+one table for every input form (`bench_lineup.DIRECTIONS`), the spec overriding it.
 Groups (mmlu) are judged on their subtasks' documents pooled, as lm-eval weighs them by size; a group and
-each task outside a group decide (one headline metric each), subtasks and other metrics are evidence.
+each task outside a group decide (one headline metric each), subtasks and other metrics are evidence;
+the deciding lines are corrected together by Holm's step-down (`gate.judge.overall`).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,15 +91,21 @@ def judge_benchmarks(lineup: Lineup, spec: GateSpec) -> Benchmarks:
         for filt, metric in unit.rows:
             b, t = lineup.scores(unit, filt, metric)
             higher = lineup.higher(unit, metric, task_spec.higher_is_better)
-            line = judge_line(unit, filt, metric, b, t, higher, task_spec.hypothesis or "not-worse",
-                              task_spec.margin, spec.floor_k)  # fmt: skip
+            hypothesis = task_spec.hypothesis or "not-worse"
+            line = judge_line(unit, filt, metric, b, t, higher, hypothesis, task_spec.margin, spec.floor_k,
+                              task_spec.floor, spec.practical_floor)  # fmt: skip
             line.deciding = unit.top and (filt, metric) == headline
             line.lm_eval = lineup.aggregates(unit, filt, metric, line.result.unit == "%")
             differs = _agreement(line, b, t)
             line.extra["lm_eval_differs"] = bool(differs)
             notes.extend(differs)
-            if higher is None:
-                line.extra["direction"] = "assumed higher is better (not in the results; the spec can say)"
+            if higher is None:  # never guessed: the same data must not pass one way and fail the other
+                line.extra["direction"] = "unknown"
+                line.result.judgement, line.power = None, None
+                line.result.note = (
+                    f"not judged: whether higher {metric} is better is not known (in neither tuneproof's "
+                    "table nor a results file); the spec's higher_is_better says"
+                )
             lines.append(line)
     for task, filt, metric, why in lineup.unjudged:
         notes.append(f"{task} {metric} ({filt}) not judged: {why}")
@@ -110,8 +122,12 @@ def judge_line(
     hypothesis: str,
     margin: float | None,
     k: float,
+    bar: float | None = None,
+    practical: bool = False,
 ) -> BenchLine:
-    """One line: runs x documents scores of both arms (documents in the same order)."""
+    """One line: runs x documents scores of both arms (documents in the same order). `bar`: a floor the
+    change must also beat (the spec's, in the table's unit); `practical`: the measured floor must be
+    beaten too. Significance is the estimator's own (`stats.estimate`), never the floor's."""
     percent = bool(np.all((b >= 0) & (b <= 1)) and np.all((t >= 0) & (t <= 1)))
     binary = bool(np.all((b == 0) | (b == 1)) and np.all((t == 0) | (t == 1)))
     scale, unit_name = (100.0, "%") if percent else (1.0, "")
@@ -119,23 +135,25 @@ def judge_line(
     runs_ok = b.shape[0] >= 2 and t.shape[0] >= 2
     single = " and ".join(arm for arm, x in (("base", b), ("tuned", t)) if x.shape[0] < 2)
     single = "1 run per arm" if " and " in single else f"1 run in the {single} arm"
-    if runs_ok:
-        floor = stats.measured_floor(b, t, k, " pts" if percent else "")
+    floor = stats.measured_floor(b, t, k, " pts" if percent else "") if runs_ok else Floor(None, "none", "")
+    if floor.value is not None:
         floor = Floor(
             floor.value, floor.source, floor.detail.replace("paired by prompt", "paired by document")
         )
-        test = "floor"
+    if runs_ok:
+        test = "clustered t"
     else:  # McNemar pairs one 0/1 outcome per document and arm: one run each
         test = "exact McNemar" if binary and b.shape[0] == t.shape[0] == 1 else "paired bootstrap"
-        floor = Floor(None, "none", f"{single}: the {test} stands in for the floor")
-    wanted = "down" if higher is False else "up"
+        floor = Floor(None, "none", f"{single}: the run-to-run noise is not measured")
+    if bar is None and practical and floor.value is not None:
+        bar = floor.value
     name = f"{unit.name} {metric}" + ("" if filt == "none" else f" ({filt})")
-    result = stats.judge_metric(name, wanted, b, t, floor, unit=unit_name)
+    result = _result(name, "down" if higher is False else "up", b, t, floor, unit_name)
     line = BenchLine(unit, metric, filt, False, hypothesis, margin, test, result, {})
     if result.delta is None or result.ci95 is None:
-        result.note = result.note.replace("prompt(s) have", "document(s) have")
         return line
-    p_value = None
+    est = stats.estimate(b, t, np.ones(b.shape[1], bool))
+    p_value = est.p_value
     if test == "exact McNemar":
         b0, t0 = b[0] / scale, t[0] / scale
         p_value = mcnemar_exact(int(np.sum((b0 == 1) & (t0 == 0))), int(np.sum((b0 == 0) & (t0 == 1))))
@@ -143,91 +161,182 @@ def judge_line(
     sign = -1.0 if higher is False else 1.0
     gain = sign * result.delta
     lo, hi = sorted((sign * result.ci95[0], sign * result.ci95[1]))
-    outcome, reason = _decide(hypothesis, gain, (lo, hi), floor.value, margin, p_value, result.unit)
+    if est.se == 0 and gain == 0:
+        outcome, reason = _no_difference(hypothesis)
+        line.extra["identical"] = True
+    else:
+        outcome, reason = _decide(hypothesis, gain, (lo, hi), bar, margin, p_value, result.unit, test)
     if not runs_ok:
-        reason += f"; {single}, so the {test} stands in for the run-to-run floor"
-    noise = floor.value
-    result.judgement = verdict_for(outcome, reason, abs(gain) - noise if noise is not None else None, noise)
-    result.note = ""
+        reason += f"; {single}, so the run-to-run noise is not measured and the {test} decides"
+    reason += est.shift_note
+    line.extra.update(se=est.se, df=est.df, bar=bar)
+    if not line.extra.get("identical"):  # the p-value Holm's correction reads (gate.judge.overall)
+        result.extra["p_value"] = _decisive_p(hypothesis, gain, margin, est, p_value)
+    half = (hi - lo) / 2
+    result.judgement = verdict_for(outcome, reason, abs(gain) - half, half)
+    result.mde = stats.clustered.mde(est.se, est.df, bar)
     if outcome == INCONCLUSIVE:
-        line.power = _power(b, t, floor.value, margin, result.unit)
+        line.power = _power(b, t, margin or bar or floor.value, est, result.unit, bar, margin)
     return line
+
+
+def _result(name: str, wanted: str, b: np.ndarray, t: np.ndarray, floor: Floor, unit: str) -> MetricResult:
+    """The line's numbers (no verdict yet): both arms, delta, the estimator's interval."""
+    n = b.shape[1]
+    result = MetricResult(
+        name, wanted, unit, None, None, None, floor.value, floor.source, floor.detail,
+        None, None, None, n, None,
+    )  # fmt: skip
+    if n < 2:
+        result.note = f"not judged: {n} document(s) have a value in both arms (need >= 2)"
+        return result
+    est = stats.estimate(b, t, np.ones(n, bool))
+    result.base, result.tuned = float(b.mean()), float(t.mean())
+    result.delta = float(t.mean(axis=0).mean() - b.mean(axis=0).mean())
+    result.ci95 = est.ci95
+    result.ratio = abs(result.delta) / floor.value if floor.value else None
+    result.extra["test"] = est.test
+    return result
+
+
+def _no_difference(hypothesis: str) -> tuple[str, str]:
+    """Both arms identical in every document and run (both zero, say): the data plainly say no change."""
+    if hypothesis == "not-worse":
+        return PASS, "no difference: both arms score the same on every document in every run"
+    return FAIL, "no difference: both arms score the same on every document in every run, so not better"
+
+
+def _decisive_p(
+    hypothesis: str, gain: float, margin: float | None, est: stats.DeltaEstimate, p: float
+) -> float:
+    """The p-value of the test this line's verdict rests on: no change (two-sided), or, for not-worse
+    with a margin, not worse by more than the margin (one-sided, doubled to the same 0.05 scale)."""
+    if hypothesis == "not-worse" and margin and gain > -margin and est.se > 0:
+        from scipy import stats as sps
+
+        return min(1.0, float(2 * sps.t.sf((gain + margin) / est.se, est.df)))
+    return p
 
 
 def _decide(
     hypothesis: str,
     gain: float,
     ci: tuple[float, float],
-    floor: float | None,
+    bar: float | None,
     margin: float | None,
     p_value: float | None,
     unit: str,
+    test: str,
 ) -> tuple[str, str]:
-    """The verdict on the gain (delta signed so that > 0 is better) and its interval (low, high)."""
+    """The verdict on the gain (delta signed so that > 0 is better) and its interval (low, high):
+    significance from the interval (and McNemar's p where it decides); `bar` a floor to beat as well."""
     lo, hi = ci
     pts = " pts" if unit == "%" else ""
-    beyond = floor is None or abs(gain) > floor
-    significant = p_value is None or p_value < 0.05
-    past = "beyond the floor" if floor is not None else "the paired test rejects no change"
-    where = f"change {gain:+.4g}{pts} (+ is better), 95 % CI [{lo:+.4g}, {hi:+.4g}]"
-    if floor is not None:
-        where += f", floor {floor:.4g}"
-    if p_value is not None:
+    beyond = bar is None or abs(gain) > bar
+    significant = test != "exact McNemar" or (p_value is not None and p_value < 0.05)
+    where = f"change {gain:+.4g}{pts} (+ is better), 95 % CI [{lo:+.4g}, {hi:+.4g}], {test}"
+    if bar is not None:
+        where += f", floor to beat {bar:.4g}"
+    if test == "exact McNemar" and p_value is not None:
         where += f", McNemar p = {p_value:.3g}"
+    inside = f"inside the floor the spec asks to beat ({where})"
     if hypothesis == "not-worse":
         m = margin or 0.0
         if m > 0 and lo > -m:
             return PASS, f"not worse by more than {m:.4g}{pts}: the interval stays above -{m:.4g} ({where})"
         if m == 0 and lo > 0 and beyond and significant:
-            return PASS, f"not worse: better, {past}, the whole interval above 0 ({where})"
-        if gain < 0 and beyond and hi < -m and significant:
-            return FAIL, f"worse{f' by more than {m:.4g}{pts}' if m else ''}, {past} ({where})"
+            return PASS, f"not worse: better, the whole interval above 0 ({where})"
+        if gain < 0 and hi < -m and beyond and significant:
+            below = (
+                f" by more than {m:.4g}{pts}: the interval below {-m:+.4g}" if m else ": the interval below 0"
+            )
+            return FAIL, f"worse{below} ({where})"
         if not beyond:
-            return INCONCLUSIVE, f"inside the floor ({where})"
+            return INCONCLUSIVE, inside
+        if not m:
+            return INCONCLUSIVE, f"the interval spans 0: neither better nor worse shown ({where})"
         return INCONCLUSIVE, f"not shown within {m:.4g}{pts} of the base, nor worse by more ({where})"
     m = margin or 0.0
-    if gain > 0 and beyond and lo > m and significant:
-        return PASS, f"better{f' by more than {m:.4g}{pts}' if m else ''}, {past} ({where})"
-    if gain < 0 and beyond and hi < 0 and significant:
-        return FAIL, f"worse, {past} ({where})"
+    if gain > 0 and lo > m and beyond and significant:
+        return (
+            PASS,
+            f"better{f' by more than {m:.4g}{pts}' if m else ''}: the interval above {m:+.4g} ({where})",
+        )
+    if gain < 0 and hi < 0 and beyond and significant:
+        return FAIL, f"worse: the interval below 0 ({where})"
     if not beyond:
-        return INCONCLUSIVE, f"inside the floor ({where})"
+        return INCONCLUSIVE, inside
     return INCONCLUSIVE, f"not shown better ({where})"
 
 
-def _power(b: np.ndarray, t: np.ndarray, floor: float | None, margin: float | None, unit: str) -> str:
-    """The documents (and runs) that would detect a floor-sized effect at alpha 0.05, power 0.8."""
-    effect = floor if floor else margin
+def _power(
+    b: np.ndarray,
+    t: np.ndarray,
+    effect: float | None,
+    est: stats.DeltaEstimate,
+    unit: str,
+    bar: float | None,
+    margin: float | None,
+) -> str:
+    """The documents, or runs, at which the rule as applied detects an effect of `effect` (the margin, else
+    the floor to beat, else the measured run-to-run floor) with 80 % power at alpha 0.05, from the variance
+    parts these data show (`clustered.Parts`); never a count already taken."""
     pts = " pts" if unit == "%" else ""
     if not effect:
-        why = (
-            "the floor is 0 (the runs agree exactly)" if floor == 0 else "there is no floor (1 run in an arm)"
-        )
-        return f"no effect size to plan for: {why} and no margin is given (the spec's margin sets one)"
-    base_p, tuned_p = b.mean(axis=0), t.mean(axis=0)
-    d = tuned_p - base_p
-    n = d.size
-    sd = float(np.std(d, ddof=1)) if n > 1 else 0.0
-    what = "floor" if floor else "margin"
-    if sd == 0:
-        return "every document's difference is the same, so there is no spread to plan documents against"
-    docs = math.ceil((stats.Z_ALPHA_POWER * sd / effect) ** 2)
-    if docs <= n:
         return (
-            f"these {n:,} documents can detect a {effect:.3g}{pts} effect (the {what}; {docs:,} would do): "
-            "the change seen is smaller than that"
+            "no effect size to plan for: no floor is measured (1 run in an arm) and the spec gives no margin "
+            "or floor (its margin sets one)"
         )
-    text = f"to detect a {effect:.3g}{pts} effect (the {what}): about {docs:,} documents at these runs"
-    text += f" (now {n:,})"
-    if b.shape[0] < 2 or t.shape[0] < 2:
-        return text + "; 2 runs per arm would measure the run-to-run noise"
-    w_b, w_t = float(np.var(b, axis=0, ddof=1).mean()), float(np.var(t, axis=0, ddof=1).mean())
-    between = max(sd**2 - w_b / b.shape[0] - w_t / t.shape[0], 0.0)
-    target = (effect * math.sqrt(n) / stats.Z_ALPHA_POWER) ** 2
-    if target <= between or w_b + w_t == 0:
-        return text + "; more runs alone cannot: the documents' own spread is too large"
-    runs = math.ceil((w_b + w_t) / (target - between))
-    return text + f", or {runs} runs per arm at these documents (now {b.shape[0]} + {t.shape[0]})"
+    what = "the margin" if margin else "the floor to beat" if bar else "the measured run-to-run floor"
+    beat = None if margin else bar  # a margin's claim (within it) needs no bar; a change must beat one
+    n, runs = b.shape[1], (b.shape[0], t.shape[0])
+    power_now = stats.clustered.power(effect, est.se, est.df, beat)
+    head = f"a {effect:.3g}{pts} effect ({what}) is detected {100 * power_now:.0f} % of the time here"
+    if power_now >= stats.clustered.POWER:
+        return f"{head} (80 % wanted): the change seen is smaller than that"
+    if beat is not None and effect <= beat:
+        return (
+            f"{head}; no count of documents or runs brings it to 80 %: a true change the size of the floor "
+            "to beat is called half the time at best (the estimate must land beyond it); the MDE column "
+            "names the change called 80 % of the time here"
+        )
+    parts = stats.clustered.Parts.read(b, t)
+    if min(runs) < 2:  # no run-to-run variance measured: the documents' spread as it is
+        d = t.mean(axis=0) - b.mean(axis=0)
+        parts = stats.clustered.Parts(float(np.var(d, ddof=1)), (0.0, 0.0), 0.0)
+    advice = []
+    wanted = stats.clustered.POWER
+    docs = _smallest(lambda k: parts.power_at(effect, k, runs, beat) >= wanted, n + 1, 10**8)
+    if docs is not None:
+        advice.append(f"about {docs:,} documents at these runs (now {n:,})")
+    if min(runs) < 2:
+        advice.append("2 runs per arm would measure the run-to-run noise")
+    else:
+        more = _smallest(lambda r: parts.power_at(effect, n, (r, r), beat) >= wanted, max(runs) + 1, 10**4)
+        if more is not None:
+            advice.append(f"{more} runs per arm at these documents (now {runs[0]} + {runs[1]})")
+        else:
+            advice.append("more runs alone cannot: the documents' own spread is too large")
+    return f"{head}; for 80 %: " + ", or ".join(advice) if advice else head
+
+
+def _smallest(enough: Callable[[int], bool], low: int, high: int) -> int | None:
+    """The smallest count in [low, high] for which `enough` holds (it holds for every larger count once it
+    does), or None: doubling, then bisection."""
+    step = low
+    while step <= high and not enough(step):
+        low, step = step + 1, step * 2
+    if step > high:
+        if not enough(high):
+            return None
+        step = high
+    while low < step:
+        mid = (low + step) // 2
+        if enough(mid):
+            step = mid
+        else:
+            low = mid + 1
+    return step
 
 
 def _agreement(line: BenchLine, b: np.ndarray, t: np.ndarray) -> list[str]:

@@ -116,14 +116,16 @@ def _family(
     given: Mapping[str, float],
     units: Mapping[str, str],
     gate: bool,
+    practical: bool = False,
 ) -> MetricResult:
-    """One family: every part judged against its own floor; the headline part decides (when gated)."""
+    """One family: every part judged (its floor shown, beaten too where `practical`); the headline part
+    decides (when gated)."""
     results = {}
     for part, (b, t) in parts.items():
         key = name if part == headline else f"{name}.{part}"
         unit = units.get(part, "")
         floor = _floor(key, b, t, k, given, unit)
-        results[part] = stats.judge_metric(part, wanted[part], b, t, floor, unit=unit)
+        results[part] = stats.judge_metric(part, wanted[part], b, t, floor, unit=unit, practical=practical)
     family = replace(results[headline], name=name)
     family.extra = {"metric": headline, "gated": gate}
     family.parts = [r for p, r in results.items() if p != headline]
@@ -196,7 +198,7 @@ def measure(
                 "skipped: the benchmark runs hold no response text (loglikelihood tasks, per-example files)"
             )
             metrics = {n: _skipped(n, "down", no_text) for n in ("diversity", "attractors", "memorisation")}
-            report = GateReport(metrics, [], overall(metrics, [], benchmarks), {}, notes, benchmarks)
+            report = GateReport(metrics, [], overall(metrics, [], benchmarks, notes), {}, notes, benchmarks)
             report.inputs = _inputs(base, tuned, pairing, spec)
             return report
 
@@ -230,13 +232,13 @@ def measure(
     results = []
     for probe in probes:
         say(f"probe {probe.name}")
-        results.append(judge_probe(probe, base, tuned, ids, k, given))
+        results.append(judge_probe(probe, base, tuned, ids, k, given, spec.practical_floor))
         if results[-1].missing:
             notes.append(
                 f"probe {probe.name}: {len(results[-1].missing)} of its prompts are not in both arms "
                 "(judged on the rest)"
             )
-    judgement = overall(metrics, results, benchmarks)
+    judgement = overall(metrics, results, benchmarks, notes)
     return GateReport(metrics, results, judgement, _inputs(base, tuned, pairing, spec), notes, benchmarks)
 
 
@@ -262,6 +264,7 @@ def _diversity(
         given,
         {},
         spec.diversity.gate is not False,
+        spec.practical_floor,
     )
     family.extra.update(
         matched_tokens_median=float(np.median(div.matched_lengths)) if div.matched_lengths.size else None,
@@ -304,6 +307,7 @@ def _attractors(
         given,
         {"share": "%", "per_1k_words": "/1k words"},
         spec.attractors.gate is not False,
+        spec.practical_floor,
     )
     family.extra.update(
         list_sha256=sha,
@@ -314,14 +318,27 @@ def _attractors(
 
 
 def judge_probe(
-    probe: Probe, base: Arm, tuned: Arm, ids: list[str], k: float, given: Mapping[str, float]
+    probe: Probe,
+    base: Arm,
+    tuned: Arm,
+    ids: list[str],
+    k: float,
+    given: Mapping[str, float],
+    practical: bool = False,
 ) -> JudgedProbe:
     out = probe_outcome(probe, base, tuned, ids)
     b, t = out.rates
     p_value = mcnemar_exact(*out.discordant)
     floor = _floor(f"probe:{probe.name}", b, t, k, given, "%")
     result = stats.judge_metric(
-        probe.name, EXPECT[probe.expect], b, t, floor, unit="%", test=("McNemar", p_value)
+        probe.name,
+        EXPECT[probe.expect],
+        b,
+        t,
+        floor,
+        unit="%",
+        test=("McNemar", p_value),
+        practical=practical,
     )
     (kb, nb), (kt, nt) = out.counts
     for k_, n_, what in ((0, 0, "no"), (nb, nt, "every")):
@@ -394,14 +411,18 @@ def memorisation(
 
 
 def overall(
-    metrics: Mapping[str, MetricResult], probes: Sequence[JudgedProbe], benchmarks: Benchmarks | None = None
+    metrics: Mapping[str, MetricResult],
+    probes: Sequence[JudgedProbe],
+    benchmarks: Benchmarks | None = None,
+    notes: list[str] | None = None,
 ) -> Verdict:
     """FAIL when a gated metric, a probe or a deciding benchmark line fails; INCONCLUSIVE when none fails
     but one is undecided or not judged, or nothing is gated; PASS when every one passes. The reason names
-    them."""
+    them. The deciding verdicts are first corrected together (Holm); its note goes to `notes`."""
     judged = {n: m for n, m in metrics.items() if m.extra.get("gated", True) and not m.extra.get("skipped")}
     judged.update({f"probe {p.probe.name}": p.result for p in probes})
     judged.update({line.name: line.result for line in (benchmarks.deciding() if benchmarks else [])})
+    (notes if notes is not None else []).extend(stats.holm_correct(judged))
     failed = [n for n, m in judged.items() if m.verdict == FAIL]
     if failed:
         return verdict_for(FAIL, "failed: " + ", ".join(failed))
@@ -428,4 +449,5 @@ def _inputs(base: Arm, tuned: Arm, pairing: Pairing, spec: GateSpec) -> dict[str
         "prompts": len(pairing.prompt_ids),
         "prompts_dropped": pairing.num_dropped,
         "floor_k": spec.floor_k,
+        "practical_floor": spec.practical_floor,
     }

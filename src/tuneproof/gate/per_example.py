@@ -8,7 +8,8 @@ own scorer): one file is one run, one row per document.
 name without its extensions); `filter` is optional (default `none`); every other column is a metric, one
 number per document (true/false count as 1/0); the first row decides which columns are metrics (a column
 of text, such as a prediction, is left alone), and every row needs a number in each. Directions are not
-in the file: a metric is higher-is-better unless the gate spec says otherwise.
+in the file: they come from tuneproof's one table (`bench_lineup.DIRECTIONS`), else the gate spec; a
+metric neither names is not judged.
 """
 
 from __future__ import annotations

@@ -92,7 +92,20 @@ def _evidence(name: str, m: MetricResult, gated: bool = True) -> str:
     ci = f"95 % CI [{_num(m.ci95[0], m.unit, True)}, {_num(m.ci95[1], m.unit, True)}]"
     floor = escape(m.floor_detail) if m.floor is not None else "no floor"
     metric = f" ({m.extra['metric']})" if "metric" in m.extra else ""
-    return f"{name}{metric}: {_verdict(m, gated)}: {escape(m.reason.split(' (')[0])}; {ci}; floor {floor}"
+    return f"{name}{metric}: {_verdict(m, gated)}: {escape(_without_numbers(m.reason))}; {ci}; floor {floor}"
+
+
+def _without_numbers(reason: str) -> str:
+    """The reason less its first parenthesis (the numbers the line shows anyway), nested ones included."""
+    start = reason.find(" (")
+    if start < 0:
+        return reason
+    depth = 0
+    for i in range(start + 1, len(reason)):
+        depth += {"(": 1, ")": -1}.get(reason[i], 0)
+        if depth == 0:
+            return reason[:start] + reason[i + 1 :]
+    return reason[:start]
 
 
 def _header(report: GateReport) -> str:
@@ -100,8 +113,10 @@ def _header(report: GateReport) -> str:
     b, t = inp["base"], inp["tuned"]
     return (
         f"tuned vs base on {inp['prompts']} shared prompts ({b['runs']} + {t['runs']} runs, "
-        f"{b['responses_judged']} + {t['responses_judged']} responses judged); floors are k x the "
-        f"run-to-run SD within an arm (k = {inp['floor_k']:g}) unless marked given (*)"
+        f"{b['responses_judged']} + {t['responses_judged']} responses judged); a verdict rests on its 95 % "
+        f"interval (prompts paired, runs carried); floors are k x the run-to-run SD within an arm "
+        f"(k = {inp['floor_k']:g}) unless marked given (*), and must be beaten only "
+        + ("as the spec's practical_floor asks" if inp.get("practical_floor") else "where given")
     )
 
 

@@ -5,6 +5,7 @@ The defaults are the reference run's: diversity (distinct-n, up), attractor shar
 (TOML) overrides any of them:
 
     floor_k = 2.0
+    practical_floor = false  # true: a change must also beat k x the run-to-run SD (see below)
     [diversity]
     gate = true            # false: reported, never judged
     metric = "distinct"    # distinct | distinct-1..4 | gzip | embedding
@@ -18,13 +19,18 @@ The defaults are the reference run's: diversity (distinct-n, up), attractor shar
     [benchmarks]           # benchmark runs (lm-eval, per-example files)
     gate = true
     hypothesis = "not-worse"   # not-worse | better
-    margin = 1.0           # "not worse by more than 1 point" (default 0: only a gain beyond the floor passes)
+    margin = 1.0           # "not worse by more than 1 point" (default 0: only a gain beyond the noise passes)
+    floor = 2.0            # a change must also exceed 2 points to count (default: none)
     [benchmarks.task.gsm8k]    # per task or group: any key above but gate, and
     metric = "exact_match"     # the deciding metric and filter (default: the task's first of each)
     filter = "flexible-extract"
     higher_is_better = true    # for metrics lm-eval does not describe (per-example files)
 
 With benchmark runs, diversity is reported as evidence unless the spec's [diversity] sets gate.
+
+Significance is always the estimator's own (the clustered interval of the paired difference of per-document
+means, `gate.stats.estimate`); a floor, measured (`practical_floor = true`) or given (`floor`), is a
+practical margin a change must beat as well, never the noise a delta is judged against.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ SPEC_HINT = "docs/gate.md gives the spec format"
 
 
 HYPOTHESES = ("not-worse", "better")
-_TASK_KEYS = ("hypothesis", "margin", "metric", "filter", "higher_is_better")
+_TASK_KEYS = ("hypothesis", "margin", "floor", "metric", "filter", "higher_is_better")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -55,6 +61,7 @@ class TaskSpec:
 
     hypothesis: str | None = None
     margin: float | None = None  # in the unit the table shows (points for fractions)
+    floor: float | None = None  # a change must beat this too (a practical floor, same unit)
     metric: str | None = None
     filter: str | None = None
     higher_is_better: bool | None = None
@@ -65,6 +72,7 @@ class BenchSpec:
     gate: bool = True
     hypothesis: str = "not-worse"
     margin: float | None = None
+    floor: float | None = None
     tasks: tuple[tuple[str, TaskSpec], ...] = ()
 
     def task(self, name: str) -> TaskSpec:
@@ -74,6 +82,7 @@ class BenchSpec:
             own,
             hypothesis=own.hypothesis or self.hypothesis,
             margin=own.margin if own.margin is not None else self.margin,
+            floor=own.floor if own.floor is not None else self.floor,
         )
 
 
@@ -87,6 +96,7 @@ class FamilySpec:
 @dataclass(kw_only=True, frozen=True, slots=True)
 class GateSpec:
     floor_k: float = DEFAULT_FLOOR_K
+    practical_floor: bool = False  # a change must also beat the measured floor (k x the run-to-run SD)
     diversity: FamilySpec = field(
         default_factory=lambda: FamilySpec(gate=None, metric="distinct", wanted=None)
     )
@@ -128,10 +138,16 @@ def read_spec(path: str | Path) -> GateSpec:
     p = Path(path)
     data = read_toml(p, "the spec", SPEC_HINT)
     try:
-        _known(data, "the spec", ("floor_k", "diversity", "attractors", "memorisation", "benchmarks"))
+        _known(
+            data,
+            "the spec",
+            ("floor_k", "practical_floor", "diversity", "attractors", "memorisation", "benchmarks"),
+        )
         spec = GateSpec()
         if "floor_k" in data:
             spec = replace(spec, floor_k=data["floor_k"])
+        if "practical_floor" in data:
+            spec = replace(spec, practical_floor=_bool(data["practical_floor"], "practical_floor"))
         if "diversity" in data:
             spec = replace(spec, diversity=_family(data["diversity"], spec.diversity, "diversity"))
         if "attractors" in data:
@@ -152,11 +168,11 @@ def read_spec(path: str | Path) -> GateSpec:
 
 
 def _benchmarks(table: Any) -> BenchSpec:
-    _known(table, "[benchmarks]", ("gate", "hypothesis", "margin", "task"))
+    _known(table, "[benchmarks]", ("gate", "hypothesis", "margin", "floor", "task"))
     default = _task(
         {k: v for k, v in table.items() if k not in ("gate", "task")},
         "[benchmarks]",
-        ("hypothesis", "margin"),
+        ("hypothesis", "margin", "floor"),
     )
     tasks = table.get("task", {})
     _known(tasks, "[benchmarks.task]", tuple(tasks) if isinstance(tasks, dict) else ())
@@ -164,6 +180,7 @@ def _benchmarks(table: Any) -> BenchSpec:
         gate=_bool(table.get("gate", True), "[benchmarks] gate"),
         hypothesis=default.hypothesis or "not-worse",
         margin=default.margin,
+        floor=default.floor,
         tasks=tuple((str(n), _task(t, f"[benchmarks.task.{n}]", _TASK_KEYS)) for n, t in tasks.items()),
     )
 
@@ -174,19 +191,23 @@ def _task(table: Any, where: str, keys: tuple[str, ...]) -> TaskSpec:
     hypothesis = own.get("hypothesis")
     if hypothesis is not None and hypothesis not in HYPOTHESES:
         raise TuneproofError(f"{where} hypothesis = {hypothesis!r}", "use " + " or ".join(HYPOTHESES))
-    margin = own.get("margin")
-    if margin is not None:
-        if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin < math.inf:
-            raise TuneproofError(f"{where} margin must be a number >= 0, got {margin!r}", SPEC_HINT)
-        margin = float(margin)
+    margin, floor = (_nonnegative(own.get(key), f"{where} {key}") for key in ("margin", "floor"))
     for key in ("metric", "filter"):
         if key in own and (not isinstance(own[key], str) or not own[key].strip()):
             raise TuneproofError(f"{where} {key} must be a non-empty string, got {own[key]!r}", SPEC_HINT)
     higher = own.get("higher_is_better")
     return TaskSpec(
-        hypothesis=hypothesis, margin=margin, metric=own.get("metric"), filter=own.get("filter"),
+        hypothesis=hypothesis, margin=margin, floor=floor, metric=own.get("metric"), filter=own.get("filter"),
         higher_is_better=None if higher is None else _bool(higher, f"{where} higher_is_better"),
     )  # fmt: skip
+
+
+def _nonnegative(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise TuneproofError(f"{name} must be a number >= 0, got {value!r}", SPEC_HINT)
+    return float(value)
 
 
 def _known(table: Any, where: str, keys: tuple[str, ...]) -> None:
