@@ -75,7 +75,11 @@ def test_constant_verdicts_at_their_edges(c: float, interval: tuple[float, float
 
 def test_repeats_to_decide_scale_with_the_square_of_the_interval() -> None:
     t = judge_constant(0.0, (-0.2, 0.2), margin=0.1, repeats=6)
-    assert t.repeats_to_decide == 24  # half-width 0.2 must shrink to 0.1: four times the repeats
+    # half-width 0.2 must shrink to 0.1 / (1 + z_0.8 / z_0.975) for an 80 % chance to decide: 8.2x the repeats
+    assert t.repeats_to_decide == 50
+    assert judge_constant(0.0, (-0.11, 0.11), margin=0.1, repeats=6).repeats_to_decide == 15
+    # never the count already taken: an interval just over the band still asks for one more
+    assert judge_constant(0.0, (-0.101, 0.05), margin=0.1, repeats=6).repeats_to_decide >= 7
 
 
 def test_example_one_outlier_no_longer_makes_everything_quadratic() -> None:

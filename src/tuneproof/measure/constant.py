@@ -19,6 +19,7 @@ from tuneproof.core.verdict import OK, Verdict
 from tuneproof.measure import robust
 
 MAX_REPEATS_ADVICE = 1000
+POWER_FACTOR = 1 + 0.8416212335729143 / 1.959963984540054  # 1 + z_0.8 / z_0.975
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +56,16 @@ class ConstantTerm:
 
 
 def square_law(repeats: int, half: float) -> Callable[[float], int | None]:
-    """Repeats per width that shrink a half-width `half` (measured at `repeats`) below a target, by
-    the 1/sqrt(n) law of a resampling interval; None past MAX_REPEATS_ADVICE."""
+    """Repeats per width, more than taken, at which the test decides 80 % of the time when the estimate
+    sits `target` from the band's edge: the half-width (measured at `repeats`) shrinks by the 1/sqrt(n)
+    law of a resampling interval, and must fall to target / (1 + z_0.8 / z_0.975) (the half-width alone
+    would decide half the time); None past MAX_REPEATS_ADVICE."""
 
     def needed(target: float) -> int | None:
-        n = math.ceil(repeats * (half / target) ** 2) if target > 0 else None
-        return n if n is not None and n <= MAX_REPEATS_ADVICE else None
+        if target <= 0:
+            return None
+        n = max(math.ceil(repeats * (half * POWER_FACTOR / target) ** 2), repeats + 1)
+        return n if n <= MAX_REPEATS_ADVICE else None
 
     return needed
 
@@ -134,7 +139,10 @@ def judge_constant(
     elif n is not None:
         advice = f"about {n} repeats per width would decide it if the noise stays as it is"
     elif c < 0:
-        advice = "C is below -margin: more repeats could only show that the model does not fit"
+        advice = (
+            "C's estimate is below -margin: if it stays there, more repeats would show that the model "
+            "does not fit"
+        )
     else:
         advice = "C sits on the margin: repeats alone will not decide it"
     return ConstantTerm(

@@ -252,11 +252,13 @@ def _pooled_path(
 ) -> tuple[ConstantTerm, Callable[[bool], ShareCI]]:
     """Fewer than 6 kept repeats at a width: t intervals on the pooled residuals (`measure.pooled`)."""
     w, med = s.widths, s.medians
-    three = pooled.fit_rows(w, s.kept, med, True)
-    scale_from = three if three.has_scale else pooled.fit_rows(w, s.kept, med, False)
-    basis = f"t, pooled residuals, df {scale_from.df}" + (
+    three = pooled.fit(w, s.kept, med, True)
+    scale_from = three if three.has_scale else pooled.fit(w, s.kept, med, False)
+    on = "t on the per-width medians" if scale_from.lost_per_width else "t"
+    basis = f"{on}, pooled residuals, df {scale_from.df}" + (
         "" if three.has_scale else " of the two-term fit: no residual is left for three coefficients"
     )
+    basis += f"; {scale_from.note}" if scale_from.note else ""
     form = np.array([1.0, 0.0, 0.0])
     half = three.halfwidth(form, scale_from.s, scale_from.df)
     c = float(three.coef[0])
@@ -274,7 +276,7 @@ def _pooled_path(
         )
 
     def share_ci(with_c: bool) -> ShareCI:
-        pf = three if with_c else pooled.fit_rows(w, s.kept, med, False)
+        pf = three if with_c else pooled.fit(w, s.kept, med, False)
         if not pf.has_scale:
             return (
                 None,
@@ -288,9 +290,10 @@ def _pooled_path(
         negative = [n for j, n in enumerate(names) if pf.coef_interval(j)[1] < 0]
         if negative:
             return None, _contradicted(negative, with_c), None
+        form_name = "the per-width medians, " if pf.lost_per_width else ""
         how = (
-            f"95 % t interval from the pooled residuals (df {pf.df}; "
-            f"fewer than {robust.MIN_FOR_INTERVAL} repeats at a width)"
+            f"95 % t interval from {form_name}the pooled residuals (df {pf.df}; "
+            f"fewer than {robust.MIN_FOR_INTERVAL} repeats at a width)" + (f"; {pf.note}" if pf.note else "")
         )
         return {float(x): pf.share_interval(float(x)) for x in report_at}, None, how
 
