@@ -643,3 +643,29 @@ def test_every_verdict_is_the_one_verdict_type_with_its_margin_and_noise(tmp_pat
     judged = mem.metrics["memorisation"].judgement
     assert judged is not None and judged.outcome == FAIL and judged.margin == pytest.approx(5.0)
     assert judged.noise is None and judged.exit_code == FINDING
+
+
+def test_a_response_metric_gains_power_as_runs_are_added() -> None:
+    """Issue 33: a small planted probe change (8 points over 100 prompts of varied rate) was found 13/30
+    with 2 runs and 6/30 with 3: the floor was a single run's spread. Now the estimator's own noise
+    decides: found more often with more runs, at its nominal 5 % with no change (measured:
+    no change 5/6/3 %, 8 points 43/53/56 % at 2/3/5 runs over 100 trials)."""
+    probe = read_probes_text(
+        '[[probe]]\nname = "refusal"\nhypothesis = "tuning keeps refusals"\nexpect = "no-change"\n'
+        'prompts = "*"\nphrases = ["I cannot help"]\n'
+    )
+    ids = [f"p{i}" for i in range(100)]
+
+    def found(runs: int, effect: float) -> float:
+        hits = 0
+        for trial in range(100):
+            p = np.random.default_rng([runs, trial]).beta(2, 2, 100)
+            base = _random_probe_arm("base", [p] * runs, 2 * trial)
+            tuned = _random_probe_arm("tuned", [np.clip(p + effect, 0, 1)] * runs, 2 * trial + 1)
+            hits += judge_probe(probe, base, tuned, ids, 2.0, {}).result.verdict == FAIL
+        return hits / 100
+
+    null = [found(r, 0.0) for r in (2, 3, 5)]
+    power = [found(r, 0.08) for r in (2, 3, 5)]
+    assert sum(null) / 3 <= 0.05 + 2 * 0.0126, null
+    assert power[2] >= power[0] + 0.08 and power[1] >= power[0] - 0.05, power
