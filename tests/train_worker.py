@@ -32,7 +32,10 @@ class Rows(TrainerCallback):
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    recipe = from_dict({"optim": {"max_steps": 3, "micro_batch": 2, "grad_accum": 1}}, "worker recipe")
+    recipe = from_dict(
+        {"optim": {"max_steps": 3, "micro_batch": 2, "grad_accum": 1}, "run": {"probe_budget_s": 0}},
+        "worker recipe",
+    )
     seen = Rows()
     result = run(prepare(TrainSpec(recipe=recipe, output_dir=out / "run")), PrintedProgress(), [seen])
     rank = os.environ["RANK"]

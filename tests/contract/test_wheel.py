@@ -103,7 +103,12 @@ def test_the_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     assert not (work / "run").exists()  # refused before any work
 
     _ok(_run([*pip, f"{wheel}[train]"], tmp_path, env, timeout=900))
-    trained = _ok(_run([tp, "train", "--output", str(work / "run"), "--json"], work, env, timeout=900))
+    recipe = work / "short.toml"  # the embedded model and data, 4 steps, no probe: CI's 20 minutes
+    recipe.write_text("[optim]\nmax_steps = 4\n[run]\nprobe_budget_s = 0\n")
+    trained = _run(
+        [tp, "train", str(recipe), "--output", str(work / "run"), "--json"], work, env, timeout=900
+    )
+    trained = _ok(trained)
     import json
 
     summary = json.loads(trained.stdout)

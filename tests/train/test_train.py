@@ -142,7 +142,10 @@ def test_resume_continues_with_the_batches_an_uninterrupted_run_sees(tmp_path: P
                 control.should_training_stop = True
 
     recipe = from_dict(
-        {"optim": {"max_steps": 6, "micro_batch": 2, "grad_accum": 2}, "run": {"save_steps": 3}},
+        {
+            "optim": {"max_steps": 6, "micro_batch": 2, "grad_accum": 2},
+            "run": {"save_steps": 3, "probe_budget_s": 0},
+        },
         "test recipe",
     )
     whole = Seen()
@@ -280,7 +283,9 @@ def test_a_text_field_that_is_not_text_is_named(tmp_path: Path, capsys) -> None:
 
 
 def test_a_run_too_short_to_train_the_adapter_says_so(tmp_path: Path) -> None:
-    recipe = _recipe(tmp_path, "[optim]\nmax_steps = 1\ngrad_accum = 1\nwarmup_ratio = 0.5\n")
+    recipe = _recipe(
+        tmp_path, "[optim]\nmax_steps = 1\ngrad_accum = 1\nwarmup_ratio = 0.5\n[run]\nprobe_budget_s = 0\n"
+    )
     with pytest.warns(UserWarning, match="the adapter did not train everywhere"):
         assert main(["train", recipe, "--output", str(tmp_path / "out")]) == 0
 
