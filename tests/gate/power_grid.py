@@ -48,7 +48,8 @@ def grid() -> dict[tuple[int, int, int], tuple[float, int]]:
 
 
 def table(cells: dict[tuple[int, int, int], tuple[float, int]]) -> str:
-    head = "| documents | runs per arm | " + " | ".join(f"drop {d} pts" for d in DROPS) + " |"
+    named = [f"drop {d} pts" if d else "no change (false FAIL)" for d in DROPS]
+    head = "| documents | runs per arm | " + " | ".join(named) + " |"
     lines = [head, "|" + "---|" * (2 + len(DROPS))]
     for docs in DOCS:
         for runs in RUNS:

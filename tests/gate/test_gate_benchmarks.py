@@ -119,7 +119,9 @@ def test_power_counts_the_documents_and_runs_that_would_detect_the_floor(seed: i
     assert line.power.startswith(f"a {floor:.3g} pts effect (the measured run-to-run floor) is detected "
                                  f"{100 * now:.0f} % of the time here")  # fmt: skip
     if now >= 0.8:
-        assert line.power.endswith("the change seen is smaller than that")
+        assert line.power.endswith(
+            "lies nearer the line the verdict must clear, where these data cannot decide"
+        )
         return
     docs = re.search(r"about ([\d,]+) documents at these runs \(now 40\)", line.power)
     runs = re.search(r"(\d+) runs per arm at these documents \(now 2 \+ 2\)", line.power)
@@ -230,3 +232,112 @@ def test_a_metric_without_per_document_numbers_is_named_not_judged(tmp_path: Pat
     report = _gate([folder], [folder])
     assert any("bleu (none) not judged: list per document" in n for n in report.benchmarks.notes)
     assert math.isclose(_line(report, "wmt", "acc", "none").result.delta, 0.0)
+
+
+UNIT_ARGS = ("small", "task", ("small",), (("none", "acc"),), True)
+
+
+def _judge(base, tuned, higher=True, hypothesis="not-worse", margin=None, bar=None):  # type: ignore[no-untyped-def]
+    from tuneproof.gate.bench_lineup import BenchUnit
+    from tuneproof.gate.benchmarks import judge_line
+
+    return judge_line(BenchUnit(*UNIT_ARGS), "none", "acc", np.asarray(base, float), np.asarray(tuned, float),
+                      higher, hypothesis, margin, 2.0, bar)  # fmt: skip
+
+
+def test_mcnemar_that_does_not_reject_says_so_where_the_interval_excludes_0() -> None:
+    """Fresh eyes (issue 33): 40 documents, one run each, 7 worse and 0 better: the bootstrap interval lies
+    below 0 but McNemar's p is 0.016... with 5 vs 0, p = 0.0625: the reason said "the interval spans 0"."""
+    base = np.ones((1, 40))
+    tuned = base.copy()
+    tuned[0, :5] = 0
+    line = _judge(base, tuned)
+    assert line.result.verdict == "INCONCLUSIVE" and line.extra["mcnemar_p"] == pytest.approx(0.0625)
+    assert line.result.ci95 is not None and line.result.ci95[1] < 0
+    assert "the exact McNemar test, which decides with one run per arm, does not reject" in line.result.reason
+    assert "spans 0" not in line.result.reason
+
+
+def test_better_by_a_margin_plans_for_what_it_must_clear() -> None:
+    """Fresh eyes (issue 33): "better" with a 5-point margin needs the interval above +5, but the power
+    line was the power against 0 (41 %). Now: an effect the size of the margin is called half the time at
+    best (no count advised), a larger one is planned past the margin, and the MDE lies beyond it."""
+    import re
+
+    from tuneproof.gate.clustered import power
+
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0.2, 0.8, 300)
+    base, tuned = (rng.random((2, 300)) < p), (rng.random((2, 300)) < p)
+    line = _judge(base, tuned, hypothesis="better", margin=5.0)
+    assert line.result.verdict == "INCONCLUSIVE" and line.power is not None
+    effect = float(re.match(r"a ([\d.]+) pts effect", line.power).group(1))  # type: ignore[union-attr]
+    assert effect > 5.0  # the measured floor, larger than the margin
+    now = power(effect - 5.0, line.extra["se"], line.extra["df"])
+    assert f"detected {100 * now:.0f} % of the time here" in line.power
+    assert line.result.mde is not None and line.result.mde > 5.0 + line.extra["se"]
+    quiet = _judge(base[:1], tuned[:1], hypothesis="better", margin=5.0)  # no measured floor: the margin
+    assert (
+        quiet.power is not None and "(the margin)" in quiet.power and "half the time at best" in quiet.power
+    )
+
+
+def test_a_verdict_holm_demotes_gets_its_power_at_holms_first_step(tmp_path: Path) -> None:
+    """Fresh eyes: a line FAIL alone but not after Holm had no power line, and the others' power was
+    the uncorrected figure."""
+    tasks = [gen.Task(n, 120, "generate") for n in ("t1", "t2", "t3", "t4")]
+    base_model = gen.Model("org/base", {n: 0.3 for n in ("t1", "t2", "t3", "t4")})
+    tuned_model = gen.Model("org/tuned", {"t1": -0.35}, 1, ("t1",))
+    report = _gate(
+        _runs(tmp_path, "b", base_model, tasks, (1, 2)), _runs(tmp_path, "t", tuned_model, tasks, (3, 4))
+    )
+    lines = [x for x in report.benchmarks.lines if x.deciding]
+    assert len(lines) == 4
+    for x in lines:
+        if x.result.verdict == "INCONCLUSIVE":
+            assert x.power is not None and "at alpha 0.05 / 4 (Holm's first step over 4" in x.power, x.power
+    assert any(x.result.verdict == "INCONCLUSIVE" for x in lines)
+    # a line FAIL alone (p about 0.02) among three null lines: demoted by Holm, and given its power line
+    from tuneproof.gate.bench_lineup import BenchUnit
+    from tuneproof.gate.benchmarks import Benchmarks, judge_line
+    from tuneproof.gate.judge import overall
+
+    rng = np.random.default_rng(20)  # a draw whose drop is significant alone (p = 0.030)
+    p = rng.uniform(0.3, 0.7, 200)
+    family = []
+    for i, drop in enumerate((0.1, 0.0, 0.0, 0.0)):
+        b, t = (rng.random((2, 200)) < p).astype(float), (rng.random((2, 200)) < p - drop).astype(float)
+        unit = BenchUnit(f"t{i}", "task", (f"t{i}",), (("none", "acc"),), True)
+        family.append(judge_line(unit, "none", "acc", b, t, True, "not-worse", None, 2.0))
+        family[-1].deciding = True
+    alone = family[0].result.extra["p_value"]
+    assert family[0].result.verdict == "FAIL" and family[0].power is None and 0.0125 < alone < 0.05, alone
+    overall({}, [], Benchmarks(family, [], True))
+    assert "not after Holm" in family[0].result.reason
+    assert family[0].power is not None and "alpha 0.05 / 4" in family[0].power
+
+
+def test_an_unknown_direction_shows_no_arrow_and_names_the_spec_key() -> None:
+    line = _judge(np.full((2, 10), 0.5), np.full((2, 10), 0.4), higher=None)
+    assert line.result.wanted == "unknown"
+
+
+def test_a_spec_floor_is_the_floor_the_table_shows() -> None:
+    rng = np.random.default_rng(2)
+    base = (rng.random((2, 200)) < 0.5).astype(float)
+    line = _judge(base, base.copy(), bar=10.0)
+    assert line.result.floor == 10.0 and line.result.floor_source == "given"
+
+
+def test_lower_is_better_reads_as_measured_and_the_runs_advice_names_the_single_arm() -> None:
+    """The text gives the change as measured with its direction ("lower is better"), and a worse change
+    is "the interval above 0"; with 1 base run and 3 tuned runs the advice is a second base run."""
+    base = np.array([[0.1, 0.2, 0.0, 0.1] * 25, [0.1, 0.1, 0.0, 0.2] * 25])
+    worse = _judge(base, base + 0.3, higher=False)
+    assert worse.result.verdict == "FAIL" and "(lower is better)" in worse.result.reason
+    assert "the interval above 0" in worse.result.reason
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.2, 0.8, 60)
+    one = _judge((rng.random((1, 60)) < p), (rng.random((3, 60)) < p), hypothesis="not-worse", margin=3.0)
+    assert one.power is not None and "a second run in the base arm would measure" in one.power
+    assert "2 runs per arm" not in one.power

@@ -199,8 +199,9 @@ def test_benchmark_runs_and_response_files_do_not_mix(tmp_path: Path, capsys) ->
     "spec,fragment",
     [
         ('[benchmarks]\nhypothesis = "same"\n', "hypothesis = 'same'"),
-        ('[benchmarks]\nmargin = "500_000"\n', "margin must be a number >= 0, got '500_000'"),
-        ("[benchmarks]\nmargin = nan\n", "margin must be a number >= 0, got nan"),
+        ('[benchmarks]\nmargin = "500_000"\n', "margin must be a finite number >= 0, got '500_000'"),
+        ("[benchmarks]\nmargin = nan\n", "margin must be a finite number >= 0, got nan"),
+        ("[benchmarks]\nmargin = inf\n", "margin must be a finite number >= 0, got inf"),
         ("[benchmarks]\nlevel = 1\n", "[benchmarks] has unknown key(s) level"),
         ('[benchmarks.task.mmlu]\nhypothesis = "better"\n', "names mmlu, which the runs do not hold"),
         (
@@ -415,7 +416,7 @@ def _as_csv(folder: Path, out: Path) -> Path:
     rows = [json.loads(x) for x in _samples(folder).read_text().splitlines()]
     lines = ["id,task,filter,exact_match,len_response,parse_error"]
     lines += [
-        f"d{r['doc_id']},gsm8k,{r['filter']},{r['exact_match']},{r['len_response']},{r['parse_error']}"
+        f"{r['doc_id']},gsm8k,{r['filter']},{r['exact_match']},{r['len_response']},{r['parse_error']}"
         for r in rows
     ]
     out.write_text("\n".join(lines) + "\n")
@@ -434,6 +435,11 @@ def test_a_metric_reads_the_same_direction_in_every_input_form(tmp_path: Path) -
         "per-example CSV": (
             [_as_csv(f, tmp_path / f"b{i}.csv") for i, f in enumerate(base)],
             [_as_csv(f, tmp_path / f"t{i}.csv") for i, f in enumerate(tuned)],
+        ),
+        # fresh eyes: a folder and a CSV in one arm were refused as "arm files mixed with benchmark results"
+        "a folder and a CSV in each arm": (
+            [base[0], _as_csv(base[1], tmp_path / "mixed-b.csv")],
+            [tuned[0], _as_csv(tuned[1], tmp_path / "mixed-t.csv")],
         ),
     }
     seen = {}

@@ -70,10 +70,12 @@ _FILE = click.Path(path_type=Path)
 @json_option
 def gate(json_out: bool, **flags: Any) -> int:
     """Tuned vs base on diversity, attractor phrases, memorisation, probes and benchmark results (lm-eval
-    runs or per-example files, judged per document). Every metric is judged against the run-to-run noise
-    of the same arm (>= 2 runs per arm; for benchmarks with 1 run, a paired per-document test stands in):
-    PASS, FAIL or INCONCLUSIVE, with delta / floor, a paired 95 % interval and the minimum detectable
-    effect. Exit 0 all pass, 1 any fails, 3 some inconclusive, 2 bad input."""
+    runs or per-example files, judged per document). Every metric is judged on its paired 95 % interval,
+    whose standard error carries the run-to-run noise (>= 2 runs per arm; for benchmarks with 1 run, a
+    paired per-document test stands in), with Holm's correction over the verdicts that decide together;
+    a floor is beaten too where the spec gives one. PASS, FAIL or INCONCLUSIVE, with delta / floor (for
+    scale), the interval and the minimum detectable effect. Exit 0 all pass, 1 any fails, 3 some
+    inconclusive, 2 bad input."""
     from tuneproof.commands.gate import GateCommandSpec, prepare, run
 
     warn_unused(("tokenizer", "k"), "--corpus", bool(flags["corpus"]))

@@ -94,7 +94,7 @@ def read_arm(paths: Sequence[str | Path], name: str) -> Arm:
             raise TuneproofError(f"{p} is given twice for the {name} arm", "give each file once")
         seen[key] = p
     kinds = {p: _kind(p, name) for p in files}
-    if len(set(kinds.values())) > 1:
+    if len({k == "text" for k in kinds.values()}) > 1:  # lm-eval and per-example runs are both runs
         raise TuneproofError(
             f"the {name} arm mixes tuneproof arm files with benchmark results ({', '.join(map(str, files))})",
             "give an arm either response files or benchmark runs",

@@ -55,6 +55,9 @@ class BenchLine:
     lm_eval: dict[str, list[float | None]]  # lm-eval's own figure per run of each arm (in `result.unit`)
     power: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # the power line for a family of that many verdicts corrected together (Holm): set by `judge_line`,
+    # read once the family is known (`gate.judge.overall`); not part of the report
+    plan: Callable[[int], str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -104,7 +107,8 @@ def judge_benchmarks(lineup: Lineup, spec: GateSpec) -> Benchmarks:
                 line.result.judgement, line.power = None, None
                 line.result.note = (
                     f"not judged: whether higher {metric} is better is not known (in neither tuneproof's "
-                    "table nor a results file); the spec's higher_is_better says"
+                    "table nor a results file): set higher_is_better for the task in the spec's "
+                    "[benchmarks.task.NAME]"
                 )
             lines.append(line)
     for task, filt, metric, why in lineup.unjudged:
@@ -145,10 +149,16 @@ def judge_line(
     else:  # McNemar pairs one 0/1 outcome per document and arm: one run each
         test = "exact McNemar" if binary and b.shape[0] == t.shape[0] == 1 else "paired bootstrap"
         floor = Floor(None, "none", f"{single}: the run-to-run noise is not measured")
+    given = bar is not None
     if bar is None and practical and floor.value is not None:
         bar = floor.value
     name = f"{unit.name} {metric}" + ("" if filt == "none" else f" ({filt})")
-    result = _result(name, "down" if higher is False else "up", b, t, floor, unit_name)
+    wanted = "unknown" if higher is None else "down" if higher is False else "up"
+    if given:  # the floor the verdict must beat is the spec's: the table shows it, marked as given
+        floor = Floor(
+            bar, "given", f"given in the spec: a change must beat {bar:g}{' pts' if percent else ''}"
+        )
+    result = _result(name, wanted, b, t, floor, unit_name)
     line = BenchLine(unit, metric, filt, False, hypothesis, margin, test, result, {})
     if result.delta is None or result.ci95 is None:
         return line
@@ -165,7 +175,7 @@ def judge_line(
         outcome, reason = _no_difference(hypothesis)
         line.extra["identical"] = True
     else:
-        outcome, reason = _decide(hypothesis, gain, (lo, hi), bar, margin, p_value, result.unit, test)
+        outcome, reason = _decide(hypothesis, gain, (lo, hi), bar, margin, p_value, result.unit, test, sign)
     if not runs_ok:
         reason += f"; {single}, so the run-to-run noise is not measured and the {test} decides"
     reason += est.shift_note
@@ -174,9 +184,12 @@ def judge_line(
         result.extra["p_value"] = _decisive_p(hypothesis, gain, margin, est, p_value)
     half = (hi - lo) / 2
     result.judgement = verdict_for(outcome, reason, abs(gain) - half, half)
-    result.mde = stats.clustered.mde(est.se, est.df, bar)
+    rule = _Rule(hypothesis, margin, bar)
+    result.mde = rule.mde(est.se, est.df)
+    measured = floor.value if floor.source == "measured" else None
+    line.plan = lambda family: _power(b, t, rule, measured, est, result.unit, gain, family)
     if outcome == INCONCLUSIVE:
-        line.power = _power(b, t, margin or bar or floor.value, est, result.unit, bar, margin)
+        line.power = line.plan(1)
     return line
 
 
@@ -227,30 +240,51 @@ def _decide(
     p_value: float | None,
     unit: str,
     test: str,
+    sign: float = 1.0,
 ) -> tuple[str, str]:
     """The verdict on the gain (delta signed so that > 0 is better) and its interval (low, high):
-    significance from the interval (and McNemar's p where it decides); `bar` a floor to beat as well."""
+    significance from the interval (and McNemar's p where it decides); `bar` a floor to beat as well.
+    The text gives the change as measured (`sign` -1: lower is better) and says which side is better."""
     lo, hi = ci
     pts = " pts" if unit == "%" else ""
     beyond = bar is None or abs(gain) > bar
-    significant = test != "exact McNemar" or (p_value is not None and p_value < 0.05)
-    where = f"change {gain:+.4g}{pts} (+ is better), 95 % CI [{lo:+.4g}, {hi:+.4g}], {test}"
+    mcnemar_no = test == "exact McNemar" and (p_value is None or p_value >= 0.05)
+    significant = not mcnemar_no
+    raw = sorted((sign * lo, sign * hi))
+    better_side = "higher" if sign > 0 else "lower"
+    where = (
+        f"change {sign * gain:+.4g}{pts} ({better_side} is better), 95 % CI [{raw[0]:+.4g}, {raw[1]:+.4g}], "
+        f"{test}"
+    )
     if bar is not None:
         where += f", floor to beat {bar:.4g}"
     if test == "exact McNemar" and p_value is not None:
         where += f", McNemar p = {p_value:.3g}"
+
+    def side(limit: float, worse: bool) -> str:
+        """ "below -2" on the gain scale, as the measured change reads it."""
+        word = ("below" if worse else "above") if sign > 0 else ("above" if worse else "below")
+        return f"{word} {sign * limit:+.4g}" if limit else f"{word} 0"
+
     inside = f"inside the floor the spec asks to beat ({where})"
+    excludes = lo > 0 or hi < 0
+    if mcnemar_no and excludes and beyond:
+        return INCONCLUSIVE, (
+            f"the exact McNemar test, which decides with one run per arm, does not reject no change (p >= "
+            f"0.05) though the bootstrap interval excludes 0: too few documents changed to say ({where})"
+        )
     if hypothesis == "not-worse":
         m = margin or 0.0
         if m > 0 and lo > -m:
-            return PASS, f"not worse by more than {m:.4g}{pts}: the interval stays above -{m:.4g} ({where})"
-        if m == 0 and lo > 0 and beyond and significant:
-            return PASS, f"not worse: better, the whole interval above 0 ({where})"
-        if gain < 0 and hi < -m and beyond and significant:
-            below = (
-                f" by more than {m:.4g}{pts}: the interval below {-m:+.4g}" if m else ": the interval below 0"
+            return (
+                PASS,
+                f"not worse by more than {m:.4g}{pts}: the interval stays {side(-m, False)} ({where})",
             )
-            return FAIL, f"worse{below} ({where})"
+        if m == 0 and lo > 0 and beyond and significant:
+            return PASS, f"not worse: better, the whole interval {side(0.0, False)} ({where})"
+        if gain < 0 and hi < -m and beyond and significant:
+            by = f" by more than {m:.4g}{pts}" if m else ""
+            return FAIL, f"worse{by}: the interval {side(-m, True)} ({where})"
         if not beyond:
             return INCONCLUSIVE, inside
         if not m:
@@ -258,61 +292,116 @@ def _decide(
         return INCONCLUSIVE, f"not shown within {m:.4g}{pts} of the base, nor worse by more ({where})"
     m = margin or 0.0
     if gain > 0 and lo > m and beyond and significant:
-        return (
-            PASS,
-            f"better{f' by more than {m:.4g}{pts}' if m else ''}: the interval above {m:+.4g} ({where})",
-        )
+        by = f" by more than {m:.4g}{pts}" if m else ""
+        return PASS, f"better{by}: the interval {side(m, False)} ({where})"
     if gain < 0 and hi < 0 and beyond and significant:
-        return FAIL, f"worse: the interval below 0 ({where})"
+        return FAIL, f"worse: the interval {side(0.0, True)} ({where})"
     if not beyond:
         return INCONCLUSIVE, inside
     return INCONCLUSIVE, f"not shown better ({where})"
 
 
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """What a true change must clear to be called, on the gain scale: the test (t * se), a floor to beat
+    (`bar`), and for "better" with a margin, the margin plus the test (the interval above the margin)."""
+
+    hypothesis: str
+    margin: float | None
+    bar: float | None
+
+    @property
+    def shift(self) -> float:
+        return self.margin if self.hypothesis == "better" and self.margin else 0.0
+
+    @property
+    def hurdle(self) -> float | None:
+        """The bar past the shift, on the shifted scale (None: the test alone)."""
+        if self.bar is None or self.bar <= self.shift:
+            return None
+        return self.bar - self.shift
+
+    def power(self, effect: float, se: float, df: float, alpha: float) -> float:
+        return stats.clustered.power(effect - self.shift, se, df, self.hurdle, alpha)
+
+    def power_at(self, parts: stats.clustered.Parts, effect: float, docs: int, runs: tuple[int, int],
+                 alpha: float) -> float:  # fmt: skip
+        return parts.power_at(effect - self.shift, docs, runs, self.hurdle, alpha)
+
+    def mde(self, se: float, df: float) -> float:
+        return self.shift + stats.clustered.mde(se, df, self.hurdle)
+
+    def at_best_half(self, effect: float) -> bool:
+        """A true change no larger than what it must clear is called half the time at best."""
+        return effect <= self.shift + (self.hurdle or 0.0) and (self.shift > 0 or self.hurdle is not None)
+
+
 def _power(
     b: np.ndarray,
     t: np.ndarray,
-    effect: float | None,
+    rule: _Rule,
+    measured: float | None,
     est: stats.DeltaEstimate,
     unit: str,
-    bar: float | None,
-    margin: float | None,
+    gain: float,
+    family: int = 1,
 ) -> str:
-    """The documents, or runs, at which the rule as applied detects an effect of `effect` (the margin, else
-    the floor to beat, else the measured run-to-run floor) with 80 % power at alpha 0.05, from the variance
-    parts these data show (`clustered.Parts`); never a count already taken."""
+    """The documents, or runs, at which the rule as applied detects the effect it plans for with 80 %
+    power, from the variance parts these data show (`clustered.Parts`); never a count already taken. The
+    effect: for not-worse with a margin, the margin (shown within it when the truth is no change); else the
+    larger of the measured run-to-run floor and the floor to beat. In a `family` of verdicts corrected
+    together (Holm), the test runs at 0.05 / family, Holm's first step, which covers the line's rank."""
     pts = " pts" if unit == "%" else ""
-    if not effect:
-        return (
-            "no effect size to plan for: no floor is measured (1 run in an arm) and the spec gives no margin "
-            "or floor (its margin sets one)"
+    alpha = stats.clustered.ALPHA / family
+    if rule.hypothesis == "not-worse" and rule.margin:
+        effect, what = rule.margin, "the margin"
+    else:
+        named = (
+            (measured, "the measured run-to-run floor"),
+            (rule.bar, "the floor to beat"),
+            (rule.margin, "the margin"),
         )
-    what = "the margin" if margin else "the floor to beat" if bar else "the measured run-to-run floor"
-    beat = None if margin else bar  # a margin's claim (within it) needs no bar; a change must beat one
-    n, runs = b.shape[1], (b.shape[0], t.shape[0])
-    power_now = stats.clustered.power(effect, est.se, est.df, beat)
-    head = f"a {effect:.3g}{pts} effect ({what}) is detected {100 * power_now:.0f} % of the time here"
+        found = [(v, w) for v, w in named if v]
+        if not found:
+            return (
+                "no effect size to plan for: no floor is measured (1 run in an arm) and the spec gives no "
+                "margin or floor (its margin sets one)"
+            )
+        effect, what = max(found, key=lambda x: x[0])
+    at = (
+        f" at alpha 0.05 / {family} (Holm's first step over {family} deciding verdicts)" if family > 1 else ""
+    )
+    power_now = rule.power(effect, est.se, est.df, alpha)
+    head = f"a {effect:.3g}{pts} effect ({what}) is detected {100 * power_now:.0f} % of the time here{at}"
     if power_now >= stats.clustered.POWER:
-        return f"{head} (80 % wanted): the change seen is smaller than that"
-    if beat is not None and effect <= beat:
         return (
-            f"{head}; no count of documents or runs brings it to 80 %: a true change the size of the floor "
-            "to beat is called half the time at best (the estimate must land beyond it); the MDE column "
-            "names the change called 80 % of the time here"
+            f"{head} (80 % wanted): the change seen, {gain:+.3g}{pts} (+ is better), is not that effect: it "
+            "lies nearer the line the verdict must clear, where these data cannot decide"
+        )
+    if rule.at_best_half(effect):
+        return (
+            f"{head}; no count of documents or runs brings it to 80 %: a true change the size of what the "
+            "verdict must clear is called half the time at best (the estimate must land beyond it); the MDE "
+            "column names the change called 80 % of the time here"
         )
     parts = stats.clustered.Parts.read(b, t)
-    if min(runs) < 2:  # no run-to-run variance measured: the documents' spread as it is
+    runs = (b.shape[0], t.shape[0])
+    single = [arm for arm, r in zip(("base", "tuned"), runs, strict=True) if r < 2]
+    if single:  # no run-to-run variance measured: the documents' spread as it is
         d = t.mean(axis=0) - b.mean(axis=0)
         parts = stats.clustered.Parts(float(np.var(d, ddof=1)), (0.0, 0.0), 0.0)
-    advice = []
+    n, advice = b.shape[1], []
     wanted = stats.clustered.POWER
-    docs = _smallest(lambda k: parts.power_at(effect, k, runs, beat) >= wanted, n + 1, 10**8)
+    docs = _smallest(lambda k: rule.power_at(parts, effect, k, runs, alpha) >= wanted, n + 1, 10**8)
     if docs is not None:
         advice.append(f"about {docs:,} documents at these runs (now {n:,})")
-    if min(runs) < 2:
-        advice.append("2 runs per arm would measure the run-to-run noise")
+    if single:
+        advice.append(f"a second run in the {' and '.join(single)} arm{'s' if len(single) > 1 else ''} would "
+                      "measure the run-to-run noise")  # fmt: skip
     else:
-        more = _smallest(lambda r: parts.power_at(effect, n, (r, r), beat) >= wanted, max(runs) + 1, 10**4)
+        more = _smallest(
+            lambda r: rule.power_at(parts, effect, n, (r, r), alpha) >= wanted, max(runs) + 1, 10**4
+        )
         if more is not None:
             advice.append(f"{more} runs per arm at these documents (now {runs[0]} + {runs[1]})")
         else:

@@ -40,10 +40,10 @@ POWER = 0.80
 RUN_SHIFT_ALPHA = 0.05
 
 
-def t_crit(df: float) -> float:
+def t_crit(df: float, alpha: float = ALPHA) -> float:
     from scipy import stats as sps  # scipy.stats costs a second to import: only where a verdict is made
 
-    return float(sps.t.ppf(1 - ALPHA / 2, max(df, 1.0)))
+    return float(sps.t.ppf(1 - alpha / 2, max(df, 1.0)))
 
 
 def run_variance(*arms_RD: np.ndarray) -> float:
@@ -107,15 +107,15 @@ def mde(se: float, df: float, bar: float | None = None) -> float:
     return max(bar or 0.0, t_crit(df) * se) + float(sps.t.ppf(POWER, max(df, 1.0))) * se
 
 
-def power(effect: float, se: float, df: float, bar: float | None = None) -> float:
+def power(effect: float, se: float, df: float, bar: float | None = None, alpha: float = ALPHA) -> float:
     """Probability that the rule calls a true change of `effect`: the estimate beyond t * se (the test at
-    ALPHA) and beyond `bar` where one must be beaten (the far tail neglected). A change the size of the bar
-    is called half the time at best."""
+    `alpha`) and beyond `bar` where one must be beaten (the far tail neglected). A change the size of the
+    bar is called half the time at best."""
     from scipy import stats as sps
 
-    threshold = max(bar or 0.0, t_crit(df) * se)
+    threshold = max(bar or 0.0, t_crit(df, alpha) * se)
     if se <= 0:
-        return 1.0 if abs(effect) > threshold else ALPHA if effect == 0 else 0.0
+        return 1.0 if abs(effect) > threshold else alpha if effect == 0 else 0.0
     return float(sps.t.sf((threshold - abs(effect)) / se, df))
 
 
@@ -158,6 +158,8 @@ class Parts:
         parts = [(doc_part, docs - 1), (self.shift * (1 / runs[0] + 1 / runs[1]), shift_df(runs))]
         return float(np.sqrt(sum(v for v, _ in parts))), satterthwaite(parts)
 
-    def power_at(self, effect: float, docs: int, runs: tuple[int, int], bar: float | None = None) -> float:
+    def power_at(
+        self, effect: float, docs: int, runs: tuple[int, int], bar: float | None = None, alpha: float = ALPHA
+    ) -> float:
         se, df = self.se_df(docs, runs)
-        return power(effect, se, df, bar)
+        return power(effect, se, df, bar, alpha)

@@ -206,7 +206,7 @@ def _nonnegative(value: Any, name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise TuneproofError(f"{name} must be a number >= 0, got {value!r}", SPEC_HINT)
+        raise TuneproofError(f"{name} must be a finite number >= 0, got {value!r}", SPEC_HINT)
     return float(value)
 
 
