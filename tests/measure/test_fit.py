@@ -240,11 +240,12 @@ def _csv(tmp_path: Path, text: str) -> Path:
         ),
         (
             "width,seconds\n2048,abc\n",
-            "{p}:2: not numbers: '2048', 'abc' (each row is an integer width and a time in seconds)",
+            "{p}:2: not a finite number: seconds 'abc' (each row is an integer width and a time in seconds)",
         ),
         (
             "width,seconds\nx,nan\n",
-            "{p}:2: not numbers: 'x', 'nan' (each row is an integer width and a time in seconds)",
+            "{p}:2: not a finite number: width 'x', seconds 'nan'"
+            " (each row is an integer width and a time in seconds)",
         ),
         (
             "width,seconds\n2048.5,1\n",
@@ -319,3 +320,11 @@ def test_out_of_range_rows_are_refused_not_a_singular_matrix(
         TuneproofError, match=r"widths must be <= 1,073,741,824 and seconds in \[1e-09, 1e\+07\]"
     ):
         fit_scaling(np.array(widths), np.array(seconds))
+
+
+def test_c_below_0_beyond_the_noise_is_said_as_such_not_too_wide() -> None:
+    """Fresh eyes (issue 33): C's interval [-0.169, -0.013] against a margin of 0.077 read "the interval
+    is too wide to say" beside a share line saying C is negative beyond the noise."""
+    t = judge_constant(-0.0912, (-0.169, -0.013), margin=0.0771, repeats=3)
+    assert t.verdict == "undetermined" and "too wide" not in t.reason
+    assert "C is below 0 beyond the noise" in t.reason and t.reason.endswith("repeats would tell which")

@@ -128,8 +128,9 @@ def judge_constant(
             f"{where}: C is negative beyond the noise, so t = C + A*w + B*w^2 does not describe "
             "these timings",
         )
-    half = (hi - lo) / 2
-    decide = to_decide or square_law(repeats, half)
+    decide = to_decide or square_law(repeats, (hi - lo) / 2)
+    if hi < 0:  # below 0 beyond the noise, as the share's interval reads it, but not beyond the band
+        return _below_zero(c, interval, margin, decide, where)
     targets = [margin - abs(c)] if abs(c) < margin else []  # absent: the half-width must shrink to this
     targets += [c - margin] if c > margin else []  # present: to this
     counts = [k for k in map(decide, targets) if k is not None]
@@ -137,7 +138,7 @@ def judge_constant(
     if targets and n is None:
         advice = f"more than {MAX_REPEATS_ADVICE} repeats per width would be needed: quieten the machine"
     elif n is not None:
-        advice = f"about {n} repeats per width would decide it if the noise stays as it is"
+        advice = f"about {n} repeats per width would decide it if the estimate and the noise stay as they are"
     elif c < 0:
         advice = (
             "C's estimate is below -margin: if it stays there, more repeats would show that the model "
@@ -148,3 +149,17 @@ def judge_constant(
     return ConstantTerm(
         "undetermined", c, interval, margin, n, f"{where}: the interval is too wide to say; {advice}"
     )
+
+
+def _below_zero(
+    c: float, interval: tuple[float, float], margin: float, decide: Callable[[float], int | None], where: str
+) -> ConstantTerm:
+    """C's whole interval below 0 but not below -margin: no overhead is negative, so say what it can be."""
+    n = decide(margin - abs(c)) if abs(c) < margin else None
+    more = f"about {n} repeats per width would tell which" if n else "more repeats would tell which"
+    return ConstantTerm(
+        "undetermined", c, interval, margin, n,
+        f"{where}: C is below 0 beyond the noise (no per-step overhead is negative): either a 1-in-40 draw "
+        f"of a negligible constant or timings that t = C + A*w + B*w^2 does not describe; an overhead "
+        f"above the margin is not supported; {more}",
+    )  # fmt: skip

@@ -4,7 +4,8 @@ A*w is the work linear in width (GEMMs, elementwise), B*w^2 the quadratic work (
 quadratic share at width w is B*w^2 / t(w).
 
 How the numbers are made:
-- Rows are timed repeats. Per width, outlying repeats (`robust.outliers`) are set aside and named;
+- Rows are timed repeats. Per width, outlying repeats (`robust.outliers`, on a noise scale pooled over the
+  widths: `robust.pooled_scale`) are set aside and named;
   the fit runs on the per-width medians, so one wild repeat cannot bend it. Medians are weighted by
   1/median (relative residuals: step-time noise scales with the step).
 - Coefficients shown: non-negative least squares (scipy.optimize.nnls): A, B >= 0. The shares'

@@ -47,8 +47,9 @@ def read_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
             clean = {k.strip(): v for k, v in row.items() if isinstance(k, str)}
             w, t = _number(clean.get("width")), _number(clean.get("seconds"))
             if w is None or t is None:
+                bad = [f"{k} {clean.get(k)!r}" for k, v in (("width", w), ("seconds", t)) if v is None]
                 raise TuneproofError(
-                    f"{p}:{line}: not numbers: {clean.get('width')!r}, {clean.get('seconds')!r}",
+                    f"{p}:{line}: not a finite number: {', '.join(bad)}",
                     "each row is an integer width and a time in seconds",
                 )
             if w <= 0 or not w.is_integer() or w > MAX_WIDTH:
@@ -118,9 +119,10 @@ class Samples:
                 f"add a width below {distinct[-1] / MIN_SPAN:g} or above {distinct[0] * MIN_SPAN:g}",
             )
         kept, out = [], []
+        scale = robust.pooled_scale([t[w == x] for x in distinct])  # one noise scale for every width
         for x in distinct:
             rows = t[w == x]
-            flags = robust.outliers(rows)
+            flags = robust.outliers(rows, scale)
             kept.append(rows[~flags])
             out.append(rows[flags])
         return cls(distinct, kept, out)
