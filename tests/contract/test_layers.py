@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom first
     ("core",),
     ("arch", "trace", "hardware", "runs"),
     ("flops", "data", "attention"),
-    ("measure", "gate", "ship", "train", "preflight"),
+    ("measure", "gate", "ship", "train", "preflight", "memory"),
     ("commands",),
     ("integrations",),
     ("cli",),
