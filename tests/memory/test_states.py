@@ -126,3 +126,35 @@ def test_bf16_full_fine_tuning_and_lora_by_hand() -> None:
     assert lora.weights == full.weights and lora.adapters == lora.trainable * 4
     assert lora.optimizer == 2 * lora.adapters and lora.gradients == lora.adapters
     assert "per-layer embedding tables" in lora.not_counted  # Gemma 4's per-layer inputs
+
+
+@pytest.mark.parametrize(
+    ("family", "lora"),
+    [
+        # PEFT 0.21's all-linear on a MoE: expert and router target_parameters, gate_up_proj at twice the rank
+        ("qwen3_moe", {"r": 4, "target_modules": "all-linear"}),
+        ("llama", {"r": 4, "target_modules": ["q_proj", "v_proj"], "modules_to_save": ["lm_head"]}),
+        ("llama", {"r": 8, "target_modules": "all-linear", "rank_pattern": {"down_proj": 2}}),
+    ],
+)
+def test_the_adapters_peft_created_are_counted_exactly(family: str, lora: dict[str, Any]) -> None:
+    """The run as the callback reads it from the PEFT model (`train.read_run`): the trainable parameters
+    and their bytes (adapters in fp32, a module saved whole in the model's dtype) equal PEFT's own."""
+    import types
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+
+    from tiny_models import build_model, config_dict
+    from tuneproof.train.read_run import read_run
+
+    model = build_model(config_dict(family, pad_token_id=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PEFT's own rank_pattern warning on some MoE layers
+        model = get_peft_model(model, LoraConfig(lora_dropout=0.0, **lora))
+    run = read_run(model, types.SimpleNamespace(), None, None)
+    got = state_bytes(run.shape, run.step, "fp32")
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert got.trainable == sum(p.numel() for p in trained)
+    assert got.tensors == len(trained)
+    assert got.gradients == sum(p.numel() * p.element_size() for p in trained)
