@@ -341,3 +341,18 @@ def test_lower_is_better_reads_as_measured_and_the_runs_advice_names_the_single_
     one = _judge((rng.random((1, 60)) < p), (rng.random((3, 60)) < p), hypothesis="not-worse", margin=3.0)
     assert one.power is not None and "a second run in the base arm would measure" in one.power
     assert "2 runs per arm" not in one.power
+
+
+def test_better_by_a_margin_gives_holm_the_p_value_against_the_margin() -> None:
+    """Review: a "better by more than 5" PASS gave Holm its p-value against 0, so the correction could
+    never demote a claim that only just cleared the margin."""
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(4)
+    p = rng.uniform(0.2, 0.6, 400)
+    base, tuned = (rng.random((3, 400)) < p), (rng.random((3, 400)) < p + 0.15)
+    line = _judge(base, tuned, hypothesis="better", margin=5.0)
+    assert line.result.verdict == "PASS"
+    gain, se, df = line.result.delta, line.extra["se"], line.extra["df"]
+    assert line.result.extra["p_value"] == pytest.approx(2 * sps.t.sf((gain - 5.0) / se, df))
+    assert line.result.extra["p_value"] > 2 * sps.t.sf(gain / se, df)

@@ -222,12 +222,17 @@ def _no_difference(hypothesis: str) -> tuple[str, str]:
 def _decisive_p(
     hypothesis: str, gain: float, margin: float | None, est: stats.DeltaEstimate, p: float
 ) -> float:
-    """The p-value of the test this line's verdict rests on: no change (two-sided), or, for not-worse
-    with a margin, not worse by more than the margin (one-sided, doubled to the same 0.05 scale)."""
-    if hypothesis == "not-worse" and margin and gain > -margin and est.se > 0:
-        from scipy import stats as sps
+    """The p-value of the test this line's verdict rests on: no change (two-sided), or, with a margin,
+    the one-sided test against the margin's line, doubled to the same 0.05 scale: not worse by more than
+    it (not-worse), better by more than it (better)."""
+    if not margin or est.se <= 0:
+        return p
+    from scipy import stats as sps
 
+    if hypothesis == "not-worse" and gain > -margin:
         return min(1.0, float(2 * sps.t.sf((gain + margin) / est.se, est.df)))
+    if hypothesis == "better" and gain > margin:
+        return min(1.0, float(2 * sps.t.sf((gain - margin) / est.se, est.df)))
     return p
 
 

@@ -423,7 +423,7 @@ def overall(
     judged.update({f"probe {p.probe.name}": p.result for p in probes})
     judged.update({line.name: line.result for line in (benchmarks.deciding() if benchmarks else [])})
     (notes if notes is not None else []).extend(stats.holm_correct(judged))
-    family = sum(m.extra.get("p_value") is not None for m in judged.values() if m.judgement is not None)
+    family = len(stats.holm_family(judged))
     for line in benchmarks.deciding() if benchmarks else []:
         if line.result.verdict == INCONCLUSIVE and line.plan is not None:  # Holm may have demoted it
             line.power = line.plan(max(family, 1))

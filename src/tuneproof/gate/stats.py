@@ -28,6 +28,7 @@ run and no floor, has no verdict.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -328,14 +329,17 @@ def _verdict(
     )
 
 
+def holm_family(judged: Mapping[str, MetricResult]) -> dict[str, MetricResult]:
+    """The verdicts Holm's correction runs over: those resting on a test (a p-value of their claim)."""
+    return {n: m for n, m in judged.items() if m.judgement is not None and m.extra.get("p_value") is not None}
+
+
 def holm_correct(judged: dict[str, MetricResult]) -> list[str]:
     """Holm's step-down over the p-values of the verdicts that decide together (`extra["p_value"]`, the
     p-value of the claim the verdict makes: a change, or for "no change" equivalence inside the floor; a
     verdict not resting on a test, a threshold's say, has none): a PASS or FAIL that stands alone but
     not after the correction becomes INCONCLUSIVE, saying so. Returns the notes."""
-    tested = {
-        n: m for n, m in judged.items() if m.judgement is not None and m.extra.get("p_value") is not None
-    }
+    tested = holm_family(judged)
     if len(tested) < 2:
         return []
     adjusted = clustered.holm([float(m.extra["p_value"]) for m in tested.values()])
