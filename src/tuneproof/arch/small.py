@@ -105,10 +105,7 @@ def covering_prefix(model: ResolvedModel) -> int:
     """The fewest first layers that hold every kind of layer the model has: its attention kind and
     window, and the kinds of step it runs (a state-space core, experts, a dense MLP, ...)."""
 
-    def kind(layer: Any) -> tuple[object, ...]:
-        steps = frozenset(type(step).__name__ for step in layer.steps)
-        return (layer.attention.kind, layer.attention.locality, steps)
-
+    kind = layer_kind
     layers = model.shape.layers
     wanted = {kind(layer) for layer in layers}
     seen: set[tuple[object, ...]] = set()
@@ -117,3 +114,10 @@ def covering_prefix(model: ResolvedModel) -> int:
         if seen == wanted:
             return max(i + 1, min(2, len(layers)))
     return len(layers)
+
+
+def layer_kind(layer: Any) -> tuple[object, ...]:
+    """What makes two layers the same kind for the small copy: the attention kind and window, and the
+    kinds of step the layer runs (a state-space core, experts, a dense MLP, ...)."""
+    steps = frozenset(type(step).__name__ for step in layer.steps)
+    return (layer.attention.kind, layer.attention.locality, steps)

@@ -38,7 +38,18 @@ OPTIMIZERS = {
     "adamw_amsgrad": (3, True),
     "sgd": (0, False),
     "sgd_momentum": (1, False),
+    "adamw_8bit": (2, False),  # bitsandbytes: uint8 states, sized by EIGHT_BIT_STATE below
 }
+# bitsandbytes Optimizer2State.init_state (optim/optimizer.py): two uint8 states and an fp32 absmax per
+# 256-element block for each (block-wise); parameters under min_8bit_size (4096 elements) keep fp32
+# states: LoRA's A and B at published sizes are over it, a tiny model's may not be.
+EIGHT_BIT_STATE = 1 + 4 / 256
+# bitsandbytes weights as transformers 5.x loads them (integrations/bitsandbytes.py: only modules whose
+# type is exactly nn.Linear, never the output embedding): bytes per weight, and per output row.
+# 8bit: LLM.int8 int8 weight and an fp32 scale per row (SCB). 4bit: NF4 packed two per byte and an fp32
+# absmax per 64-weight block; 4bit-dq (bnb_4bit_use_double_quant): the absmax itself in 8 bits with an
+# fp32 scale per 256 blocks.
+QUANT = {"8bit": (1.0, 4), "4bit": (0.5 + 4 / 64, 0), "4bit-dq": (0.5 + 1 / 64 + 4 / (64 * 256), 0)}
 NOT_COUNTED = "norm weights and biases (the shape holds GEMMs and embeddings; under 0.1 % at published sizes)"
 PER_LAYER_TABLES = "; per-layer embedding tables (Gemma 3n/4's embed_tokens_per_layer): not in the shape"
 
@@ -73,18 +84,29 @@ def state_bytes(
     dtype: str = "bf16",
     optimizer: str = "adamw",
     step_on_device: bool = False,
+    quant: str | None = None,
 ) -> States:
     """The weights, adapters, gradients and optimizer states of `run` on `shape` in `dtype`.
-    `step_on_device`: AdamW's step scalars live on the device (capturable or fused AdamW; the CPU)."""
+    `step_on_device`: AdamW's step scalars live on the device (capturable or fused AdamW; the CPU).
+    `quant`: the base's nn.Linear weights loaded by bitsandbytes ("8bit", "4bit", "4bit-dq"; LoRA
+    only: a quantised weight does not train)."""
     if optimizer not in OPTIMIZERS:
         raise TuneproofError(
             f"optimizer {optimizer!r} is not one tuneproof sizes", f"use one of {', '.join(OPTIMIZERS)}"
         )
     size = BY_SHORT[check_dtype(dtype)].bytes
+    _check_quant(quant, run)
     # the LM head is a GEMM of the shape; the input embedding is another table unless tied to it
     embedding = 0 if shape.tie_word_embeddings else shape.vocab_size * shape.hidden_size
     gemm = _gemm_parameters(shape)
     weights = (gemm + embedding) * size
+    if quant is not None:
+        per_weight, per_row = QUANT[quant]
+        plain = [lin for lin in _unique_linears(shape) if lin.num_experts == 1 and lin is not shape.head]
+        params = sum(lin.in_features * lin.out_features for lin in plain)
+        rows = sum(lin.out_features for lin in plain)
+        weights -= params * size
+        weights += round(params * per_weight) + rows * per_row
     if run.mode == "lora":
         adapters, whole, tensors = _adapters(shape, run)
         trainable = adapters + whole
@@ -95,9 +117,25 @@ def state_bytes(
         tensors = len(_unique_linears(shape)) + int(embedding > 0)  # each GEMM weight, the embedding
         trained, adapter_bytes = trainable * size, 0
     states, scalar = OPTIMIZERS[optimizer]
-    opt = states * trained + (STEP_BYTES * tensors if scalar and step_on_device else 0)
+    if optimizer == "adamw_8bit":
+        opt = round(states * EIGHT_BIT_STATE * trainable)
+    else:
+        opt = states * trained + (STEP_BYTES * tensors if scalar and step_on_device else 0)
     not_counted = NOT_COUNTED + (PER_LAYER_TABLES if shape.pre_steps else "")
     return States(weights, adapter_bytes, trained, opt, trainable, tensors, not_counted)
+
+
+def _check_quant(quant: str | None, run: RunSpec) -> None:
+    if quant is None:
+        return
+    if quant not in QUANT:
+        raise TuneproofError(
+            f"quantisation {quant!r} is not one tuneproof sizes", f"use one of {', '.join(QUANT)}"
+        )
+    if run.mode != "lora":
+        raise TuneproofError(
+            f"{quant} weights with {run.mode} fine-tuning", "quantised weights do not train: use LoRA (QLoRA)"
+        )
 
 
 def _unique_linears(shape: ModelShape) -> list[Linear]:

@@ -1,0 +1,282 @@
+"""One training step's memory, predicted from the config: states, activations per layer and backend,
+and the walk to the peak (`tuneproof.memory.peak`), per rank under DDP or FSDP2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from tuneproof.arch import ResolvedModel
+from tuneproof.arch.shape import LayerShape, Linear, ModelShape
+from tuneproof.core import validate
+from tuneproof.core.dtypes import BY_SHORT, LOW_PRECISION, MODEL_DTYPES, check_dtype
+from tuneproof.core.errors import TuneproofError
+from tuneproof.memory.activations import (
+    FP32,
+    GATED,
+    Geometry,
+    Item,
+    attention_half,
+    layer_items,
+    model_items,
+)
+from tuneproof.memory.norms import NormInventory, norm_inventory
+from tuneproof.memory.peak import OPTIMIZER_IMPLS, LayerCost, StepPeak, backward_temps, walk
+from tuneproof.memory.states import OPTIMIZERS, QUANT, States, state_bytes
+from tuneproof.runs.step import RunSpec
+
+PARALLEL = ("none", "ddp", "fsdp")
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class Precision:
+    """How the step holds its numbers. `dtype`: the weights as loaded; `autocast`: the activations'
+    dtype under torch.autocast (the Trainer's bf16/fp16 flag), None to run in the weights' dtype;
+    `quant`: the base's nn.Linear weights loaded by bitsandbytes (QLoRA)."""
+
+    dtype: str = "bf16"
+    autocast: str | None = "bf16"
+    quant: str | None = None
+
+    def __post_init__(self) -> None:
+        check_dtype(self.dtype)
+        validate.choice("dtype", self.dtype, MODEL_DTYPES)
+        if self.autocast is not None:
+            validate.choice("autocast", self.autocast, LOW_PRECISION)
+        if self.quant is not None:
+            validate.choice("quant", self.quant, tuple(QUANT))
+
+    @property
+    def activation_bytes(self) -> int:
+        return BY_SHORT[self.autocast or self.dtype].bytes
+
+    @property
+    def weight_copies(self) -> bool:
+        """fp32 weights under a low-precision autocast: every GEMM reads a low-precision copy of its
+        weight, made in forward and kept by the GEMM for its input's gradient."""
+        return self.dtype == "fp32" and self.autocast is not None
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class Training:
+    """What steps the weights and across how many ranks. `optimizer_impl`: torch's AdamW
+    implementation (fused: HF Trainer's default `adamw_torch_fused`); `accumulation`: micro-batches per
+    optimizer step (gradients live through every forward after the first); `parallel` over
+    `world_size` ranks: DDP keeps every weight and a bucketed copy of the gradients per rank, FSDP2
+    shards weights, gradients and states and gathers one layer (and prefetches the next)."""
+
+    optimizer: str = "adamw"
+    optimizer_impl: str = "fused"
+    accumulation: int = 1
+    parallel: str = "none"
+    world_size: int = 1
+    step_on_device: bool = False  # AdamW's step scalars on the device (capturable, or the CPU)
+
+    def __post_init__(self) -> None:
+        validate.choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        validate.choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        validate.integer("accumulation", self.accumulation, high=1 << 16, hint="micro-batches per step")
+        validate.choice("parallel", self.parallel, PARALLEL)
+        validate.integer("world_size", self.world_size, high=1 << 16, hint="ranks")
+        if (self.parallel == "none") != (self.world_size == 1):
+            raise TuneproofError(
+                "{parallel} and {world_size} disagree",
+                "give ddp or fsdp with more than one rank, none with one",
+                fields=("parallel", "world_size"),
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class StepMemory:
+    """The predicted step on one rank: states, each layer's saved tensors, the model-level ones, the
+    peak, the backend of every softmax layer and which have a materialised mask."""
+
+    states: States
+    layers: tuple[LayerCost, ...]
+    model_level: tuple[Item, ...]
+    peak: StepPeak
+    backends: dict[int, str]
+    masked: dict[int, bool]
+    sharding: tuple[Item, ...] = field(default=())  # DDP buckets, FSDP's gathered layers
+
+    @property
+    def activations(self) -> int:
+        return sum(layer.saved_bytes for layer in self.layers) + sum(i.nbytes for i in self.model_level)
+
+
+def attention_backends(
+    shape: ModelShape, run: RunSpec, dtype: str, capability: tuple[int, int] | None, dropout: float
+) -> tuple[dict[int, str], dict[int, bool]]:
+    """The backend each softmax layer runs and whether its mask is materialised, as dispatch decides."""
+    from tuneproof.attention.dispatch import Context, predict
+
+    rows = run.rows()
+    ctx = Context(
+        seq_len=run.seq_len, batch=run.batch, attn=run.attn, padded=rows.is_padded, packed=rows.is_packed,
+        dtype=dtype, training=True, capability=capability, dropout=dropout, compiled=run.compiled,
+    )  # fmt: skip
+    backends: dict[int, str] = {}
+    masked: dict[int, bool] = {}
+    for idxs in shape.attention_groups().values():
+        p = predict(ctx, shape.layers[idxs[0]].attention)
+        for i in idxs:
+            backends[i], masked[i] = p.backend, p.mask_materialised
+    return backends, masked
+
+
+def _ffn_temps(layer: LayerShape, shape: ModelShape, g: Geometry) -> tuple[float, int]:
+    """The feed-forward part's intermediate width (rows per token x the down projection's input), and
+    what its backward adds beside: the largest merged weight's gradient of a PEFT target_parameters
+    adapter, and the routed rows' gradient of a MoE (N x k x hidden)."""
+    from tuneproof.flops.ledger import adapted_in_place
+
+    widest, extra, routed = 0.0, 0, 0.0
+    for s in layer.steps:
+        if isinstance(s, Linear) and attention_half(s) == "ffn":
+            if s.in_features != shape.hidden_size:  # the down projection: its input is the MLP's width
+                widest = max(widest, s.tokens_per_token * s.in_features)
+            if g.run.mode == "lora" and adapted_in_place(s, g.run):
+                extra = max(extra, s.num_experts * s.in_features * s.out_features * g.weight_bytes)
+            if s.num_experts > 1:
+                routed = max(routed, s.tokens_per_token)
+    return widest, extra + round(g.tokens * routed) * shape.hidden_size * g.act_bytes
+
+
+def _layer_gradients(shape: ModelShape, states: States) -> tuple[list[int], int]:
+    """Each layer's share of the gradient bytes, and the rest (LM head, embedding): the gradients
+    grow layer by layer through backward."""
+    if states.adapters or not states.trainable:
+        share = states.gradients // max(len(shape.layers), 1)
+        return [share] * len(shape.layers), states.gradients - share * len(shape.layers)
+    per_param = states.gradients / states.trainable
+    layers = [round(_layer_parameters(layer) * per_param) for layer in shape.layers]
+    return layers, states.gradients - sum(layers)
+
+
+def _geometry(
+    model: ResolvedModel, run: RunSpec, precision: Precision, capability: tuple[int, int] | None
+) -> Geometry:
+    config = model.config if (model.source is not None or model._config is not None) else None
+    dropout = float(getattr(config, "attention_dropout", 0.0) or 0.0)
+    compute = precision.autocast or precision.dtype
+    backends, masked = attention_backends(model.shape, run, compute, capability, dropout)
+    return Geometry(
+        run.batch, run.seq_len, precision.activation_bytes, run, backends, masked,
+        input_grads=run.mode != "lora" or run.grad_ckpt, dropout=dropout,
+        weight_bytes=BY_SHORT[precision.dtype].bytes,
+        softcap=bool(getattr(config, "attn_logit_softcapping", None)),
+        logit_softcap=bool(getattr(config, "final_logit_softcapping", None)),
+    )  # fmt: skip
+
+
+def _layer_costs(
+    model: ResolvedModel, g: Geometry, inv: NormInventory, grads: list[int], copies: bool
+) -> list[LayerCost]:
+    shape = model.shape
+    costs = []
+    for i, layer in enumerate(shape.layers):
+        items = layer_items(layer, shape, inv.layers[i], g, first=i == 0)
+        if copies:
+            gemms = _layer_parameters(layer)
+            items.append(
+                Item("weights", gemms * g.act_bytes, "autocast's low-precision copies of the fp32 weights")
+            )
+        widest, extra = _ffn_temps(layer, shape, g)
+        kept = 3 if any(item.what.endswith(GATED) for item in items) else 2
+        ffn, attn = backward_temps(
+            layer.attention, g, g.backends.get(i, "math"), widest, shape.hidden_size, kept
+        )
+        flowing = g.tokens * shape.hidden_size * g.act_bytes  # the layer's input: what checkpointing keeps
+        costs.append(LayerCost(i, tuple(items), grads[i], ffn + extra, attn, 0, flowing))
+    return costs
+
+
+def step_memory(
+    model: ResolvedModel,
+    run: RunSpec,
+    precision: Precision | None = None,
+    training: Training | None = None,
+    *,
+    capability: tuple[int, int] | None = None,
+    norms: NormInventory | None = None,
+) -> StepMemory:
+    """The step of `run` on `model` on one rank, on the CUDA card of `capability` (None: the CPU)."""
+    precision = precision or Precision()
+    training = training or Training()
+    shape = model.shape
+    states = state_bytes(
+        shape, run, precision.dtype, training.optimizer, training.step_on_device, precision.quant
+    )
+    g = _geometry(model, run, precision, capability)
+    inv = norms or norm_inventory(model)
+    grads, rest = _layer_gradients(shape, states)
+    embed = 0 if (shape.tie_word_embeddings or run.mode == "lora") else rest - _head_share(shape, states)
+    costs = _layer_costs(model, g, inv, grads, precision.weight_copies)
+    rotary = max((layer.attention.head_dim for layer in shape.layers if layer.attention.softmax), default=0)
+    level = model_items(shape, inv.final, g, rotary)
+    kept_before = ("embedding", "mask") if run.grad_ckpt else ("embedding",)
+    before = sum(i.nbytes for i in level if i.component in kept_before)
+    after = sum(i.nbytes for i in level if i.component not in ("embedding", "mask"))
+    states, sharding, fixed_extra = _per_rank(states, shape, training)
+    peak = walk(
+        fixed=states.weights + states.adapters + fixed_extra, optimizer_states=states.optimizer,
+        gradients=states.gradients, head_gradients=rest - embed, last_gradients=embed, layers=costs,
+        before=before, after=after, loss_temp=2 * g.tokens * shape.vocab_size * FP32,
+        optimizer_temp=_optimizer_temp(states, training.optimizer_impl), checkpointing=run.grad_ckpt,
+        accumulating=training.accumulation > 1,
+    )  # fmt: skip
+    return StepMemory(states, tuple(costs), tuple(level), peak, g.backends, g.masked, sharding)
+
+
+def _head_share(shape: ModelShape, states: States) -> int:
+    head = shape.head
+    return (
+        0 if head.tied else round(head.in_features * head.out_features * states.gradients / states.trainable)
+    )
+
+
+def _per_rank(states: States, shape: ModelShape, training: Training) -> tuple[States, tuple[Item, ...], int]:
+    """The states one rank holds, what the data-parallel wrapper adds, and that addition's bytes.
+    DDP (torch/nn/parallel/distributed.py): every weight and gradient, plus the reducer's flat buckets,
+    a second copy of the gradients (gradient_as_bucket_view=False, the default). FSDP2 (fully_shard):
+    1/world of weights, gradients and states, plus the current layer's and the prefetched next
+    layer's weights gathered whole, and one layer's whole gradients before the reduce-scatter."""
+    if training.parallel == "none":
+        return states, (), 0
+    if training.parallel == "ddp":
+        buckets = Item("sharding", states.gradients, "DDP's gradient buckets (a copy of every gradient)")
+        return states, (buckets,), buckets.nbytes
+    w = training.world_size
+    layer = max((_layer_parameters(each) for each in shape.layers), default=0)
+    per_param = states.weights / max(1, _all_parameters(shape))
+    gathered = round(2 * layer * per_param)
+    grads = round(layer * states.gradients / max(states.trainable, 1)) if states.trainable else 0
+    sharded = replace(
+        states, weights=states.weights // w, adapters=states.adapters // w, gradients=states.gradients // w,
+        optimizer=states.optimizer // w,
+    )  # fmt: skip
+    items = (
+        Item("sharding", gathered, "FSDP2: the current and the prefetched layer's weights, gathered whole"),
+        Item("sharding", grads, "FSDP2: one layer's whole gradients before the reduce-scatter"),
+    )
+    return sharded, items, gathered + grads
+
+
+def _layer_parameters(layer: LayerShape) -> int:
+    return sum(s.in_features * s.out_features * s.num_experts for s in layer.steps if isinstance(s, Linear))
+
+
+def _all_parameters(shape: ModelShape) -> int:
+    embedding = 0 if shape.tie_word_embeddings else shape.vocab_size * shape.hidden_size
+    return embedding + sum(
+        lin.in_features * lin.out_features * lin.num_experts for lin in shape.linears() if not lin.tied
+    )
+
+
+def _optimizer_temp(states: States, impl: str) -> int:
+    """torch AdamW's temporaries while it steps: none fused, a copy of every exp_avg_sq for foreach
+    (`torch._foreach_sqrt`), one parameter's for the single-tensor loop."""
+    if impl == "fused" or not states.trainable:
+        return 0
+    if impl == "foreach":
+        return states.gradients
+    return states.gradients // max(states.tensors, 1)

@@ -1,0 +1,145 @@
+"""The predicted peak of a training step against PyTorch's own MemTracker
+(`torch.distributed._tools.mem_tracker`), which follows every tensor by category on the CPU too.
+
+Each case: a tiny random model in fp32, its second step (optimizer states exist, as in steady state) of
+forward, backward and AdamW, tracked; the prediction from the config alone (`step_memory`). 18
+families (dense, GQA, sliding, soft-capped, MoE with and without shared experts, a short-convolution
+hybrid), eager and SDPA, full fine-tuning and LoRA on PEFT's all-linear (as PEFT really adapts it, read
+back from the model), with and without activation checkpointing."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import statistics
+import types
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+from tiny_models import shrunk_config
+from tuneproof.arch import resolve
+from tuneproof.memory.step import Precision, Training, step_memory
+from tuneproof.runs.step import RunSpec
+
+FAMILIES = (
+    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite",
+    "cohere", "glm", "starcoder2", "qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss", "lfm2",
+)  # fmt: skip
+CASES = [
+    (family, attn, mode, ckpt)
+    for family in FAMILIES
+    for attn in ("eager", "sdpa")
+    for mode in ("full", "lora")
+    for ckpt in (False, True)
+]
+BATCH, WIDTH = 2, 64
+FP32_RUN = Precision(dtype="fp32", autocast=None)
+LOOP_ADAMW = Training(optimizer_impl="for-loop", step_on_device=True)  # torch's AdamW on the CPU
+
+
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
+def _tolerate_frozen() -> dict[str, Any]:
+    """MemTracker hooks every parameter's gradient; torch refuses a hook on a frozen one (LoRA's
+    base): those get a no-op handle. Returns the originals, to put back."""
+    names = ("register_hook", "register_post_accumulate_grad_hook")
+    saved = {n: getattr(torch.Tensor, n) for n in names}
+    for n in names:
+        orig = saved[n]
+        setattr(
+            torch.Tensor,
+            n,
+            lambda self, hook, orig=orig: orig(self, hook) if self.requires_grad else _NoHook(),
+        )
+    return saved
+
+
+def _model(family: str, attn: str, mode: str, ckpt: bool) -> tuple[Any, Any, RunSpec]:
+    from transformers import AutoModelForCausalLM
+
+    config = shrunk_config(family)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=attn).float().train()
+        if ckpt:
+            model.gradient_checkpointing_enable()
+        run = RunSpec(seq_len=WIDTH, batch=BATCH, attn=attn, mode=mode, grad_ckpt=ckpt)
+        if mode == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            from tuneproof.train.read_run import read_run
+
+            model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear", lora_dropout=0.0))
+            read = read_run(model, types.SimpleNamespace(), None, None).step
+            run = dataclasses.replace(read, seq_len=WIDTH, batch=BATCH, attn=attn, grad_ckpt=ckpt)
+    return model, config, run
+
+
+@functools.cache
+def measured_and_predicted(family: str, attn: str, mode: str, ckpt: bool) -> tuple[int, int, str]:
+    """(MemTracker's peak, the predicted peak, where the prediction puts it)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    model, config, run = _model(family, attn, mode, ckpt)
+    ids = torch.randint(3, config.get_text_config().vocab_size, (BATCH, WIDTH))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, foreach=False)
+
+    model(input_ids=ids, labels=ids, use_cache=False).loss.backward()  # a first step, untracked: the
+    opt.step()  # optimizer's states exist from here on
+    opt.zero_grad()
+    saved = _tolerate_frozen()
+    try:
+        tracker = MemTracker()
+        tracker.track_external(model, opt)
+        with tracker:  # a steady-state step: forward, backward, AdamW
+            model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+            opt.step()
+            opt.zero_grad()
+        (per_device,) = tracker.get_tracker_snapshot("peak").values()
+    finally:
+        for n, f in saved.items():
+            setattr(torch.Tensor, n, f)
+    total = next(v for k, v in per_device.items() if str(getattr(k, "value", k)) == "Total")
+    resolved, norms = _resolved(family)
+    got = step_memory(resolved, run, FP32_RUN, LOOP_ADAMW, norms=norms)
+    return total, got.peak.peak_bytes, got.peak.where
+
+
+@functools.cache
+def _resolved(family: str) -> tuple[Any, Any]:
+    from tuneproof.memory.norms import norm_inventory
+
+    model = resolve(shrunk_config(family))
+    return model, norm_inventory(model)
+
+
+def _refused(family: str, attn: str) -> bool:
+    return attn in _resolved(family)[0].shape.attn_refused
+
+
+@pytest.mark.parametrize(("family", "attn", "mode", "ckpt"), CASES)
+def test_predicted_peak_within_ten_percent_of_memtracker(
+    family: str, attn: str, mode: str, ckpt: bool
+) -> None:
+    if _refused(family, attn):
+        pytest.skip(f"transformers refuses {attn} for {family}")
+    measured, predicted, where = measured_and_predicted(family, attn, mode, ckpt)
+    assert predicted == pytest.approx(measured, rel=0.10), where
+
+
+def test_median_error_within_five_percent() -> None:
+    errors = [
+        abs(predicted / measured - 1)
+        for case in CASES
+        if not _refused(case[0], case[1])
+        for measured, predicted, _ in [measured_and_predicted(*case)]
+    ]
+    assert len(errors) >= 120
+    assert statistics.median(errors) <= 0.05
