@@ -404,7 +404,39 @@ BAD["train"] = {
     "--output": [("@file", "is a file"), ("@model", "is not empty and holds no tuneproof run")],
 }
 
+BAD["memory"] = {
+    "--config": CONFIG,
+    "--seq-len": [("0", "--seq-len must be >= 1"), ("x", "not a valid integer")],
+    "--batch": [("0", "--batch must be >= 1")],
+    "--attn": [("xformers", "--attn 'xformers' is not a known attention path")],
+    "--padding-fraction": [("1", "must be < 1"), ("nan", "--padding-fraction must be a finite number")],
+    "--mode": [
+        ("forward", "--mode forward has no backward to size"),
+        ("qlora", "--mode 'qlora' is not known"),
+    ],
+    "--lora-rank": [("0", "--lora-rank must be >= 1")],
+    "--lora-targets": [
+        ("", "--lora-targets is empty"),
+        ("nope_proj", "--lora-targets 'nope_proj' matches no"),
+    ],
+    "--lora-target-parameters": [("experts.nope", "'experts.nope' matches no fused expert parameter")],
+    "--dtype": [("fp8", "--dtype 'fp8' is not known"), ("int3", "--dtype 'int3' is not known")],
+    "--autocast": [("fp32", "--autocast 'fp32' is not known")],
+    "--quant": [("3bit", "--quant '3bit' is not known")],
+    "--optimizer": [("lion", "--optimizer 'lion' is not known")],
+    "--optimizer-impl": [("fast", "--optimizer-impl 'fast' is not known")],
+    "--grad-accum": [("0", "--grad-accum must be >= 1"), ("1.5", "not a valid integer")],
+    "--parallel": [("tp", "--parallel 'tp' is not known"), ("ddp", "--parallel and --world-size disagree")],
+    "--world-size": [("0", "--world-size must be >= 1"), ("4", "--parallel and --world-size disagree")],
+    "--gpu": [
+        ("Voodoo", "unknown GPU 'Voodoo' (--gpu)"),
+        ("A100", "the A100 ships with 40 GB or 80 GB"),
+    ],
+    "--gpu-memory": [("0", "--gpu-memory must be >= 0.001"), ("nan", "finite"), ("x", "not a valid float")],
+}
+
 REQUIRED = {
+    "memory": ["--seq-len", "64"],
     "preflight": ["@run.yml"],
     "flops": ["--seq-len", "64"],
     "explain": ["--seq-len", "64"],

@@ -143,3 +143,44 @@ def test_median_error_within_five_percent() -> None:
     ]
     assert len(errors) >= 120
     assert statistics.median(errors) <= 0.05
+
+
+def _saved_bytes(model: Any, ids: Any) -> int:
+    """Every tensor autograd saves in one forward under bf16 autocast, each storage once, parameters
+    left out: what the step keeps for backward."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            seen.setdefault(s.data_ptr(), s.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", torch.bfloat16):
+        model(input_ids=ids, labels=ids, use_cache=False).loss.detach()
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3_text"])
+@pytest.mark.parametrize("mode", ["full", "lora"])
+@pytest.mark.parametrize("weights", ["bf16", "fp32"])
+def test_saved_activations_under_bf16_autocast(family: str, mode: str, weights: str) -> None:
+    """TRL's default precision (bf16=True: autocast) on bf16 weights and on fp32 ones: fp32 norm inputs,
+    a bf16 copy of the residual stream per GEMM reading it when the weights are fp32, LoRA's own input
+    copy per adapted module (PEFT's fp32 cast, autocast's cast back), autocast's weight copies."""
+    from transformers import AutoModelForCausalLM
+
+    config = shrunk_config(family)
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if weights == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").to(dtype).train()
+    run = RunSpec(seq_len=WIDTH, batch=BATCH, attn="sdpa", mode=mode, lora_rank=8)
+    if mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear", lora_dropout=0.0))
+    ids = torch.randint(3, config.vocab_size, (BATCH, WIDTH))
+    resolved, norms = _resolved(family)
+    got = step_memory(resolved, run, Precision(dtype=weights, autocast="bf16"), norms=norms)
+    assert got.activations == pytest.approx(_saved_bytes(model, ids), rel=0.03)

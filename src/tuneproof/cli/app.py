@@ -21,6 +21,7 @@ from tuneproof.cli.flops_cmd import flops
 from tuneproof.cli.gate_cmd import gate
 from tuneproof.cli.generate_cmd import generate
 from tuneproof.cli.kernels_cmd import kernels
+from tuneproof.cli.memory_cmd import memory
 from tuneproof.cli.peak_cmd import peak
 from tuneproof.cli.plan_cmd import plan
 from tuneproof.cli.preflight_cmd import preflight
@@ -48,6 +49,7 @@ app.add_command(fit)
 app.add_command(gate)
 app.add_command(generate)
 app.add_command(kernels)
+app.add_command(memory)
 app.add_command(peak)
 app.add_command(probe)
 app.add_command(lora)

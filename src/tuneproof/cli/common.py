@@ -54,6 +54,41 @@ def command(**kwargs: Any) -> Callable[[Callable[..., Any]], click.Command]:
     return click.command(cls=Command, **kwargs)
 
 
+def step_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The micro-batch's geometry, as `flops` and `memory` take it: --seq-len, --batch, --attn,
+    --padding-fraction."""
+    from tuneproof.attention.paths import PATHS
+
+    for option in reversed((
+        click.option("--seq-len", type=int, required=True, help="Padded width T of every sequence, tokens."),
+        click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch, B."),
+        click.option("--attn", default="sdpa", show_default=True,
+                     help="Attention path: " + ", ".join(PATHS) + "."),
+        click.option("--padding-fraction", type=float, default=0.0, show_default=True,
+                     help="Share of the B*T token slots that are padding, in [0, 1)."),
+    )):  # fmt: skip
+        f = option(f)
+    return f
+
+
+def lora_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The adapters, as `flops` and `memory` take them: --lora-rank, --lora-targets,
+    --lora-target-parameters, and --grad-ckpt."""
+    for option in reversed((
+        click.option("--lora-rank", type=int, default=16, show_default=True,
+                     help="LoRA rank r (with --mode lora)."),
+        click.option("--lora-targets", default="all-linear", show_default=True,
+                     help="Comma list of nn.Linear names (PEFT target_modules), all-linear (every "
+                     "nn.Linear but lm_head), or none (adapters on --lora-target-parameters only)."),
+        click.option("--lora-target-parameters", multiple=True,
+                     help="Fused expert parameter names (PEFT target_parameters, e.g. experts.gate_up_proj), "
+                     "repeatable or a comma list; rank --lora-rank per expert."),
+        click.option("--grad-ckpt", is_flag=True, help="Activation checkpointing on every decoder layer."),
+    )):  # fmt: skip
+        f = option(f)
+    return f
+
+
 # Options every command spells the same way.
 config_option = click.option(
     "--config",

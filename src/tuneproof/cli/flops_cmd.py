@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tuneproof.attention.paths import PATHS
 from tuneproof.cli.common import (
     command,
     config_option,
     finish,
     json_option,
+    lora_options,
+    step_options,
     str_list,
     warn_unused,
     with_model,
@@ -18,34 +19,11 @@ from tuneproof.cli.common import (
 
 @command()
 @config_option
-@click.option("--seq-len", type=int, required=True, help="Padded width T of every sequence, tokens.")
-@click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch, B.")
-@click.option("--attn", default="sdpa", show_default=True, help="Attention path: " + ", ".join(PATHS) + ".")
-@click.option(
-    "--padding-fraction",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="Share of the B*T token slots that are padding, in [0, 1).",
-)
+@step_options
 @click.option(
     "--mode", default="full", show_default=True, help="forward (no backward), full (all weights), lora."
 )
-@click.option("--lora-rank", type=int, default=16, show_default=True, help="LoRA rank r (with --mode lora).")
-@click.option(
-    "--lora-targets",
-    default="all-linear",
-    show_default=True,
-    help="Comma list of nn.Linear names (PEFT target_modules), all-linear (every nn.Linear but lm_head), "
-    "or none (adapters on --lora-target-parameters only).",
-)
-@click.option(
-    "--lora-target-parameters",
-    multiple=True,
-    help="Fused expert parameter names (PEFT target_parameters, e.g. experts.gate_up_proj), "
-    "repeatable or a comma list; rank --lora-rank per expert.",
-)
-@click.option("--grad-ckpt", is_flag=True, help="Activation checkpointing on every decoder layer.")
+@lora_options
 @click.option("--step-time", type=float, default=None, help="Measured seconds per micro-batch step, for MFU.")
 @click.option(
     "--gpu",

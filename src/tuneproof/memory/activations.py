@@ -69,6 +69,11 @@ class Geometry:
     weight_bytes: int = 2
     softcap: bool = False  # attention logits soft-capped (Gemma 2): eager keeps tanh's output too
     logit_softcap: bool = False  # final logits soft-capped: tanh's output over B x T x V
+    stream_bytes: int = 0  # the residual stream's bytes: the weights' under autocast (0: the activations')
+
+    def __post_init__(self) -> None:
+        if not self.stream_bytes:
+            object.__setattr__(self, "stream_bytes", self.act_bytes)
 
     @property
     def tokens(self) -> int:
@@ -112,8 +117,8 @@ def norm_items(norms: tuple[Norm, ...], g: Geometry, weights_train: bool, skip_f
             nbytes = 2 * elements * FP32 + FP32 * rows + (elements * FP32 if weights_train else 0)
         else:
             nbytes = elements * FP32 + FP32 * rows
-            if weights_train and norm.kind == "rms":
-                nbytes += elements * g.act_bytes
+            if weights_train and norm.kind == "rms":  # in its input's dtype: a per-head norm reads a GEMM's
+                nbytes += elements * (g.act_bytes if norm.rows_per_token > 1 else g.stream_bytes)
             elif weights_train and norm.kind == "rms_offset":
                 nbytes += elements * FP32 + FP32 * norm.width
         half = "attn" if ("input_layernorm" in norm.name or "attn" in norm.name) else "ffn"
@@ -139,6 +144,16 @@ def attention_half(lin: Linear) -> str:
     return "attn" if attn else "ffn"
 
 
+def _stream_nodes(layer: LayerShape) -> set[str]:
+    """Nodes of the residual stream (the layer's input and what norms and residual adds make of it),
+    as opposed to GEMM and attention outputs: with fp32 weights they stay fp32 under autocast."""
+    made = {s.dst for s in layer.steps if isinstance(s, (Linear, Attention))}
+    for s in layer.steps:
+        if isinstance(s, Join) and all(src in made for src in s.srcs):
+            made.add(s.dst)
+    return {s.src for s in layer.steps if isinstance(s, Linear) and s.src not in made}
+
+
 def gemm_items(layer: LayerShape, shape: ModelShape, g: Geometry) -> list[Item]:
     """GEMM inputs kept for the weights' gradients, LoRA's own tensors, and the activation blocks
     between GEMMs (a gated MLP's gate, activation and up outputs)."""
@@ -151,12 +166,14 @@ def gemm_items(layer: LayerShape, shape: ModelShape, g: Geometry) -> list[Item]:
         if fused(g.backends.get(layer.index, ""))
         else set()
     )
+    cast = _stream_nodes(layer) if g.stream_bytes != b else set()
     for lin in (s for s in layer.steps if isinstance(s, Linear)):
         half = attention_half(lin)
         whole, rank, in_place = _trains(lin, shape, run)
         rows = round(n * lin.tokens_per_token)
         expert = lin.num_experts > 1 or lin.tokens_per_token != 1
-        key = lin.src + (":experts" if expert else "")
+        # autocast casts an fp32 residual-stream input for each GEMM that reads it: one copy each
+        key = lin.src + (":experts" if expert else "") + (f":{lin.name}" if lin.src in cast else "")
         if (whole or in_place or (rank and b == FP32)) and lin.src not in attn_out:
             srcs[key] = max(srcs.get(key, 0), rows * lin.in_features * b)
             halves.setdefault(key, half)
@@ -168,7 +185,12 @@ def gemm_items(layer: LayerShape, shape: ModelShape, g: Geometry) -> list[Item]:
                 )
             )
         elif rank:
-            copy = 0 if b == FP32 else rows * lin.in_features * b
+            # under autocast: the input's copy, and A's and B's weights cast for the GEMMs
+            copy = (
+                0
+                if b == FP32
+                else rows * lin.in_features * b + rank * (lin.in_features + lin.out_features) * b
+            )
             what = f"{lin.name}: LoRA A's output (N x {rank})" + (
                 ", its own bf16 copy of the input (PEFT's fp32 cast, autocast back)" if copy else ""
             )

@@ -101,11 +101,16 @@ def _inventory(model: ResolvedModel) -> NormInventory:
     from tuneproof.arch.small import layer_kind, small_copy
 
     shape = model.shape
-    cut = small_copy(model, narrow=False)
-    copy = resolve(cut.config)
-    meta = meta_model(copy.config)
-    prefix, built = decoder_layers(meta, cut.layers)
-    kinds = [layer_kind(layer) for layer in shape.layers[: cut.layers]]
+    try:  # the first layers that hold every kind
+        cut = small_copy(model, narrow=False)
+        meta = meta_model(resolve(cut.config).config)
+        prefix, built = decoder_layers(meta, cut.layers)
+        count, what = cut.layers, cut.what.replace("random weights", "on the meta device")
+    except Exception:  # a layer pattern the cut cannot follow (Nemotron-H's pattern string): every layer
+        meta = meta_model(model.config)
+        prefix, built = decoder_layers(meta, len(shape.layers))
+        count, what = len(shape.layers), "the whole model on the meta device"
+    kinds = [layer_kind(layer) for layer in shape.layers[:count]]
     per_kind = {
         kind: _norms_of(built[i], shape.layers[i].attention, shape.hidden_size)
         for i, kind in enumerate(kinds)
@@ -117,7 +122,7 @@ def _inventory(model: ResolvedModel) -> NormInventory:
         if name and not name.startswith(prefix + ".") and not any(m in name for m in ("vision", "audio"))
         and (kind := _kind(module)) and (width := _width(module))
     )  # fmt: skip
-    return NormInventory(layers, final, cut.what.replace("random weights", "on the meta device"))
+    return NormInventory(layers, final, what)
 
 
 def norm_inventory(model: ResolvedModel) -> NormInventory:

@@ -47,12 +47,45 @@ class LayerCost:
 
 
 @dataclass(frozen=True, slots=True)
-class StepPeak:
-    """The highest point of the step, where it falls, and every point's height in step order."""
+class Point:
+    """One moment of the step and what is alive then."""
 
-    peak_bytes: int
     where: str
-    points: tuple[tuple[str, int], ...]
+    fixed: int  # weights, adapters, buffers, and what a data-parallel wrapper keeps
+    optimizer_states: int
+    gradients: int
+    activations: int  # saved for backward (recomputed ones included)
+    temporaries: int  # made and freed inside the moment's op
+
+    @property
+    def total(self) -> int:
+        return self.fixed + self.optimizer_states + self.gradients + self.activations + self.temporaries
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "where": self.where, "total": self.total, "weights_and_adapters": self.fixed,
+            "optimizer_states": self.optimizer_states, "gradients": self.gradients,
+            "activations": self.activations, "temporaries": self.temporaries,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class StepPeak:
+    """The highest point of the step and every point in step order."""
+
+    points: tuple[Point, ...]
+
+    @property
+    def top(self) -> Point:
+        return max(self.points, key=lambda p: p.total)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.top.total
+
+    @property
+    def where(self) -> str:
+        return self.top.where
 
 
 def backward_temps(
@@ -96,34 +129,28 @@ def walk(
     layers (token ids, rotary tables; the final norm, the LM head input and the loss);
     `head_gradients`: made at the start of backward (the LM head's), `last_gradients` at its end (the
     input embedding's)."""
-    base = fixed + optimizer_states
     carried = gradients if accumulating else 0
     kept = [(layer.checkpoint_input if checkpointing else layer.saved_bytes) for layer in layers]
-    points: list[tuple[str, int]] = []
+    points: list[Point] = []
+
+    def at(where: str, grads: int, acts: int, temp: int) -> None:
+        points.append(Point(where, fixed, optimizer_states, grads, acts, temp))
+
     acts = before
     for layer, keep in zip(layers, kept, strict=True):
         inside = layer.saved_bytes if checkpointing else 0
-        points.append(
-            (f"forward, layer {layer.index}", base + carried + acts + inside + keep + layer.forward_temp)
-        )
+        at(f"forward, layer {layer.index}", carried, acts + inside + keep, layer.forward_temp)
         acts += keep
-    acts += after
-    points.append(("start of backward (the loss's gradient)", base + carried + acts + loss_temp))
+    at("start of backward (the loss's gradient)", carried, acts + after, loss_temp)
     grads = head_gradients
-    acts -= after
     for layer, keep in zip(reversed(layers), reversed(kept), strict=True):
         below = acts - (0 if checkpointing else keep)  # earlier layers' tensors, and under checkpointing
         # this layer's input; its own saved tensors (recomputed under checkpointing) are then freed
         # part by part: the feed-forward part's first
-        held = base + max(carried, grads) + below
-        points.append(
-            (f"backward, layer {layer.index} feed-forward", held + layer.saved_bytes + layer.ffn_temp)
-        )
-        points.append(
-            (f"backward, layer {layer.index} attention", held + layer.attention_bytes + layer.attn_temp)
-        )
+        held = max(carried, grads)
+        at(f"backward, layer {layer.index} feed-forward", held, below + layer.saved_bytes, layer.ffn_temp)
+        at(f"backward, layer {layer.index} attention", held, below + layer.attention_bytes, layer.attn_temp)
         acts -= keep
         grads += layer.gradients
-    points.append(("optimizer step", base + max(carried, grads + last_gradients) + optimizer_temp))
-    where, peak = max(points, key=lambda p: p[1])
-    return StepPeak(peak, where, tuple(points))
+    at("optimizer step", max(carried, grads + last_gradients), 0, optimizer_temp)
+    return StepPeak(tuple(points))

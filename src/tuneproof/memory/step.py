@@ -59,14 +59,14 @@ class Precision:
 @dataclass(kw_only=True, frozen=True, slots=True)
 class Training:
     """What steps the weights and across how many ranks. `optimizer_impl`: torch's AdamW
-    implementation (fused: HF Trainer's default `adamw_torch_fused`); `accumulation`: micro-batches per
+    implementation (fused: HF Trainer's default `adamw_torch_fused`); `grad_accum`: micro-batches per
     optimizer step (gradients live through every forward after the first); `parallel` over
     `world_size` ranks: DDP keeps every weight and a bucketed copy of the gradients per rank, FSDP2
     shards weights, gradients and states and gathers one layer (and prefetches the next)."""
 
     optimizer: str = "adamw"
     optimizer_impl: str = "fused"
-    accumulation: int = 1
+    grad_accum: int = 1
     parallel: str = "none"
     world_size: int = 1
     step_on_device: bool = False  # AdamW's step scalars on the device (capturable, or the CPU)
@@ -74,7 +74,7 @@ class Training:
     def __post_init__(self) -> None:
         validate.choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
         validate.choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
-        validate.integer("accumulation", self.accumulation, high=1 << 16, hint="micro-batches per step")
+        validate.integer("grad_accum", self.grad_accum, high=1 << 16, hint="micro-batches per step")
         validate.choice("parallel", self.parallel, PARALLEL)
         validate.integer("world_size", self.world_size, high=1 << 16, hint="ranks")
         if (self.parallel == "none") != (self.world_size == 1):
@@ -97,6 +97,7 @@ class StepMemory:
     backends: dict[int, str]
     masked: dict[int, bool]
     sharding: tuple[Item, ...] = field(default=())  # DDP buckets, FSDP's gathered layers
+    why: dict[int, str] = field(default_factory=dict)  # why a layer's backend keeps T x T tensors
 
     @property
     def activations(self) -> int:
@@ -105,8 +106,9 @@ class StepMemory:
 
 def attention_backends(
     shape: ModelShape, run: RunSpec, dtype: str, capability: tuple[int, int] | None, dropout: float
-) -> tuple[dict[int, str], dict[int, bool]]:
-    """The backend each softmax layer runs and whether its mask is materialised, as dispatch decides."""
+) -> tuple[dict[int, str], dict[int, bool], dict[int, str]]:
+    """The backend each softmax layer runs, whether its mask is materialised, and why a layer runs a
+    backend that keeps the T x T probabilities, as dispatch decides."""
     from tuneproof.attention.dispatch import Context, predict
 
     rows = run.rows()
@@ -116,11 +118,15 @@ def attention_backends(
     )  # fmt: skip
     backends: dict[int, str] = {}
     masked: dict[int, bool] = {}
+    why: dict[int, str] = {}
     for idxs in shape.attention_groups().values():
         p = predict(ctx, shape.layers[idxs[0]].attention)
+        reason = "; ".join(f"{k}: {v}" for k, v in p.refused.items()) or (
+            f"{run.attn} computes the scores itself" if run.attn == "eager" else p.mask_reason
+        )
         for i in idxs:
-            backends[i], masked[i] = p.backend, p.mask_materialised
-    return backends, masked
+            backends[i], masked[i], why[i] = p.backend, p.mask_materialised, reason
+    return backends, masked, why
 
 
 def _ffn_temps(layer: LayerShape, shape: ModelShape, g: Geometry) -> tuple[float, int]:
@@ -153,19 +159,27 @@ def _layer_gradients(shape: ModelShape, states: States) -> tuple[list[int], int]
 
 
 def _geometry(
-    model: ResolvedModel, run: RunSpec, precision: Precision, capability: tuple[int, int] | None
-) -> Geometry:
+    model: ResolvedModel,
+    run: RunSpec,
+    precision: Precision,
+    capability: tuple[int, int] | None,
+    fused_attention: bool,
+) -> tuple[Geometry, dict[int, str]]:
     config = model.config if (model.source is not None or model._config is not None) else None
     dropout = float(getattr(config, "attention_dropout", 0.0) or 0.0)
     compute = precision.autocast or precision.dtype
-    backends, masked = attention_backends(model.shape, run, compute, capability, dropout)
+    backends, masked, why = attention_backends(model.shape, run, compute, capability, dropout)
+    if fused_attention:  # the intended step: every softmax layer on a kernel that keeps O(T) statistics
+        backends = dict.fromkeys(backends, "flash")
+        masked = dict.fromkeys(masked, False)
     return Geometry(
         run.batch, run.seq_len, precision.activation_bytes, run, backends, masked,
         input_grads=run.mode != "lora" or run.grad_ckpt, dropout=dropout,
         weight_bytes=BY_SHORT[precision.dtype].bytes,
         softcap=bool(getattr(config, "attn_logit_softcapping", None)),
         logit_softcap=bool(getattr(config, "final_logit_softcapping", None)),
-    )  # fmt: skip
+        stream_bytes=BY_SHORT[precision.dtype].bytes,
+    ), why  # fmt: skip
 
 
 def _layer_costs(
@@ -198,33 +212,38 @@ def step_memory(
     *,
     capability: tuple[int, int] | None = None,
     norms: NormInventory | None = None,
+    fused_attention: bool = False,
 ) -> StepMemory:
-    """The step of `run` on `model` on one rank, on the CUDA card of `capability` (None: the CPU)."""
+    """The step of `run` on `model` on one rank, on the CUDA card of `capability` (None: the CPU);
+    with `fused_attention`, the intended step: every softmax layer on a fused kernel, no mask built."""
     precision = precision or Precision()
     training = training or Training()
     shape = model.shape
     states = state_bytes(
         shape, run, precision.dtype, training.optimizer, training.step_on_device, precision.quant
     )
-    g = _geometry(model, run, precision, capability)
+    g, why = _geometry(model, run, precision, capability, fused_attention)
     inv = norms or norm_inventory(model)
+    states, sharding, fixed_extra = _per_rank(states, shape, training)
     grads, rest = _layer_gradients(shape, states)
     embed = 0 if (shape.tie_word_embeddings or run.mode == "lora") else rest - _head_share(shape, states)
     costs = _layer_costs(model, g, inv, grads, precision.weight_copies)
     rotary = max((layer.attention.head_dim for layer in shape.layers if layer.attention.softmax), default=0)
     level = model_items(shape, inv.final, g, rotary)
+    if precision.weight_copies:  # the LM head's weight, cast for its GEMM and kept for the input's gradient
+        head = shape.head.in_features * shape.head.out_features * g.act_bytes
+        level.append(Item("weights", head, "autocast's low-precision copy of the LM head's weight"))
     kept_before = ("embedding", "mask") if run.grad_ckpt else ("embedding",)
     before = sum(i.nbytes for i in level if i.component in kept_before)
     after = sum(i.nbytes for i in level if i.component not in ("embedding", "mask"))
-    states, sharding, fixed_extra = _per_rank(states, shape, training)
     peak = walk(
         fixed=states.weights + states.adapters + fixed_extra, optimizer_states=states.optimizer,
         gradients=states.gradients, head_gradients=rest - embed, last_gradients=embed, layers=costs,
         before=before, after=after, loss_temp=2 * g.tokens * shape.vocab_size * FP32,
         optimizer_temp=_optimizer_temp(states, training.optimizer_impl), checkpointing=run.grad_ckpt,
-        accumulating=training.accumulation > 1,
+        accumulating=training.grad_accum > 1,
     )  # fmt: skip
-    return StepMemory(states, tuple(costs), tuple(level), peak, g.backends, g.masked, sharding)
+    return StepMemory(states, tuple(costs), tuple(level), peak, g.backends, g.masked, sharding, why)
 
 
 def _head_share(shape: ModelShape, states: States) -> int:
