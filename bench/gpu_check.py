@@ -10,7 +10,9 @@ then, each step in its own process with its own time limit (STEPS below):
 - probe: the fit's and the kernel table's quadratic shares cross-checked at 3 widths;
 - flex vs sdpa: the model's step time at 2k-16k;
 - train: `tuneproof train` with flex, the callback's FLOPs and MFU against FlopCounterMode's count
-  (outside attention they must agree; attention side by side: torch counts flex's full square).
+  (outside attention they must agree; attention side by side: torch counts flex's full square);
+- memory: the memory ledger's predicted peak against torch.cuda.max_memory_allocated, one LoRA step
+  at 4k with and without checkpointing, and what the allocator reserved beyond it.
 No step starts past the global deadline (those are listed as skipped). The summary table is printed
 and written to bench/results/gpu-<device>.txt.
 
@@ -53,11 +55,12 @@ STEPS = (
     Step("dispatch", 20, "live vs predicted dispatch per layer, widths 2k/4k/8k/16k, padded and unpadded"),
     Step("sdpa_grid", 25, "torch._fused_sdp_choice on this card and its cuDNN vs the chooser, 504 cases"),
     Step(
-        "flex_options", 160, "chosen flex options and torch defaults (with and without the one-stage retry)"
+        "flex_options", 140, "chosen flex options and torch defaults (with and without the one-stage retry)"
     ),
     Step("probe", 80, "probe library: fit vs kernel table at 2k/4k/8k, SDPA training step"),
-    Step("flex_vs_sdpa", 100, "model fwd+bwd step time, SDPA vs flex, widths 2k/4k/8k/16k"),
+    Step("flex_vs_sdpa", 90, "model fwd+bwd step time, SDPA vs flex, widths 2k/4k/8k/16k"),
     Step("train", 90, "tuneproof train with flex, 4 steps; callback FLOPs/MFU vs FlopCounterMode"),
+    Step("memory", 30, "memory ledger's peak vs torch.cuda.max_memory_allocated, LoRA T=4k, +-ckpt"),
 )
 
 

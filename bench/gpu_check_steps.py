@@ -470,3 +470,78 @@ def step_train(work: Path, budget_s: float, emit: Emit) -> None:
                      f"{ratios[-1]:.4f}); {seen}; {s.seconds:.2f} s{mfu}")  # fmt: skip
     ok = bool(ratios) and len(ratios) == len(counter.steps) and all(abs(r - 1) < 0.005 for r in ratios)
     emit({"outcome": "ok" if ok else "DIFF", "numbers": "\n    ".join(lines)})
+
+
+MEMORY_T = 4096  # the memory step's width: the reference run's scale on the 6-layer model
+
+
+def step_memory(work: Path, budget_s: float, emit: Emit) -> None:
+    """The memory ledger's predicted peak against the card's own count: one LoRA training step (PEFT
+    all-linear, bf16 weights, fused AdamW, SDPA) of B=1 x MEMORY_T, with and without activation
+    checkpointing, its steady-state step measured by `torch.cuda.max_memory_allocated` (the CPU
+    rehearsal: MemTracker); what torch reserved beyond it is the allocator's share the ledger reports
+    as unknown."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from tuneproof.arch import resolve
+    from tuneproof.memory.step import Precision, Training, step_memory
+    from tuneproof.runs.step import RunSpec
+
+    model = resolve(work / "model" / "config.json")
+    cap, _ = _cuda_facts()
+    lines, worst = [], 0.0
+    for ckpt in (False, True):
+        net = AutoModelForCausalLM.from_pretrained(
+            work / "model", dtype=torch.bfloat16, attn_implementation="sdpa"
+        )
+        net = net.to(DEVICE).train()
+        if ckpt:
+            net.gradient_checkpointing_enable()
+        net = get_peft_model(net, LoraConfig(r=16, target_modules="all-linear", lora_dropout=0.0))
+        opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-4,
+                                fused=DEVICE == "cuda")  # fmt: skip
+        ids = torch.randint(2, 500, (1, MEMORY_T), device=DEVICE)
+        measured, reserved = _measured_step(net, opt, ids)
+        run = RunSpec(seq_len=MEMORY_T, batch=1, mode="lora", lora_rank=16, grad_ckpt=ckpt)
+        training = Training(optimizer_impl="fused" if DEVICE == "cuda" else "for-loop")
+        got = step_memory(model, run, Precision(dtype="bf16", autocast=None), training,
+                          capability=cap if DEVICE == "cuda" else None)  # fmt: skip
+        error = got.peak.peak_bytes / measured - 1
+        worst = max(worst, abs(error))
+        lines.append(f"ckpt={ckpt}: predicted {got.peak.peak_bytes / 2**30:.2f} GiB at {got.peak.where}, "
+                     f"measured {measured / 2**30:.2f} GiB ({error:+.1%}), reserved beyond it "
+                     f"{reserved / 2**30:.2f} GiB")  # fmt: skip
+        del net, opt
+    emit({"outcome": "ok" if worst <= 0.10 else "DIFF", "numbers": "\n    ".join(lines)})
+
+
+def _measured_step(net: Any, opt: Any, ids: Any) -> tuple[int, int]:
+    """A first step (the optimizer's states), then the peak of a second one: (allocated, reserved
+    beyond it) on CUDA; MemTracker's peak total on the CPU (no allocator to reserve)."""
+    import torch
+
+    def step() -> None:
+        net(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return (
+            torch.cuda.max_memory_allocated(),
+            torch.cuda.max_memory_reserved() - torch.cuda.max_memory_allocated(),
+        )
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(net, opt)
+    with tracker:
+        step()
+    (per_device,) = tracker.get_tracker_snapshot("peak").values()
+    return next(v for k, v in per_device.items() if str(getattr(k, "value", k)) == "Total"), 0

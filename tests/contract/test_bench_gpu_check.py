@@ -12,7 +12,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "bench" / "gpu_check.py"
-STEPS = ("build", "dispatch", "sdpa_grid", "flex_options", "probe", "flex_vs_sdpa", "train")
+STEPS = ("build", "dispatch", "sdpa_grid", "flex_options", "probe", "flex_vs_sdpa", "train", "memory")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -116,7 +116,8 @@ def test_every_step_runs_end_to_end_in_a_cpu_rehearsal(tmp_path: Path, monkeypat
 
     for name, value in {
         "DEVICE": "cpu", "WIDTHS": (128, 256), "PROBE_WIDTHS": (64, 128, 256), "FLEX_T": 128,
-        "TRAIN_STEPS": 2, "TRAIN_ROW_WORDS": 150, "TRAIN_ATTENTION": "sdpa", "model_config": small,
+        "TRAIN_STEPS": 2, "TRAIN_ROW_WORDS": 150, "MEMORY_T": 256, "TRAIN_ATTENTION": "sdpa",
+        "model_config": small,
         "_cuda_facts": lambda: ((9, 0), 232_448),
     }.items():  # fmt: skip
         monkeypatch.setattr(s, name, value)
@@ -151,6 +152,8 @@ def test_every_step_runs_end_to_end_in_a_cpu_rehearsal(tmp_path: Path, monkeypat
     )
     assert last["flex_vs_sdpa"]["outcome"] == "fail"  # flex training fails on the CPU, as at every width
     assert str(last["flex_vs_sdpa"]["numbers"]).count("flex failed") == 2
+    memory = str(last["memory"]["numbers"])  # the ledger against MemTracker on the CPU
+    assert last["memory"]["outcome"] == "ok" and memory.count("measured") == 2, memory
     train = str(last["train"]["numbers"])
     assert last["train"]["outcome"] == "ok", train  # the callback's FLOPs equal FlopCounterMode's
     assert train.startswith("2 steps") and train.count("(ratio 1.0") == 2

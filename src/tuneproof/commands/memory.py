@@ -34,6 +34,7 @@ class MemorySpec:
     training: Training = field(default_factory=Training)
     gpu: str | None = None
     gpu_memory: float | None = None
+    capability: tuple[int, int] | None = None  # a card's capability without its name (no fit)
 
     def __post_init__(self) -> None:
         if self.gpu_memory is not None:
@@ -70,7 +71,7 @@ def prepare(spec: MemorySpec) -> MemoryPlan:
     if spec.run.mode == "lora":
         check_targets(model.shape, spec.run)
         check_target_parameters(model.shape, spec.run)
-    chosen, capability = None, None
+    chosen, capability = None, spec.capability
     if spec.gpu is not None:
         from tuneproof.hardware.gpus import capability_of
 
@@ -117,6 +118,13 @@ def _notes(plan: MemoryPlan, performed: StepMemory) -> list[str]:
         notes.append(
             "LoRA under autocast: each adapted module keeps its own copy of its input (PEFT casts it to "
             "the fp32 adapter, autocast casts it back), so q, k and v keep three"
+        )
+    top = performed.peak.top
+    loss = 2 * spec.run.batch * spec.run.seq_len * plan.model.shape.vocab_size * 4
+    if top.where.startswith("start of backward") and loss > 0.1 * top.total:
+        notes.append(
+            f"the peak holds the loss's fp32 gradient over B x T x V, twice ({loss / 2**30:.2f} GiB): a "
+            "chunked cross-entropy (Liger's fused linear cross-entropy, say) never makes it"
         )
     if spec.training.optimizer == "adamw_8bit":
         notes.append(

@@ -200,6 +200,8 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     say("attention dispatch")
     out.append(sections.dispatch(r, plan.model, plan.target))
     out.append(sections.flex_options(plan.model, plan.target, plan.gpu, r))
+    say("memory ledger")
+    out.append(sections.memory(r, plan.model, plan.gpu, plan.target, cov))
     out.append(sections.recompiles(r, distinct))
     if cov is not None:
         out.append(_lora(r, cov))

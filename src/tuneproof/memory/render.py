@@ -66,7 +66,7 @@ def _activations(report: MemoryReport, console: Console) -> None:
     for name in names:
         table.add_row(name, gib(saved[name]))
     console.print(table)
-    groups = ", ".join(f"{backend}: layers {len(idxs)}" for backend, idxs in _by_backend(report).items())
+    groups = ", ".join(f"{backend}: {len(idxs)} layer(s)" for backend, idxs in _by_backend(report).items())
     if groups:
         console.print(f"attention backends (as dispatch decides): {escape(groups)}")
 
@@ -113,8 +113,8 @@ def _fit(report: MemoryReport, console: Console) -> None:
     if fit.fits and share < HEADROOM_WARN:
         console.print(f"  under {HEADROOM_WARN:.0%} free at the peak: the unknowns below come out of it")
     console.print(
-        f"  largest micro-batch at T={report.run.seq_len}: {fit.largest_batch}; "
-        f"largest width at B={report.run.batch}: {fit.largest_width}"
+        f"  largest micro-batch at T={report.run.seq_len}: {fit.largest_batch or 'none fits'}; "
+        f"largest width at B={report.run.batch}: {fit.largest_width or 'none fits'}"
     )
     for change, peak in fit.options:
         mark = "fits" if peak <= card.total_bytes else "does not fit"

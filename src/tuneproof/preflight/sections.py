@@ -262,3 +262,61 @@ def ship(run: Run, config: dict[str, Any]) -> Section:
         s.lines.append(f"loss: {run.fused_loss}: the ledger's LM-head row is the plain matmul either way")
     s.data["adapter"] = run.adapter
     return s
+
+
+def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Section:
+    """The memory ledger of one micro-batch at the run's width (`tuneproof memory`): the peak, where it
+    falls, what a named card leaves, and a finding when it will not fit."""
+    from tuneproof.commands.memory import MemorySpec, prepare
+    from tuneproof.commands.memory import run as size
+    from tuneproof.memory.report import gib
+    from tuneproof.memory.step import Precision, Training
+    from tuneproof.runs.step import RunSpec
+
+    rows, width = widths(run)
+    attn, _ = path_of(run)
+    mode = "lora" if run.adapter else "full"
+    targets = (
+        tuple(sorted(cov.families))
+        if mode == "lora" and cov is not None and cov.families
+        else ("all-linear",)
+    )
+    step = RunSpec(
+        seq_len=width, batch=rows, attn=attn, mode=mode, lora_rank=run.lora_r, lora_targets=targets,
+        lora_target_parameters=run.target_parameters if mode == "lora" else (), grad_ckpt=run.grad_ckpt,
+    )  # fmt: skip
+    quant = (
+        "4bit-dq" if (run.load_in_4bit or run.adapter == "qlora") else "8bit" if run.load_in_8bit else None
+    )
+    precision = Precision(dtype=run.dtype, autocast=run.dtype if run.dtype != "fp32" else None, quant=quant)
+    training = Training(grad_accum=max(run.grad_accum, 1))
+    from tuneproof.attention.target import CAPABILITY_TEXT
+
+    card = None if gpu is None or CAPABILITY_TEXT.fullmatch(gpu) else gpu  # a capability names no memory
+    spec = MemorySpec(
+        model=model, run=step, precision=precision, training=training, gpu=card, capability=target.capability
+    )
+    report = size(prepare(spec))
+    d = report.to_dict()
+    s = Section("memory", data=d)
+    s.lines.append(
+        f"peak {gib(d['peak_bytes'])} at {d['peak_where']} ({rows} x {width}, {mode}, weights {run.dtype}"
+        + (f" {quant}" if quant else "") + (", checkpointing" if run.grad_ckpt else "") + ")"
+    )  # fmt: skip
+    for e in report.excess:
+        s.lines.append(f"excess {gib(e.nbytes)}: {e.name}: {e.why}")
+    if run.fused_loss:
+        s.lines.append(
+            f"{run.fused_loss} never makes the B x T x V logits: the loss's share is counted as unfused"
+        )
+    fit = report.fit
+    if fit is not None:
+        s.lines.append(f"on {fit.card.name}: headroom {gib(fit.headroom)}; largest micro-batch at this width "
+                       f"{fit.largest_batch or 'none'}")  # fmt: skip
+        if not fit.fits:
+            better = [c for c, b in fit.options if b <= fit.card.total_bytes]
+            s.findings.append(
+                f"memory: the step needs {gib(d['peak_bytes'])}, the {fit.card.name} holds "
+                f"{gib(fit.card.total_bytes)}: out of memory" + (f"; {better[0]} would fit" if better else "")
+            )
+    return s

@@ -83,6 +83,8 @@ class TuneproofCallback(TrainerCallback):
         self._sync: Any = None
         self.health: Any = None  # adapter health at train end (tuneproof.ship.health.Health), PEFT only
         self.fingerprint_path: Path | None = None  # where the base's fingerprint was written, if it was
+        self._predicted: tuple[int, str] | None = None  # the memory ledger's peak for the run
+        self._warned_memory = False
 
     # --- set-up ----------------------------------------------------------------------------------------
 
@@ -251,9 +253,29 @@ class TuneproofCallback(TrainerCallback):
         if self._run.peak_tflops:
             metrics[f"{PREFIX}mfu_intended"] = intended / self._run.peak_tflops
             metrics[f"{PREFIX}mfu_performed"] = performed / self._run.peak_tflops
+        metrics.update(self._memory(args))
         logs.update(metrics)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(metrics)
+
+    def _memory(self, args: Any) -> dict[str, float]:
+        """On CUDA: the allocator's peak since the last log beside the ledger's prediction, warned
+        about once when they part (`tuneproof.train.memory_check`)."""
+        if self._sync is None or self._run is None:
+            return {}
+        import torch
+
+        from tuneproof.train.memory_check import memory_metrics, predicted_peak
+
+        measured = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        if self._predicted is None:
+            self._predicted = predicted_peak(self._run, args)
+        metrics, warning = memory_metrics(measured, self._predicted)
+        if warning is not None and not self._warned_memory:
+            self._warned_memory = True
+            self._say(f"tuneproof: {warning}")
+        return {f"{PREFIX}{k}": v for k, v in metrics.items()}
 
     def _say(self, text: str) -> None:
         """A warning, on the main process only (every rank reads the same run)."""

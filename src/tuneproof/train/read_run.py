@@ -37,6 +37,7 @@ class CallbackState:
     # why the model's own forward hides packed rows from transformers on this path ("" where it does
     # not), read from its modeling file on the first packed batch (`attention.packed_detection`)
     _hidden_packing: str | None = None
+    resolved: Any = None  # the ResolvedModel, for the memory ledger's prediction
 
     def caches(self, kwargs: dict[str, Any]) -> bool:
         """Whether this forward builds a KV cache (which turns off transformers' packed detection)."""
@@ -102,6 +103,7 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
         pad_id=pad if isinstance(pad, int) else None,
         use_cache=bool(getattr(base.config, "use_cache", False)),
         dropout=resolved.attention_dropout,
+        resolved=resolved,
     )
 
 
