@@ -82,6 +82,51 @@ class FlopsSection:
 
 
 @dataclass(slots=True)
+class MemorySection:
+    """The memory ledger (`tuneproof memory`) of the flops section's runs: the peak per width and
+    scenario, with and without checkpointing, where it falls."""
+
+    rows: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows}
+
+    def plots(self) -> list[Plot]:
+        return []
+
+    def render(self, console: Console) -> None:
+        from tuneproof.core.tables import Table
+        from tuneproof.memory.report import gib
+
+        t = Table(title=f"peak memory per step (LoRA r={LORA_RANK}, batch {BATCH}, bf16; tuneproof memory)")
+        for col in ("width", "scenario", "grad-ckpt", "peak", "where"):
+            t.add_column(col, justify="right" if col in ("width", "peak") else "left")
+        for r in self.rows:
+            t.add_row(str(r["width"]), r["scenario"], "yes" if r["grad_ckpt"] else "no", gib(r["peak_bytes"]),
+                      r["where"])  # fmt: skip
+        console.print(t)
+
+
+def memory_section(model: ResolvedModel) -> MemorySection:
+    from tuneproof.memory.norms import norm_inventory
+    from tuneproof.memory.step import step_memory
+    from tuneproof.runs.step import RunSpec
+
+    norms = norm_inventory(model)
+    rows = []
+    for width in doctor_widths(model.shape):
+        for (label, attn, pad), ckpt in ((s, c) for s in SCENARIOS for c in (True, False)):
+            run = RunSpec(
+                seq_len=width, batch=BATCH, attn=attn, padding_fraction=pad, mode="lora", lora_rank=LORA_RANK,
+                grad_ckpt=ckpt,
+            )  # fmt: skip
+            peak = step_memory(model, run, norms=norms).peak
+            rows.append({"width": width, "scenario": label, "grad_ckpt": ckpt, "peak_bytes": peak.peak_bytes,
+                         "where": peak.where})  # fmt: skip
+    return MemorySection(rows)
+
+
+@dataclass(slots=True)
 class DoctorReport(NoWarnings):
     """Every section's result. `written` lists what `run` wrote (report.json, a report folder), which
     the text names first; `to_dict()` is the report itself (what `--json` prints and report.json holds)."""
@@ -365,6 +410,9 @@ def _diagnose(
     report.sections["flops"] = flops_section(model.shape)
     if problem := model.positions_problem(doctor_widths(model.shape)[-1], "the widest FLOP width"):
         report.notes.append(f"{problem}: the ledger counts it as asked")
+    if progress:
+        progress("memory ledger")
+    report.sections["memory"] = memory_section(model)
     if progress:
         progress("attention dispatch")
     report.sections["attention dispatch"] = explain_section(model.shape)

@@ -74,11 +74,40 @@ def run(plan: ExplainPlan, progress: Progress | None = None) -> Explanation:
     """Explain the plan's model; with `live`, also run the isolation check (seconds on a CPU)."""
     result = explain(plan.shape, plan.context)
     result.notes.extend(plan.notes)
+    if plan.context.training:
+        result.notes.extend(_memory_notes(plan.shape, plan.context, result))
     result.model = plan.name
     if plan.live is not None:
         result.isolation = live_isolation(plan.live, plan.context.attn)
         result.notes[:] = [n.replace(LIVE_HINT, "") for n in result.notes]
     return result
+
+
+def _memory_notes(shape: Any, ctx: Any, result: Explanation) -> list[str]:
+    """What each attention group keeps for backward on its backend, against a fused kernel's
+    (`tuneproof.memory.activations`: eager and math keep the B x H x T x T probabilities)."""
+    from tuneproof.core.dtypes import BY_SHORT
+    from tuneproof.memory.activations import Geometry, attention_items
+    from tuneproof.memory.report import gib
+    from tuneproof.runs.step import RunSpec
+
+    run = RunSpec(seq_len=ctx.seq_len, batch=ctx.batch, attn=ctx.attn)
+    notes = []
+    for x, idxs in zip(result.layers, shape.attention_groups().values(), strict=False):
+        layer = shape.layers[idxs[0]]
+
+        def kept(backend: str, masked: bool, layer: Any = layer) -> int:
+            g = Geometry(ctx.batch, ctx.seq_len, BY_SHORT[ctx.dtype].bytes, run, {layer.index: backend},
+                         {layer.index: masked}, True, ctx.sdpa_dropout)  # fmt: skip
+            return sum(i.nbytes for i in attention_items(layer, g))
+
+        performed, fused = kept(x.backend, x.mask_materialised), kept("flash", False)
+        if performed > fused:
+            notes.append(
+                f"memory: each {x.layer_type} layer keeps {gib(performed)} for backward on {x.backend} "
+                f"(a fused kernel: {gib(fused)}); 'tuneproof memory' sizes the whole step"
+            )
+    return notes
 
 
 def _flash_here() -> None:

@@ -165,7 +165,8 @@ def _span(idxs: list[int]) -> str:
 
 
 def gib(n: float) -> str:
-    return f"{n / GIB:,.2f} GiB"
+    """Bytes as GiB, or MiB under one GiB (a tiny model's step)."""
+    return f"{n / GIB:,.2f} GiB" if abs(n) >= GIB else f"{n / (1 << 20):,.2f} MiB"
 
 
 def with_fit(report: MemoryReport, fit: Fit) -> MemoryReport:
