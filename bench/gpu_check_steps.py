@@ -539,9 +539,22 @@ def _measured_step(net: Any, opt: Any, ids: Any) -> tuple[int, int]:
         )
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    tracker = MemTracker()
-    tracker.track_external(net, opt)
-    with tracker:
-        step()
-    (per_device,) = tracker.get_tracker_snapshot("peak").values()
+    class NoHook:
+        def remove(self) -> None:
+            pass
+
+    # MemTracker hooks every parameter's gradient, which torch refuses on LoRA's frozen base: no-ops there
+    names = ("register_hook", "register_post_accumulate_grad_hook")
+    saved = {n: getattr(torch.Tensor, n) for n in names}
+    for n, orig in saved.items():
+        setattr(torch.Tensor, n, lambda t, hook, orig=orig: orig(t, hook) if t.requires_grad else NoHook())
+    try:
+        tracker = MemTracker()
+        tracker.track_external(net, opt)
+        with tracker:
+            step()
+        (per_device,) = tracker.get_tracker_snapshot("peak").values()
+    finally:
+        for n, orig in saved.items():
+            setattr(torch.Tensor, n, orig)
     return next(v for k, v in per_device.items() if str(getattr(k, "value", k)) == "Total"), 0

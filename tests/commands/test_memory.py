@@ -20,14 +20,25 @@ CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 
 
 def _json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
-    assert main(["memory", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    """The command's JSON; it exits 1 when the step does not fit the card it names, 0 otherwise."""
+    code = main(["memory", *args, "--json"])
+    got = json.loads(capsys.readouterr().out)
+    assert code == (1 if got["fit"] is not None and not got["fit"]["fits"] else 0)
+    assert got["verdict"] is None if got["fit"] is None else got["verdict"]["exit_code"] == code
+    return got
 
 
 def test_the_json_carries_the_peak_and_every_component(capsys) -> None:
     got = _json(capsys, "--config", str(CONFIGS / "llama-3.1-8b.json"), "--seq-len", "2048", "--mode", "full")
     c = got["components"]
-    parts = ("weights_and_adapters", "optimizer_states", "gradients", "activations", "temporaries")
+    parts = (
+        "weights_and_adapters",
+        "optimizer_states",
+        "gradients",
+        "activations",
+        "temporaries",
+        "sharding",
+    )
     assert got["peak_bytes"] == c["total"] == sum(c[k] for k in parts)
     assert got["peak_where"] == c["where"] and max(p["total"] for p in got["points"]) == got["peak_bytes"]
     states = got["states"]
@@ -115,6 +126,8 @@ def test_fsdp_shards_the_states_and_gathers_a_layer() -> None:
         )
     ).performed  # fmt: skip
     assert eight.states.optimizer == one.states.optimizer // 8
+    top = eight.peak.top
+    assert top.fixed == eight.states.weights + sum(i.nbytes for i in eight.sharding)
     assert eight.peak.peak_bytes < one.peak.peak_bytes / 3
     assert {i.what.split(":")[0] for i in eight.sharding} == {"FSDP2"}
 
@@ -127,3 +140,37 @@ def test_published_configs_are_sized_in_seconds_without_building_them(path: Path
     report = run(prepare(MemorySpec(model=str(path), run=RunSpec(seq_len=4096, mode="lora"))))
     assert time.perf_counter() - start < 30
     assert report.performed.peak.peak_bytes > report.performed.states.weights > 0
+
+
+def test_8bit_adamw_has_no_foreach_implementation() -> None:
+    with pytest.raises(TuneproofError, match="bitsandbytes steps in one kernel"):
+        Training(optimizer="adamw_8bit", optimizer_impl="foreach")
+
+
+def test_a_path_transformers_refuses_is_sized_with_a_note() -> None:
+    report = run(prepare(MemorySpec(model=str(CONFIGS / "gpt-oss-20b.json"), run=RunSpec(seq_len=1024))))
+    assert report.notes[0].startswith("transformers will not run sdpa for gpt_oss")
+
+
+@pytest.mark.parametrize(
+    ("name", "sized"),
+    [(None, ("adamw", "fused")), ("adamw_torch", ("adamw", "foreach")),
+     ("adamw_bnb_8bit", ("adamw_8bit", "fused")), ("paged_adamw_8bit", ("adamw_8bit", "fused")),
+     ("lion_32bit", ("adamw", "fused"))],
+)  # fmt: skip
+def test_preflight_reads_the_runs_optimizer(name: str | None, sized: tuple[str, str]) -> None:
+    from tuneproof.preflight.sections import _optimizer
+
+    optimizer, impl, unread = _optimizer(name)
+    assert (optimizer, impl) == sized
+    assert (unread is not None) == (name == "lion_32bit")
+
+
+def test_quantised_experts_shrink_the_weights() -> None:
+    step = RunSpec(seq_len=1024, mode="lora")
+    model = str(CONFIGS / "qwen3-30b-a3b.json")
+    kept = run(prepare(MemorySpec(model=model, run=step, precision=Precision(quant="4bit")))).performed
+    both = run(
+        prepare(MemorySpec(model=model, run=step, precision=Precision(quant="4bit", quant_experts=True)))
+    ).performed
+    assert both.states.weights < kept.states.weights / 3  # the experts are most of a MoE's weights

@@ -184,3 +184,30 @@ def test_saved_activations_under_bf16_autocast(family: str, mode: str, weights: 
     resolved, norms = _resolved(family)
     got = step_memory(resolved, run, Precision(dtype=weights, autocast="bf16"), norms=norms)
     assert got.activations == pytest.approx(_saved_bytes(model, ids), rel=0.03)
+
+
+def test_lora_on_bf16_weights_without_autocast_keeps_fp32_input_copies() -> None:
+    """No autocast: PEFT's fp32 copy of each adapted module's input is what lora_A keeps (a fresh
+    user's trial found the prediction 25 % low when it assumed autocast's bf16 copy)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    config = shrunk_config("llama")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").to(torch.bfloat16).train()
+    model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear", lora_dropout=0.0))
+    ids = torch.randint(3, config.vocab_size, (BATCH, WIDTH))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            seen.setdefault(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=ids, use_cache=False).loss.detach()
+    resolved, norms = _resolved("llama")
+    run = RunSpec(seq_len=WIDTH, batch=BATCH, attn="sdpa", mode="lora", lora_rank=8)
+    got = step_memory(resolved, run, Precision(dtype="bf16", autocast=None), norms=norms)
+    assert got.activations == pytest.approx(sum(seen.values()), rel=0.03)

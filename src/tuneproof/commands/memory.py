@@ -109,6 +109,19 @@ def _notes(plan: MemoryPlan, performed: StepMemory) -> list[str]:
     spec, notes = plan.spec, []
     if plan.capability is None:
         notes.append("attention backends as on this machine's CPU: name a card for its own")
+    refused = plan.model.shape.attn_refused.get(spec.run.attn)
+    if refused:
+        model_type = plan.model.shape.model_type
+        notes.insert(
+            0,
+            f"transformers will not run {spec.run.attn} for {model_type} ({refused}): this sizes what "
+            f"{spec.run.attn} would keep; size eager, what it runs",
+        )
+    if spec.precision.quant and any(lin.num_experts > 1 for lin in plan.model.shape.linears()):
+        notes.append(
+            f"{spec.precision.quant}: the fused experts stay in {spec.precision.dtype} (bitsandbytes "
+            "quantises nn.Linear modules only, as transformers loads them)"
+        )
     if spec.run.padding_fraction:
         notes.append(
             f"{spec.run.padding_fraction:.0%} of the token slots are padding: they hold activations as real "
@@ -144,6 +157,12 @@ def _fit(plan: MemoryPlan, performed: StepMemory, chosen: Card) -> Fit:
     options = []
     if not run.grad_ckpt and plan.model.shape.checkpointing:
         options.append(("with activation checkpointing", peak(grad_ckpt=True)))
+    if performed.peak.where == "optimizer step" and run.mode == "full":
+        options.append(("LoRA instead of full fine-tuning", peak(mode="lora")))
+        if plan.spec.training.optimizer != "adamw_8bit":
+            eight = replace(plan.spec.training, optimizer="adamw_8bit", optimizer_impl="fused")
+            options.append(("8-bit AdamW", step_memory(plan.model, run, plan.spec.precision, eight,
+                            capability=plan.capability, norms=plan.norms).peak.peak_bytes))  # fmt: skip
     if performed.backends and any(b in ("math", "eager") for b in performed.backends.values()):
         options.append(("attention on a fused kernel (flex, or SDPA without a mask)",
                         _step(plan, run, fused=True).peak.peak_bytes))  # fmt: skip

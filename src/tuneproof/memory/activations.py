@@ -70,6 +70,7 @@ class Geometry:
     softcap: bool = False  # attention logits soft-capped (Gemma 2): eager keeps tanh's output too
     logit_softcap: bool = False  # final logits soft-capped: tanh's output over B x T x V
     stream_bytes: int = 0  # the residual stream's bytes: the weights' under autocast (0: the activations')
+    autocast: bool = True  # under torch.autocast (the Trainer's bf16/fp16 flag)
 
     def __post_init__(self) -> None:
         if not self.stream_bytes:
@@ -185,16 +186,22 @@ def gemm_items(layer: LayerShape, shape: ModelShape, g: Geometry) -> list[Item]:
                 )
             )
         elif rank:
-            # under autocast: the input's copy, and A's and B's weights cast for the GEMMs
+            # PEFT casts the input to the fp32 adapter: autocast casts it back (a copy in b, and A's and
+            # B's weights cast too); without autocast the fp32 copy and A's fp32 output are what is kept
+            a = b if g.autocast else FP32
             copy = (
                 0
                 if b == FP32
-                else rows * lin.in_features * b + rank * (lin.in_features + lin.out_features) * b
+                else rows * lin.in_features * a
+                + (rank * (lin.in_features + lin.out_features) * b if g.autocast else 0)
             )
             what = f"{lin.name}: LoRA A's output (N x {rank})" + (
-                ", its own bf16 copy of the input (PEFT's fp32 cast, autocast back)" if copy else ""
+                f", its own {'bf16' if a < FP32 else 'fp32'} copy of the input (PEFT's fp32 cast"
+                + (", autocast back)" if g.autocast else ")")
+                if copy
+                else ""
             )
-            items.append(Item("adapters", copy + rows * rank * b, what, half))
+            items.append(Item("adapters", copy + rows * rank * a, what, half))
     items += [Item("projections", v, f"GEMM input {k}", halves[k]) for k, v in srcs.items()]
     return items + _blocks(layer, g, shape.model_type)
 

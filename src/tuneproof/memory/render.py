@@ -37,12 +37,14 @@ def render_report(report: MemoryReport, console: Console) -> None:
     table = Table(title="at the peak")
     table.add_column("component")
     table.add_column("bytes", justify="right")
+    sharding = sum(i.nbytes for i in p.sharding)
     for name, value in (
-        ("weights and adapters", top.fixed), ("optimizer states", top.optimizer_states),
+        ("weights and adapters", top.fixed - sharding), ("optimizer states", top.optimizer_states),
         ("gradients", top.gradients), ("activations saved for backward", top.activations),
-        ("temporaries", top.temporaries),
+        ("temporaries", top.temporaries), (f"{tr.parallel.upper()} (buckets, gathered layers)", sharding),
     ):  # fmt: skip
-        table.add_row(name, gib(value))
+        if value or name != f"{tr.parallel.upper()} (buckets, gathered layers)":
+            table.add_row(name, gib(value))
     table.add_row("[bold]peak[/bold]", f"[bold]{gib(top.total)}[/bold]")
     console.print(table)
     _activations(report, console)

@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tuneproof.core.verdict import NoWarnings
+from tuneproof.core.verdict import FINDING, OK, NoWarnings, Verdict
 from tuneproof.memory.cards import GIB, Card
 from tuneproof.memory.step import Precision, StepMemory, Training
 from tuneproof.runs.step import RunSpec
@@ -59,8 +59,16 @@ class MemoryReport(NoWarnings):
     notes: list[str] = field(default_factory=list)
 
     @property
-    def verdict(self) -> None:
-        return None  # a ledger: the fit line says what to do
+    def verdict(self) -> Verdict | None:
+        """FITS (exit 0) or OUT_OF_MEMORY (exit 1) on a named card; None without one (a ledger)."""
+        if self.fit is None:
+            return None
+        peak, total = self.performed.peak.peak_bytes, self.fit.card.total_bytes
+        if self.fit.fits:
+            return Verdict("FITS", f"peak {gib(peak)} of the {self.fit.card.name}'s {gib(total)}", OK)
+        return Verdict(
+            "OUT_OF_MEMORY", f"peak {gib(peak)} > the {self.fit.card.name}'s {gib(total)}", FINDING
+        )
 
     def activations_by_component(self) -> dict[str, int]:
         """Everything the step saves for backward (no checkpointing: at the start of backward), by kind."""
@@ -94,7 +102,7 @@ class MemoryReport(NoWarnings):
                          "world_size": self.training.world_size},
             "peak_bytes": p.peak.peak_bytes,
             "peak_where": top.where,
-            "components": {**top.to_dict(), "sharding": sum(i.nbytes for i in p.sharding)},
+            "components": _components(p),
             "states": p.states.to_dict(),
             "activations_saved": self.activations_by_component(),
             "backends": _groups(p),
@@ -102,9 +110,18 @@ class MemoryReport(NoWarnings):
             "intended_peak_bytes": self.intended.peak.peak_bytes,
             "excess": [{"name": e.name, "bytes": e.nbytes, "why": e.why} for e in self.excess],
             "fit": _fit_dict(self.fit),
+            "verdict": v.to_dict() if (v := self.verdict) is not None else None,
             "unknown": [{"what": k, "why": v} for k, v in UNKNOWN.items()],
             "notes": self.notes,
         }  # fmt: skip
+
+
+def _components(p: StepMemory) -> dict[str, Any]:
+    """What is alive at the peak; `sharding` (DDP's buckets, FSDP2's gathered layers) apart from the
+    weights it sits beside, so that the components add up to the total."""
+    top = p.peak.top.to_dict()
+    sharding = sum(i.nbytes for i in p.sharding)
+    return {**top, "weights_and_adapters": int(top["weights_and_adapters"]) - sharding, "sharding": sharding}  # type: ignore[call-overload]
 
 
 def _groups(p: StepMemory) -> dict[str, Any]:
@@ -144,7 +161,13 @@ def excess_lines(performed: StepMemory, intended: StepMemory, run: RunSpec) -> l
         )  # what the layers keep beyond the fused kernel's q, k, v, output and log-sum-exp
         why = performed.why.get(idxs[0], "")
         what = (
-            f"{len(idxs)} layer(s) keep B x H x T x T probabilities (B={run.batch}, T={run.seq_len})"
+            f"{len(idxs)} layer(s) keep B x H x T x T probabilities (B={run.batch}, T={run.seq_len}; "
+            + (
+                "one layer at a time under checkpointing"
+                if run.grad_ckpt
+                else "all alive at backward's start"
+            )
+            + ")"
             if not fused(backend)
             else f"{len(idxs)} layer(s) get a mask: K and V repeated to every query head (no enable_gqa)"
         )

@@ -85,11 +85,13 @@ def state_bytes(
     optimizer: str = "adamw",
     step_on_device: bool = False,
     quant: str | None = None,
+    quant_experts: bool = False,
 ) -> States:
     """The weights, adapters, gradients and optimizer states of `run` on `shape` in `dtype`.
     `step_on_device`: AdamW's step scalars live on the device (capturable or fused AdamW; the CPU).
     `quant`: the base's nn.Linear weights loaded by bitsandbytes ("8bit", "4bit", "4bit-dq"; LoRA
-    only: a quantised weight does not train)."""
+    only: a quantised weight does not train); `quant_experts`: the fused experts too (Axolotl's
+    quantize_moe_experts)."""
     if optimizer not in OPTIMIZERS:
         raise TuneproofError(
             f"optimizer {optimizer!r} is not one tuneproof sizes", f"use one of {', '.join(OPTIMIZERS)}"
@@ -102,9 +104,12 @@ def state_bytes(
     weights = (gemm + embedding) * size
     if quant is not None:
         per_weight, per_row = QUANT[quant]
-        plain = [lin for lin in _unique_linears(shape) if lin.num_experts == 1 and lin is not shape.head]
-        params = sum(lin.in_features * lin.out_features for lin in plain)
-        rows = sum(lin.out_features for lin in plain)
+        plain = [
+            lin for lin in _unique_linears(shape)
+            if (lin.num_experts == 1 or quant_experts) and lin is not shape.head
+        ]  # fmt: skip
+        params = sum(lin.in_features * lin.out_features * lin.num_experts for lin in plain)
+        rows = sum(lin.out_features * lin.num_experts for lin in plain)
         weights -= params * size
         weights += round(params * per_weight) + rows * per_row
     if run.mode == "lora":

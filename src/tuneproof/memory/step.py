@@ -36,6 +36,7 @@ class Precision:
     dtype: str = "bf16"
     autocast: str | None = "bf16"
     quant: str | None = None
+    quant_experts: bool = False  # the fused experts quantised too (Axolotl's quantize_moe_experts)
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype)
@@ -76,6 +77,12 @@ class Training:
         validate.choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         validate.integer("grad_accum", self.grad_accum, high=1 << 16, hint="micro-batches per step")
         validate.choice("parallel", self.parallel, PARALLEL)
+        if self.optimizer == "adamw_8bit" and self.optimizer_impl != "fused":
+            raise TuneproofError(
+                f"{{optimizer}} adamw_8bit with {{optimizer_impl}} {self.optimizer_impl}",
+                "bitsandbytes steps in one kernel: leave the implementation fused",
+                fields=("optimizer", "optimizer_impl"),
+            )
         validate.integer("world_size", self.world_size, high=1 << 16, hint="ranks")
         if (self.parallel == "none") != (self.world_size == 1):
             raise TuneproofError(
@@ -178,7 +185,7 @@ def _geometry(
         weight_bytes=BY_SHORT[precision.dtype].bytes,
         softcap=bool(getattr(config, "attn_logit_softcapping", None)),
         logit_softcap=bool(getattr(config, "final_logit_softcapping", None)),
-        stream_bytes=BY_SHORT[precision.dtype].bytes,
+        stream_bytes=BY_SHORT[precision.dtype].bytes, autocast=precision.autocast is not None,
     ), why  # fmt: skip
 
 
@@ -220,7 +227,13 @@ def step_memory(
     training = training or Training()
     shape = model.shape
     states = state_bytes(
-        shape, run, precision.dtype, training.optimizer, training.step_on_device, precision.quant
+        shape,
+        run,
+        precision.dtype,
+        training.optimizer,
+        training.step_on_device,
+        precision.quant,
+        precision.quant_experts,
     )
     g, why = _geometry(model, run, precision, capability, fused_attention)
     inv = norms or norm_inventory(model)

@@ -288,8 +288,12 @@ def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Sect
     quant = (
         "4bit-dq" if (run.load_in_4bit or run.adapter == "qlora") else "8bit" if run.load_in_8bit else None
     )
-    precision = Precision(dtype=run.dtype, autocast=run.dtype if run.dtype != "fp32" else None, quant=quant)
-    training = Training(grad_accum=max(run.grad_accum, 1))
+    precision = Precision(
+        dtype=run.dtype, autocast=run.dtype if run.dtype != "fp32" else None, quant=quant,
+        quant_experts=run.quantize_experts and quant is not None,
+    )  # fmt: skip
+    optimizer, impl, unread = _optimizer(run.optimizer)
+    training = Training(grad_accum=max(run.grad_accum, 1), optimizer=optimizer, optimizer_impl=impl)
     from tuneproof.attention.target import CAPABILITY_TEXT
 
     card = None if gpu is None or CAPABILITY_TEXT.fullmatch(gpu) else gpu  # a capability names no memory
@@ -305,6 +309,8 @@ def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Sect
     )  # fmt: skip
     for e in report.excess:
         s.lines.append(f"excess {gib(e.nbytes)}: {e.name}: {e.why}")
+    if unread:
+        s.lines.append(unread)
     if run.fused_loss:
         s.lines.append(
             f"{run.fused_loss} never makes the B x T x V logits: the loss's share is counted as unfused"
@@ -320,3 +326,18 @@ def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Sect
                 f"{gib(fit.card.total_bytes)}: out of memory" + (f"; {better[0]} would fit" if better else "")
             )
     return s
+
+
+def _optimizer(name: str | None) -> tuple[str, str, str | None]:
+    """The run's optimizer as the memory ledger sizes it: (optimizer, torch implementation, a line
+    when the name is not one it sizes). Transformers' names: adamw_torch_fused (its default),
+    adamw_torch (foreach on CUDA), the 8-bit AdamWs of bitsandbytes and torchao, sgd."""
+    if name is None or name == "adamw_torch_fused":
+        return "adamw", "fused", None
+    if "8bit" in name and "adam" in name:
+        return "adamw_8bit", "fused", None
+    if name in ("adamw_torch", "adamw_hf", "adamw"):
+        return "adamw", "foreach", None
+    if name == "sgd":
+        return "sgd", "fused", None
+    return "adamw", "fused", f"optimizer {name} is not one the ledger sizes: its states are sized as AdamW's"

@@ -239,6 +239,8 @@ def _training(data: dict[str, Any], kw: dict[str, Any], findings: list[str], sou
     kw["torch_compile"] = data.get("torch_compile") in (True, "auto")
     kw["load_in_4bit"] = data.get("load_in_4bit") is True
     kw["load_in_8bit"] = data.get("load_in_8bit") is True
+    kw["optimizer"] = str(data["optimizer"]) if data.get("optimizer") else None
+    kw["quantize_experts"] = data.get("quantize_moe_experts") is True
     if kw["load_in_4bit"] and kw["load_in_8bit"]:
         raise TuneproofError(f"{source}: load_in_4bit and load_in_8bit are both true", "keep one")
     kw["plugins"] = tuple(str(p) for p in data.get("plugins") or [])

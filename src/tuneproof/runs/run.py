@@ -62,6 +62,8 @@ class Run:
     target_parameters: tuple[str, ...] = ()
     load_in_4bit: bool = False
     load_in_8bit: bool = False
+    optimizer: str | None = None  # the trainer's optimizer name as given (Axolotl's `optimizer`)
+    quantize_experts: bool = False  # Axolotl's quantize_moe_experts: fused experts in 4 bits too
     torch_compile: bool = False
     plugins: tuple[str, ...] = ()
     fused_loss: str | None = None  # a plugin's fused cross-entropy (cut_cross_entropy, liger)
