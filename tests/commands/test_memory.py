@@ -174,3 +174,12 @@ def test_quantised_experts_shrink_the_weights() -> None:
         prepare(MemorySpec(model=model, run=step, precision=Precision(quant="4bit", quant_experts=True)))
     ).performed
     assert both.states.weights < kept.states.weights / 3  # the experts are most of a MoE's weights
+
+
+def test_linear_attention_cores_are_named_as_not_counted() -> None:
+    report = run(
+        prepare(MemorySpec(model=str(CONFIGS / "qwen3-next-80b-a3b.json"), run=RunSpec(seq_len=512)))
+    )
+    assert any("36 linear-attention or state-space layer(s)" in n for n in report.notes)
+    dense = run(prepare(MemorySpec(model=str(CONFIGS / "qwen3-8b.json"), run=RunSpec(seq_len=512))))
+    assert not any("state-space" in n for n in dense.notes)

@@ -139,6 +139,14 @@ def _notes(plan: MemoryPlan, performed: StepMemory) -> list[str]:
             f"the peak holds the loss's fp32 gradient over B x T x V, twice ({loss / 2**30:.2f} GiB): a "
             "chunked cross-entropy (Liger's fused linear cross-entropy, say) never makes it"
         )
+    mixers = plan.model.shape.mixer_groups()
+    if mixers:
+        count = sum(len(v) for v in mixers.values())
+        notes.append(
+            f"{count} linear-attention or state-space layer(s): their GEMMs, norms and gates are counted, "
+            "not the chunked scan's own intermediates (unknown: they depend on the kernel, fla's or the "
+            "torch fallback)"
+        )
     if spec.training.optimizer == "adamw_8bit":
         notes.append(
             "8-bit AdamW: parameters under 4,096 elements keep fp32 states (bitsandbytes min_8bit_size)"
