@@ -421,7 +421,7 @@ BAD["memory"] = {
     ],
     "--lora-target-parameters": [("experts.nope", "'experts.nope' matches no fused expert parameter")],
     "--dtype": [("fp8", "--dtype 'fp8' is not known"), ("int3", "--dtype 'int3' is not known")],
-    "--autocast": [("fp32", "--autocast 'fp32' is not known")],
+    "--autocast": [("fp32", "--autocast 'fp32' is not known"), ("", "use one of: bf16, fp16, none")],
     "--quant": [("3bit", "--quant '3bit' is not known")],
     "--optimizer": [("lion", "--optimizer 'lion' is not known")],
     "--optimizer-impl": [("fast", "--optimizer-impl 'fast' is not known")],

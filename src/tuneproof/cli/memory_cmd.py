@@ -55,9 +55,12 @@ def memory(
 ) -> int:  # fmt: skip
     """Peak memory of one training step, per component; intended vs performed; the fit on a card."""
     from tuneproof.commands.memory import MemorySpec, prepare, run
+    from tuneproof.core import validate
+    from tuneproof.core.dtypes import LOW_PRECISION
     from tuneproof.memory.step import Precision, Training
     from tuneproof.runs.step import RunSpec
 
+    validate.choice("autocast", autocast, (*LOW_PRECISION, "none"))
     step = RunSpec(
         seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
         lora_rank=lora_rank, lora_targets=() if lora_targets == "none" else str_list(lora_targets),

@@ -316,6 +316,8 @@ def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Sect
             f"{run.fused_loss} never makes the B x T x V logits: the loss's share is counted as unfused"
         )
     fit = report.fit
+    if fit is None and gpu is not None:
+        s.lines.append(f"no fit: {gpu} is a capability, not a card with its memory (name the card)")
     if fit is not None:
         s.lines.append(f"on {fit.card.name}: headroom {gib(fit.headroom)}; largest micro-batch at this width "
                        f"{fit.largest_batch or 'none'}")  # fmt: skip
