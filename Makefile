@@ -5,6 +5,10 @@ PIP    := $(PY) -m pip
 # torch is installed first, pinned, from this machine's wheel folder when it has one, so that the
 # package's `torch>=2.6` range is already satisfied and pip never pulls a multi-GB CUDA build.
 TORCH_PIN   ?= torch==2.13.0
+# transformers likewise: the rules are verified on 5.24 (tuneproof.attention.rules VERIFIED); a newer one
+# is the user's to try (the package's range is transformers>=5, and its output then says the
+# predictions may drift), not the test suite's
+TRANSFORMERS_PIN ?= transformers==5.24.0
 WHEELS      := $(wildcard /opt/wheels)
 FIND_LINKS  := $(if $(WHEELS),--find-links $(WHEELS),)
 
@@ -14,7 +18,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --disable-pip-version-check $(FIND_LINKS) "$(TORCH_PIN)"
+	$(PIP) install -q --disable-pip-version-check $(FIND_LINKS) "$(TORCH_PIN)" "$(TRANSFORMERS_PIN)"
 	$(PIP) install -q --disable-pip-version-check $(FIND_LINKS) -e '.[dev]'
 	touch $@
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.commands.memory import MemorySpec, _largest, prepare, run
+from tuneproof.commands.memory import MemorySpec, prepare, run
 from tuneproof.core.errors import TuneproofError
 from tuneproof.memory.cards import CAPACITY, GIB, card
+from tuneproof.memory.ledger import _largest
 from tuneproof.memory.step import Precision, Training
 from tuneproof.runs.step import RunSpec
 

@@ -148,7 +148,7 @@ def test_doctor_prints_and_writes_report(capsys, tmp_path: Path) -> None:
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["title"] == "tuneproof doctor" and report["plots"] == {}  # the one report.json format
     sections = report["data"]["sections"]
-    assert list(sections) == ["flops", "attention dispatch", "batching", "probe", "projection"]
+    assert list(sections) == ["flops", "memory", "attention dispatch", "batching", "probe", "projection"]
     projection = sections["projection"]["samplers"]  # the probe's fit over the shipped lengths
     assert projection["random"]["wall_s"] > projection["ours"]["wall_s"] > 0
     assert sections["projection"]["line"].startswith("projection, forward pass on this device: ours ")

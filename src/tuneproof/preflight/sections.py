@@ -267,8 +267,7 @@ def ship(run: Run, config: dict[str, Any]) -> Section:
 def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Section:
     """The memory ledger of one micro-batch at the run's width (`tuneproof memory`): the peak, where it
     falls, what a named card leaves, and a finding when it will not fit."""
-    from tuneproof.commands.memory import MemorySpec, prepare
-    from tuneproof.commands.memory import run as size
+    from tuneproof.memory.ledger import MemorySpec, memory_report, plan_memory
     from tuneproof.memory.report import gib
     from tuneproof.memory.step import Precision, Training
     from tuneproof.runs.step import RunSpec
@@ -300,7 +299,7 @@ def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Sect
     spec = MemorySpec(
         model=model, run=step, precision=precision, training=training, gpu=card, capability=target.capability
     )
-    report = size(prepare(spec))
+    report = memory_report(plan_memory(spec))
     d = report.to_dict()
     s = Section("memory", data=d)
     s.lines.append(
