@@ -4,7 +4,7 @@ excess named, the fit on a card, and what cannot be derived from a config."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from tuneproof.core.verdict import FINDING, OK, NoWarnings, Verdict
@@ -190,7 +190,3 @@ def _span(idxs: list[int]) -> str:
 def gib(n: float) -> str:
     """Bytes as GiB, or MiB under one GiB (a tiny model's step)."""
     return f"{n / GIB:,.2f} GiB" if abs(n) >= GIB else f"{n / (1 << 20):,.2f} MiB"
-
-
-def with_fit(report: MemoryReport, fit: Fit) -> MemoryReport:
-    return replace(report, fit=fit)
