@@ -198,6 +198,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--dtype": [("fp32", "--dtype 'fp32' is not known")],
         "--grads": [("maybe", "--grads 'maybe' is not known")],
         "--criterion": [("vibes", "--criterion 'vibes' is not known")],
+        "--budget": [("nan", "--budget must be a finite number"), ("0", "--budget must be > 0")],
         "--batch": [("0", "--batch must be >= 1")],
         "--samples": [("0", "--samples must be >= 1")],
         "--seed": [("-3", "--seed must be >= 0")],
@@ -402,6 +403,7 @@ BAD["train"] = {
         ("@lr-alias.toml", "this recipe calls it optim.lr"),
     ],
     "--output": [("@file", "is a file"), ("@model", "is not empty and holds no tuneproof run")],
+    "--budget": [("0", "--budget must be > 0"), ("inf", "--budget must be a finite number")],
 }
 
 BAD["memory"] = {

@@ -84,8 +84,8 @@ def _spec(**kw: object) -> ProbeSpec:
 
 
 # the floor: build 10 + warm-up 7 + 3 rounds of 7 + one profile of the cheapest width measured (1 + 3)
-# + 2 profiles of every width (7 + 3 x 3) + the peak's 1.5
-FLOOR_S = BUILD_S + 7 + 3 * 7 + (1 + PROFILE_OVERHEAD_S) + 2 * (7 + 3 * PROFILE_OVERHEAD_S) + PEAK_S
+# + one profile of every width (7 + 3 x 3) + the peak's 1.5
+FLOOR_S = BUILD_S + 7 + 3 * 7 + (1 + PROFILE_OVERHEAD_S) + (7 + 3 * PROFILE_OVERHEAD_S) + PEAK_S
 
 
 def test_a_floor_that_cannot_fit_is_refused_after_the_first_round(clock: FakeClock) -> None:
@@ -173,3 +173,68 @@ def test_probe_budget_help_says_the_whole_probe(command: str, capsys) -> None:
     out = " ".join(capsys.readouterr().out.split())
     assert "Seconds for the whole probe of" in out and "timing rounds, profiles, peak" in out
     assert "Seconds of timing rounds" not in out
+
+
+def test_a_machine_that_gets_busier_after_the_estimate_cannot_stretch_the_budget(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: a 30 s doctor probe under a neighbour's load profiled for 35 minutes, silently. Here
+    every step costs twice as much from round 2 on: the profile rounds that no longer fit are cut (the
+    first always runs), the cut is said, and every progress line past the budget says so. Unbounded,
+    the three profile rounds would end at 126 s."""
+    real_steps = probe_mod.model_steps
+
+    def slower(model, spec):  # type: ignore[no-untyped-def]
+        steps = real_steps(model, spec)
+
+        def busier(go):  # type: ignore[no-untyped-def]
+            def run_it() -> int:
+                before = clock.now
+                w = go()
+                if sum(clock.calls.values()) > 7:  # warm-up, round 1 and the calibration ran unloaded
+                    clock.now += clock.now - before
+                return w
+
+            return run_it
+
+        return {w: busier(go) for w, go in steps.items()}
+
+    monkeypatch.setattr(probe_mod, "model_steps", slower)
+    said: list[str] = []
+    start = clock.now
+    r = run(prepare(_spec(budget_s=70.0, profiles=3)), said.append, said.append, clock=clock)
+    took = clock.now - start
+    assert took <= 1.2 * 70.0, took
+    assert any("profiles cut at 1 of the 3 per width" in n for n in r.timing.notes)
+    assert any("s past the probe's 70 s budget" in s for s in said if s.startswith("peak"))
+    assert not any("past the" in s for s in said if s.startswith("round 1"))
+
+
+def test_the_floor_takes_one_profile_per_width_and_says_what_is_left(clock: FakeClock) -> None:
+    said: list[str] = []
+    start = clock.now
+    spec = _spec(budget_s=15.0, over_budget="floor", profiles=3)
+    r = run(prepare(spec), said.append, said.append, clock=clock)
+    assert clock.now - start == pytest.approx(FLOOR_S)  # the stated floor and nothing more
+    assert any("profiles cut at 1 of the 3 per width" in n for n in r.timing.notes)
+    past = [s for s in said if "past the probe's 15 s budget" in s]
+    assert past[0].endswith("s past the probe's 15 s budget; the estimate comes after the first round)")
+    assert "the floor ends in about" in past[-4] and past[-1].startswith("peak")
+
+
+def test_the_doctor_says_its_probe_estimate_as_it_goes(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: `make demo`'s doctor said nothing of its 30 s probe budget while it ran for 2,150 s."""
+    from tuneproof.commands import doctor
+    from tuneproof.core.progress import RecordedProgress
+    from tuneproof.measure import timing
+
+    monkeypatch.setattr(timing, "default_clock", clock)
+    monkeypatch.setattr(doctor, "PROBE_WIDTHS", WIDTHS)
+    said = RecordedProgress()
+    section = doctor.probe_section(TINY, 15.0, said)
+    assert isinstance(section, doctor.ProbeSection)
+    estimate = next(s for s in said.lines if s.startswith("estimate:"))
+    assert "of the 15 s budget: it does not fit" in estimate and "running the floor alone" in estimate
+    assert said.lines[-1].startswith("peak (") and "past the probe's 15 s budget" in said.lines[-1]

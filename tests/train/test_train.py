@@ -400,3 +400,37 @@ def test_lora_targets_as_one_string_are_refused_with_the_list_to_write(tmp_path:
         == 2
     )
     assert 'write a list: targets = ["q_proj"]' in capsys.readouterr().err
+
+
+def test_the_budget_stops_training_with_a_checkpoint_that_resumes(tmp_path: Path, monkeypatch) -> None:
+    """Issue 35: `train`, "under a minute on a CPU", ran past 600 s under a neighbour's load with no
+    way to bound it. A fake clock that each optimizer step advances by 10 s: a 45 s budget stops after
+    step 4 (a fifth would end at 50 s), says so, saves a checkpoint, and --resume finishes the run."""
+    from functools import partial
+
+    from transformers import TrainerCallback
+
+    from tuneproof.commands import train as train_command
+    from tuneproof.commands.train import TrainSpec, prepare, run
+    from tuneproof.core.deadline import Deadline
+    from tuneproof.runs.recipe import from_dict
+
+    now = [0.0]
+
+    class TenSecondSteps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            now[0] += 10.0
+
+    monkeypatch.setattr(train_command, "Deadline", partial(Deadline, clock=lambda: now[0]))
+    recipe = from_dict({"optim": {"max_steps": 8, "micro_batch": 2, "grad_accum": 1},
+                        "run": {"save_steps": 100, "probe_budget_s": 0}}, "test recipe")  # fmt: skip
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="the 45 s budget stopped training at step 4 of 8"):
+        spec = TrainSpec(recipe=recipe, output_dir=out, budget_s=45.0)
+        result = run(prepare(spec), None, [TenSecondSteps()])
+    assert result.steps == 4 and result.stopped is not None and "checkpoint is saved" in result.stopped
+    assert result.to_dict()["stopped_by_budget"] == result.stopped
+    assert any(line.startswith("stopped   the 45 s budget") for line in result.lines())
+    assert (out / "checkpoints" / "checkpoint-4").is_dir()
+    again = run(prepare(TrainSpec(recipe=recipe, output_dir=out, resume=True)), None)
+    assert again.steps == 8 and again.stopped is None

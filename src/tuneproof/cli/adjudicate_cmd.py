@@ -51,6 +51,15 @@ from tuneproof.commands.adjudicate import CRITERIA, GRADS
     help="Random batches per width (2+ to tell a win from a tie).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the weights and the batches.")
+@click.option(
+    "--budget",
+    "budget_s",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds for the whole run: a batch that would end past it is not started (the first always "
+    "runs); what was left out is said.",
+)
 @json_option
 def adjudicate(
     config: str,
@@ -62,6 +71,7 @@ def adjudicate(
     batch: int,
     samples: int,
     seed: int,
+    budget_s: float,
     json_out: bool,
 ) -> int:
     """Distance of each backend to fp32 truth (loss, logits, gradients); the closest per width, or a tie."""
@@ -69,7 +79,7 @@ def adjudicate(
 
     spec = AdjudicateSpec(
         model=config, widths=int_list(widths, "--widths"), backends=str_list(backends), dtype=dtype,
-        grads=grads, criterion=criterion, batch=batch, samples=samples, seed=seed,
+        grads=grads, criterion=criterion, batch=batch, samples=samples, seed=seed, budget_s=budget_s,
     )  # fmt: skip
     plan = prepare(with_model(spec))
     with terminal_progress() as update:

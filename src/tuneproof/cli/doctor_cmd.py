@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -43,5 +44,5 @@ def doctor(
     spec = DoctorSpec(model=config, probe_budget_s=probe_budget_s, out=out, report_dir=report_dir)
     plan = prepare(with_model(spec))
     with terminal_progress() as update:
-        result = run(plan, update)
+        result = run(plan, update, notice=lambda line: print(line, file=sys.stderr, flush=True))
     return finish(result, json_out)

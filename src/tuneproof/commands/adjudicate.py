@@ -19,6 +19,7 @@ contains 0. One batch gives no spread, so no verdict.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from tuneproof.arch import ResolvedModel, resolve
 from tuneproof.attention.paths import names as path_names
 from tuneproof.attention.paths import path
 from tuneproof.core import validate
+from tuneproof.core.deadline import Deadline
 from tuneproof.core.dtypes import LOW_PRECISION, torch_dtype
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
@@ -209,6 +211,7 @@ class Adjudication(NoWarnings):
     samples: int
     results: list[BackendResult]
     notes: list[str] = field(default_factory=list)
+    cut: str | None = None  # what the budget left out, when it stopped the run
 
     @property
     def widths(self) -> list[int]:
@@ -222,7 +225,8 @@ class Adjudication(NoWarnings):
                 errors.setdefault(r.backend, [])
                 if e is not None:
                     errors[r.backend].append(e)
-        return judge_width(width, {b: e for b, e in errors.items() if len(e) == self.samples})
+        measured = len({r.sample for r in self.results if r.width == width})  # fewer when the budget cut
+        return judge_width(width, {b: e for b, e in errors.items() if len(e) == measured})
 
     def verdicts(self) -> dict[int, WidthVerdict]:
         return {w: self.judge(w) for w in self.widths}
@@ -246,6 +250,7 @@ class Adjudication(NoWarnings):
             "results": [r.to_dict() for r in self.results],
             "verdicts": {str(w): v.to_dict() for w, v in self.verdicts().items()},
             "notes": self.notes,
+            "cut_by_budget": self.cut,
         }
 
 
@@ -261,9 +266,11 @@ class AdjudicateSpec:
     samples: int = 3
     device: str = "cpu"
     seed: int = 0
+    budget_s: float = 600.0  # the whole run; batches that would end past it are not started
 
     def __post_init__(self) -> None:
         validate.integers("widths", self.widths, low=2)
+        validate.real("budget_s", self.budget_s, low=0.0, low_open=True, high=86_400.0, hint="seconds")
         if not self.backends:
             raise TuneproofError(
                 "{backends} is empty", "give one or more attention paths", fields=("backends",)
@@ -345,15 +352,18 @@ def prepare(spec: AdjudicateSpec) -> AdjudicatePlan:
     return AdjudicatePlan(model, spec)
 
 
-def run(plan: AdjudicatePlan, progress: Progress | None = None) -> Adjudication:
+def run(
+    plan: AdjudicatePlan, progress: Progress | None = None, clock: Callable[[], float] | None = None
+) -> Adjudication:
     """Run each backend at each width on `samples` random batches in `dtype` and measure its distance to
-    fp32 math truth on the same batches."""
+    fp32 math truth on the same batches. The whole run counts against `spec.budget_s` (on `clock`): a
+    batch that would end past it is not started (the first always runs), and the cut is said."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from tuneproof.measure.model import build_model
 
     model, spec = plan.model, plan.spec
+    deadline = Deadline(spec.budget_s, clock) if clock else Deadline(spec.budget_s)
     if progress:
         progress("building models and compiling (flex compiles once per width on CPU)")
     low = torch_dtype(spec.dtype)
@@ -367,23 +377,56 @@ def run(plan: AdjudicatePlan, progress: Progress | None = None) -> Adjudication:
         m = build_model(model, b, device=spec.device, dtype="fp32", seed=spec.seed)
         m.load_state_dict(state)
         models[b] = m.to(low)
-    want_grads = spec.grads != "off"
-    forward_only = spec.forward_only()
-    vocab = int(model.config.vocab_size)
+    taken: dict[int, float] = {}  # seconds of one batch (every backend and the truth) per width
     for width in spec.widths:
         for sample in range(spec.samples):
-            ids = torch.randint(0, vocab, (spec.batch, width), generator=gen).to(spec.device)
-            with sdpa_kernel(SDPBackend.MATH):
-                t_loss, t_logits, t_grads = _run(reference, ids, backward=want_grads)
-            for b in spec.backends:
-                no_bwd = b in forward_only
-                loss, logits, g = _run(models[b], ids, backward=want_grads and not no_bwd)
-                note = f"forward only: {b} has no backward on CPU" if (no_bwd and want_grads) else None
-                gd = Diff.of_many(g, t_grads) if g is not None and t_grads is not None else None
-                results.append(
-                    BackendResult(b, width, sample, abs(loss - t_loss), Diff.of(logits, t_logits), gd, note)
-                )
-    return Adjudication(spec.dtype, spec.device, spec.criterion, spec.samples, results, _notes(spec, results))
+            if results and not deadline.fits(_batch_guess(taken, width)):
+                deadline.stop(_left_out(spec, width, sample))
+                break
+            if progress:
+                progress(f"width {width}: batch {sample + 1} of {spec.samples}" + deadline.status())
+            ids = torch.randint(0, int(model.config.vocab_size), (spec.batch, width), generator=gen)
+            started = deadline.clock()
+            results.extend(_one_batch(spec, reference, models, ids.to(spec.device), width, sample))
+            taken[width] = deadline.clock() - started
+        if deadline.cut:
+            break
+    notes = _notes(spec, results) + ([deadline.cut] if deadline.cut else [])
+    return Adjudication(spec.dtype, spec.device, spec.criterion, spec.samples, results, notes, deadline.cut)
+
+
+def _one_batch(
+    spec: AdjudicateSpec, reference: Any, models: dict[str, Any], ids: Any, width: int, sample: int
+) -> list[BackendResult]:
+    """Every backend on one batch, against the fp32 math truth on the same batch."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    want_grads = spec.grads != "off"
+    with sdpa_kernel(SDPBackend.MATH):
+        t_loss, t_logits, t_grads = _run(reference, ids, backward=want_grads)
+    out = []
+    for b in spec.backends:
+        no_bwd = b in spec.forward_only()
+        loss, logits, g = _run(models[b], ids, backward=want_grads and not no_bwd)
+        note = f"forward only: {b} has no backward on CPU" if (no_bwd and want_grads) else None
+        gd = Diff.of_many(g, t_grads) if g is not None and t_grads is not None else None
+        out.append(BackendResult(b, width, sample, abs(loss - t_loss), Diff.of(logits, t_logits), gd, note))
+    return out
+
+
+def _batch_guess(taken: dict[int, float], width: int) -> float:
+    """Seconds one batch at `width` should take: its last one, or a narrower width's scaled by the
+    square of the widths (attention's share grows so); 0 before any batch ran."""
+    if width in taken:
+        return taken[width]
+    return max((t * (width / w) ** 2 for w, t in taken.items()), default=0.0)
+
+
+def _left_out(spec: AdjudicateSpec, width: int, sample: int) -> str:
+    later = spec.widths[spec.widths.index(width) + 1 :]
+    parts = [f"width {width}'s batches {sample + 1} to {spec.samples}" if sample else f"width {width}"]
+    parts += [f"width {w}" for w in later]
+    return ", ".join(parts)
 
 
 def _notes(spec: AdjudicateSpec, results: list[BackendResult]) -> list[str]:

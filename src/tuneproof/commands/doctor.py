@@ -12,6 +12,7 @@ folders checked before any work) and `run(plan, progress)`: a `DoctorReport`, wr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -262,17 +263,21 @@ class SkippedSection:
 
 
 def probe_section(
-    model: ResolvedModel, budget_s: float, progress: Progress | None = None
+    model: ResolvedModel,
+    budget_s: float,
+    progress: Progress | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> ProbeSection | SkippedSection:
     from tuneproof.commands.probe import ProbeSpec, prepare, run
     from tuneproof.core.errors import TuneproofError
 
-    # a diagnosis runs the probe's floor even past its budget, and the probe's notes say so
+    # a diagnosis runs the probe's floor even past its budget, and the probe's notes say so; the
+    # estimate is said as soon as it is known, and every progress line past the budget says so
     spec = ProbeSpec(
         model=model, widths=PROBE_WIDTHS, batch=2, mode=PROBE_MODE, budget_s=budget_s, over_budget="floor"
     )
     try:
-        return ProbeSection(run(prepare(spec), progress), PROBE_NOTE)
+        return ProbeSection(run(prepare(spec), progress, notice=notice or progress), PROBE_NOTE)
     except TuneproofError as e:
         return SkippedSection(f"the probe cannot run this model here: {e.message}")
 
@@ -400,10 +405,13 @@ def projection_section(probe: Any) -> ProjectionSection | SkippedSection:
 
 
 def _diagnose(
-    model: ResolvedModel, probe_budget_s: float = 30.0, progress: Progress | None = None
+    model: ResolvedModel,
+    probe_budget_s: float = 30.0,
+    progress: Progress | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> DoctorReport:
     """Every diagnosis on `model` (see `tuneproof.arch.resolve`); the probe times for at most
-    `probe_budget_s` seconds."""
+    `probe_budget_s` seconds, or its stated floor (`notice` gets the estimate and the budget's end)."""
     report = DoctorReport(model=model.name, notes=list(model.notes))
     if progress:
         progress("FLOP ledger")
@@ -419,7 +427,7 @@ def _diagnose(
     if progress:
         progress("batching")
     report.sections["batching"] = buckets_section(model.shape)
-    report.sections["probe"] = probe_section(model, probe_budget_s, progress)
+    report.sections["probe"] = probe_section(model, probe_budget_s, progress, notice)
     if progress:
         progress("projection")
     report.sections["projection"] = projection_section(report.sections["probe"])
@@ -461,12 +469,15 @@ def prepare(spec: DoctorSpec) -> DoctorPlan:
 TITLE = "tuneproof doctor"  # report.json's title, with --out or --report alike
 
 
-def run(plan: DoctorPlan, progress: Progress | None = None) -> DoctorReport:
-    """`_diagnose`, then the report written where the spec says."""
+def run(
+    plan: DoctorPlan, progress: Progress | None = None, notice: Callable[[str], None] | None = None
+) -> DoctorReport:
+    """`_diagnose`, then the report written where the spec says; `notice` gets the lines a user should
+    see as they come (the probe's estimate against its budget), which a spinner would pass over."""
     from tuneproof.core.report import write_json, write_report
 
     spec = plan.spec
-    report = _diagnose(plan.model, spec.probe_budget_s, progress)
+    report = _diagnose(plan.model, spec.probe_budget_s, progress, notice)
     if spec.out is not None:
         report.written.append(f"report written to {write_json(spec.out, TITLE, report.to_dict())}")
     if spec.report_dir is not None:

@@ -61,15 +61,16 @@ def run(
     budget = engine.WholeBudget(
         spec.budget_s, clock, clock(), spec.profiles, spec.over_budget, spec.max_repeats, notice=notice
     )
-    steps, timing = engine.time_widths(model, spec, progress, budget=budget)
+    said = None if progress is None else _past_budget(progress, budget, notice)
+    steps, timing = engine.time_widths(model, spec, said, budget=budget)
     with tempfile.TemporaryDirectory() as tmp:
         keep = Path(tmp) / "trace.json"
         widths = sorted(timing.timings)
         kernel_ms, set_aside, first_table = engine.profile_widths(
-            {w: steps[w] for w in widths}, spec, Path(tmp), keep, progress
+            {w: steps[w] for w in widths}, spec, Path(tmp), keep, said, budget
         )
-        if progress:
-            progress("peak")
+        if said:
+            said("peak")
         result = analyse(model, spec, timing, kernel_ms, set_aside, first_table, engine.probe_peak(spec))
         timing.notes.extend([*budget.lines, budget.finish()])
         if out is not None:
@@ -80,3 +81,20 @@ def run(
         result.files["json"] = str(out / "probe.json")
         atomic_write_json(out / "probe.json", result.to_dict())
     return result
+
+
+def _past_budget(
+    progress: Progress, budget: engine.WholeBudget, notice: Callable[[str], None] | None
+) -> Callable[[str], None]:
+    """`progress` whose lines, once the budget is spent, say by how much and what is left; the first
+    such line also goes to `notice`, which a terminal keeps (a spinner's lines pass)."""
+    told = [False]
+
+    def said(text: str) -> None:
+        status = budget.status()
+        if status and budget.estimate is not None and not told[0] and notice is not None:
+            told[0] = True
+            notice(f"{status[2:-1]} (at {text})")
+        progress(text + status)
+
+    return said

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.arch.targets import peft_matches
+from tuneproof.core import validate
+from tuneproof.core.deadline import Deadline
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.extras import require
 from tuneproof.core.progress import Progress
@@ -53,6 +55,11 @@ class TrainSpec:
     output_dir: Path | None = None  # None: the recipe's run.output_dir
     resume: bool = False  # continue the run in output_dir from its last complete checkpoint
     quiet: bool = False  # no progress bars (stdout carries the caller's JSON)
+    budget_s: float | None = None  # seconds for the whole command; training stops to keep it
+
+    def __post_init__(self) -> None:
+        if self.budget_s is not None:
+            validate.real("budget_s", self.budget_s, low=0.0, low_open=True, high=1e7, hint="seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,7 @@ class TrainPlan:
     folder: Path | None  # the base's folder on disk; None: the tiny model, saved to OUT/base by run
     args: Any  # the Trainer's arguments (TrainingArguments or SFTConfig)
     owns_group: bool = False  # the arguments started the process group (torchrun): run tears it down
+    deadline: Deadline | None = None  # the command's budget, started in `prepare`
 
 
 def prepare(spec: TrainSpec) -> TrainPlan:
@@ -78,6 +86,7 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     every row, the output folder, the tokenizer (and its chat template for chat rows), and the LoRA
     targets (on the model's modules on the meta device)."""
     require("train", "tuneproof train")
+    deadline = Deadline(spec.budget_s) if spec.budget_s is not None else None
     import torch
 
     out = Path(spec.output_dir or spec.recipe.run.output_dir)
@@ -101,8 +110,9 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     data = records if chat else tokenise(records, recipe, tokenizer)
     check_lora_targets(recipe, folder)
     return TrainPlan(
-        recipe, out, spec.resume, spec.quiet, main, cuda, attention, data, tokenizer, folder, args, owns_group
-    )
+        recipe, out, spec.resume, spec.quiet, main, cuda, attention, data, tokenizer, folder, args,
+        owns_group, deadline,
+    )  # fmt: skip
 
 
 def run(
@@ -118,12 +128,14 @@ def run(
         trainer, callback, folder = _set_up(plan)
         for extra in callbacks or []:
             trainer.add_callback(extra)
+        stop = _budget_stop(plan, trainer)
         output = _train(plan, trainer, callback)
         processes = _processes(trainer, callback)  # a collective: every rank, before any leaves
         adapter_dir = plan.out / "adapter"
         trainer.save_model(str(adapter_dir))  # the main process only (the Trainer's own rule)
         kept = dict(steps=int(output.global_step), loss=float(output.training_loss), attention=plan.attention,
-                    resumed=plan.resume, main=plan.main)  # fmt: skip
+                    resumed=plan.resume, main=plan.main,
+                    stopped=stop.line() if stop is not None and stop.stopped_at else None)  # fmt: skip
         if not plan.main:
             _leave_process_group(owned)
             return TrainResult(plan.out, adapter_dir, health=None, fingerprint=None, **kept)  # type: ignore[arg-type]
@@ -132,9 +144,22 @@ def run(
         del trainer  # the probe builds its own model: free this one's memory first
         _free(plan.cuda)
         report = write_run_report(plan.out / "report", plan.recipe, plan.attention, plan.cuda, callback,
-                                  result.health, progress, **facts)  # fmt: skip
+                                  result.health, progress, deadline=plan.deadline, **facts)  # fmt: skip
     _leave_process_group(owned)
     return dataclasses.replace(result, report_file=report)
+
+
+def _budget_stop(plan: TrainPlan, trainer: Any) -> Any:
+    """The callback that stops training at the command's budget, keeping room for the report's probe
+    (its own budget, at most a quarter of the command's); None without a budget."""
+    if plan.deadline is None:
+        return None
+    from tuneproof.train.budget_stop import BudgetStop
+
+    reserve = min(float(plan.recipe.run.probe_budget_s), plan.deadline.budget_s / 4)
+    stop = BudgetStop(plan.deadline, reserve_s=reserve)
+    trainer.add_callback(stop)
+    return stop
 
 
 def _refuse_zero3() -> None:
@@ -333,8 +358,10 @@ def report_sections(
     lengths: list[int],
     callback: Any,
     progress: Callable[[str], None] | None = None,
+    deadline: Deadline | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """(sections as the report's plots read them, notes on what could not be measured and why)."""
+    """(sections as the report's plots read them, notes on what could not be measured and why); under
+    the command's `deadline`, the probe gets what is left of it, at most its own budget."""
     import numpy as np
 
     from tuneproof.arch import resolve
@@ -360,7 +387,7 @@ def report_sections(
         "what": "the run's own token lengths",
         "used": "bucketed (tuneproof's BucketBatchSampler)",
     }
-    probe, reason = _probe(resolved, recipe, attention, device, lengths, progress)
+    probe, reason = _probe(resolved, recipe, attention, device, lengths, progress, deadline)
     if probe is not None:
         sections["probe"] = probe
     else:
@@ -375,12 +402,18 @@ def _probe(
     device: str,
     lengths: list[int],
     progress: Callable[[str], None] | None,
+    deadline: Deadline | None = None,
 ) -> tuple[dict[str, Any] | None, str]:
     from tuneproof.commands import probe
 
-    budget = float(recipe.run.probe_budget_s)
+    budget, over = float(recipe.run.probe_budget_s), "floor"  # a side measurement: its floor runs, said
     if budget <= 0:
         return None, "run.probe_budget_s is 0 (the probe is off)"
+    if deadline is not None:  # the command's budget is a promise: the probe refuses a floor past it
+        left = deadline.budget_s - deadline.elapsed()
+        if left < 1:
+            return None, f"the command's {deadline.budget_s:g} s budget was spent before the probe"
+        budget, over = min(budget, left), "refuse"
     widths = probe_widths(lengths)
     if widths is None:
         return None, f"the run's widest sequence ({max(lengths)} tokens) is too short to fit a scaling law"
@@ -389,11 +422,11 @@ def _probe(
             model=resolved, attn=attention, widths=widths, batch=recipe.optim.micro_batch, mode="lora",
             grad_ckpt=recipe.optim.grad_ckpt, device=device, lora_rank=recipe.lora.r, budget_s=budget,
             seed=recipe.optim.seed, lora_targets=run_targets(resolved, recipe.lora.targets),
-            over_budget="floor",  # a side measurement of the run: its floor runs, said over budget
+            over_budget=over,
         )  # fmt: skip
         if progress:
-            progress(f"probing the step time at widths {', '.join(map(str, widths))} ({budget:g} s)")
-        return probe.run(probe.prepare(spec)).to_dict(), ""
+            progress(f"probing the step time at widths {', '.join(map(str, widths))} ({budget:.3g} s)")
+        return probe.run(probe.prepare(spec), notice=progress).to_dict(), ""
     except TuneproofError as e:
         return None, f"the probe cannot run here: {e.message}"
 
@@ -422,6 +455,7 @@ def write_run_report(
     lengths: list[int],
     log_history: list[dict[str, Any]],
     processes: dict[str, Any] | None = None,
+    deadline: Deadline | None = None,
 ) -> Path:
     """report.md / report.json / PNGs in `folder`: loss and the two MFUs per logging step, every
     step's FLOPs (the callback's history), and the run's own FLOP waterfall, scaling fit, kernel
@@ -432,7 +466,9 @@ def write_run_report(
     from tuneproof.core.report import train_plots, write_report
 
     device = "cuda" if cuda else "cpu"
-    sections, notes = report_sections(config, recipe, attention, device, lengths, callback, progress)
+    sections, notes = report_sections(
+        config, recipe, attention, device, lengths, callback, progress, deadline
+    )
     data = {
         "recipe": recipe.to_toml(),
         "log_history": log_history,

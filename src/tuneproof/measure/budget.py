@@ -14,10 +14,15 @@ to cost PROFILE_COST plain steps (a fresh-eyes trial found that 2.6x too high: "
 30 s budget" for a probe that took 11.4 s, leaving room for no more than the floor's rounds).
 
 The floor is what a probe needs to give a result at all: `timing.MIN_ROUNDS` rounds (outliers cannot
-be told from fewer) and `profiles` profiled steps per width. A floor that cannot fit is said with the
-budget that would fit it, and then, as the spec's `over_budget` asks: "refuse" (a `TuneproofError`,
-exit 2, one line) or "floor" (run the floor alone, saying it is over the budget). Otherwise the rounds
-get what the budget leaves after the profiles and the peak are set aside.
+be told from fewer) and one profiled step per width. A floor that cannot fit is said with the budget
+that would fit it, and then, as the spec's `over_budget` asks: "refuse" (a `TuneproofError`, exit 2,
+one line) or "floor" (run the floor alone, saying it is over the budget). Otherwise the rounds get what
+the budget leaves after all the profiles and the peak are set aside.
+
+From the estimate on, the run keeps a promise: the budget, or the stated floor when it runs over. A
+machine that gets busier after the estimate (a neighbour's job) cannot stretch it: a profile round
+beyond the first runs only when it fits before the promise (`room_for`), and every progress line past
+the budget says by how much and what is left (`status`). A 30 s doctor once profiled for 35 minutes.
 """
 
 from __future__ import annotations
@@ -46,15 +51,21 @@ class Estimate:
     so_far_s: float  # since the budget's clock started: build, warm-up, round 1
     round_s: float  # one round: every width's first timed step
     floor_rounds: int
-    profiles_s: float
+    profiles_s: float  # every profile the spec asks for
     peak_s: float
     budget_s: float
     max_rounds: int = 10_000
     profile_basis: str = ""  # how the profiles' seconds were estimated
+    profiles: int = 1  # profiled steps per width asked for; the floor takes one
+
+    @property
+    def floor_profiles_s(self) -> float:
+        return self.profiles_s / max(self.profiles, 1)
 
     @property
     def floor_s(self) -> float:
-        return self.so_far_s + (self.floor_rounds - 1) * self.round_s + self.profiles_s + self.peak_s
+        rounds_s = (self.floor_rounds - 1) * self.round_s
+        return self.so_far_s + rounds_s + self.floor_profiles_s + self.peak_s
 
     @property
     def fits(self) -> bool:
@@ -66,21 +77,26 @@ class Estimate:
 
     def line(self) -> str:
         head = (
-            f"estimate: the floor ({self.floor_rounds} timing rounds of {self.round_s:.3g} s, the profiles "
-            f"{self.profiles_s:.3g} s{self.profile_basis}, the peak up to {self.peak_s:.3g} s, after "
-            f"{self.so_far_s:.3g} s of building, warm-up and round 1) takes about {self.floor_s:.3g} s "
-            f"of the {self.budget_s:g} s budget"
+            f"estimate: the floor ({self.floor_rounds} timing rounds of {self.round_s:.3g} s, one profile "
+            f"per width {self.floor_profiles_s:.3g} s{self.profile_basis}, the peak up to "
+            f"{self.peak_s:.3g} s, after {self.so_far_s:.3g} s of building, warm-up and round 1) takes "
+            f"about {self.floor_s:.3g} s of the {self.budget_s:g} s budget"
         )
-        if self.fits:
-            spare = (self.budget_s - self.floor_s) // self.round_s if self.round_s else self.max_rounds
-            rounds = min(self.floor_rounds + int(spare), self.max_rounds)
-            most = " (the most allowed)" if rounds == self.max_rounds else ""
-            whole = self.floor_s + (rounds - self.floor_rounds) * self.round_s
-            return (
-                f"{head}; room for about {rounds} rounds in all{most}: the whole probe about "
-                f"{whole:.3g} s at most (less if the medians are tight sooner)"
-            )
-        return f"{head}: it does not fit; a budget of {self.would_fit_s} s would"
+        if not self.fits:
+            return f"{head}: it does not fit; a budget of {self.would_fit_s} s would"
+        profiles = self.profiles_s - self.floor_profiles_s  # the profiles beyond the floor's one
+        spare = self.budget_s - self.floor_s - profiles
+        if spare < 0:
+            kept = 1 + int((self.budget_s - self.floor_s) // (profiles / max(self.profiles - 1, 1)))
+            return f"{head}; room for {kept} of the {self.profiles} profiles per width, no more rounds"
+        extra = spare // self.round_s if self.round_s else self.max_rounds
+        rounds = min(self.floor_rounds + int(extra), self.max_rounds)
+        most = " (the most allowed)" if rounds == self.max_rounds else ""
+        whole = self.floor_s + profiles + (rounds - self.floor_rounds) * self.round_s
+        return (
+            f"{head}; room for about {rounds} rounds in all{most}: the whole probe about "
+            f"{whole:.3g} s at most (less if the medians are tight sooner)"
+        )
 
 
 @dataclass(slots=True)
@@ -99,6 +115,7 @@ class WholeBudget:
     calibrate: Callable[[Hashable], float] | None = None  # one profiled step of a width, its seconds
     estimate: Estimate | None = None
     lines: list[str] = field(default_factory=list)
+    promise_s: float = 0.0  # the budget, or the floor's estimate when it runs over (set by the estimate)
 
     def after_first_round(self, first: dict[Hashable, float], timing_elapsed_s: float) -> float:
         """The estimate from the first timed step of every width; returns the seconds the timing rounds
@@ -118,9 +135,11 @@ class WholeBudget:
         timing_elapsed_s += self.clock() - calibrating  # the calibration ran inside the timing's window
         so_far = self.clock() - self.started
         est = Estimate(
-            so_far, round_s, MIN_ROUNDS, profiles_s, self.peak_s, self.budget_s, self.max_rounds, basis
-        )
+            so_far, round_s, MIN_ROUNDS, profiles_s, self.peak_s, self.budget_s, self.max_rounds, basis,
+            self.profiles,
+        )  # fmt: skip
         self.estimate = est
+        self.promise_s = max(self.budget_s, est.floor_s)
         if not est.fits and self.over_budget == "refuse":
             raise TuneproofError(
                 f"{{budget_s}} {self.budget_s:g} s cannot fit the probe's floor: {est.line()}",
@@ -131,6 +150,24 @@ class WholeBudget:
         line = est.line() + ("; running the floor alone, as asked" if not est.fits else "")
         self.say(line)
         return self.budget_s - (so_far - timing_elapsed_s) - est.profiles_s - est.peak_s
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def room_for(self, seconds: float) -> bool:
+        """Whether `seconds` more work ends before the promise (the budget, or the stated floor)."""
+        return self.elapsed() + seconds <= max(self.promise_s, self.budget_s)
+
+    def status(self) -> str:
+        """Nothing within the budget; past it, by how much and what is left of the promise."""
+        took = self.elapsed()
+        if took <= self.budget_s:
+            return ""
+        left = self.promise_s - took
+        rest = f"the floor ends in about {left:.0f} s" if left >= 1 else "finishing the step under way"
+        if self.estimate is None:
+            rest = "the estimate comes after the first round"
+        return f" ({took - self.budget_s:.0f} s past the probe's {self.budget_s:g} s budget; {rest})"
 
     def say(self, line: str) -> None:
         self.lines.append(line)

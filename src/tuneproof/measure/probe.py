@@ -213,16 +213,20 @@ def profile_widths(
     tmp: Path,
     keep: Path,
     progress: Callable[[str], None] | None,
+    budget: WholeBudget | None = None,
 ) -> tuple[dict[int, list[dict[str, float]]], dict[int, list[float]], KernelTable]:
     """Profile every width `spec.profiles` times, interleaved like the timing. A profile whose total
     is an outlier among its width's (`robust.outliers`, from 3 profiles on) is set aside and the width
-    profiled again, up to twice `spec.profiles` rounds. Returns the kept class times per width, the
-    set-aside totals per width, and the largest width's first kernel table (its trace kept at `keep`)."""
+    profiled again, up to twice `spec.profiles` rounds. Under a `budget`, every round after the first
+    runs only when it fits before the budget's promise (the cut is said). Returns the kept class times
+    per width, the set-aside totals per width, and the largest width's first kernel table (its trace
+    kept at `keep`)."""
     from tuneproof.measure import robust
 
     widths = sorted(steps)
     records: dict[int, list[dict[str, float]]] = {w: [] for w in widths}
     first: KernelTable | None = None
+    per_width_s = 0.0  # the last round's seconds per profile
 
     def kept(w: int) -> list[dict[str, float]]:
         flags = robust.outliers([sum(p.values()) for p in records[w]])
@@ -232,6 +236,10 @@ def profile_widths(
         todo = [w for w in widths if round_ < spec.profiles or len(kept(w)) < spec.profiles]
         if not todo:
             break
+        if budget is not None and round_ and not budget.room_for(per_width_s * len(todo)):
+            budget.say(_profiles_cut(records, spec.profiles, per_width_s * len(todo)))
+            break
+        started = budget.clock() if budget is not None else 0.0
         shift = round_ % len(todo)
         for w in todo[shift:] + todo[:shift]:
             if progress:
@@ -245,9 +253,20 @@ def profile_widths(
                 trace.replace(keep)
             else:
                 trace.unlink()
+        if budget is not None:
+            per_width_s = (budget.clock() - started) / len(todo)
     assert first is not None
     aside = {w: [sum(p.values()) for p in records[w] if p not in kept(w)] for w in widths}
     return {w: kept(w) for w in widths}, aside, first
+
+
+def _profiles_cut(records: dict[int, list[dict[str, float]]], asked: int, round_s: float) -> str:
+    done = sorted({len(r) for r in records.values()})
+    took = str(done[0]) if done[0] == done[-1] else f"{done[0]} to {done[-1]}"
+    return (
+        f"profiles cut at {took} of the {asked} per width: another round (about {round_s:.3g} s) would "
+        "end past the budget; the kernel side has fewer profiles than asked"
+    )
 
 
 def _time_profile(step: Callable[[], None], device: str, clock: Callable[[], float]) -> float:

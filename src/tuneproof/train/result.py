@@ -29,6 +29,7 @@ class TrainResult:
     resumed: bool = False  # continued from a checkpoint: the mean loss is this session's
     health_file: Path | None = None  # OUT/adapter_health.json, where it was written
     report_file: Path | None = None  # OUT/report/report.md, where it was written
+    stopped: str | None = None  # the budget stopped training before max_steps: where, and why
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -43,6 +44,7 @@ class TrainResult:
             "base_fingerprint": str(self.fingerprint) if self.fingerprint else None,
             "adapter_health": str(self.health_file) if self.health_file else None,
             "report": str(self.report_file) if self.report_file else None,
+            "stopped_by_budget": self.stopped,
         }  # fmt: skip
 
     def lines(self) -> list[str]:
@@ -53,6 +55,7 @@ class TrainResult:
             f"trained   {self.steps} optimizer steps, mean loss {self.loss:.4f}, attention {self.attention}",
             *(["          (the mean loss is over the steps of this session, as the Trainer reports it)"]
               if self.resumed else []),
+            *([f"stopped   {self.stopped}"] if self.stopped else []),
             f"adapter   {self.adapter_dir}",
             f"health    {self.health or 'unknown (not a PEFT model)'}",
             f"report    {out / 'report' / 'report.md'} (plots beside it; report.json)",
