@@ -110,8 +110,11 @@ def prepare(spec: AuditSpec) -> RecipePlan | CheckpointPlan:
     """The files read and checked (headers only for a checkpoint), a bad engine named before any."""
     if spec.checkpoint is not None:
         return _prepare_checkpoint(spec)
+    from tuneproof.core.extras import require
     from tuneproof.ship.layout import read_config
 
+    if spec.recipe is not None:  # the extra is named before any file is read or torch loads
+        require("quant", "auditing a recipe (compressed-tensors' matching rules)", ("compressed_tensors",))
     quant.engine(spec.engine)  # a bad engine is named before any file is read
     recipe = read_quant_recipe(spec.recipe) if spec.recipe is not None else None
     model_config = read_config(spec.config, "config") if spec.config is not None else None

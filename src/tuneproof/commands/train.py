@@ -87,16 +87,20 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     targets (on the model's modules on the meta device)."""
     require("train", "tuneproof train")
     deadline = Deadline(spec.budget_s) if spec.budget_s is not None else None
-    import torch
-
     out = Path(spec.output_dir or spec.recipe.run.output_dir)
     recipe = dataclasses.replace(spec.recipe, run=dataclasses.replace(spec.recipe.run, output_dir=str(out)))
+    # the folder and the dataset are refused before torch and transformers load (minutes on a busy
+    # machine); the rank is the launcher's (RANK), checked again below by the Trainer's own rule
+    if _launcher_rank() == 0:
+        check_output(out, recipe, spec.resume)
+    records = read_records(recipe)  # a missing or wrong dataset is refused before the model loads
+    chat = is_chat(records)
+    import torch
+
     cuda = torch.cuda.is_available()
     attention = recipe.run.attention
     if attention == "auto":
         attention = "flex_attention" if cuda else "sdpa"
-    records = read_records(recipe)  # a missing or wrong dataset is refused before the model loads
-    chat = is_chat(records)
     owns_group = not _in_process_group()  # building the arguments starts it under torchrun
     args = training_args(recipe, out, chat, cuda, spec.quiet)
     owns_group = owns_group and _in_process_group()
@@ -160,6 +164,16 @@ def _budget_stop(plan: TrainPlan, trainer: Any) -> Any:
     stop = BudgetStop(plan.deadline, reserve_s=reserve)
     trainer.add_callback(stop)
     return stop
+
+
+def _launcher_rank() -> int:
+    """This process's rank as torchrun and accelerate set it (RANK), 0 without a launcher."""
+    import os
+
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
 
 
 def _refuse_zero3() -> None:
