@@ -87,6 +87,7 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
         "--lora-target-parameters": [
             ("experts.nope", "--lora-target-parameters 'experts.nope' matches no fused expert parameter"),
             ("all-linear", "--lora-target-parameters must be parameter names, got ('all-linear',)"),
+            ("", "--lora-target-parameters '' names no parameter"),
         ],
         "--step-time": [
             ("nan", "--step-time must be a finite number"),
@@ -155,8 +156,13 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("@folder", "is a folder, not a file"),
             ("@not-json", "missing column"),
             ("@empty", "missing column"),
+            ("@falling.csv", "do not grow with width across 512-4,096 tokens"),
         ],
-        "--at": [("x", "--at 'x' is not a comma list"), ("0", "--at must be >= 1")],
+        "--at": [
+            ("x", "--at 'x' is not a comma list"),
+            ("0", "--at must be >= 1"),
+            ("32768,,65536", "--at '32768,,65536' has an empty item"),
+        ],
     },
     "kernels": {
         "--trace": [
@@ -166,12 +172,16 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("@bad-gzip", "is not a readable JSON trace"),
             ("@no-events", "has no traceEvents list"),
             ("@nan-duration", "trace event 0 is malformed"),
+            ("@twin-traces", "has the same bytes as"),
         ],
         "--top": [("0", "--top must be >= 1"), ("x", "not a valid integer")],
     },
     "peak": {
         "--device": [("tpu", "--device 'tpu' is not known")],
-        "--dtype": [("int4", "--dtype 'int4' is not known")],
+        "--dtype": [
+            ("int4", "--dtype 'int4' is not known"),
+            ("tf32", "--dtype tf32 on cpu: TF32 is an NVIDIA tensor-core mode"),
+        ],
         "--max-seconds": [
             ("nan", "--max-seconds must be a finite number"),
             ("-1", "--max-seconds must be > 0"),
@@ -267,7 +277,11 @@ BAD: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     "gate": {
         "--base": ARM_FILES,
-        "--tuned": ARM_FILES,
+        "--tuned": [
+            *ARM_FILES,
+            ("@arm", "the tuned arm's"),
+            ("@arm-copy", "holds the same bytes as the base arm's"),
+        ],
         "--attractors": [("@missing", "cannot read the attractor list"), ("@empty", "attractor list")],
         "--corpus": [
             ("@missing", "corpus file not found"),
@@ -421,7 +435,10 @@ BAD["memory"] = {
         ("", "--lora-targets is empty"),
         ("nope_proj", "--lora-targets 'nope_proj' matches no"),
     ],
-    "--lora-target-parameters": [("experts.nope", "'experts.nope' matches no fused expert parameter")],
+    "--lora-target-parameters": [
+        ("experts.nope", "'experts.nope' matches no fused expert parameter"),
+        ("", "--lora-target-parameters '' names no parameter"),
+    ],
     "--dtype": [("fp8", "--dtype 'fp8' is not known"), ("int3", "--dtype 'int3' is not known")],
     "--autocast": [("fp32", "--autocast 'fp32' is not known"), ("", "use one of: bf16, fp16, none")],
     "--quant": [("3bit", "--quant '3bit' is not known")],
@@ -444,7 +461,7 @@ REQUIRED = {
     "explain": ["--seq-len", "64"],
     "fit": ["--points", "@points"],
     "kernels": ["--trace", "@trace"],
-    "gate": ["--base", "@arm", "--tuned", "@arm"],
+    "gate": ["--base", "@arm", "--tuned", "@arm-tuned"],
     "generate": ["--model", "tiny", "--prompts", "@prompts", "--out", "@out-json"],
     "fingerprint": ["@model"],
     "merge": ["--base", "@model", "--adapter", "@adapter", "--out", "@merge-out"],
@@ -480,6 +497,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (d / "folder").mkdir()
     (d / "not-json").write_text("{not json, width;seconds\nabc\n")
     (d / "empty").write_text("")
+    (d / "twin-traces").mkdir()
+    for name in ("a.json", "b.json"):  # one trace copied under two names, in a folder of "ranks"
+        (d / "twin-traces" / name).write_text(
+            json.dumps({"traceEvents": [{"ph": "X", "name": "k", "ts": 0, "dur": 1}]})
+        )
+    (d / "falling.csv").write_text("width,seconds\n512,3.0\n1024,2.0\n2048,1.0\n4096,0.5\n")
     (d / "only-model-type").write_text(json.dumps({"model_type": "llama"}))
     (d / "nan-field").write_text('{"model_type": "llama", "hidden_size": 64, "rms_norm_eps": NaN}')
     (d / "string-size").write_text(json.dumps({"model_type": "llama", "hidden_size": "abc"}))
@@ -506,6 +529,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         for s in range(2)
     )
     (d / "arm").write_text(arm)
+    (d / "arm-tuned").write_text(arm.replace("and more", "and more tuned"))
+    (d / "arm-copy").write_text(arm)
     (d / "arm-1run").write_text("".join(x + "\n" for x in arm.splitlines() if '"run": 0' in x))
     (d / "arm-no-text").write_text('{"prompt_id": "p", "run": 0, "sample": 0}\n')
     (d / "bad-utf8").write_bytes(b'{"prompt_id": "p", "run": 0, "sample": 0, "text": "\xff"}\n')

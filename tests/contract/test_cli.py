@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from tuneproof.cli.app import main
@@ -245,3 +246,38 @@ def test_lora_target_parameters_repeat_or_take_a_comma_list(capsys) -> None:
 def test_flops_warns_about_options_without_effect(capsys, args: list[str], warning: str) -> None:
     assert main(["flops", "--seq-len", "8", *args]) == 0
     assert capsys.readouterr().err == warning
+
+
+def _leaves(group: click.Group, path: str = "") -> list[tuple[str, click.Command]]:
+    out = []
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            out += _leaves(cmd, f"{path}{name} ")
+        else:
+            out.append((f"{path}{name}", cmd))
+    return out
+
+
+def test_an_option_given_twice_is_refused_by_every_command(capsys) -> None:
+    """Issue 35: an option given twice silently kept the last (`--seq-len 4096 ... --seq-len 512`).
+    Every command is a `Command`, whose parser refuses a repeated single-value option or flag."""
+    from tuneproof.cli.app import app
+    from tuneproof.cli.common import Command
+
+    leaves = _leaves(app)
+    assert len(leaves) >= 20 and all(isinstance(cmd, Command) for _, cmd in leaves), [
+        name for name, cmd in leaves if not isinstance(cmd, Command)
+    ]
+    for argv, needle in (
+        (["flops", "--seq-len", "64", "--seq-len", "128"], "--seq-len is given twice ('64', then '128')"),
+        (["flops", "--seq-len=64", "--json", "--json"], "--json is given twice"),
+        (["probe", "--budget", "5", "--budget=9"], "--budget is given twice ('5', then '9')"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err
+    assert (
+        main(["flops", "--seq-len", "64", "--lora-target-parameters", "a", "--lora-target-parameters", "b"])
+        == 2
+    )
+    assert "given twice" not in capsys.readouterr().err  # a repeatable option stays repeatable

@@ -300,3 +300,21 @@ def test_lora_check_with_a_base_folder_names_it(tmp_path: Path, capsys) -> None:
     out = " ".join(printed.split())
     identity = out[out.index("identity ") : out.index("verdict ")]
     assert "no base named" not in identity and f"--base {base} gave the structure" in identity
+
+
+def test_a_rank_above_the_matrix_width_is_not_healthy(tmp_path: Path, capsys) -> None:
+    """Issue 35: a rank-256 adapter on a 64-wide layer was called HEALTHY. B @ A has rank at most
+    min(in, out); PEFT builds and trains the wider factors without a word."""
+    base = fx.model("llama")
+    width = min(base.config.hidden_size, base.config.num_attention_heads * base.config.head_dim)
+    fx.adapter(fx.model("llama"), tmp_path / "adapter", r=4 * width, experts=False)
+    assert main(["lora", "check", str(tmp_path / "adapter"), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert (
+        data["verdict"].startswith("NOT HEALTHY")
+        and "have a rank above their matrix's smaller side" in data["verdict"]
+    )
+    q = next(m for m in data["modules"] if m["path"].endswith("layers.0.self_attn.q_proj"))
+    assert q["width"] == width and q["rank_above_width"] is True
+    fx.adapter(fx.model("llama"), tmp_path / "fits", r=width, experts=False)
+    assert main(["lora", "check", str(tmp_path / "fits")]) == 0  # a rank equal to the width is whole

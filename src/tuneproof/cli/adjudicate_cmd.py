@@ -78,8 +78,8 @@ def adjudicate(
     from tuneproof.commands.adjudicate import AdjudicateSpec, prepare, run
 
     spec = AdjudicateSpec(
-        model=config, widths=int_list(widths, "--widths"), backends=str_list(backends), dtype=dtype,
-        grads=grads, criterion=criterion, batch=batch, samples=samples, seed=seed, budget_s=budget_s,
+        model=config, widths=int_list(widths, "--widths"), backends=str_list(backends, "--backends"),
+        dtype=dtype, grads=grads, criterion=criterion, batch=batch, samples=samples, seed=seed, budget_s=budget_s,
     )  # fmt: skip
     plan = prepare(with_model(spec))
     with terminal_progress() as update:

@@ -92,7 +92,7 @@ def buckets(
         micro_batch=micro_batch,
         grad_accum=grad_accum,
         sweep=int_list(sweep, "--sweep"),
-        choices=str_list(choices),
+        choices=str_list(choices, "--compare"),
         model=resolve_model(config) if config is not None else None,
         attn=attn,
         seed=seed,

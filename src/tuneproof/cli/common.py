@@ -23,7 +23,12 @@ class Command(click.Command):
     """A command whose library errors name its own flags: a `TuneproofError` about the field
     `seq_len` is shown as `--seq-len` (the option whose parameter name is that field). Warnings
     (`warn`) are printed to stderr once the command has succeeded, so that an error stays one line.
-    A command that returns an int exits with it (a verdict's exit code), after its warnings."""
+    A command that returns an int exits with it (a verdict's exit code), after its warnings. An option
+    that takes one value given twice is refused (click would keep the last without a word)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _refuse_repeats(self, ctx, args)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         ctx.meta["tuneproof.warnings"] = []
@@ -43,6 +48,33 @@ class Command(click.Command):
         if isinstance(result, int) and not isinstance(result, bool) and result:
             raise click.exceptions.Exit(result)
         return result
+
+
+def _refuse_repeats(cmd: click.Command, ctx: click.Context, args: list[str]) -> None:
+    """A usage error for an option that takes one value (or a flag) given more than once."""
+    single: dict[str, click.Option] = {}
+    for p in cmd.params:
+        if isinstance(p, click.Option) and not p.multiple and not p.count:
+            single |= {name: p for name in (*p.opts, *p.secondary_opts)}
+    seen: dict[str, str] = {}
+    for i, token in enumerate(args):
+        if token == "--":
+            break
+        option = single.get(token.split("=", 1)[0]) if token.startswith("-") else None
+        if option is None:
+            continue
+        if "=" in token:
+            value = token.split("=", 1)[1]
+        elif option.is_flag:
+            value = token
+        else:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        name = option.opts[0]
+        if name in seen:
+            raise click.UsageError(
+                f"{name} is given twice ({seen[name]!r}, then {value!r}): give it once", ctx=ctx
+            )
+        seen[name] = value
 
 
 def warn(text: str) -> None:
@@ -178,13 +210,27 @@ def print_json(data: Any) -> None:
 
 
 def int_list(text: str, flag: str) -> tuple[int, ...]:
-    """A comma list of integers from a flag, or a one-line error naming the flag."""
+    """A comma list of integers from a flag, or a one-line error naming the flag (an empty item too:
+    `32768,,65536` is a typo, not two widths)."""
+    items = text.split(",")
+    if len(items) > 1 and not all(x.strip() for x in items):
+        raise TuneproofError(f"{flag} {text!r} has an empty item", f"e.g. {flag} 512,1024,2048")
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
+        return tuple(int(x) for x in items if x.strip())
     except ValueError:
         raise TuneproofError(
             f"{flag} {text!r} is not a comma list of integers", f"e.g. {flag} 512,1024,2048"
         ) from None
+
+
+def target_parameters(given: tuple[str, ...]) -> tuple[str, ...]:
+    """--lora-target-parameters, repeated or comma-separated; an empty one is refused (it names no
+    parameter, and silently meant none)."""
+    if any(not g.strip() for g in given):
+        raise TuneproofError(
+            "--lora-target-parameters '' names no parameter", "give a parameter name, or drop the option"
+        )
+    return str_list(",".join(given), "--lora-target-parameters")
 
 
 def step_fit(text: str, flag: str) -> Any:
@@ -211,5 +257,10 @@ def step_fit(text: str, flag: str) -> Any:
         raise TuneproofError(f"{flag}: {e.what}", e.hint) from None
 
 
-def str_list(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
+def str_list(text: str, flag: str = "the list") -> tuple[str, ...]:
+    """A comma list of names; an empty item between others is refused (an empty whole stays empty,
+    for the command to name)."""
+    items = [x.strip() for x in text.split(",")]
+    if len(items) > 1 and not all(items):
+        raise TuneproofError(f"{flag} {text!r} has an empty item", "drop the extra comma")
+    return tuple(x for x in items if x)

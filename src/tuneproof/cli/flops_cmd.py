@@ -12,6 +12,7 @@ from tuneproof.cli.common import (
     lora_options,
     step_options,
     str_list,
+    target_parameters,
     warn_unused,
     with_model,
 )
@@ -60,8 +61,9 @@ def flops(
 
     step = RunSpec(
         seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
-        lora_rank=lora_rank, lora_targets=() if lora_targets == "none" else str_list(lora_targets),
-        lora_target_parameters=str_list(",".join(lora_target_parameters)), grad_ckpt=grad_ckpt,
+        lora_rank=lora_rank,
+        lora_targets=() if lora_targets == "none" else str_list(lora_targets, "--lora-targets"),
+        lora_target_parameters=target_parameters(lora_target_parameters), grad_ckpt=grad_ckpt,
     )  # fmt: skip
     spec = FlopsSpec(
         model=config, run=step, step_time_s=step_time, gpu=gpu, dtype=dtype, peak_tflops=peak_tflops

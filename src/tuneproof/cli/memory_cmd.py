@@ -13,6 +13,7 @@ from tuneproof.cli.common import (
     lora_options,
     step_options,
     str_list,
+    target_parameters,
     warn_unused,
     with_model,
 )
@@ -63,8 +64,9 @@ def memory(
     validate.choice("autocast", autocast, (*LOW_PRECISION, "none"))
     step = RunSpec(
         seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
-        lora_rank=lora_rank, lora_targets=() if lora_targets == "none" else str_list(lora_targets),
-        lora_target_parameters=str_list(",".join(lora_target_parameters)), grad_ckpt=grad_ckpt,
+        lora_rank=lora_rank,
+        lora_targets=() if lora_targets == "none" else str_list(lora_targets, "--lora-targets"),
+        lora_target_parameters=target_parameters(lora_target_parameters), grad_ckpt=grad_ckpt,
     )  # fmt: skip
     spec = MemorySpec(
         model=config, run=step,

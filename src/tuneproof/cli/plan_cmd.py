@@ -115,7 +115,7 @@ def plan(
         attn=attn,
         mode=mode,
         probe_budget_s=probe_budget_s,
-        samplers=str_list(sampler),
+        samplers=str_list(sampler, "--sampler"),
         step_overhead_s=step_overhead_s,
         gpu_hour_cost=gpu_hour_cost,
         seed=seed,

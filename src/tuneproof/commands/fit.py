@@ -34,13 +34,20 @@ class FitPlan:
     seconds: np.ndarray
     at: list[float]
     seed: int
+    source: str = "the points"
 
 
 def prepare(spec: FitSpec) -> FitPlan:
     """Read and check the points (every row's units, before any fitting)."""
     widths, seconds = read_points(spec.points)
-    return FitPlan(widths, seconds, [float(x) for x in spec.at or ()], spec.seed)
+    return FitPlan(widths, seconds, [float(x) for x in spec.at or ()], spec.seed, str(spec.points))
 
 
 def run(plan: FitPlan, progress: Progress | None = None) -> ScalingFit:
-    return fit_scaling(plan.widths, plan.seconds, at=plan.at, seed=plan.seed)
+    """The fit, refused (one line, exit 2) when the times do not grow with width: A = B = 0 would
+    print quadratic shares of 100 % from a constant alone."""
+    from tuneproof.measure.fit import require_growth
+
+    fit = fit_scaling(plan.widths, plan.seconds, at=plan.at, seed=plan.seed)
+    require_growth(fit, plan.widths, plan.source)
+    return fit

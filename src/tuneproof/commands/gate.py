@@ -112,6 +112,7 @@ def prepare(request: GateCommandSpec) -> GatePlan:
             raise TuneproofError(
                 f"{{{name}}} is empty", "pass a local model folder, or leave the option out", fields=(name,)
             )
+    _distinct_arms(request.base, request.tuned)
     base, tuned = read_arm(request.base, "base"), read_arm(request.tuned, "tuned")
     if request.out is not None:  # nor any file read from inside an input folder
         check_out_file(
@@ -123,6 +124,25 @@ def prepare(request: GateCommandSpec) -> GatePlan:
         _tokens(request), _embedder(request.embedder), request.out,
         warnings=[note for note in [pairing.note()] if note],
     )  # fmt: skip
+
+
+def _distinct_arms(base: tuple[Path, ...], tuned: tuple[Path, ...]) -> None:
+    """Refuse an arm judged against itself: one path in both arms, or two files with the same bytes
+    (every difference would be 0 and every family "no change")."""
+    import filecmp
+
+    for b in base:
+        for t in tuned:
+            same = Path(b).resolve() == Path(t).resolve()
+            twins = not same and Path(b).is_file() and Path(t).is_file() and filecmp.cmp(b, t, shallow=False)
+            if same or twins:
+                how = "is" if same else "holds the same bytes as"
+                raise TuneproofError(
+                    f"the tuned arm's {t} {how} the base arm's {b}: the gate would judge a model "
+                    "against itself",
+                    "pass the base model's outputs as {base} and the tuned model's as {tuned}",
+                    fields=("base", "tuned"),
+                )
 
 
 def run(plan: GatePlan, progress: Progress | None = None) -> GateResult:

@@ -39,10 +39,36 @@ def prepare(spec: KernelsSpec) -> KernelsPlan:
     from tuneproof.trace.read import load_trace, trace_files
 
     files = trace_files([spec.trace, *spec.more])
+    _no_repeats(files)
     ranks = tuple((t.rank, t) for t in map(load_trace, files))
     if len(files) > 1:
         _one_run(files, ranks)
     return KernelsPlan(ranks[0][1], spec.top_n, ranks)
+
+
+def _no_repeats(files: list[Path]) -> None:
+    """Refuse one file given twice, or two files with the same bytes: a trace without a rank would
+    otherwise count as two ranks of one run, with no skew between them. Only files of equal size
+    are hashed."""
+    import hashlib
+
+    by_size: dict[int, list[Path]] = {}
+    for p in files:
+        if p.is_file():  # a missing one is named by the reader
+            by_size.setdefault(p.stat().st_size, []).append(p)
+    for group in by_size.values():
+        seen: dict[str, Path] = {}
+        for p in group if len(group) > 1 else []:
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            first = seen.setdefault(h.hexdigest(), p)
+            if first is not p:
+                same = "is the same file as" if p.resolve() == first.resolve() else "has the same bytes as"
+                raise TuneproofError(
+                    f"{p} {same} {first}: one trace given twice", "pass one trace per rank, each once"
+                )
 
 
 def _one_run(files: list[Path], ranks: tuple[tuple[str | None, Trace], ...]) -> None:

@@ -27,6 +27,13 @@ class PeakSpec:
     def __post_init__(self) -> None:
         validate.choice("dtype", normalise_dtype(self.dtype), TORCH_DTYPES)
         validate.choice("device", self.device, SIZES)
+        if normalise_dtype(self.dtype) == "tf32" and self.device != "cuda":
+            raise TuneproofError(
+                f"{{dtype}} tf32 on {self.device}: TF32 is an NVIDIA tensor-core mode; a CPU GEMM in fp32 "
+                "is plain fp32, so the peak would be fp32's under another name",
+                "use fp32 on the CPU, or tf32 on a CUDA device",
+                fields=("dtype", "device"),
+            )
         validate.real("max_seconds", self.max_seconds, low=0.0, low_open=True, high=3600.0)
 
 

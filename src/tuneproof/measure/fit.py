@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import NoWarnings, Verdict
 from tuneproof.measure import pooled, robust
 from tuneproof.measure.constant import MAX_REPEATS_ADVICE, ConstantTerm, judge_constant
@@ -370,3 +371,16 @@ def share_interval(
 
 
 # ---- the front door: `tuneproof fit` -------------------------------------------------------------
+
+
+def require_growth(fit: ScalingFit, widths: np.ndarray, source: str) -> None:
+    """Refuse a fit whose linear and quadratic terms are both 0: the times do not grow with width
+    (noise, too short a probe, or times that fall), so shares and projections would be made up."""
+    if fit.a > 0 or fit.b > 0:
+        return
+    across = f"{int(np.min(widths)):,}-{int(np.max(widths)):,}"
+    raise TuneproofError(
+        f"the step times ({source}) do not grow with width across {across} tokens (the fit's linear "
+        "and quadratic terms are both 0): the timing noise covers the width's effect",
+        "time longer or on a quieter machine (a larger probe budget), or over a wider span of widths",
+    )

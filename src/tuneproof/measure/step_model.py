@@ -38,18 +38,12 @@ class StepModel:
     ) -> StepModel:
         """Fit t = [C +] A*w + B*w^2 per micro-batch of `batch` rows to timed repeats (the constant
         kept unless the fit's constant test shows it absent), with bootstrap replicates."""
-        from tuneproof.measure.fit import Samples, fit_scaling, nonneg
+        from tuneproof.measure.fit import Samples, fit_scaling, nonneg, require_growth
 
         fit = fit_scaling(widths, seconds, seed=seed)
         samples = Samples.of(widths, seconds)
         with_c = fit.constant_in_model
-        if fit.a <= 0 and fit.b <= 0:  # the timings show no growth with width: noise, or too short a probe
-            across = f"{int(np.min(widths)):,}-{int(np.max(widths)):,}"
-            raise TuneproofError(
-                f"the step times ({source}) do not grow with width across {across} tokens (the fit's linear "
-                "and quadratic terms are both 0): the timing noise covers the width's effect",
-                "time longer or on a quieter machine (a larger probe budget), or over a wider span of widths",
-            )
+        require_growth(fit, widths, source)
         cost = StepCost(fit.a, fit.b, fit.c if with_c else 0.0, batch)
         replicates = []
         if samples.resamplable:

@@ -47,6 +47,11 @@ class ModuleHealth:
     base_norm: float | None = None  # ||W_base||_F, when the base weights were given
     target: str | None = None
     finite: bool = True  # False: A or B holds NaN or inf (the norms are then unknown)
+    width: int | None = None  # min(in, out) of the adapted matrix: the most rank B @ A can have
+
+    @property
+    def rank_above_width(self) -> bool:
+        return self.width is not None and self.rank > self.width
 
     @property
     def relative(self) -> float | None:
@@ -102,6 +107,10 @@ class Health:
         return [m for m in self.modules if not m.finite]
 
     @property
+    def rank_above_width(self) -> list[ModuleHealth]:
+        return [m for m in self.modules if m.rank_above_width]
+
+    @property
     def idle_expert_count(self) -> int:
         return sum(len(m.idle_experts) for m in self.modules)
 
@@ -109,12 +118,16 @@ class Health:
     def healthy(self) -> bool | None:
         if not self.judged:
             return None
-        return not self.untrained and not self.idle_expert_count and not self.not_finite
+        return (
+            not self.untrained and not self.idle_expert_count and not self.not_finite
+            and not self.rank_above_width
+        )  # fmt: skip
 
     @property
     def verdict(self) -> Verdict:
-        """HEALTHY (exit 0), NOT HEALTHY (1: a module or an expert never trained, or NaN), CANNOT
-        JUDGE (3: the init starts lora_B non-zero and no step-0 adapter was given)."""
+        """HEALTHY (exit 0), NOT HEALTHY (1: a module or an expert never trained, NaN, or a rank above
+        the matrix's smaller side, where B @ A cannot use it), CANNOT JUDGE (3: the init starts lora_B
+        non-zero and no step-0 adapter was given)."""
         if not self.judged:
             return Verdict(
                 "CANNOT JUDGE",
@@ -129,6 +142,14 @@ class Health:
             what.append(f"{len(self.untrained)} adapted modules never trained")
         if self.idle_expert_count:
             what.append(f"{self.idle_expert_count} experts never moved")
+        if over := self.rank_above_width:
+            m = over[0]
+            what.append(
+                f"{len(over)} adapted modules have a rank above their matrix's smaller side (e.g. "
+                f"{m.path}: rank {m.rank} on a {m.width}-wide side, so B @ A has rank {m.width} at most: "
+                f"the extra rank is memory and compute that cannot train, and alpha/r scales the update "
+                f"as if it could)"
+            )
         if what:
             return Verdict("NOT HEALTHY", ", ".join(what), FINDING)
         return Verdict("HEALTHY", "every adapted module (and every expert) moved from its start")
@@ -202,6 +223,7 @@ def module_health(
     return ModuleHealth(
         module.path, module.kind, module.rank, module.scaling, float(a.norm()), float(b.norm()), delta_norm,
         trained, judged_on, module.num_experts, idle, target=module.target, finite=finite,
+        width=min(int(a.shape[-1]), int(b.shape[0])),
     )  # fmt: skip
 
 

@@ -134,6 +134,8 @@ def health_json(h: Health) -> dict[str, Any]:
                 "num_experts": m.num_experts,
                 "idle_experts": list(m.idle_experts),
                 "finite": m.finite,
+                "width": m.width,
+                "rank_above_width": m.rank_above_width,
             }
             for m in h.modules
         ],
