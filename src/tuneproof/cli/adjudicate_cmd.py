@@ -79,7 +79,8 @@ def adjudicate(
 
     spec = AdjudicateSpec(
         model=config, widths=int_list(widths, "--widths"), backends=str_list(backends, "--backends"),
-        dtype=dtype, grads=grads, criterion=criterion, batch=batch, samples=samples, seed=seed, budget_s=budget_s,
+        dtype=dtype, grads=grads, criterion=criterion, batch=batch, samples=samples, seed=seed,
+        budget_s=budget_s,
     )  # fmt: skip
     plan = prepare(with_model(spec))
     with terminal_progress() as update:
