@@ -45,6 +45,15 @@ def write_arm(path: Path, rows_: list[dict]) -> Path:
     return path
 
 
+def twin(path: Path) -> Path:
+    """The arm at `path` as another run of the same model would write it: the same rows, other bytes
+    (compact JSON), beside it. The gate refuses one file (or a byte copy) as both arms."""
+    out = path.with_name(path.stem + "-twin" + path.suffix)
+    rows_ = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows_))
+    return out
+
+
 def arm(style: Style, seed: int, name: str, **kw: int):
     from tuneproof.gate.arms import Arm
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate_fakes import Style, arm, rows, write_arm
+from gate_fakes import Style, arm, rows, twin, write_arm
 from tuneproof.cli.app import main
 from tuneproof.gate import stats
 from tuneproof.gate.arms import Arm
@@ -544,18 +544,20 @@ def test_second_trial_findings(tmp_path: Path, capsys) -> None:
     # a probe name holding "=" can still be given a floor; a probe listing a prompt twice is refused
     one_run = write_arm(tmp_path / "r1.jsonl", [r for r in base_rows if r["run"] == 0])
     probes = _write(tmp_path / "p.toml", PROBES.replace('"refusal"', '"x y=z"'))
-    argv = ["gate", "--base", str(one_run), "--tuned", str(one_run), "--probes", str(probes),
+    argv = ["gate", "--base", str(one_run), "--tuned", str(twin(one_run)), "--probes", str(probes),
             "--floor", "diversity=0.1", "--floor", "probe:x y=z=2"]  # fmt: skip
     assert _run(argv, capsys)[0] == 3
     _write(probes, PROBES.replace('prompts = "*"', 'prompts = ["p000", "p000"]'))
-    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--probes", str(probes)], capsys)
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(twin(b)), "--probes", str(probes)], capsys)
     assert code == 2 and "prompts lists 'p000' twice" in err
     # empty model paths and options that do nothing
-    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--tokenizer", ""], capsys)
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(twin(b)), "--tokenizer", ""], capsys)
     assert code == 2 and "--tokenizer is empty" in err
-    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--k", "8"], capsys)
+    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(twin(b)), "--k", "8"], capsys)
     assert code == 3 and "warning: --k has no effect without --corpus" in err
-    code, _, err = _run(["gate", "--base", str(b), "--tuned", str(b), "--corpus", str(tmp_path)], capsys)
+    code, _, err = _run(
+        ["gate", "--base", str(b), "--tuned", str(twin(b)), "--corpus", str(tmp_path)], capsys
+    )
     assert code == 2 and "is a folder, not a file" in err
     # arms that share nothing say what each holds
     other = write_arm(tmp_path / "o.jsonl", [{**r, "prompt_id": "x" + r["prompt_id"]} for r in base_rows])
@@ -601,7 +603,7 @@ def test_a_closed_pipe_is_not_a_verdict(tmp_path: Path) -> None:
     b = write_arm(tmp_path / "b.jsonl", rows(Style(), 1))
     script = (
         f"{sys.executable} -c 'import sys; from tuneproof.cli.app import main; sys.exit(main(sys.argv[1:]))' "
-        f"gate --base {b} --tuned {b} | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}"
+        f"gate --base {b} --tuned {twin(b)} | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}"
     )
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
     assert out.stdout.strip() in ("141", "3"), out  # 3 when the output fit the pipe before it closed

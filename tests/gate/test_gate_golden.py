@@ -31,8 +31,10 @@ def _make_arms() -> object:
     return module
 
 
-def _write(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+def _write(path: Path, rows: list[dict], compact: bool = False) -> str:
+    """`compact`: another run's file of the same rows (other bytes: one file as both arms is refused)."""
+    separators = (",", ":") if compact else None
+    path.write_text("".join(json.dumps(r, separators=separators) + "\n" for r in rows))
     return str(path)
 
 
@@ -51,6 +53,7 @@ def arms(tmp_path: Path) -> dict[str, str]:
         "tuned": _write(tmp_path / "tuned.jsonl", tuned),
         "copied": _write(tmp_path / "copied.jsonl", copied),
         "one_run": _write(tmp_path / "one_run.jsonl", one_run),
+        "one_run_again": _write(tmp_path / "one_run_again.jsonl", one_run, compact=True),
         "no_change": str(tmp_path / "no_change.toml"),
         "gzip_spec": str(tmp_path / "spec.toml"),
     }
@@ -70,7 +73,7 @@ CASES = {
         0,
     ),
     "gate_same_arm_given_floors": (
-        ["--base", "@one_run", "--tuned", "@one_run", "--attractors", str(EXAMPLE / "attractors.txt"),
+        ["--base", "@one_run", "--tuned", "@one_run_again", "--attractors", str(EXAMPLE / "attractors.txt"),
          "--probes", "@no_change", "--floor", "diversity=0.01", "--floor", "attractors=2",
          "--floor", "diversity.gzip=0.05", "--floor", "probe:refusal-rate=3",
          "--floor", "probe:stock-phrases=5"],

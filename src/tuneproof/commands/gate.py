@@ -112,13 +112,13 @@ def prepare(request: GateCommandSpec) -> GatePlan:
             raise TuneproofError(
                 f"{{{name}}} is empty", "pass a local model folder, or leave the option out", fields=(name,)
             )
-    _distinct_arms(request.base, request.tuned)
     base, tuned = read_arm(request.base, "base"), read_arm(request.tuned, "tuned")
     if request.out is not None:  # nor any file read from inside an input folder
         check_out_file(
             request.out, tuple(f for arm in (base, tuned) for run in arm.bench.values() for f in run.files)
         )
     pairing = check_inputs(base, tuned, spec, given, attractors is not None, probes, bool(request.embedder))
+    _distinct_arms(request.base, request.tuned)  # before the tokenizer and the embedder load
     return GatePlan(
         base, tuned, pairing, spec, given, attractors, request.corpus, probes,
         _tokens(request), _embedder(request.embedder), request.out,

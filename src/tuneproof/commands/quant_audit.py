@@ -187,7 +187,8 @@ def recipe_lines(r: RecipeReport) -> list[str]:
             lines.append("          (bytes unknown: the config names no dtype)")
         for t in a.unmatched_targets:
             lines.append(f"          target {t!r} matches no module")
-        for finding in a.findings or ["none: every large parameter is covered or ignored"]:
+        clean = "none: every large parameter is covered or ignored" + (" under this engine" if i else "")
+        for finding in a.findings or [clean]:
             lines.append(f"finding   {finding}")
     if len(audits) > 1:
         lines.append(
@@ -196,6 +197,10 @@ def recipe_lines(r: RecipeReport) -> list[str]:
                 f"{a.family('experts').covered_matrices:,} covered ({a.engine.name})" for a in audits
             )
         )
+    # the exit code is the assumed engine's view: said last, so that a clean second view above is not
+    # read as the result
+    v = r.verdict
+    lines.append(f"verdict   {v.outcome} (exit {v.exit_code}, as the assumed engine sees it): {v.reason}")
     return lines
 
 
