@@ -125,8 +125,8 @@ def read_run(path: Path) -> Run:
     input_file(path, "run config", RUN_HINT)
     suffix = path.suffix.lower()
     if suffix in (".yml", ".yaml"):
-        data, lines = read_yaml(path)
-        return from_axolotl(data, str(path), lines)
+        data, lines, duplicates = read_yaml(path)
+        return from_axolotl(data, str(path), lines, duplicates)
     if suffix == ".toml":
         from tuneproof.runs.from_recipe import from_recipe
 
