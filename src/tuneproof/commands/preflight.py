@@ -176,6 +176,7 @@ def _target(gpu: str | None) -> DeviceTarget:
 
 def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResult:
     from tuneproof.preflight import batches, sections
+    from tuneproof.preflight.base_quant import base_quantisation
     from tuneproof.preflight.coverage import coverage, inventory
 
     say = progress or (lambda _m: None)
@@ -205,6 +206,9 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     out.append(sections.recompiles(r, distinct))
     if cov is not None:
         out.append(_lora(r, cov))
+    stored = base_quantisation(r, plan.config)
+    if stored is not None:
+        out.append(stored)
     out.append(sections.ship(r, plan.config))
     if plan.fit is not None and widths:
         out.append(batches.wall_time(r, widths, plan.fit))
