@@ -34,7 +34,7 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat(
             "mxfp4",
             "MXFP4 blocks of 32 4-bit floats sharing a power-of-two scale (transformers' Mxfp4Config; "
-            "gpt-oss's release)",
+            "gpt-oss)",
             ("modules_to_not_convert",),
         ),
         QuantFormat(
@@ -87,7 +87,7 @@ def stored_quantisation(config: dict[str, Any] | None) -> StoredQuantisation | N
             text = (config or {}).get("text_config")
             holder = text if isinstance(text, dict) else {}
         q = (holder or {}).get("quantization_config")
-        if q is None:
+        if not q:  # None or empty: transformers' `or` passes over it too
             continue
         if not isinstance(q, dict):
             return StoredQuantisation(None, {"type": type(q).__name__}, where)
