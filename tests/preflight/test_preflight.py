@@ -170,6 +170,9 @@ def test_flex_with_shuffled_padding_passes_the_recompile_limit(
         ("gradient_checkpointing: offlaod\n", "write true or false or offload or offload_disk"),
         ("adapter: qlora\n", "adapter qlora without load_in_4bit: true"),
         ("num_epochs: -1\n", "num_epochs = -1 must be a number above 0"),
+        ("special_tokens: ['<pad>']\n", "line 2: special_tokens must be a mapping"),
+        ("special_tokens:\n  pad_token: 0\n", "special_tokens.pad_token must be a string"),
+        ("tokens: '<tool>'\n", "line 2: tokens must be a list of strings"),
         (
             "adapter: lora\nload_in_4bit: true\nload_in_8bit: true\n",
             "load_in_4bit and load_in_8bit are both true",

@@ -175,7 +175,7 @@ def _target(gpu: str | None) -> DeviceTarget:
 
 
 def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResult:
-    from tuneproof.preflight import batches, sections
+    from tuneproof.preflight import batches, sections, vocab
     from tuneproof.preflight.base_quant import base_quantisation
     from tuneproof.preflight.coverage import coverage, inventory
 
@@ -184,9 +184,13 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     notes: list[str] = []
     lens, padding, distinct, widths = None, None, None, None
     out: list[Section] = []
+    tokenizer, why_not = None, None
+    if r.datasets or r.tokens.asked:
+        folder, why_not = vocab.tokenizer_folder(r, plan.folder)
+        tokenizer, why_not = batches.read_tokenizer(folder) if folder is not None else (None, why_not)
     if r.datasets:
         say("datasets")
-        lens, ds_notes, ds_findings = batches.lengths(r, batches.tokenizer_for(plan.folder))
+        lens, ds_notes, ds_findings = batches.lengths(r, tokenizer)
         notes.extend(ds_notes)
         r = replace(r, findings=(*r.findings, *ds_findings))
     else:
@@ -206,6 +210,9 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     out.append(sections.recompiles(r, distinct))
     if cov is not None:
         out.append(_lora(r, cov))
+    added = vocab.tokens(r, tokenizer, why_not, plan.model, str(plan.config.get("model_type", "")))
+    if added is not None:
+        out.append(added)
     stored = base_quantisation(r, plan.config)
     if stored is not None:
         out.append(stored)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.runs.run import DatasetRef, Run
+from tuneproof.runs.run import DatasetRef, Run, TokenEdits
 
 AXOLOTL_VERSION = "0.19.0"
 HINT = "docs/preflight.md lists what preflight reads"
@@ -198,6 +198,7 @@ def from_axolotl(
     _training(data, kw, findings, source)
     _adapter(data, kw, findings, at)
     kw["datasets"] = tuple(_datasets(data.get("datasets"), at("datasets")))
+    kw["tokens"] = _tokens(data, at)
     return Run(
         source=source,
         kind="axolotl",
@@ -364,6 +365,38 @@ def _adapter(data: dict[str, Any], kw: dict[str, Any], findings: list[str], at: 
                 f"{at('lora_target_linear')}: lora_target_linear with a lora_target_modules string makes "
                 "Axolotl match the string as a module name, not as a regex"
             )
+
+
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")  # Axolotl's SpecialTokensConfig
+
+
+def _tokens(data: dict[str, Any], at: Any) -> TokenEdits:
+    """special_tokens and tokens as Axolotl's pydantic models take them (strings, and a list of strings
+    for additional_special_tokens and tokens); anything else is refused, as Axolotl refuses it."""
+    special = data.get("special_tokens") or {}
+    if not isinstance(special, dict):
+        raise TuneproofError(f"{at('special_tokens')}: special_tokens must be a mapping", HINT)
+    pairs: list[tuple[str, str]] = []
+    for key, text in special.items():
+        if key in SPECIAL_TOKEN_KEYS and text is not None:
+            if not isinstance(text, str):
+                raise TuneproofError(f"{at('special_tokens')}: special_tokens.{key} must be a string", HINT)
+            pairs.append((key, text))
+    extra = special.get("additional_special_tokens") or []
+    added = data.get("tokens") or []
+    for key, value in (("special_tokens.additional_special_tokens", extra), ("tokens", added)):
+        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+            raise TuneproofError(f"{at(key.split('.')[0])}: {key} must be a list of strings", HINT)
+    save = data.get("lora_modules_to_save") or []
+    mean = data.get("mean_resizing_embeddings")
+    return TokenEdits(
+        special=(*pairs, *(("additional_special_tokens", t) for t in extra)),
+        added=tuple(added),
+        tokenizer=str(data["tokenizer_config"]) if data.get("tokenizer_config") else None,
+        modules_to_save=tuple(str(m) for m in save) if isinstance(save, list) else (),
+        mean_resizing=mean if isinstance(mean, bool) else None,
+        resize_to_32x=data.get("resize_token_embeddings_to_32x") is True,
+    )
 
 
 def looks_local(path: str) -> bool:
