@@ -168,9 +168,11 @@ def test_flex_with_shuffled_padding_passes_the_recompile_limit(
         ('sample_packing: "true"\n', "sample_packing is the string 'true'"),
         ('gradient_checkpointing: "false"\n', "gradient_checkpointing is the string 'false'"),
         ("gradient_checkpointing: offlaod\n", "write true or false or offload or offload_disk"),
-        ("sequence_len: 2048\nsequence_len: 8192\n", "line 3: sequence_len is given twice (lines 2 and 3)"),
         ("adapter: qlora\n", "adapter qlora without load_in_4bit: true"),
         ("num_epochs: -1\n", "num_epochs = -1 must be a number above 0"),
+        ("special_tokens: ['<pad>']\n", "line 2: special_tokens must be a mapping"),
+        ("special_tokens:\n  pad_token: 0\n", "special_tokens.pad_token must be a string"),
+        ("tokens: '<tool>'\n", "line 2: tokens must be a list of strings"),
         (
             "adapter: lora\nload_in_4bit: true\nload_in_8bit: true\n",
             "load_in_4bit and load_in_8bit are both true",
@@ -184,6 +186,40 @@ def test_bad_axolotl_values_are_one_line(
     run.write_text("base_model: NousResearch/Llama-3.2-1B\n" + body)
     code, _, err = _preflight([str(run)], capsys, monkeypatch, hub)
     assert code == 2 and fragment in err and err.count("\n") == 1, err
+
+
+def test_a_key_given_twice_is_read_as_axolotl_reads_it(tmp_path: Path, capsys, monkeypatch, hub) -> None:
+    """Axolotl's load_cfg is PyYAML's safe_load, which keeps a key's last value without a word: the run is
+    costed at that value, and each key given more than once (nested ones too) is a finding naming every
+    value and the one Axolotl uses."""
+    import yaml
+
+    assert yaml.safe_load("sequence_len: 2048\nsequence_len: 8192\n") == {"sequence_len": 8192}  # the trap
+    body = (
+        "base_model: NousResearch/Llama-3.2-1B\nsequence_len: 2048\nmicro_batch_size: 1\nsequence_len: 8192\n"
+        "datasets:\n  - path: org/set\n    type: alpaca\n    type: completion\nsequence_len: 1024\n"
+    )
+    code, d = _findings(tmp_path, body, capsys, monkeypatch, hub)
+    assert code == 1 and d["run"]["sequence_len"] == 1024 and d["sections"]["flops"]["width"] == 1024
+    src = str(tmp_path / "r.yml")
+    assert d["findings"][:2] == [
+        f"{src}, line 8: datasets[0].type is given twice (line 7: 'alpaca', line 8: 'completion'): "
+        "Axolotl's loader (PyYAML safe_load) keeps the last, 'completion'; keep the one you mean",
+        f"{src}, line 9: sequence_len is given 3 times (line 2: 2048, line 4: 8192, line 9: 1024): "
+        "Axolotl's loader (PyYAML safe_load) keeps the last, 1024; keep the one you mean",
+    ]
+    _, d = _findings(
+        tmp_path, "base_model: NousResearch/Llama-3.2-1B\nsequence_len: 512\n", capsys, monkeypatch, hub
+    )
+    assert not any("is given" in f for f in d["findings"])
+
+
+def test_a_recipe_key_given_twice_is_still_refused(tmp_path: Path, capsys, monkeypatch, hub) -> None:
+    """TOML forbids a key given twice and tuneproof train refuses it: preflight refuses it too."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[model]\nname = "NousResearch/Llama-3.2-1B"\nname = "NousResearch/Llama-3.2-1B"\n')
+    code, _, err = _preflight([str(recipe)], capsys, monkeypatch, hub)
+    assert code == 2 and "Cannot overwrite a value (at line 3" in err and err.count("\n") == 1
 
 
 def test_a_tuneproof_recipe_is_read_as_train_will_run_it(tmp_path: Path, capsys, monkeypatch, hub) -> None:

@@ -375,3 +375,97 @@ def test_a_malformed_quantization_config_in_a_checkpoint_is_refused(tmp_path: Pa
     )
     assert main(["quant-audit", "--checkpoint", str(folder)]) == 2
     assert "quantization_config is a list, not an object" in capsys.readouterr().err
+
+
+# --- formats quant-audit reads from headers but not as recipes: the published DeepSeek-V3 (fp8) and
+# gpt-oss-20b (mxfp4) configs (tests/data/configs, provenance in tests/data/README.md) ---------------------
+
+REAL_CONFIGS = Path(__file__).parent.parent / "data" / "configs"
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("deepseek-v3.json", "fp8 (fmt e4m3, weight_block_size [128, 128], activation_scheme dynamic)"),
+        (
+            "gpt-oss-20b.json",
+            'mxfp4 (modules_to_not_convert ["model.layers.*.self_attn", "model.layers.*.mlp',
+        ),
+    ],
+)
+def test_a_config_in_a_format_not_audited_as_a_recipe_is_named(name: str, shown: str, capsys) -> None:
+    config = str(REAL_CONFIGS / name)
+    assert main(["quant-audit", "--recipe", config, "--config", config]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no" not in err
+    assert f"holds a quantization_config in a format quant-audit does not audit as a recipe, {shown}" in err
+    assert "no targets to match against the model" in err and "pass its folder as --checkpoint" in err
+
+
+def _deepseek_fp8_tensors() -> dict[str, tuple[str, list[int]]]:
+    """DeepSeek-V3's release layout, one layer: fp8 weights with a 128x128-block weight_scale_inv."""
+    t: dict[str, tuple[str, list[int]]] = {"lm_head.weight": ("BF16", [4096, 512])}
+    for proj, shape in (("self_attn.q_a_proj", [256, 512]), ("self_attn.o_proj", [512, 256])):
+        t[f"model.layers.0.{proj}.weight"] = ("F8_E4M3", shape)
+        t[f"model.layers.0.{proj}.weight_scale_inv"] = (
+            "F32",
+            [(shape[0] + 127) // 128, (shape[1] + 127) // 128],
+        )
+    for e in range(4):
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            t[f"model.layers.0.mlp.experts.{e}.{proj}.weight"] = ("F8_E4M3", [256, 512])
+            t[f"model.layers.0.mlp.experts.{e}.{proj}.weight_scale_inv"] = ("F32", [2, 4])
+    return t
+
+
+def _gpt_oss_mxfp4_tensors() -> dict[str, tuple[str, list[int]]]:
+    """gpt-oss's release layout, one layer: bf16 attention and router, mxfp4 experts (_blocks, _scales)."""
+    t: dict[str, tuple[str, list[int]]] = {"lm_head.weight": ("BF16", [4096, 512])}
+    for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        t[f"model.layers.0.self_attn.{proj}.weight"] = ("BF16", [512, 512])
+    t["model.layers.0.mlp.router.weight"] = ("BF16", [8, 512])
+    for proj, rows in (("gate_up_proj", 1024), ("down_proj", 512)):
+        t[f"model.layers.0.mlp.experts.{proj}_blocks"] = ("U8", [8, rows, 16, 16])
+        t[f"model.layers.0.mlp.experts.{proj}_scales"] = ("U8", [8, rows, 16])
+        t[f"model.layers.0.mlp.experts.{proj}_bias"] = ("BF16", [8, rows])
+    return t
+
+
+def test_deepseek_v3s_fp8_checkpoint_is_read_as_stored_fp8(tmp_path: Path, capsys) -> None:
+    config = json.loads((REAL_CONFIGS / "deepseek-v3.json").read_text())
+    folder = _sparse_checkpoint(tmp_path / "ck", _deepseek_fp8_tensors(), config)
+    assert main(["quant-audit", "--checkpoint", str(folder), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["declared"] == "fp8 (fmt e4m3, weight_block_size [128, 128], activation_scheme dynamic)"
+    assert d["scheme"] == "FP8" and "weight_scale_inv" in d["audited"] and "not audited" in d["audited"]
+    assert (
+        d["families"]["experts"]["quantised_tensors"] == 12
+        and d["families"]["attention"]["quantised_tensors"] == 2
+    )
+
+
+def test_gpt_oss_mxfp4_checkpoint_reads_its_blocks_and_modules_to_not_convert(tmp_path: Path, capsys) -> None:
+    config = json.loads((REAL_CONFIGS / "gpt-oss-20b.json").read_text())
+    folder = _sparse_checkpoint(tmp_path / "ck", _gpt_oss_mxfp4_tensors(), config)
+    assert main(["quant-audit", "--checkpoint", str(folder)]) == 0  # bf16 attention: not converted on purpose
+    out = capsys.readouterr().out
+    assert "declared  mxfp4 (modules_to_not_convert" in out and "scheme MXFP4" in out
+    assert re.search(r"experts +24 ", out)  # 8 experts x (gate and up) + 8 x down, from the _blocks
+    config["quantization_config"]["modules_to_not_convert"] = ["lm_head"]
+    folder = _sparse_checkpoint(tmp_path / "ck2", _gpt_oss_mxfp4_tensors(), config)
+    assert main(["quant-audit", "--checkpoint", str(folder)]) == 1
+    assert "attention: 4 tensors" in capsys.readouterr().out
+
+
+def test_a_format_whose_layout_is_not_read_says_so(tmp_path: Path, capsys) -> None:
+    config = {
+        "model_type": "llama",
+        "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128},
+    }
+    folder = _sparse_checkpoint(
+        tmp_path / "ck", {"model.layers.0.self_attn.q_proj.qweight": ("I32", [64, 512])}, config
+    )
+    main(["quant-audit", "--checkpoint", str(folder)])
+    out = capsys.readouterr().out
+    assert "declared  gptq (bits 4, group_size 128)" in out
+    assert "a format whose storage layout quant-audit does not read" in " ".join(out.split())

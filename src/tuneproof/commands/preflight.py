@@ -125,8 +125,8 @@ def read_run(path: Path) -> Run:
     input_file(path, "run config", RUN_HINT)
     suffix = path.suffix.lower()
     if suffix in (".yml", ".yaml"):
-        data, lines = read_yaml(path)
-        return from_axolotl(data, str(path), lines)
+        data, lines, duplicates = read_yaml(path)
+        return from_axolotl(data, str(path), lines, duplicates)
     if suffix == ".toml":
         from tuneproof.runs.from_recipe import from_recipe
 
@@ -175,7 +175,8 @@ def _target(gpu: str | None) -> DeviceTarget:
 
 
 def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResult:
-    from tuneproof.preflight import batches, sections
+    from tuneproof.preflight import batches, sections, vocab
+    from tuneproof.preflight.base_quant import base_quantisation
     from tuneproof.preflight.coverage import coverage, inventory
 
     say = progress or (lambda _m: None)
@@ -183,9 +184,13 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     notes: list[str] = []
     lens, padding, distinct, widths = None, None, None, None
     out: list[Section] = []
+    tokenizer, why_not = None, None
+    if r.datasets or r.tokens.asked:
+        folder, why_not = vocab.tokenizer_folder(r, plan.folder)
+        tokenizer, why_not = batches.read_tokenizer(folder) if folder is not None else (None, why_not)
     if r.datasets:
         say("datasets")
-        lens, ds_notes, ds_findings = batches.lengths(r, batches.tokenizer_for(plan.folder))
+        lens, ds_notes, ds_findings = batches.lengths(r, tokenizer)
         notes.extend(ds_notes)
         r = replace(r, findings=(*r.findings, *ds_findings))
     else:
@@ -205,6 +210,12 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     out.append(sections.recompiles(r, distinct))
     if cov is not None:
         out.append(_lora(r, cov))
+    added = vocab.tokens(r, tokenizer, why_not, plan.model, str(plan.config.get("model_type", "")))
+    if added is not None:
+        out.append(added)
+    stored = base_quantisation(r, plan.config)
+    if stored is not None:
+        out.append(stored)
     out.append(sections.ship(r, plan.config))
     if plan.fit is not None and widths:
         out.append(batches.wall_time(r, widths, plan.fit))

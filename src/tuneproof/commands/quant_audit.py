@@ -248,6 +248,7 @@ def checkpoint_lines(r: CheckpointReport) -> list[str]:
     lines = [
         f"checkpoint {folder} (headers only)",
         f"declared  {a.method}; scheme {a.scheme or 'unknown'}",
+        f"audited   {a.audited}",
         "          family        quantised tensors        unquantised tensors (ignored)",
     ]
     for f in a.families.values():
@@ -275,6 +276,7 @@ def checkpoint_json(r: CheckpointReport) -> dict[str, Any]:
         "checkpoint": str(folder),
         "declared": a.method,
         "scheme": a.scheme,
+        "audited": a.audited,
         "total_bytes": a.total_bytes,
         "expected_bytes": a.expected_bytes,
         "expected_why": a.expected_why,

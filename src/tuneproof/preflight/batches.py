@@ -185,14 +185,22 @@ def wall_time(run: Run, widths: list[int], fit: Any) -> Section:
 
 def tokenizer_for(folder: Path | None) -> Any:
     """The base's tokenizer from its local folder, or None (no folder, no tokenizer files)."""
-    if folder is None or not any((folder / n).exists() for n in ("tokenizer.json", "tokenizer.model")):
-        return None
+    return read_tokenizer(folder)[0]
+
+
+def read_tokenizer(folder: Path | None) -> tuple[Any, str | None]:
+    """(the tokenizer in `folder`, None), or (None, why it was not read)."""
+    if folder is None:
+        return None, "the base is no local folder or cached snapshot"
+    if not any((folder / n).exists() for n in ("tokenizer.json", "tokenizer.model")):
+        return None, f"{folder} holds no tokenizer.json or tokenizer.model"
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    except Exception:  # a tokenizer that will not load is reported as absent, with no lengths
-        return None
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True), None
+    except Exception as e:  # a tokenizer that will not load is reported as absent, with its reason
+        first = (str(e).splitlines() or [""])[0]
+        return None, f"the tokenizer in {folder} does not load ({type(e).__name__}: {first})"
 
 
 def step_time(run: Run, fit: Any) -> Section:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuneproof.arch.quantization import stored_quantisation
 from tuneproof.attention.paths import implementation_path
 from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
@@ -242,7 +243,7 @@ def recompiles(run: Run, widths_seen: int | None) -> Section:
 
 def ship(run: Run, config: dict[str, Any]) -> Section:
     s = Section("ship")
-    quant = config.get("quantization_config")
+    stored = stored_quantisation(config)
     if run.adapter == "qlora" or run.load_in_4bit:
         s.lines.append(
             "a QLoRA adapter trains against 4-bit weights: merge it into the bf16 base it was quantised from "
@@ -250,14 +251,13 @@ def ship(run: Run, config: dict[str, Any]) -> Section:
         )
     if run.load_in_8bit:
         s.lines.append("8-bit base: merge into the bf16 base, as for QLoRA")
-    if isinstance(quant, dict):
-        algo = quant.get("quant_algo")
-        method = " ".join(str(x) for x in (quant.get("quant_method"), algo) if x) or "unknown"
+    if stored is not None:
         s.lines.append(
-            f"the base is stored quantised ({method}): check the serving recipe's coverage with "
-            "tuneproof quant-audit before shipping; an adapter merges into the dequantised weights"
+            f"the base is stored quantised ({stored.method or 'no quant_method'}): check the serving "
+            "recipe's coverage with tuneproof quant-audit before shipping; an adapter merges into the "
+            "dequantised weights"
         )
-        s.data["base_quantization"] = method
+        s.data["base_quantization"] = stored.method or "unknown"
     if run.fused_loss:
         s.lines.append(f"loss: {run.fused_loss}: the ledger's LM-head row is the plain matmul either way")
     s.data["adapter"] = run.adapter

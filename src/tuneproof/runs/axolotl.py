@@ -21,12 +21,13 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.runs.run import DatasetRef, Run
+from tuneproof.runs.run import DatasetRef, Run, TokenEdits
 
 AXOLOTL_VERSION = "0.19.0"
 HINT = "docs/preflight.md lists what preflight reads"
@@ -61,8 +62,36 @@ def axolotl_schema() -> dict[str, Any]:
     return data
 
 
-def read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    """The YAML's top-level mapping and the line of each key; a YAML error names its line and column."""
+@dataclass(frozen=True, slots=True)
+class DuplicateKey:
+    """A key one YAML mapping gives more than once, with each (line, value) in file order. Axolotl's
+    `load_cfg` reads the file with PyYAML's `safe_load`, whose mappings keep the last value silently."""
+
+    key: str  # the path from the top: "sequence_len", "special_tokens.pad_token", "datasets[0].type"
+    occurrences: tuple[tuple[int, Any], ...]
+
+    def finding(self, source: str) -> str:
+        line, used = self.occurrences[-1]
+        given = ", ".join(f"line {n}: {_shown(v)}" for n, v in self.occurrences)
+        times = "twice" if len(self.occurrences) == 2 else f"{len(self.occurrences)} times"
+        return (
+            f"{source}, line {line}: {self.key} is given {times} ({given}): Axolotl's loader (PyYAML "
+            f"safe_load) keeps the last, {_shown(used)}; keep the one you mean"
+        )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int], tuple[DuplicateKey, ...]]:
+    """The YAML's top-level mapping as Axolotl loads it (a key given twice keeps its last value), the
+    line of each key (its last) and the keys given more than once; a YAML error names its line and
+    column. Only Axolotl configs come here: a tuneproof recipe is TOML, whose reader refuses a key given
+    twice (TOML forbids it, and `tuneproof train` reads it the same way), and quant-audit's YAML recipes
+    are read with `safe_load` as llm-compressor reads them (recipe/utils.py `_load_json_or_yaml_string`).
+    The Axolotl plugin gets the config already loaded: its duplicates are gone before tuneproof sees it."""
     import yaml
 
     from tuneproof.core.io import input_file
@@ -85,18 +114,48 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     lines: dict[str, int] = {}
     if isinstance(node, yaml.MappingNode):
         for k, _ in node.value:
-            key, line = str(k.value), k.start_mark.line + 1
-            if key in lines:  # PyYAML keeps the last silently; which one the user meant is unknown
-                raise TuneproofError(
-                    f"{path}, line {line}: {key} is given twice (lines {lines[key]} and {line})", "keep one"
-                )
-            lines[key] = line
-    return {str(k): v for k, v in data.items()}, lines
+            lines[str(k.value)] = k.start_mark.line + 1  # the last occurrence: the one Axolotl keeps
+    duplicates: list[DuplicateKey] = []
+    _duplicates(node, "", yaml.SafeLoader(""), duplicates, set())
+    duplicates.sort(key=lambda d: d.occurrences[-1][0])
+    return {str(k): v for k, v in data.items()}, lines, tuple(duplicates)
 
 
-def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None = None) -> Run:
+def _duplicates(node: Any, where: str, loader: Any, out: list[DuplicateKey], seen: set[int]) -> None:
+    """Every mapping in the document, nested ones too, walked once (an alias points at a node already
+    seen); merge keys (<<) are PyYAML's to resolve and are not counted."""
+    import yaml
+
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicates(item, f"{where}[{i}]", loader, out, seen)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    keys: dict[tuple[str, str], list[tuple[int, Any]]] = {}
+    for k, v in node.value:
+        if k.tag == "tag:yaml.org,2002:merge":
+            continue
+        name = str(k.value)
+        keys.setdefault((k.tag, name), []).append((k.start_mark.line + 1, v))
+        _duplicates(v, f"{where}.{name}" if where else name, loader, out, seen)
+    for (_, name), found in keys.items():
+        if len(found) > 1:
+            values = tuple((line, loader.construct_object(v, deep=True)) for line, v in found)
+            out.append(DuplicateKey(f"{where}.{name}" if where else name, values))
+
+
+def from_axolotl(
+    data: dict[str, Any],
+    source: str,
+    lines: dict[str, int] | None = None,
+    duplicates: tuple[DuplicateKey, ...] = (),
+) -> Run:
     """An Axolotl config (the YAML's mapping) as a Run; refuses what Axolotl 0.19 refuses and
-    what cannot be checked (no base_model, a quoted number, conflicting attention options)."""
+    what cannot be checked (no base_model, a quoted number, conflicting attention options); each key
+    the file gives more than once (`read_yaml`) is a finding naming the value Axolotl keeps."""
     lines = lines or {}
 
     def at(key: str) -> str:
@@ -120,7 +179,7 @@ def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None
             )
         if value is not None and value < 1:
             raise TuneproofError(f"{at(key)}: {key} = {value} must be at least 1", HINT)
-    findings: list[str] = []
+    findings: list[str] = [d.finding(source) for d in duplicates]
     notes = [f"read as Axolotl {AXOLOTL_VERSION}'s schema ({len(schema['keys'])} options)"]
     kw: dict[str, Any] = {"seq_len": data.get("sequence_len") or 512}
     _unknown_keys(data, findings, at, schema)
@@ -139,6 +198,7 @@ def from_axolotl(data: dict[str, Any], source: str, lines: dict[str, int] | None
     _training(data, kw, findings, source)
     _adapter(data, kw, findings, at)
     kw["datasets"] = tuple(_datasets(data.get("datasets"), at("datasets")))
+    kw["tokens"] = _tokens(data, at)
     return Run(
         source=source,
         kind="axolotl",
@@ -305,6 +365,38 @@ def _adapter(data: dict[str, Any], kw: dict[str, Any], findings: list[str], at: 
                 f"{at('lora_target_linear')}: lora_target_linear with a lora_target_modules string makes "
                 "Axolotl match the string as a module name, not as a regex"
             )
+
+
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")  # Axolotl's SpecialTokensConfig
+
+
+def _tokens(data: dict[str, Any], at: Any) -> TokenEdits:
+    """special_tokens and tokens as Axolotl's pydantic models take them (strings, and a list of strings
+    for additional_special_tokens and tokens); anything else is refused, as Axolotl refuses it."""
+    special = data.get("special_tokens") or {}
+    if not isinstance(special, dict):
+        raise TuneproofError(f"{at('special_tokens')}: special_tokens must be a mapping", HINT)
+    pairs: list[tuple[str, str]] = []
+    for key, text in special.items():
+        if key in SPECIAL_TOKEN_KEYS and text is not None:
+            if not isinstance(text, str):
+                raise TuneproofError(f"{at('special_tokens')}: special_tokens.{key} must be a string", HINT)
+            pairs.append((key, text))
+    extra = special.get("additional_special_tokens") or []
+    added = data.get("tokens") or []
+    for key, value in (("special_tokens.additional_special_tokens", extra), ("tokens", added)):
+        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+            raise TuneproofError(f"{at(key.split('.')[0])}: {key} must be a list of strings", HINT)
+    save = data.get("lora_modules_to_save") or []
+    mean = data.get("mean_resizing_embeddings")
+    return TokenEdits(
+        special=(*pairs, *(("additional_special_tokens", t) for t in extra)),
+        added=tuple(added),
+        tokenizer=str(data["tokenizer_config"]) if data.get("tokenizer_config") else None,
+        modules_to_save=tuple(str(m) for m in save) if isinstance(save, list) else (),
+        mean_resizing=mean if isinstance(mean, bool) else None,
+        resize_to_32x=data.get("resize_token_embeddings_to_32x") is True,
+    )
 
 
 def looks_local(path: str) -> bool:

@@ -37,6 +37,29 @@ class DatasetRef:
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
+class TokenEdits:
+    """What an Axolotl config adds to the tokenizer, and the options that decide what the embeddings
+    do about it (Axolotl 0.19 loaders/tokenizer.py load_tokenizer, loaders/model.py
+    _resize_token_embeddings)."""
+
+    special: tuple[tuple[str, str], ...] = ()  # special_tokens: (bos/eos/pad/unk_token, text), then
+    # ("additional_special_tokens", text) for each of that list
+    added: tuple[str, ...] = ()  # tokens: added as plain tokens
+    tokenizer: str | None = None  # tokenizer_config: the tokenizer Axolotl loads instead of the base's
+    modules_to_save: tuple[str, ...] = ()  # lora_modules_to_save
+    mean_resizing: bool | None = None  # mean_resizing_embeddings (None: transformers' default, True)
+    resize_to_32x: bool = False  # resize_token_embeddings_to_32x
+
+    @property
+    def asked(self) -> tuple[tuple[str, str], ...]:
+        """Every (key, text) the config adds, as its findings name them."""
+        return (
+            *((f"special_tokens.{k}", t) for k, t in self.special),
+            *(("tokens", t) for t in self.added),
+        )
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Run:
     """What preflight needs from a run, whatever wrote it; `findings` are what is wrong in the config
     itself (unknown keys), `notes` what was read and how."""
@@ -72,6 +95,7 @@ class Run:
     dtype: str = "bf16"
     bf16_auto: bool = False  # Axolotl's bf16 "auto": bf16 where the card has it, else fp16
     datasets: tuple[DatasetRef, ...] = ()
+    tokens: TokenEdits = TokenEdits()
     findings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     seq_len_key: str = "sequence_len"  # how the source names the width (data.max_length in a recipe)

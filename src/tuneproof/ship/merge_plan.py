@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneproof.arch.quantization import stored_quantisation
 from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.adapter import Adapter, Module, read_adapter
@@ -87,11 +88,11 @@ def plan(
             f"{{dtype}} {dtype!r} is not one of {', '.join(MERGE_DTYPES)}", fields=("dtype",)
         )
     config = read_config(base)
-    quant = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
-    if quant:
-        method = quant.get("quant_method", "?") if isinstance(quant, dict) else "?"
+    declared = stored_quantisation(config)
+    if declared is not None:
         raise TuneproofError(
-            f"the base is quantised ({method}): merging into quantised weights rounds the adapter away",
+            f"the base is quantised ({declared.method or '?'}): merging into quantised weights rounds the "
+            "adapter away",
             "merge onto the unquantised base, then quantise the merged model",
         )
     checkpoint = open_checkpoint(base, "base")

@@ -299,6 +299,16 @@ class StoredFamily:
     ignored_bytes: int = 0
 
 
+def _stored_quantised(name: str, leaf: str, owner: str, dtype: str, tensors: Any) -> bool:
+    """A tensor stored quantised: packed (compressed-tensors' weight_packed; Mxfp4's <name>_blocks with
+    its <name>_scales), or a low-bit weight beside its scale (weight_scale; FineGrainedFP8's
+    weight_scale_inv)."""
+    if leaf in _PACKED_LEAVES or (leaf.endswith("_blocks") and name[: -len("blocks")] + "scales" in tensors):
+        return True
+    scaled = f"{owner}.weight_scale" in tensors or f"{owner}.weight_scale_inv" in tensors
+    return leaf == "weight" and dtype not in FLOAT_DTYPES and scaled
+
+
 @dataclass(slots=True)
 class CheckpointAudit:
     method: str  # what the config says: compressed-tensors format, ModelOpt algo, or "none found"
@@ -309,6 +319,7 @@ class CheckpointAudit:
     expected_why: str
     suffixed: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    audited: str = ""  # what the headers audit reads for the declared format, and what it does not
 
 
 def audit_checkpoint(
@@ -322,9 +333,7 @@ def audit_checkpoint(
     for name, info in tensors.items():
         leaf = name.rsplit(".", 1)[-1]
         owner = name.rsplit(".", 1)[0]
-        if leaf in _PACKED_LEAVES or (
-            leaf == "weight" and info.dtype not in FLOAT_DTYPES and f"{owner}.weight_scale" in tensors
-        ):
+        if _stored_quantised(name, leaf, owner, info.dtype, tensors):
             fam = families[family_of(name, 2)]
             fam.quantised_tensors += matrices(name, info.shape) or 1
             fam.quantised_bytes += info.nbytes
@@ -341,7 +350,7 @@ def audit_checkpoint(
             plain_quantisable += info.numel
     total = checkpoint.nbytes
     kept = {k: v for k, v in families.items() if v.quantised_tensors or v.plain_tensors}
-    result = CheckpointAudit(method, scheme, kept, total, None, "", suffixed)
+    result = CheckpointAudit(method, scheme, kept, total, None, "", suffixed, audited=_audited(kind, method))
     per = BYTES_PER_WEIGHT.get((scheme or "").upper())
     if per is not None:
         result.expected_bytes = int(
@@ -379,42 +388,88 @@ def audit_checkpoint(
     return result
 
 
+# What the headers audit reads for each declared format: (how a stored quantised weight is recognised,
+# how the exclusions are matched, what is not checked). Keyed by tuneproof.arch.quantization's method.
+AUDITED = {
+    "compressed-tensors": (
+        "a weight_packed tensor, or a low-bit weight with its weight_scale, counts as quantised; the ignore "
+        "list is matched as compressed-tensors matches it (exact name or re:)"
+    ),
+    "modelopt": (
+        "a low-bit weight with its weight_scale counts as quantised; exclude_modules are matched as "
+        "fnmatch patterns"
+    ),
+    "fp8": (
+        "an fp8 weight with its weight_scale_inv (transformers' FineGrainedFP8 layout) counts as quantised; "
+        "modules_to_not_convert are matched as transformers matches them (should_convert_module); not "
+        "audited: the scales' shapes against weight_block_size, or activation_scheme"
+    ),
+    "mxfp4": (
+        "a <name>_blocks tensor with its <name>_scales (transformers' Mxfp4 layout) counts as quantised; "
+        "modules_to_not_convert are matched as transformers matches them (should_convert_module); not "
+        "audited: the blocks' shapes"
+    ),
+}
+
+
 def _declared(
     config: dict[str, Any] | None, modelopt: dict[str, Any] | None
 ) -> tuple[str, str | None, tuple[str, ...], str]:
+    """(what the checkpoint declares, its scheme, its exclusions, the kind of matching and audit)."""
+    from tuneproof.arch.quantization import stored_quantisation
+
     if modelopt is not None:
         q = modelopt.get("quantization") or {}
         return "ModelOpt", q.get("quant_algo"), tuple(q.get("exclude_modules") or ()), "modelopt"
-    q = (config or {}).get("quantization_config")
-    if q is not None and not isinstance(q, dict):
+    stored = stored_quantisation(config)
+    if stored is not None and stored.method is None and set(stored.fields) == {"type"}:
         raise TuneproofError(
-            f"the checkpoint's quantization_config is a {type(q).__name__}, not an object",
+            f"the checkpoint's quantization_config is a {stored.fields['type']}, not an object",
             "fix the config.json",
         )
-    if isinstance(q, dict):
-        method = str(q.get("quant_method", "?"))
+    if stored is None:
+        return "none found", None, (), "none"
+    assert config is not None  # stored_quantisation found one in it
+    q = (
+        config["quantization_config"]
+        if stored.where == "quantization_config"
+        else config["text_config"]["quantization_config"]
+    )
+    if stored.method == "compressed-tensors" or "config_groups" in q:
         scheme = q.get("format")
         groups = q.get("config_groups") or {}
         if isinstance(groups, dict) and groups:
             w = next(iter(groups.values()))
             w = w.get("weights") if isinstance(w, dict) else None
-            if (
-                isinstance(w, dict)
-                and w.get("num_bits") == 4
-                and w.get("type") == "float"
-                and w.get("group_size") == 16
+            if isinstance(w, dict) and (w.get("num_bits"), w.get("type"), w.get("group_size")) == (
+                4,
+                "float",
+                16,
             ):
                 scheme = "NVFP4"
-        return (
-            f"{method} ({q.get('format', '?')})",
-            scheme,
-            tuple(q.get("ignore") or ()),
-            "compressed-tensors",
-        )
-    return "none found", None, (), "none"
+        method = f"{stored.method} ({q.get('format', '?')})"
+        return method, scheme, tuple(q.get("ignore") or ()), "compressed-tensors"
+    if stored.method in ("fp8", "mxfp4"):
+        scheme = "FP8" if stored.method == "fp8" else "MXFP4"
+        return stored.describe(), scheme, tuple(q.get("modules_to_not_convert") or ()), stored.method
+    algo = stored.fields.get("quant_algo")
+    return stored.describe(), str(algo) if algo else None, (), "unread"
+
+
+def _audited(kind: str, method: str) -> str:
+    if kind == "none":
+        return "nothing declared: stored tensors counted, no exclusions read"
+    return AUDITED.get(kind) or (
+        f"{method}: a format whose storage layout quant-audit does not read: its quantised weights are "
+        "not recognised (not counted), no exclusion list is read, and every float weight matrix is "
+        "reported as stored unquantised"
+    )
 
 
 def _is_ignored(owner: str, patterns: tuple[str, ...], kind: str) -> bool:
+    if kind in ("fp8", "mxfp4"):  # transformers' quantizers_utils.should_convert_module, 5.24
+        boundary = r"(?:(?<=\.)|(?=\.|$))"
+        return any(re.match(rf"(?:{p}){boundary}", owner) or owner.endswith(p) for p in patterns)
     for p in patterns:
         if kind == "modelopt" and (owner == p or fnmatch.fnmatchcase(owner, p)):
             return True

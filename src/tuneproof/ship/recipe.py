@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuneproof.arch.quantization import stored_quantisation
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.extras import require
 
@@ -74,14 +75,36 @@ def read_quant_recipe(path: Path) -> QuantRecipe:
         ) from None
     if isinstance(data, dict) and isinstance(data.get("quantization"), dict) and "producer" in data:
         return _from_modelopt(path, data)
-    if isinstance(data, dict) and isinstance(data.get("quantization_config"), dict):
-        data = data["quantization_config"]
+    if isinstance(data, dict) and stored_quantisation(data) is not None:  # a config.json holding one
+        inner = data.get("text_config")
+        data = data.get("quantization_config") or (
+            inner.get("quantization_config") if isinstance(inner, dict) else None
+        )
     if isinstance(data, dict) and "config_groups" in data:
         return _from_config_groups(path, data, data.get("ignore"), "compressed-tensors")
+    if isinstance(data, dict) and "quant_method" in data:
+        raise _unaudited_format(path, data)
     raise TuneproofError(
         f"{path} holds no quantisation recipe (no config_groups, quantization_config or ModelOpt "
         "quantization)",
         "pass a recipe file",
+    )
+
+
+def _unaudited_format(path: Path, q: dict[str, Any]) -> TuneproofError:
+    """A quantization_config in a format whose targets are not written in it (fp8, mxfp4, gptq, ...):
+    named with its key fields, and what quant-audit does audit for it."""
+    stored = stored_quantisation({"quantization_config": q})
+    assert stored is not None
+    what = f" ({stored.format.what})" if stored.format is not None else ""
+    return TuneproofError(
+        f"{path} holds a quantization_config in a format quant-audit does not audit as a recipe, "
+        f"{stored.describe()}{what}: transformers' quantizer for the format decides which modules it "
+        "quantises (the config does not write them), so there are no targets to match against the model "
+        "(audited as recipes: llm-compressor recipes, compressed-tensors config_groups, ModelOpt "
+        "hf_quant_config.json)",
+        "to audit what a checkpoint in this format stores, pass its folder as {checkpoint}",
+        fields=("checkpoint",),
     )
 
 
