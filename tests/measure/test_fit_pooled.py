@@ -195,3 +195,6 @@ def test_undetermined_beyond_any_sensible_count_says_quieten_the_machine() -> No
     far = judge_constant(0.09, (-1.0, 1.2), margin=0.1, repeats=3)
     assert far.repeats_to_decide is None
     assert "more than 1000 repeats per width would be needed: quieten the machine" in far.reason
+    # the JSON says the same as a number, not a bare null (issue 33's leftover)
+    assert far.to_dict()["repeats_to_decide_more_than"] == 1000
+    assert fit.constant.to_dict()["repeats_to_decide_more_than"] is None

@@ -32,6 +32,7 @@ class ConstantTerm:
     margin: float
     repeats_to_decide: int | None
     reason: str
+    beyond_advice: bool = False  # more repeats than MAX_REPEATS_ADVICE would be needed (the count is None)
 
     @property
     def significant(self) -> bool | None:
@@ -51,6 +52,8 @@ class ConstantTerm:
             "interval": list(self.interval) if self.interval else None,
             "margin": self.margin,
             "repeats_to_decide": self.repeats_to_decide,
+            # with repeats_to_decide null: the text's "more than N repeats per width" as a number
+            "repeats_to_decide_more_than": MAX_REPEATS_ADVICE if self.beyond_advice else None,
             "reason": self.reason,
         }
 
@@ -147,8 +150,9 @@ def judge_constant(
     else:
         advice = "C sits on the margin: repeats alone will not decide it"
     return ConstantTerm(
-        "undetermined", c, interval, margin, n, f"{where}: the interval is too wide to say; {advice}"
-    )
+        "undetermined", c, interval, margin, n, f"{where}: the interval is too wide to say; {advice}",
+        beyond_advice=bool(targets) and n is None,
+    )  # fmt: skip
 
 
 def _below_zero(
