@@ -132,7 +132,7 @@ def test_the_budget_stops_the_run_between_batches_and_says_what_it_left_out() ->
     assert result.cut is not None and "width 64's batches 3 to 3, width 128 not run" in result.cut
     assert result.cut in result.notes and result.to_dict()["cut_by_budget"] == result.cut
     assert "one batch gives no spread" not in result.judge(64).reason  # judged on the two that ran
-    assert said.lines[-1] == "width 64: batch 2 of 3"
+    assert said.lines[-1] == "width 64: batch 2 of 3: eager"  # each model said as it starts
 
 
 def test_past_the_budget_the_first_batch_still_runs_and_progress_says_so() -> None:
@@ -150,3 +150,8 @@ def test_past_the_budget_the_first_batch_still_runs_and_progress_says_so() -> No
         result = run(prepare(replace(spec, model=resolve("tiny"))), said, clock=lambda: now[0])
     assert len(result.results) == 1 and "width 64's batches 2 to 2 not run" in str(result.cut)
     assert result.judge(64).outcome == "inconclusive"
+    # said as it goes: the backend's line within the first batch, once past the budget
+    assert (
+        said.lines[-1]
+        == "width 64: batch 1 of 2: sdpa (5 s past the 5 s budget; finishing the batch under way)"
+    )

@@ -238,3 +238,39 @@ def test_the_doctor_says_its_probe_estimate_as_it_goes(
     estimate = next(s for s in said.lines if s.startswith("estimate:"))
     assert "of the 15 s budget: it does not fit" in estimate and "running the floor alone" in estimate
     assert said.lines[-1].startswith("peak (") and "past the probe's 15 s budget" in said.lines[-1]
+
+
+def test_a_floor_that_the_machine_stretches_is_restated_as_it_goes(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35's load run: the doctor's floor was estimated at 47 s, and the neighbour's load then
+    doubled; the floor ran 130 s without a word. Here every step costs 4x from round 2 on: the floor's
+    new end is said (once) as soon as it moves past its estimate by a fifth, and the run keeps it."""
+    real_steps = probe_mod.model_steps
+
+    def slower(model, spec):  # type: ignore[no-untyped-def]
+        steps = real_steps(model, spec)
+
+        def busier(go):  # type: ignore[no-untyped-def]
+            def run_it() -> int:
+                before = clock.now
+                w = go()
+                if sum(clock.calls.values()) > 7:
+                    clock.now += 3 * (clock.now - before)
+                return w
+
+            return run_it
+
+        return {w: busier(go) for w, go in steps.items()}
+
+    monkeypatch.setattr(probe_mod, "model_steps", slower)
+    said: list[str] = []
+    start = clock.now
+    r = run(
+        prepare(_spec(budget_s=15.0, over_budget="floor", profiles=3)), said.append, said.append, clock=clock
+    )
+    restated = [s for s in said if s.startswith("the machine runs")]
+    assert len(restated) == 1 and "x slower than at the estimate: the floor now ends at about" in restated[0]
+    new_end = float(restated[0].split("ends at about ")[1].split(" s")[0])
+    assert clock.now - start <= 1.2 * new_end
+    assert restated[0] in r.timing.notes

@@ -34,7 +34,11 @@ def test_probe_runs_fits_profiles_and_keeps_files(tmp_path: Path) -> None:
     assert sorted(result.timings) == [64, 128, 256] and result.profiled_width == 256
     # the contract is 3 rounds at least; under load the budget may end before an outlier is made up
     assert all(len(t.times_s) >= 3 for t in result.timings.values())
-    assert all(len(p) == 2 for p in result.kernel_ms.values())  # every width profiled
+    # every width profiled; the second round only where the budget (or the stated floor) had room, and
+    # a cut is said
+    assert all(len(p) in (1, 2) for p in result.kernel_ms.values())
+    if any(len(p) < 2 for p in result.kernel_ms.values()):
+        assert any(n.startswith("profiles cut at 1 of the 2 per width") for n in result.timing.notes)
     assert result.kernels.source == "cpu_ops" and result.kernels.share("attention") > 0
     assert result.verdict.outcome in ("agree", "disagree", "inconclusive")
     assert result.cross.line().startswith("quadratic share at width 256: ")
@@ -632,13 +636,15 @@ def test_the_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     assert r.timing.stopped == "the 1e-06 s budget ended after 3 rounds" and r.timing.target == 0.01
     assert {w: len(t.times_s) for w, t in r.timings.items()} == {64: 3, 128: 3, 256: 3}
     assert all(t.warmup == 1 for t in r.timings.values())
-    # warm-up, timed, profiled, and the cheapest width (whichever timed fastest) profiled once more
-    # to measure the profiler's overhead for the budget's estimate
+    # warm-up, timed, profiled (the second profile round still ends inside the stated floor, whose
+    # peak allowance the faked peak does not use), and the cheapest width (whichever timed fastest)
+    # profiled once more to measure the profiler's overhead for the budget's estimate
     assert sorted(calls) == [64, 128, 256] and sorted(calls.values()) == [6, 6, 7]
     assert {w: len(p) for w, p in r.kernel_ms.items()} == {64: 2, 128: 2, 256: 2}
     assert r.kernel_ms[256][0]["attention"] == pytest.approx(256 * 256 / 1e4)
-    assert said[0] == "warm-up 64" and "round 1: timing 64" in said
-    assert "profile round 2: width 256" in said and said[-1] == "peak"
+    assert said[0].startswith("warm-up 64 (") and any(s.startswith("round 1: timing 64") for s in said)
+    assert any(s.startswith("profile round 2: width 256 (") for s in said) and said[-1].startswith("peak (")
+    assert "past the probe's 1e-06 s budget" in said[-1]  # every line past the budget says so
     assert r.peak is peak and r.cross.width == 256 and r.spec is spec
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "kernels.csv",

@@ -80,7 +80,7 @@ def adjudicate(
     spec = AdjudicateSpec(
         model=config, widths=int_list(widths, "--widths"), backends=str_list(backends, "--backends"),
         dtype=dtype, grads=grads, criterion=criterion, batch=batch, samples=samples, seed=seed,
-        budget_s=budget_s,
+        budget_s=budget_s, budget_from_start=True,
     )  # fmt: skip
     plan = prepare(with_model(spec))
     with terminal_progress() as update:

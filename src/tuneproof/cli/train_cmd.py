@@ -40,7 +40,12 @@ def train(
     from tuneproof.runs.recipe import read_recipe
 
     spec = t.TrainSpec(
-        recipe=read_recipe(recipe), output_dir=output, resume=resume, quiet=json_out, budget_s=budget_s
+        recipe=read_recipe(recipe),
+        output_dir=output,
+        resume=resume,
+        quiet=json_out,
+        budget_s=budget_s,
+        budget_from_start=True,
     )
     with _own_warnings_on_one_line():
         result = t.run(t.prepare(spec), None if json_out else PrintedProgress())

@@ -267,6 +267,7 @@ class AdjudicateSpec:
     device: str = "cpu"
     seed: int = 0
     budget_s: float = 600.0  # the whole run; batches that would end past it are not started
+    budget_from_start: bool = False  # count the budget from the process's start (the command line)
 
     def __post_init__(self) -> None:
         validate.integers("widths", self.widths, low=2)
@@ -363,9 +364,16 @@ def run(
     from tuneproof.measure.model import build_model
 
     model, spec = plan.model, plan.spec
-    deadline = Deadline(spec.budget_s, clock) if clock else Deadline(spec.budget_s)
-    if progress:
-        progress("building models and compiling (flex compiles once per width on CPU)")
+    if clock is not None:
+        deadline = Deadline(spec.budget_s, clock, unit="batch")
+    elif spec.budget_from_start:
+        deadline = Deadline.from_process_start(spec.budget_s, unit="batch")
+    else:
+        deadline = Deadline(spec.budget_s, unit="batch")
+    if progress:  # the floor: the models and one batch of every backend, which always run
+        progress(
+            "building models (the first batch of every backend always runs, later ones inside the budget)"
+        )
     low = torch_dtype(spec.dtype)
     reference = build_model(model, "sdpa", device=spec.device, dtype="fp32", seed=spec.seed)
     state = {k: v.to(low).to(torch.float32) for k, v in reference.state_dict().items()}
@@ -383,11 +391,15 @@ def run(
             if results and not deadline.fits(_batch_guess(taken, width)):
                 deadline.stop(_left_out(spec, width, sample))
                 break
+            where = f"width {width}: batch {sample + 1} of {spec.samples}"
             if progress:
-                progress(f"width {width}: batch {sample + 1} of {spec.samples}" + deadline.status())
+                progress(where + deadline.status())
             ids = torch.randint(0, int(model.config.vocab_size), (spec.batch, width), generator=gen)
             started = deadline.clock()
-            results.extend(_one_batch(spec, reference, models, ids.to(spec.device), width, sample))
+            said = (
+                None if progress is None else (lambda b, w=where: progress(f"{w}: {b}" + deadline.status()))
+            )
+            results.extend(_one_batch(spec, reference, models, ids.to(spec.device), width, sample, said))
             taken[width] = deadline.clock() - started
         if deadline.cut:
             break
@@ -396,16 +408,27 @@ def run(
 
 
 def _one_batch(
-    spec: AdjudicateSpec, reference: Any, models: dict[str, Any], ids: Any, width: int, sample: int
+    spec: AdjudicateSpec,
+    reference: Any,
+    models: dict[str, Any],
+    ids: Any,
+    width: int,
+    sample: int,
+    said: Callable[[str], None] | None = None,
 ) -> list[BackendResult]:
-    """Every backend on one batch, against the fp32 math truth on the same batch."""
+    """Every backend on one batch, against the fp32 math truth on the same batch; `said` hears each
+    model as it starts (a batch is never cut: every backend is judged on the same batches)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     want_grads = spec.grads != "off"
+    if said:
+        said("fp32 truth")
     with sdpa_kernel(SDPBackend.MATH):
         t_loss, t_logits, t_grads = _run(reference, ids, backward=want_grads)
     out = []
     for b in spec.backends:
+        if said:
+            said(b)
         no_bwd = b in spec.forward_only()
         loss, logits, g = _run(models[b], ids, backward=want_grads and not no_bwd)
         note = f"forward only: {b} has no backward on CPU" if (no_bwd and want_grads) else None

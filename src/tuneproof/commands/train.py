@@ -56,6 +56,7 @@ class TrainSpec:
     resume: bool = False  # continue the run in output_dir from its last complete checkpoint
     quiet: bool = False  # no progress bars (stdout carries the caller's JSON)
     budget_s: float | None = None  # seconds for the whole command; training stops to keep it
+    budget_from_start: bool = False  # count the budget from the process's start (the command line)
 
     def __post_init__(self) -> None:
         if self.budget_s is not None:
@@ -86,7 +87,11 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     every row, the output folder, the tokenizer (and its chat template for chat rows), and the LoRA
     targets (on the model's modules on the meta device)."""
     require("train", "tuneproof train")
-    deadline = Deadline(spec.budget_s) if spec.budget_s is not None else None
+    deadline = None
+    if spec.budget_s is not None:
+        deadline = (
+            Deadline.from_process_start(spec.budget_s) if spec.budget_from_start else Deadline(spec.budget_s)
+        )
     out = Path(spec.output_dir or spec.recipe.run.output_dir)
     recipe = dataclasses.replace(spec.recipe, run=dataclasses.replace(spec.recipe.run, output_dir=str(out)))
     # the folder and the dataset are refused before torch and transformers load (minutes on a busy

@@ -116,6 +116,10 @@ class WholeBudget:
     estimate: Estimate | None = None
     lines: list[str] = field(default_factory=list)
     promise_s: float = 0.0  # the budget, or the floor's estimate when it runs over (set by the estimate)
+    rounds_done: int = 0
+    profiles_done: bool = False  # the floor's profile round ran
+    pace: float = 1.0  # the last round's seconds against the estimate's (a busier machine: above 1)
+    restated: bool = False  # the floor's end was said again, the machine having slowed
 
     def after_first_round(self, first: dict[Hashable, float], timing_elapsed_s: float) -> float:
         """The estimate from the first timed step of every width; returns the seconds the timing rounds
@@ -154,6 +158,43 @@ class WholeBudget:
     def elapsed(self) -> float:
         return self.clock() - self.started
 
+    def after_round(self, rounds: int, round_s: float) -> None:
+        """A timing round ended: the pace of the machine against the estimate's round."""
+        self.rounds_done = rounds
+        if self.estimate is not None and self.estimate.round_s > 0 and rounds > 1:
+            self.pace = round_s / self.estimate.round_s
+            self._restate()
+
+    def profiled(self, round_s: float) -> None:
+        """The floor's profile round (every width once) took `round_s`."""
+        if self.estimate is not None and not self.profiles_done and self.estimate.floor_profiles_s > 0:
+            self.pace = round_s / self.estimate.floor_profiles_s
+        self.profiles_done = True
+
+    def floor_left_s(self) -> float:
+        """Seconds of the floor still to run, at the machine's present pace."""
+        from tuneproof.measure.timing import MIN_ROUNDS
+
+        est = self.estimate
+        if est is None:
+            return 0.0
+        rounds = max(MIN_ROUNDS - self.rounds_done, 0) * est.round_s
+        profiles = 0.0 if self.profiles_done else est.floor_profiles_s
+        return self.pace * (rounds + profiles) + est.peak_s
+
+    def _restate(self) -> None:
+        """Once the machine runs 20 % slower than at the estimate, say when the floor will end now:
+        the stated floor is the promise, restated as soon as it moves."""
+        end = self.elapsed() + self.floor_left_s()
+        if self.restated or end <= 1.2 * self.promise_s:
+            return
+        self.restated = True
+        self.say(
+            f"the machine runs {self.pace:.1f}x slower than at the estimate: the floor now ends at about "
+            f"{end:.0f} s, not {self.promise_s:.0f} s"
+        )
+        self.promise_s = end
+
     def room_for(self, seconds: float) -> bool:
         """Whether `seconds` more work ends before the promise (the budget, or the stated floor)."""
         return self.elapsed() + seconds <= max(self.promise_s, self.budget_s)
@@ -163,8 +204,8 @@ class WholeBudget:
         took = self.elapsed()
         if took <= self.budget_s:
             return ""
-        left = self.promise_s - took
-        rest = f"the floor ends in about {left:.0f} s" if left >= 1 else "finishing the step under way"
+        left = self.floor_left_s()
+        rest = f"the floor ends in about {left:.0f} s" if left >= 1 else "finishing the floor's last step"
         if self.estimate is None:
             rest = "the estimate comes after the first round"
         return f" ({took - self.budget_s:.0f} s past the probe's {self.budget_s:g} s budget; {rest})"

@@ -180,7 +180,11 @@ def time_widths(
     timed: dict[str, Any] = {}
     if budget is not None:
         budget.calibrate = lambda w: _time_profile(steps[w], spec.device, budget.clock)  # type: ignore[index]
-        timed = {"after_first": budget.after_first_round, "clock": budget.clock}
+        timed = {
+            "after_first": budget.after_first_round,
+            "after_round": budget.after_round,
+            "clock": budget.clock,
+        }
     timing = time_interleaved(
         steps,
         warmup=1,
@@ -255,6 +259,7 @@ def profile_widths(
                 trace.unlink()
         if budget is not None:
             per_width_s = (budget.clock() - started) / len(todo)
+            budget.profiled(per_width_s * len(todo))
     assert first is not None
     aside = {w: [sum(p.values()) for p in records[w] if p not in kept(w)] for w in widths}
     return {w: kept(w) for w in widths}, aside, first

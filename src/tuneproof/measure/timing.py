@@ -152,11 +152,13 @@ def time_interleaved(
     clock: Callable[[], float] = default_clock,
     progress: Callable[[str], None] | None = None,
     after_first: Callable[[dict[K, float], float], float] | None = None,
+    after_round: Callable[[int, float], None] | None = None,
 ) -> Interleaved[K]:
     """Time every workload in `steps` round-robin (see the module docstring). `budget_s` None: no
     budget, the rounds end at `max_repeats` or when every median is tight. `after_first`, given each
     workload's first timed seconds and the seconds timed so far after round 1, returns the rounds'
-    budget from then on (the probe's whole budget, `tuneproof.measure.budget`); it may raise."""
+    budget from then on (the probe's whole budget, `tuneproof.measure.budget`); it may raise.
+    `after_round` hears each round's number and seconds."""
     validate.integer("warmup", warmup, low=0, high=100)
     validate.integer("min_repeats", min_repeats, low=MIN_ROUNDS, high=10_000)
     validate.integer("max_repeats", max_repeats, low=min_repeats, high=10_000)
@@ -198,6 +200,8 @@ def time_interleaved(
         last_round = clock() - round_start
         if rounds == 1 and after_first is not None:
             budget_s = after_first({k: times[k][0] for k in keys}, clock() - start)
+        if after_round is not None:
+            after_round(rounds, last_round)
         current = {k: _timing(times[k], warmup) for k in keys}
         if rounds >= MIN_ROUNDS and current and all(_tight(t, min_repeats, target) for t in current.values()):
             stopped = f"every width's median known to +-{100 * target:g} % after {rounds} rounds"

@@ -1,0 +1,29 @@
+"""`core.deadline`: a budget that work asks before starting, and that counts from the process's start
+when the command line asks (a user's stopwatch includes the imports)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tuneproof.core.deadline import Deadline
+
+
+def test_fits_status_and_the_cut_line() -> None:
+    now = [0.0]
+    d = Deadline(10.0, lambda: now[0], unit="batch")
+    assert d.fits(10.0) and not d.fits(10.5) and d.status() == ""
+    now[0] = 12.0
+    assert d.status() == " (2 s past the 10 s budget; finishing the batch under way)"
+    d.stop("width 1024")
+    assert (
+        d.cut
+        == "the 10 s budget stopped the run after 12.0 s: width 1024 not run (the results cover what ran)"
+    )
+
+
+def test_a_budget_from_the_process_start_counts_what_ran_before_it() -> None:
+    code = "import time; time.sleep(1.0); from tuneproof.core.deadline import Deadline; " \
+        "print(Deadline.from_process_start(60).elapsed())"  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert 1.0 <= float(out) < 30.0
