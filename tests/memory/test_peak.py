@@ -211,3 +211,15 @@ def test_lora_on_bf16_weights_without_autocast_keeps_fp32_input_copies() -> None
     run = RunSpec(seq_len=WIDTH, batch=BATCH, attn="sdpa", mode="lora", lora_rank=8)
     got = step_memory(resolved, run, Precision(dtype="bf16", autocast=None), norms=norms)
     assert got.activations == pytest.approx(sum(seen.values()), rel=0.03)
+
+
+@pytest.mark.parametrize("family", ["hrm_text", "dory"])
+def test_a_decoder_running_its_layers_more_than_once_is_refused(family: str) -> None:
+    """Each run of a looped (Dory) or hierarchical (HRM) decoder keeps its own tensors for backward, or
+    none under torch.no_grad: sized once per layer module, the peak would be wrong."""
+    from tuneproof.core.errors import TuneproofError
+
+    model = resolve(shrunk_config(family))
+    with pytest.raises(TuneproofError, match="times per forward") as refused:
+        step_memory(model, RunSpec(seq_len=WIDTH, batch=BATCH, attn="eager", mode="full"))
+    assert "does not follow a looped schedule" in refused.value.message

@@ -28,7 +28,7 @@ from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.moa import EXPERTS_OUT_IN, is_moa, moa_steps
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps, norm_gate_steps
 from tuneproof.arch.recurrent import BLOCK_DIAGONAL, GATED_FFN
-from tuneproof.arch.schedule import layer_schedule
+from tuneproof.arch.schedule import layer_schedule, stack_names, stack_size
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_program
 from tuneproof.arch.sublayers import SUBLAYERED, layer_count, sublayer_program
@@ -257,7 +257,7 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     routed experts."""
     model = meta_model(cfg)
     hidden = int(cfg.hidden_size)
-    prefix, layers = decoder_layers(model, layer_count(cfg))
+    prefixes, layers = _stacked_layers(model, cfg)
     parallel = _parallel(cfg)
     programs: dict[tuple[Any, ...], tuple[AttentionSpec, tuple[Step, ...], bool]] = {}
     shapes: list[LayerShape] = []
@@ -271,15 +271,33 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
         spec, steps, stops_early = programs[key]
         moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in steps)
         shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
-    head, pre, post = _model_level(model, prefix, hidden, int(cfg.vocab_size))
+    head, pre, post = _model_level(model, prefixes, hidden, int(cfg.vocab_size))
     refused = _refused(model)
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
+    order = layer_schedule(cfg, len(shapes))
     shape = ModelShape(
         model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt, post,
-        schedule=layer_schedule(cfg, len(shapes)),
+        schedule=order.runs, run_reads=order.reads, no_grad_runs=order.no_grad,
     )  # fmt: skip
     return shape, moe
+
+
+def _stacked_layers(model: Any, cfg: Any) -> tuple[tuple[str, ...], list[Any]]:
+    """The decoder layers and the module names of the lists holding them: one list, or a hierarchical
+    decoder's stacks one after the other (`schedule.HIERARCHICAL`)."""
+    stacks, size = stack_names(cfg), stack_size(cfg)
+    if stacks is None or size is None:
+        prefix, one = decoder_layers(model, layer_count(cfg))
+        return (prefix,), one
+    prefixes: list[str] = []
+    layers: list[Any] = []
+    for stack in stacks:  # each stack module keeps its layers in `.layers`
+        name = next(n for n, _ in model.named_modules() if n.rpartition(".")[2] == stack) + ".layers"
+        prefixes.append(name)
+        layers.extend(model.get_submodule(name))
+    assert len(layers) == 2 * size, f"{cfg.model_type}: {len(layers)} layers in {prefixes}"
+    return tuple(prefixes), layers
 
 
 def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) -> None:
@@ -384,7 +402,7 @@ def _layer_program(
 
 
 def _model_level(
-    model: Any, prefix: str, hidden: int, vocab: int
+    model: Any, prefixes: tuple[str, ...], hidden: int, vocab: int
 ) -> tuple[Linear, tuple[Step, ...], tuple[Step, ...]]:
     """The LM head (the model's own `get_output_embeddings()`) and the other GEMMs outside the decoder
     layers: those registered before the layers run once on the embeddings (Gemma 4's per-layer
@@ -396,7 +414,7 @@ def _model_level(
     head: Linear | None = None
     after_layers = False
     for name, mod in model.named_modules():
-        if name.startswith(prefix + "."):
+        if name.startswith(tuple(p + "." for p in prefixes)):
             after_layers = True
             continue
         if (hc := HYPER_CONNECTIONS.get(type(mod).__name__)) is not None and after_layers:

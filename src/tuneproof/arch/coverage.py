@@ -65,12 +65,6 @@ NOT_COSTED: dict[str, str] = {
     "inkling_text": "attention with relative-position projections and short convolutions",
     "inkling2_text": "attention with relative-position projections and short convolutions",
     "inkling2_loop_text": "looped attention with relative-position projections and short convolutions",
-    "hrm_text": (
-        "a hierarchical recurrent stack: two stacks of num_layers_per_stack layers (L_module, H_module) "
-        "run H_cycles x (L_cycles + 1) times, each run reading the sum of both stacks' states, and the L "
-        "runs before each cycle's last L_bp_cycles under torch.no_grad (forward only); the ledger's layer "
-        "schedule has no two-stack dataflow and no no-grad runs"
-    ),
     "cpmant": (
         "CPM-Ant prepends prompt_length prompt tokens inside the model (CpmAntModel.forward), so its "
         "layers run on T + prompt_length tokens and the LM head on T, and its attention (its own matmuls, "

@@ -211,6 +211,11 @@ class ModelShape:
     # positions in `layers` in the order the model runs them, when a layer runs more than once (a
     # looped decoder's middle section, `tuneproof.arch.schedule`); () runs each layer once in order
     schedule: tuple[int, ...] = field(default=())
+    # per schedule position, the nodes whose sum the run reads when it is not the previous run's output
+    # (HRM: a stack's first layer reads both stacks' states); () for all: each run reads the one before
+    run_reads: tuple[tuple[str, ...], ...] = field(default=())
+    # schedule positions run under torch.no_grad (HRM's early low cycles): forward only, no gradient out
+    no_grad_runs: frozenset[int] = field(default_factory=frozenset)
 
     @property
     def num_layers(self) -> int:

@@ -287,13 +287,27 @@ class _Walker:
             elif isinstance(s, Join):
                 self.rg[self.node(idx, s.dst)] = any(self.rg[self.node(idx, x)] for x in s.srcs)
 
+    def frozen_run(self, layer: LayerShape) -> None:
+        """A layer run under torch.no_grad (HRM's early low cycles): its forward GEMMs (and adapters'),
+        never recomputed nor backpropagated; none of its outputs needs a gradient."""
+        training, self.training = self.training, False
+        self.steps(layer, layer.steps, ("forward",))
+        self.training = training
+        for s in layer.steps:
+            self.rg[self.node(layer.index, s.dst)] = False
+
     def walk(self) -> Ledger:
         self.steps(None, self.shape.pre_steps, ("forward",))
         prev = "model:embed"
         layer_passes = ("forward", "recompute") if self.recompute and self.training else ("forward",)
-        for layer in self.shape.runs:
-            self.rg[f"L{layer.index}:in"] = self.rg[prev]
-            self.steps(layer, layer.steps, layer_passes)
+        reads = self.shape.run_reads
+        for pos, layer in enumerate(self.shape.runs):
+            srcs = reads[pos] if reads else (prev,)
+            self.rg[f"L{layer.index}:in"] = any(self.rg[n] for n in srcs)
+            if pos in self.shape.no_grad_runs:
+                self.frozen_run(layer)
+            else:
+                self.steps(layer, layer.steps, layer_passes)
             prev = f"L{layer.index}:out"
         self.rg["model:final"] = self.rg[prev]
         self.steps(None, self.shape.post_steps, ("forward",))

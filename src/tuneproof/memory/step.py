@@ -211,6 +211,19 @@ def _layer_costs(
     return costs
 
 
+def check_runs_once(shape: ModelShape) -> None:
+    """Refuse a model whose forward runs some layers more than once (a looped or hierarchical decoder,
+    `tuneproof.arch.schedule`): each run keeps its own tensors for backward (or none, under
+    torch.no_grad), and the activations here are sized once per layer module."""
+    if shape.schedule:
+        raise TuneproofError(
+            f"{shape.model_type} runs its {shape.num_layers} layers {len(shape.runs)} times per forward "
+            f"({len(shape.no_grad_runs)} of the runs under torch.no_grad): the memory ledger sizes each "
+            "layer's saved tensors once and does not follow a looped schedule yet",
+            "the FLOP ledger (tuneproof flops) walks every run; measure this model's memory",
+        )
+
+
 def step_memory(
     model: ResolvedModel,
     run: RunSpec,
@@ -226,6 +239,7 @@ def step_memory(
     precision = precision or Precision()
     training = training or Training()
     shape = model.shape
+    check_runs_once(shape)
     states = state_bytes(
         shape,
         run,
