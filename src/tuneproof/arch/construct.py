@@ -70,7 +70,7 @@ HYPER_CONNECTIONS = {"HYV4HyperConnection": "fn", "HYV4HyperHead": "hc_fn"}
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
 
 MIXER_CHILD = re.compile(
-    r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba|^conv$|temporal_block|mlstm",
+    r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba|^conv$|temporal_block|mlstm|^self_att$",
     re.IGNORECASE,
 )
 

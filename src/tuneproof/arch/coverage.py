@@ -65,12 +65,6 @@ NOT_COSTED: dict[str, str] = {
     "inkling_text": "attention with relative-position projections and short convolutions",
     "inkling2_text": "attention with relative-position projections and short convolutions",
     "inkling2_loop_text": "looped attention with relative-position projections and short convolutions",
-    "cpmant": (
-        "CPM-Ant prepends prompt_length prompt tokens inside the model (CpmAntModel.forward), so its "
-        "layers run on T + prompt_length tokens and the LM head on T, and its attention (its own matmuls, "
-        "never the attention interface) is bidirectional over all of them (the context mask is all ones) "
-        "with a segment-relative position bias; the ledger has no in-model prefix tokens"
-    ),
     "blt": "a byte-level patcher with local encoder and decoder around the global model",
     **{
         t: (

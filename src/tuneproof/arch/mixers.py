@@ -21,6 +21,7 @@ from tuneproof.arch.indexer import INDEXED_TYPE, IndexScores, indexed_spec
 from tuneproof.arch.kda import KDA_ELEMENTWISE, KDA_MIXERS, KimiDelta, kda_costs, read_kda
 from tuneproof.arch.lightning import LIGHTNING_MIXERS, Lightning, lightning_costs, read_lightning
 from tuneproof.arch.mlstm import MLSTM_MIXERS, MLstm, mlstm_core, mlstm_costs
+from tuneproof.arch.prefixed import PREFIXED_ATTENTION, prefixed_spec
 from tuneproof.arch.recurrent import (
     RGLRU_MIXERS,
     WKV_MIXERS,
@@ -170,6 +171,8 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return MixerKind(*read_kda(mod), elementwise=KDA_ELEMENTWISE)
     if cls in LIGHTNING_MIXERS:
         return MixerKind(*read_lightning(mod))
+    if cls in PREFIXED_ATTENTION:  # bidirectional over an in-model prefix (CPM-Ant)
+        return MixerKind(prefixed_spec(cfg, mod))
     if layer_type == INDEXED_TYPE:
         spec, indexer = indexed_spec(cfg, mod, softmax_spec(cfg, layer_type, mod))
         return MixerKind(spec, indexer=indexer)

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 # chunks of the sequence; linear: a linear-attention mixer (gated delta rule) with no score matrix;
 # none: no token mixer at all (a layer holding only a feed-forward or MoE block, as Nemotron-H's do);
 # indexed: causal attention over the `topk` keys a learned indexer picks per query (DeepSeek Sparse
-# Attention).
-KINDS = ("full", "sliding", "chunked", "linear", "none", "indexed")
+# Attention); bidirectional: every query sees every key of its row, `prefix` tokens the model prepends
+# included (CPM-Ant's own attention, `tuneproof.arch.prefixed`).
+KINDS = ("full", "sliding", "chunked", "linear", "none", "indexed", "bidirectional")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -38,6 +39,7 @@ class AttentionSpec:
     v_head_dim: int
     chunk: int | None = None  # chunked layers: queries see keys of their own chunk only (Llama 4)
     topk: int | None = None  # indexed layers: keys the indexer picks per query (index_topk)
+    prefix: int = 0  # tokens the model prepends to each row inside its forward (bidirectional layers)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -48,6 +50,8 @@ class AttentionSpec:
             raise ValueError("AttentionSpec.chunk must be set exactly for chunked and linear layers")
         if (self.kind == "indexed") != (self.topk is not None):
             raise ValueError("AttentionSpec.topk must be set exactly for indexed layers")
+        if self.prefix and self.kind != "bidirectional":
+            raise ValueError("AttentionSpec.prefix is only for bidirectional layers")
 
     @property
     def softmax(self) -> bool:
@@ -65,6 +69,7 @@ class AttentionSpec:
         win = f" w={self.window}" if self.window is not None else ""
         win += f" chunk={self.chunk}" if self.chunk is not None else ""
         win += f" topk={self.topk}" if self.topk is not None else ""
+        win += f" prefix={self.prefix}" if self.prefix else ""
         return f"{self.kind}{win} h={self.num_heads} d={self.head_dim}"
 
 
@@ -216,6 +221,12 @@ class ModelShape:
     run_reads: tuple[tuple[str, ...], ...] = field(default=())
     # schedule positions run under torch.no_grad (HRM's early low cycles): forward only, no gradient out
     no_grad_runs: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def prefix_tokens(self) -> int:
+        """Tokens the model prepends to each row inside its forward (CPM-Ant's prompt): every layer
+        runs on them, the LM head does not."""
+        return max((layer.attention.prefix for layer in self.layers), default=0)
 
     @property
     def num_layers(self) -> int:

@@ -110,11 +110,11 @@ class MemorySection:
 def memory_section(model: ResolvedModel) -> MemorySection | SkippedSection:
     from tuneproof.core.errors import TuneproofError
     from tuneproof.memory.norms import norm_inventory
-    from tuneproof.memory.step import check_runs_once, step_memory
+    from tuneproof.memory.step import check_sizable, step_memory
     from tuneproof.runs.step import RunSpec
 
     try:
-        check_runs_once(model.shape)
+        check_sizable(model.shape)
     except TuneproofError as e:
         return SkippedSection(f"the memory ledger cannot size this model: {e.message}")
     norms = norm_inventory(model)

@@ -155,6 +155,8 @@ class _Walker:
     def __init__(self, shape: ModelShape, run: RunSpec, state: WalkState) -> None:
         self.shape, self.run = shape, run
         self.tokens, self.pairs, self.fused = state.tokens, state.pairs, state.fused
+        # the tokens a model prepends to each row run through every layer, not the model-level GEMMs
+        self.prefix = run.batch * shape.prefix_tokens
         self.padded, self.dense_experts = state.padded, state.dense_experts
         self.expert_deltas = state.expert_deltas
         self.index_square = state.index_square
@@ -178,7 +180,8 @@ class _Walker:
 
     def linear(self, layer: int | None, lin: Linear, passes: tuple[str, ...], last: bool = False) -> None:
         """`last`: the layer's final GEMM under an early-stopping recompute (see LayerShape)."""
-        n = self.tokens * (lin.num_experts if self.dense_experts and lin.dense else lin.tokens_per_token)
+        rows = self.tokens + (self.prefix if layer is not None else 0)
+        n = rows * (lin.num_experts if self.dense_experts and lin.dense else lin.tokens_per_token)
         gemm = 2.0 * n * lin.in_features * lin.out_features
         if lin.no_grad:  # forward only: no backward, its output needs no gradient (nor its adapter)
             return self.forward_only(layer, lin, passes, gemm)
@@ -211,7 +214,7 @@ class _Walker:
     def forward_only(self, layer: int | None, lin: Linear, passes: tuple[str, ...], gemm: float) -> None:
         """A GEMM under torch.no_grad (a sparse-attention indexer's projection), with its LoRA
         adapter's two forward GEMMs when adapted."""
-        n = self.tokens * lin.tokens_per_token
+        n = (self.tokens + (self.prefix if layer is not None else 0)) * lin.tokens_per_token
         rank = self.run.rank_of(lin.name)
         lora = 2.0 * n * rank * (lin.in_features + lin.out_features) if self.adapted(lin) else 0
         for p in passes:
@@ -243,7 +246,8 @@ class _Walker:
         if self.training and out_rg:
             self.ledger.add(layer.index, "attention.av", "backward", av * (int(q or k) + int(v)))
             self.ledger.add(layer.index, "attention.qk", "backward", qk * (int(q) + int(k)))
-            if self.fused and (q or k):
+            # a bidirectional layer's attention is the model's own matmuls whatever the path (CPM-Ant)
+            if self.fused and (q or k) and spec.kind != "bidirectional":
                 self.ledger.add(layer.index, "attention.qk_kernel_recompute", "backward", qk)
 
     def core(self, index: int, rule: Core, passes: tuple[str, ...]) -> None:

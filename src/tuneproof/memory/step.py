@@ -211,16 +211,24 @@ def _layer_costs(
     return costs
 
 
-def check_runs_once(shape: ModelShape) -> None:
-    """Refuse a model whose forward runs some layers more than once (a looped or hierarchical decoder,
-    `tuneproof.arch.schedule`): each run keeps its own tensors for backward (or none, under
-    torch.no_grad), and the activations here are sized once per layer module."""
+def check_sizable(shape: ModelShape) -> None:
+    """Refuse a model whose layers the activations here, sized once per layer module on the run's T
+    tokens, do not describe: a looped or hierarchical decoder (`tuneproof.arch.schedule`: each run keeps
+    its own tensors for backward, or none under torch.no_grad) or one that prepends tokens of its own
+    to every row (`tuneproof.arch.prefixed`: its layers run on T + prefix tokens)."""
     if shape.schedule:
         raise TuneproofError(
             f"{shape.model_type} runs its {shape.num_layers} layers {len(shape.runs)} times per forward "
             f"({len(shape.no_grad_runs)} of the runs under torch.no_grad): the memory ledger sizes each "
             "layer's saved tensors once and does not follow a looped schedule yet",
             "the FLOP ledger (tuneproof flops) walks every run; measure this model's memory",
+        )
+    if shape.prefix_tokens:
+        raise TuneproofError(
+            f"{shape.model_type} prepends {shape.prefix_tokens} tokens of its own to every row and attends "
+            "over them with its own matmuls: the memory ledger sizes the run's tokens only and does not "
+            "follow in-model prefixes yet",
+            "the FLOP ledger (tuneproof flops) counts them; measure this model's memory",
         )
 
 
@@ -239,7 +247,7 @@ def step_memory(
     precision = precision or Precision()
     training = training or Training()
     shape = model.shape
-    check_runs_once(shape)
+    check_sizable(shape)
     states = state_bytes(
         shape,
         run,
