@@ -328,6 +328,14 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "lfm2_moe": dict(num_dense_layers=1, layer_types=["conv", "full_attention", "conv", "full_attention"]),
     # the wrapper's validator: its vision and audio adapters write the (shrunk) text hidden size
     "dots3_note": dict(vision_config=dict(adapter_out_dim=64), audio_config=dict(adapter_out_dim=64)),
+    # Inkling 2 with a full-attention layer among the sliding ones and a block every two layers (the
+    # default pattern puts both past a tiny stack); its sliding heads, window, relative-position extent
+    # and LM head shrunk; experts 24 wide so that no expert width equals the hidden size.
+    "inkling2_text": dict(
+        layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"], n_layers_per_attn_res_block=2,
+        swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16,
+        rel_extent=24, unpadded_vocab_size=256, moe_intermediate_size=24,
+    ),
     "gemma3n_text": dict(
         num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, hidden_size_per_layer_input=8,
         vocab_size_per_layer_input=256, laurel_rank=8,

@@ -215,7 +215,12 @@ def test_lora_on_bf16_weights_without_autocast_keeps_fp32_input_copies() -> None
 
 @pytest.mark.parametrize(
     "family,why",
-    [("hrm_text", "a looped schedule"), ("dory", "a looped schedule"), ("cpmant", "in-model prefixes")],
+    [
+        ("hrm_text", "a looped schedule"),
+        ("dory", "a looped schedule"),
+        ("cpmant", "in-model prefixes"),
+        ("inkling2_text", "block attention residuals"),
+    ],
 )
 def test_a_decoder_whose_layers_run_more_than_the_run_is_refused(family: str, why: str) -> None:
     """Each run of a looped (Dory) or hierarchical (HRM) decoder keeps its own tensors for backward, or

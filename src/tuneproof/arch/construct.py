@@ -23,6 +23,12 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from tuneproof.arch.block_residual import (
+    BLOCK_RESIDUAL_LAYERS,
+    block_residual_program,
+    block_residual_spec,
+    final_mix,
+)
 from tuneproof.arch.indexer import no_grad_prefixes
 from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.moa import EXPERTS_OUT_IN, is_moa, moa_steps
@@ -263,6 +269,10 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     shapes: list[LayerShape] = []
     moe = False
     for i, layer in enumerate(layers):
+        if type(layer).__name__ in BLOCK_RESIDUAL_LAYERS:  # Inkling 2: a program per layer index
+            shapes.append(_block_residual_layer(cfg, i, layer, hidden))
+            moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in shapes[-1].steps)
+            continue
         mixer = layer_mixer(cfg, i, layer)
         use = i if type(layer).__name__ in SHARED_BLOCK_LAYERS else None  # each use runs its own adapters
         key = (_signature(layer), mixer.key, use)
@@ -272,6 +282,8 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
         moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in steps)
         shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
     head, pre, post = _model_level(model, prefixes, hidden, int(cfg.vocab_size))
+    if any(type(layer).__name__ in BLOCK_RESIDUAL_LAYERS for layer in layers):
+        post, head = final_mix(cfg, len(layers), head)
     refused = _refused(model)
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
@@ -281,6 +293,18 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
         schedule=order.runs, run_reads=order.reads, no_grad_runs=order.no_grad,
     )  # fmt: skip
     return shape, moe
+
+
+def _block_residual_layer(cfg: Any, index: int, layer: Any, hidden: int) -> LayerShape:
+    """A `block_residual.BLOCK_RESIDUAL_LAYERS` layer: its attention read by that module, its MoE as
+    any feed-forward block (on the block mix's output)."""
+    units = _units(layer, hidden)
+    mlp = [u for u in units if u.name.startswith("mlp.")]
+    experts = any(u.kind == "experts" for u in mlp)
+    ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer) if experts else None, "mlp.in")
+    spec = block_residual_spec(cfg, layer)
+    _, steps, stops_early = block_residual_program(cfg, index, layer, units, ffn, spec)
+    return LayerShape(index, spec, steps, recompute_stops_early=stops_early)
 
 
 def _stacked_layers(model: Any, cfg: Any) -> tuple[tuple[str, ...], list[Any]]:

@@ -101,12 +101,15 @@ class Linear:
 
 @dataclass(frozen=True, slots=True)
 class Attention:
-    """The attention core: scores = q k^T (QK^T) and out = softmax(scores) v (AV)."""
+    """The attention core: scores = q k^T (QK^T) and out = softmax(scores) v (AV). `bias`: nodes added
+    to the scores or the softmax without a matmul (a position bias, per-token sinks): their gradient
+    needs the probabilities' gradient (dO @ V^T), not dQ or dK."""
 
     q: str
     k: str
     v: str
     dst: str
+    bias: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,20 @@ class IndexScores:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockMix:
+    """Learned queries attending over each token's stacked residual states (Inkling 2's block attention
+    residual, `tuneproof.arch.block_residual`): per token, `queries` query vectors (a parameter, trained
+    in full fine-tuning only) score the `blocks` states of `width` channels read from `src` and mix
+    them: two matmuls of 2 x queries x blocks x width FLOPs per token, as attention's QK^T and AV."""
+
+    src: str
+    dst: str
+    queries: int
+    blocks: int
+    width: int
+
+
+@dataclass(frozen=True, slots=True)
 class Join:
     """dst depends on every src (residual add, gating, normalisation): no matmul FLOPs."""
 
@@ -173,7 +190,7 @@ class Join:
     srcs: tuple[str, ...]
 
 
-Step = Linear | Attention | Core | IndexScores | Join
+Step = Linear | Attention | Core | IndexScores | BlockMix | Join
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +201,8 @@ class LayerShape:
     the recompute stops once the last tensor saved for backward is re-saved, and autograd saves an
     op's inputs before running it. When the layer ends in a GEMM whose output no later op saves
     (llama-style: down_proj, then only a residual add), that GEMM is not re-run (under LoRA: the
-    adapter's lora_B GEMM is the last saver instead).
+    adapter's lora_B GEMM is the last saver instead). When the layer ends in a convolution (Inkling 2's
+    post_mlp_convolution: it saves its own input), that convolution is not re-run.
     """
 
     index: int

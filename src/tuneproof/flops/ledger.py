@@ -35,7 +35,17 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tuneproof.arch.shape import Attention, Core, IndexScores, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.shape import (
+    Attention,
+    BlockMix,
+    Core,
+    IndexScores,
+    Join,
+    LayerShape,
+    Linear,
+    ModelShape,
+    Step,
+)
 from tuneproof.arch.targets import peft_matches
 from tuneproof.core.errors import TuneproofError, field_error
 from tuneproof.runs.step import RunSpec
@@ -241,14 +251,29 @@ class _Walker:
         for p in passes:
             self.ledger.add(layer.index, "attention.qk", p, qk)
             self.ledger.add(layer.index, "attention.av", p, av)
-        out_rg = q or k or v
+        scores = q or k or any(self.rg[self.node(layer.index, x)] for x in att.bias)
+        out_rg = scores or v
         self.rg[self.node(layer.index, att.dst)] = out_rg
         if self.training and out_rg:
-            self.ledger.add(layer.index, "attention.av", "backward", av * (int(q or k) + int(v)))
+            self.ledger.add(layer.index, "attention.av", "backward", av * (int(scores) + int(v)))
             self.ledger.add(layer.index, "attention.qk", "backward", qk * (int(q) + int(k)))
             # a bidirectional layer's attention is the model's own matmuls whatever the path (CPM-Ant)
             if self.fused and (q or k) and spec.kind != "bidirectional":
                 self.ledger.add(layer.index, "attention.qk_kernel_recompute", "backward", qk)
+
+    def block_mix(self, layer: int | None, mix: BlockMix, passes: tuple[str, ...]) -> None:
+        """Learned queries over stacked residual states (`BlockMix`): the scores' matmul and the mix's,
+        each 2 x queries x blocks x width per token; backward as attention's, the queries being a
+        parameter that needs a gradient in full fine-tuning only."""
+        rows = self.tokens + (self.prefix if layer is not None else 0)
+        gemm = 2.0 * rows * mix.queries * mix.blocks * mix.width
+        for p in passes:
+            self.ledger.add(layer, "block_residual", p, 2 * gemm)
+        states, queries = self.rg[self.node(layer, mix.src)], self.run.mode == "full"
+        out_rg = states or queries
+        self.rg[self.node(layer, mix.dst)] = out_rg
+        if self.training and out_rg:  # dQ, dK; then dP (the scores need it) and dV
+            self.ledger.add(layer, "block_residual", "backward", gemm * (int(queries) + 2 * int(states) + 1))
 
     def core(self, index: int, rule: Core, passes: tuple[str, ...]) -> None:
         """A mixer core (linear attention, a state-space scan; `tuneproof.arch.mixers.mixer_flops`):
@@ -274,20 +299,22 @@ class _Walker:
 
     def steps(self, layer: LayerShape | None, steps: tuple[Step, ...], passes: tuple[str, ...]) -> None:
         idx = None if layer is None else layer.index
-        linears = [s for s in steps if isinstance(s, Linear)]
-        stop_early = layer is not None and layer.recompute_stops_early and bool(linears)
+        costed = [s for s in steps if isinstance(s, Linear | Core)]
+        last = costed[-1] if layer is not None and layer.recompute_stops_early and costed else None
         for s in steps:
             if isinstance(s, Linear):
-                self.linear(idx, s, passes, last=stop_early and s is linears[-1])
+                self.linear(idx, s, passes, last=s is last)
             elif isinstance(s, Attention):
                 assert layer is not None
                 self.attention(layer, s, passes)
             elif isinstance(s, Core):
-                assert layer is not None
-                self.core(layer.index, s, passes)
+                assert layer is not None  # the last op's inputs are saved before it runs: no re-run
+                self.core(layer.index, s, passes if s is not last else ("forward",))
             elif isinstance(s, IndexScores):
                 assert layer is not None
                 self.index_scores(layer.index, s, passes)
+            elif isinstance(s, BlockMix):
+                self.block_mix(idx, s, passes)
             elif isinstance(s, Join):
                 self.rg[self.node(idx, s.dst)] = any(self.rg[self.node(idx, x)] for x in s.srcs)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from tuneproof.arch import ResolvedModel
-from tuneproof.arch.shape import LayerShape, Linear, ModelShape
+from tuneproof.arch.shape import BlockMix, LayerShape, Linear, ModelShape
 from tuneproof.core import validate
 from tuneproof.core.dtypes import BY_SHORT, LOW_PRECISION, MODEL_DTYPES, check_dtype
 from tuneproof.core.errors import TuneproofError
@@ -214,14 +214,22 @@ def _layer_costs(
 def check_sizable(shape: ModelShape) -> None:
     """Refuse a model whose layers the activations here, sized once per layer module on the run's T
     tokens, do not describe: a looped or hierarchical decoder (`tuneproof.arch.schedule`: each run keeps
-    its own tensors for backward, or none under torch.no_grad) or one that prepends tokens of its own
-    to every row (`tuneproof.arch.prefixed`: its layers run on T + prefix tokens)."""
+    its own tensors for backward, or none under torch.no_grad), one that keeps stacked block states
+    (`tuneproof.arch.block_residual`) or one that prepends tokens of its own to every row
+    (`tuneproof.arch.prefixed`: its layers run on T + prefix tokens)."""
     if shape.schedule:
         raise TuneproofError(
             f"{shape.model_type} runs its {shape.num_layers} layers {len(shape.runs)} times per forward "
             f"({len(shape.no_grad_runs)} of the runs under torch.no_grad): the memory ledger sizes each "
             "layer's saved tensors once and does not follow a looped schedule yet",
             "the FLOP ledger (tuneproof flops) walks every run; measure this model's memory",
+        )
+    if any(isinstance(s, BlockMix) for layer in shape.layers for s in layer.steps):
+        raise TuneproofError(
+            f"{shape.model_type} mixes each token's stacked block states with learned queries (block "
+            "attention residuals) and keeps them through the stack: the memory ledger does not follow "
+            "block attention residuals yet",
+            "the FLOP ledger (tuneproof flops) counts them; measure this model's memory",
         )
     if shape.prefix_tokens:
         raise TuneproofError(
