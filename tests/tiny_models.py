@@ -336,6 +336,15 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
         swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16,
         rel_extent=24, unpadded_vocab_size=256, moe_intermediate_size=24,
     ),
+    # Inkling with a full-attention layer among the sliding ones and a dense MLP before the MoE ones (the
+    # defaults put the first full layer past a tiny stack and no dense layer in it); its sliding heads
+    # and relative-position extent shrunk, experts 24 wide.
+    "inkling_text": dict(
+        layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"],
+        mlp_layer_types=["dense", "sparse", "sparse", "sparse"], swa_num_attention_heads=4,
+        swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16, rel_extent=24,
+        moe_intermediate_size=24,
+    ),
     "gemma3n_text": dict(
         num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, hidden_size_per_layer_input=8,
         vocab_size_per_layer_input=256, laurel_rank=8,

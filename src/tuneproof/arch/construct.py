@@ -23,13 +23,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from tuneproof.arch.block_residual import (
-    BLOCK_RESIDUAL_LAYERS,
-    block_residual_program,
-    block_residual_spec,
-    final_mix,
-)
 from tuneproof.arch.indexer import no_grad_prefixes
+from tuneproof.arch.inkling import INKLING_LAYERS, ffn_source, final_mix, inkling_program, inkling_spec
 from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.moa import EXPERTS_OUT_IN, is_moa, moa_steps
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps, norm_gate_steps
@@ -269,8 +264,8 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     shapes: list[LayerShape] = []
     moe = False
     for i, layer in enumerate(layers):
-        if type(layer).__name__ in BLOCK_RESIDUAL_LAYERS:  # Inkling 2: a program per layer index
-            shapes.append(_block_residual_layer(cfg, i, layer, hidden))
+        if type(layer).__name__ in INKLING_LAYERS:  # a program per layer index (Inkling 2's block states)
+            shapes.append(_inkling_layer(cfg, i, layer, hidden))
             moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in shapes[-1].steps)
             continue
         mixer = layer_mixer(cfg, i, layer)
@@ -282,8 +277,8 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
         moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in steps)
         shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
     head, pre, post = _model_level(model, prefixes, hidden, int(cfg.vocab_size))
-    if any(type(layer).__name__ in BLOCK_RESIDUAL_LAYERS for layer in layers):
-        post, head = final_mix(cfg, len(layers), head)
+    if any(INKLING_LAYERS.get(type(layer).__name__, (False,))[0] for layer in layers):
+        post, head = final_mix(cfg, len(layers), head)  # Inkling 2's final block mix
     refused = _refused(model)
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
@@ -295,15 +290,14 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     return shape, moe
 
 
-def _block_residual_layer(cfg: Any, index: int, layer: Any, hidden: int) -> LayerShape:
-    """A `block_residual.BLOCK_RESIDUAL_LAYERS` layer: its attention read by that module, its MoE as
-    any feed-forward block (on the block mix's output)."""
+def _inkling_layer(cfg: Any, index: int, layer: Any, hidden: int) -> LayerShape:
+    """An `inkling.INKLING_LAYERS` layer: its attention and convolutions read by that module, its MLP or
+    MoE as any feed-forward block."""
     units = _units(layer, hidden)
     mlp = [u for u in units if u.name.startswith("mlp.")]
     experts = any(u.kind == "experts" for u in mlp)
-    ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer) if experts else None, "mlp.in")
-    spec = block_residual_spec(cfg, layer)
-    _, steps, stops_early = block_residual_program(cfg, index, layer, units, ffn, spec)
+    ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer) if experts else None, ffn_source(layer))
+    spec, steps, stops_early = inkling_program(cfg, index, layer, units, ffn, inkling_spec(layer))
     return LayerShape(index, spec, steps, recompute_stops_early=stops_early)
 
 

@@ -171,7 +171,7 @@ class IndexScores:
 @dataclass(frozen=True, slots=True)
 class BlockMix:
     """Learned queries attending over each token's stacked residual states (Inkling 2's block attention
-    residual, `tuneproof.arch.block_residual`): per token, `queries` query vectors (a parameter, trained
+    residual, `tuneproof.arch.inkling`): per token, `queries` query vectors (a parameter, trained
     in full fine-tuning only) score the `blocks` states of `width` channels read from `src` and mix
     them: two matmuls of 2 x queries x blocks x width FLOPs per token, as attention's QK^T and AV."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from tuneproof.arch import ResolvedModel
-from tuneproof.arch.shape import BlockMix, LayerShape, Linear, ModelShape
+from tuneproof.arch.shape import Attention, BlockMix, LayerShape, Linear, ModelShape
 from tuneproof.core import validate
 from tuneproof.core.dtypes import BY_SHORT, LOW_PRECISION, MODEL_DTYPES, check_dtype
 from tuneproof.core.errors import TuneproofError
@@ -214,8 +214,8 @@ def _layer_costs(
 def check_sizable(shape: ModelShape) -> None:
     """Refuse a model whose layers the activations here, sized once per layer module on the run's T
     tokens, do not describe: a looped or hierarchical decoder (`tuneproof.arch.schedule`: each run keeps
-    its own tensors for backward, or none under torch.no_grad), one that keeps stacked block states
-    (`tuneproof.arch.block_residual`) or one that prepends tokens of its own to every row
+    its own tensors for backward, or none under torch.no_grad), one that keeps stacked block states or
+    score biases (`tuneproof.arch.inkling`) or one that prepends tokens of its own to every row
     (`tuneproof.arch.prefixed`: its layers run on T + prefix tokens)."""
     if shape.schedule:
         raise TuneproofError(
@@ -229,6 +229,13 @@ def check_sizable(shape: ModelShape) -> None:
             f"{shape.model_type} mixes each token's stacked block states with learned queries (block "
             "attention residuals) and keeps them through the stack: the memory ledger does not follow "
             "block attention residuals yet",
+            "the FLOP ledger (tuneproof flops) counts them; measure this model's memory",
+        )
+    if any(isinstance(s, Attention) and s.bias for layer in shape.layers for s in layer.steps):
+        raise TuneproofError(
+            f"{shape.model_type} adds a computed bias (relative-position logits, sinks) to its attention "
+            "scores, a (B, heads, T, T) tensor per layer kept for backward: the memory ledger does not "
+            "follow score biases yet",
             "the FLOP ledger (tuneproof flops) counts them; measure this model's memory",
         )
     if shape.prefix_tokens:

@@ -1,8 +1,10 @@
-"""Inkling 2's layers (`tuneproof.arch.block_residual`): learned queries attend over the block states
-(the inputs of every n_layers_per_attn_res_block-th layer), relative-position banks and sinks feed
-the scores, short convolutions follow the projections and each block; checked against
-FlopCounterMode on transformers' own model at two block sizes (the block mixes' widths grow with
-the layers) and with LoRA on a score-only input (sink_proj: its gradient needs dO @ V^T alone)."""
+"""Inkling's layers (`tuneproof.arch.inkling`): relative-position banks feed the scores, short
+convolutions follow the projections and each block, shared experts run every token (torch.bmm);
+Inkling 2's learned queries attend over the block states (the inputs of every
+n_layers_per_attn_res_block-th layer) and sinks feed the scores. Checked against FlopCounterMode on
+transformers' own models at two block sizes (the block mixes' widths grow with the layers), two
+shared-expert counts, and with LoRA on a score-only input (r_proj, sink_proj: their gradient needs
+dO @ V^T alone)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,15 @@ TINY_INKLING2 = dict(
     sliding_window_size=16, rel_extent=24, vocab_size=256, unpadded_vocab_size=256, n_routed_experts=4,
     num_experts_per_tok=2, moe_intermediate_size=24, n_layers_per_attn_res_block=2,
     layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"],
+)  # fmt: skip
+
+
+TINY_INKLING = dict(
+    model_type="inkling_text", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=8,
+    sliding_window_size=16, rel_extent=24, vocab_size=256, n_routed_experts=4, num_experts_per_tok=2,
+    moe_intermediate_size=24, intermediate_size=96, layer_types=["hybrid_sliding", "hybrid"] * 2,
+    mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
 )  # fmt: skip
 
 
@@ -92,3 +103,27 @@ def _counted(cfg: dict, mode: str, ckpt: bool, names: list[str]) -> float:
             model(input_ids=ids, labels=ids).loss.backward()
     ops = {str(k): v for k, v in counter.get_flop_counts()["Global"].items()}
     return float(sum(v for k, v in ops.items() if k != "aten.convolution_backward"))
+
+
+@pytest.mark.parametrize("shared", [1, 3])
+@pytest.mark.parametrize(
+    "mode,ckpt,targets",
+    [("forward", False, ()), ("full", False, ()), ("lora", False, ("self_attn.r_proj",)), ("lora", True, ())],
+)
+def test_inkling_ledger_matches_flop_counter(
+    shared: int, mode: str, ckpt: bool, targets: tuple[str, ...]
+) -> None:
+    from tiny_models import linear_targets
+
+    cfg = {**TINY_INKLING, "n_shared_experts": shared}
+    shape = resolve(cfg).shape
+    names = list(targets) or linear_targets(shape)
+    run = RunSpec(
+        seq_len=37, batch=2, attn="eager", mode=mode, lora_rank=4, grad_ckpt=ckpt, lora_targets=tuple(names)
+    )
+    ledger = flop_report(shape, run).performed
+    convolution_backward = sum(
+        r.flops for r in ledger.rows if r.component == "linear_attention.conv" and r.pass_ == "backward"
+    )
+    assert ledger.total - convolution_backward == pytest.approx(_counted(cfg, mode, ckpt, names), rel=1e-9)
+    assert "block_residual" not in ledger.by("component")
