@@ -336,6 +336,14 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
         swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16,
         rel_extent=24, unpadded_vocab_size=256, moe_intermediate_size=24,
     ),
+    # Inkling 2 Loop as Inkling 2 above, a block per layer, layers 1 and 2 looped three times (the
+    # defaults loop layers 6 to 17).
+    "inkling2_loop_text": dict(
+        layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"], n_layers_per_attn_res_block=1,
+        loop_layer_index_start=1, loop_layer_index_end=3, loop_num_passes=3, loop_gate_rank=8,
+        swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16,
+        rel_extent=24, unpadded_vocab_size=256, moe_intermediate_size=24,
+    ),
     # Inkling with a full-attention layer among the sliding ones and a dense MLP before the MoE ones (the
     # defaults put the first full layer past a tiny stack and no dense layer in it); its sliding heads
     # and relative-position extent shrunk, experts 24 wide.

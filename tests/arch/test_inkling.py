@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tuneproof.arch import resolve
-from tuneproof.arch.shape import BlockMix
+from tuneproof.arch.shape import BlockMix, Linear
 from tuneproof.flops import RunSpec, flop_report
 
 TINY_INKLING2 = dict(
@@ -127,3 +127,47 @@ def test_inkling_ledger_matches_flop_counter(
     )
     assert ledger.total - convolution_backward == pytest.approx(_counted(cfg, mode, ckpt, names), rel=1e-9)
     assert "block_residual" not in ledger.by("component")
+
+
+TINY_INKLING2_LOOP = dict(
+    TINY_INKLING2, model_type="inkling2_loop_text", num_hidden_layers=6,
+    layer_types=["hybrid_sliding", "hybrid"] * 3, loop_layer_index_start=2, loop_layer_index_end=6,
+    loop_gate_rank=8,
+)  # fmt: skip
+
+
+def test_the_looped_section_runs_its_first_pass_programs_then_its_own() -> None:
+    shape = resolve({**TINY_INKLING2_LOOP, "loop_num_passes": 3}).shape
+    assert shape.schedule == (0, 1, 6, 7, 8, 9, 2, 3, 4, 5, 2, 3, 4, 5)
+    assert [v.index for v in shape.variants] == [2, 3, 4, 5]
+    assert shape.run_reads[6] == ("L1:out",)  # a later pass restarts from the pre-loop output
+    # later passes retrieve messages outside the checkpoint: 4 queries over the previous pass's block
+    # states but its first (layer 4's input) and its output
+    assert _mixes(shape.layers[2].outside) == [(4, 2)] and not shape.variants[0].outside
+    assert all(s.tied for s in shape.variants[0].steps if isinstance(s, Linear))
+
+
+@pytest.mark.parametrize("passes", [2, 3])
+@pytest.mark.parametrize(
+    "mode,ckpt,targets",
+    [
+        ("forward", False, ()), ("full", False, ()), ("lora", False, ("k_message_gate.down_proj",)),
+        ("lora", True, ()),
+    ],
+)  # fmt: skip
+def test_inkling2_loop_ledger_matches_flop_counter(
+    passes: int, mode: str, ckpt: bool, targets: tuple[str, ...]
+) -> None:
+    from tiny_models import linear_targets
+
+    cfg = {**TINY_INKLING2_LOOP, "loop_num_passes": passes}
+    shape = resolve(cfg).shape
+    names = list(targets) or linear_targets(shape)
+    run = RunSpec(
+        seq_len=37, batch=2, attn="eager", mode=mode, lora_rank=4, grad_ckpt=ckpt, lora_targets=tuple(names)
+    )
+    ledger = flop_report(shape, run).performed
+    convolution_backward = sum(
+        r.flops for r in ledger.rows if r.component == "linear_attention.conv" and r.pass_ == "backward"
+    )
+    assert ledger.total - convolution_backward == pytest.approx(_counted(cfg, mode, ckpt, names), rel=1e-9)

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from tuneproof.arch.indexer import no_grad_prefixes
-from tuneproof.arch.inkling import INKLING_LAYERS, ffn_source, final_mix, inkling_program, inkling_spec
+from tuneproof.arch.inkling import INKLING_LAYERS, ffn_source, final_mix, inkling_layers, inkling_spec
 from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.moa import EXPERTS_OUT_IN, is_moa, moa_steps
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps, norm_gate_steps
@@ -262,10 +262,13 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     parallel = _parallel(cfg)
     programs: dict[tuple[Any, ...], tuple[AttentionSpec, tuple[Step, ...], bool]] = {}
     shapes: list[LayerShape] = []
+    variants: list[LayerShape] = []  # other programs of some layers (Inkling 2 Loop's first pass)
     moe = False
     for i, layer in enumerate(layers):
         if type(layer).__name__ in INKLING_LAYERS:  # a program per layer index (Inkling 2's block states)
-            shapes.append(_inkling_layer(cfg, i, layer, hidden))
+            real, variant = _inkling_layer(cfg, i, layer, hidden)
+            shapes.append(real)
+            variants += [variant] if variant is not None else []
             moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in shapes[-1].steps)
             continue
         mixer = layer_mixer(cfg, i, layer)
@@ -285,20 +288,19 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     order = layer_schedule(cfg, len(shapes))
     shape = ModelShape(
         model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt, post,
-        schedule=order.runs, run_reads=order.reads, no_grad_runs=order.no_grad,
+        schedule=order.runs, run_reads=order.reads, no_grad_runs=order.no_grad, variants=tuple(variants),
     )  # fmt: skip
     return shape, moe
 
 
-def _inkling_layer(cfg: Any, index: int, layer: Any, hidden: int) -> LayerShape:
-    """An `inkling.INKLING_LAYERS` layer: its attention and convolutions read by that module, its MLP or
-    MoE as any feed-forward block."""
+def _inkling_layer(cfg: Any, index: int, layer: Any, hidden: int) -> tuple[LayerShape, LayerShape | None]:
+    """An `inkling.INKLING_LAYERS` layer (and its first-pass program, looped): its attention and
+    convolutions read by that module, its MLP or MoE as any feed-forward block."""
     units = _units(layer, hidden)
     mlp = [u for u in units if u.name.startswith("mlp.")]
     experts = any(u.kind == "experts" for u in mlp)
     ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer) if experts else None, ffn_source(layer))
-    spec, steps, stops_early = inkling_program(cfg, index, layer, units, ffn, inkling_spec(layer))
-    return LayerShape(index, spec, steps, recompute_stops_early=stops_early)
+    return inkling_layers(cfg, index, layer, units, ffn, inkling_spec(layer))
 
 
 def _stacked_layers(model: Any, cfg: Any) -> tuple[tuple[str, ...], list[Any]]:

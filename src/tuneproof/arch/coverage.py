@@ -62,7 +62,6 @@ NOT_COSTED: dict[str, str] = {
         "ledger step (0.973 of FlopCounterMode forward)"
     ),
     "reformer": "LSH and local attention",
-    "inkling2_loop_text": "looped attention with relative-position projections and short convolutions",
     "blt": "a byte-level patcher with local encoder and decoder around the global model",
     **{
         t: (

@@ -41,7 +41,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tuneproof.arch.shape import Attention, AttentionSpec, BlockMix, Join, Linear, Step
+from tuneproof.arch.schedule import PASSES
+from tuneproof.arch.shape import Attention, AttentionSpec, BlockMix, Join, LayerShape, Linear, Step
 from tuneproof.arch.short_conv import ShortConv
 from tuneproof.core.errors import TuneproofError
 
@@ -54,7 +55,14 @@ INKLING_LAYERS = {
     "InklingDecoderLayer": (False, False),
     "Inkling2SlidingDecoderLayer": (True, False),
     "Inkling2FullDecoderLayer": (True, True),
+    "Inkling2LoopSlidingDecoderLayer": (True, False),
+    "Inkling2LoopFullDecoderLayer": (True, True),
+    "Inkling2LoopSlidingLoopDecoderLayer": (True, False),
+    "Inkling2LoopFullLoopDecoderLayer": (True, True),
 }
+# the layers of Inkling 2 Loop's looped section, which gate their inputs with the previous pass's messages
+_LOOPED = frozenset({"Inkling2LoopSlidingLoopDecoderLayer", "Inkling2LoopFullLoopDecoderLayer"})
+_GATES = ("q_message_gate", "k_message_gate", "v_message_gate", "mlp_message_gate")
 _ATTN = "self_attn"
 
 
@@ -110,26 +118,76 @@ def _conv(layer: Any, name: str, src: str, dst: str) -> ShortConv:
 
 
 def ffn_source(layer: Any) -> str:
-    """The node the feed-forward block reads: the MLP's block mix (Inkling 2) or the residual."""
-    return "mlp.in" if INKLING_LAYERS[type(layer).__name__][0] else "mid"
+    """The node the feed-forward block reads: the MLP's block mix, message-gated in a loop pass after
+    the first (Inkling 2), or the residual."""
+    return "mlp.x" if INKLING_LAYERS[type(layer).__name__][0] else "mid"
 
 
-def inkling_program(
+def inkling_layers(
     cfg: Any, index: int, layer: Any, units: list[Unit], ffn: list[Step], spec: AttentionSpec
-) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
-    """Layer `index`'s program (module docstring); `ffn` is the feed-forward block's program reading
-    `ffn_source(layer)` and writing "ffn". Checkpointing's recompute stops before the layer's last op,
-    its closing convolution: the tensors it saves (its input, its weight) are saved before it runs
-    (`LayerShape`)."""
+) -> tuple[LayerShape, LayerShape | None]:
+    """Layer `index`'s program (module docstring), and for a looped layer of Inkling 2 Loop the program
+    its module runs on the first pass, before any message (its weights tied to the layer's); `ffn` is
+    the feed-forward block's program reading `ffn_source(layer)` and writing "ffn". Checkpointing's
+    recompute stops before the layer's last op, its closing convolution: the tensors it saves (its
+    input, its weight) are saved before it runs (`LayerShape`)."""
     blocks, _ = INKLING_LAYERS[type(layer).__name__]
-    steps = (_inkling2 if blocks else _inkling)(cfg, index, layer, {u.name: u for u in units}, ffn, spec)
+    by_name = {u.name: u for u in units}
+    looped = type(layer).__name__ in _LOOPED
+    if not blocks:
+        steps = _inkling(cfg, index, layer, by_name, ffn, spec)
+    else:
+        steps = _inkling2(cfg, index, layer, by_name, ffn, spec, looped) + _snapshot(cfg, index)
     used = {s.name for s in steps if isinstance(s, Linear)}
     if missing := [u.name for u in units if u.name not in used]:
         raise TuneproofError(
             f"{cfg.model_type} layer {index}: GEMMs {missing} have no place in its program",
             "this family's layer changed: it is not costed until its program is updated",
         )
-    return spec, tuple(steps), True
+    if not looped:
+        return LayerShape(index, spec, tuple(steps), recompute_stops_early=True), None
+    states = [f"model:loop.b{j}" for j in _message_blocks(cfg)]
+    messages = tuple(_mix(states, "model:loop.out", "msg", len(_GATES), int(cfg.hidden_size)))
+    first = _inkling2(cfg, index, layer, by_name, ffn, spec, False) + _snapshot(cfg, index)
+    tied = tuple(replace(s, tied=True) if isinstance(s, Linear) else s for s in first)
+    real = LayerShape(index, spec, tuple(steps), recompute_stops_early=True, outside=messages)
+    return real, LayerShape(index, spec, tied, recompute_stops_early=True)
+
+
+def _section(cfg: Any) -> tuple[int, int]:
+    """Inkling 2 Loop's looped layers: start and end (`schedule.PASSES`)."""
+    rule = PASSES[cfg.model_type]
+    return int(getattr(cfg, rule.start)), int(getattr(cfg, rule.end))
+
+
+def _message_blocks(cfg: Any) -> list[int]:
+    """The looped section's block boundaries whose inputs the next pass's messages read: all but the
+    first (`block_states[..., num_pre_loop_blocks + 1 :, :]`)."""
+    start, end = _section(cfg)
+    return [j for j in boundaries(cfg, end) if j >= start][1:]
+
+
+def _snapshot(cfg: Any, index: int) -> list[Step]:
+    """After the looped section's last layer: what the next pass's messages read (the section's block
+    states but its first, and its output), kept apart from the next pass's own."""
+    if cfg.model_type not in PASSES or index != _section(cfg)[1] - 1:
+        return []
+    blocks = (Join(f"model:loop.b{j}", (f"L{j}:in",)) for j in _message_blocks(cfg))
+    return [*blocks, Join("model:loop.out", ("out",))]
+
+
+def _gate(by_name: dict[str, Unit], gate: str, src: str, dst: str) -> list[Step]:
+    """A message gate (`Inkling2LoopMessageGate`): down_proj on [norm(src), norm(message)], then the
+    forget and message gates' projections, mixed elementwise with src and the message."""
+    steps: list[Step] = [Join(f"{dst}.cat", (src, "msg"))]
+    for name, reads in (
+        ("down_proj", f"{dst}.cat"),
+        ("forget_gate_proj", f"{dst}.d"),
+        ("message_gate_proj", f"{dst}.d"),
+    ):
+        u = by_name[f"{gate}.{name}"]
+        steps.append(Linear(u.name, u.in_features, u.out_features, reads, f"{dst}.{name[0]}", "message_gate"))
+    return [*steps, Join(dst, (src, "msg", f"{dst}.f", f"{dst}.m"))]
 
 
 def _bank(rel: Any, owner: str, src: str, heads: int) -> Linear:
@@ -166,8 +224,15 @@ def _inkling(
 
 
 def _inkling2(
-    cfg: Any, index: int, layer: Any, by_name: dict[str, Unit], ffn: list[Step], spec: AttentionSpec
+    cfg: Any,
+    index: int,
+    layer: Any,
+    by_name: dict[str, Unit],
+    ffn: list[Step],
+    spec: AttentionSpec,
+    messages: bool = False,
 ) -> list[Step]:
+    """An Inkling 2 layer; with `messages`, its q, k, v and MLP inputs gated by the "msg" node."""
     _, full = INKLING_LAYERS[type(layer).__name__]
     hidden = int(cfg.hidden_size)
     states = [f"L{j}:in" for j in boundaries(cfg, index)]
@@ -176,12 +241,18 @@ def _inkling2(
     if index > 0:
         steps += _mix(states, "in", "a.in", 3 if full else 1, hidden)
         src = "a.in"
+    srcs = (src, src, src)
+    if messages:
+        for role, gate in zip("qkv", _GATES, strict=False):
+            steps += _gate(by_name, gate, src, f"{role}.in")
+        srcs = ("q.in", "k.in", "v.in")
     conv = None if full else int(cfg.conv_kernel_size)
-    steps += _attention(by_name, layer, spec, (src, src, src), conv)
+    steps += _attention(by_name, layer, spec, srcs, conv)
     steps.append(_conv(layer, "post_attention_convolution", "o", "o.conv"))
     boundary = index % int(cfg.n_layers_per_attn_res_block) == 0
     steps.append(Join("mid", ("o.conv",) if boundary else ("in", "o.conv")))
     steps += _mix([*states, "in"] if boundary else states, "mid", "mlp.in", 1, hidden)
+    steps += _gate(by_name, _GATES[3], "mlp.in", "mlp.x") if messages else [Join("mlp.x", ("mlp.in",))]
     steps += ffn
     steps.append(_conv(layer, "post_mlp_convolution", "ffn", "ffn.conv"))
     steps.append(Join("out", ("mid", "ffn.conv")))

@@ -68,6 +68,26 @@ HIERARCHICAL: dict[str, Hierarchical] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Passes:
+    """Config fields of a decoder whose layers `start` to `end` - 1 run `passes` times in a row: the
+    first pass runs their first-pass programs (`ModelShape.variants`, positions num_layers + k), each
+    later pass their own programs, restarting from the output of the layer before the section."""
+
+    start: str
+    end: str
+    passes: str
+
+
+# Source: transformers models/inkling2_loop/modeling_inkling2_loop.py Inkling2LoopTextModel.forward (the
+# pre-loop layers; the first pass over layers[loop_layer_index_start:loop_layer_index_end] without
+# messages; loop_num_passes - 1 more passes from the pre-loop hidden and block states, each layer
+# reading messages from the previous pass; the post-loop layers).
+PASSES: dict[str, Passes] = {
+    "inkling2_loop_text": Passes("loop_layer_index_start", "loop_layer_index_end", "loop_num_passes"),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class Schedule:
     """Layer positions in run order (`runs`; () when each layer runs once in order), per run the nodes
     its input sums when that is not the previous run's output (`reads`; () for all: each run reads the
@@ -83,6 +103,8 @@ def layer_schedule(cfg: Any, num_layers: int) -> Schedule:
     model_type = getattr(cfg, "model_type", "")
     if (stacked := HIERARCHICAL.get(model_type)) is not None:
         return _hierarchical(cfg, stacked)
+    if (passes := PASSES.get(model_type)) is not None:
+        return _passes(cfg, passes, num_layers)
     rule = LOOPED.get(model_type)
     if rule is None:
         return Schedule()
@@ -119,6 +141,26 @@ def _hierarchical(cfg: Any, rule: Hierarchical) -> Schedule:
         stack(n, z_high + z_low, frozen=False)
         z_high = (f"L{2 * n - 1}:out",)
     return Schedule(tuple(runs), tuple(reads), frozenset(no_grad))
+
+
+def _passes(cfg: Any, rule: Passes, num_layers: int) -> Schedule:
+    """`Passes`' runs: each reads the run before it, but a later pass's first layer reads the output
+    of the layer before the section."""
+    start, end, passes = (int(getattr(cfg, f)) for f in (rule.start, rule.end, rule.passes))
+    section = list(range(start, end))
+    runs = [*range(start), *(num_layers + k for k in range(len(section)))]
+    for _ in range(passes - 1):
+        runs += section
+    runs += range(end, num_layers)
+
+    def layer(position: int) -> int:  # the layer index a schedule position runs (a variant: its module's)
+        return position - num_layers + start if position >= num_layers else position
+
+    reads: list[tuple[str, ...]] = [("model:embed",)]
+    for pos in range(1, len(runs)):
+        restart = runs[pos] == start  # a later pass: from the pre-loop output, not the last pass's
+        reads.append((f"L{start - 1 if restart else layer(runs[pos - 1])}:out",))
+    return Schedule(tuple(runs), tuple(reads))
 
 
 def stack_names(cfg: Any) -> tuple[str, ...] | None:

@@ -209,6 +209,9 @@ class LayerShape:
     attention: AttentionSpec
     steps: tuple[Step, ...]
     recompute_stops_early: bool = False
+    # steps the model runs before calling this layer's module, outside its checkpoint (never recomputed):
+    # Inkling 2 Loop's message retrieval
+    outside: tuple[Step, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +243,11 @@ class ModelShape:
     # schedule positions run under torch.no_grad (HRM's early low cycles): forward only, no gradient out
     no_grad_runs: frozenset[int] = field(default_factory=frozenset)
 
+    # other programs of some layers' modules (same index, tied weights), which `schedule` reaches at
+    # positions len(layers) + i: a looped section whose first pass runs its modules otherwise (Inkling 2
+    # Loop's first pass, before any message exists)
+    variants: tuple[LayerShape, ...] = field(default=())
+
     @property
     def prefix_tokens(self) -> int:
         """Tokens the model prepends to each row inside its forward (CPM-Ant's prompt): every layer
@@ -254,7 +262,8 @@ class ModelShape:
     def runs(self) -> tuple[LayerShape, ...]:
         """The layers in the order one forward runs them: the ledger walks this, parameters and
         attention groups read `layers` (each module once)."""
-        return tuple(self.layers[i] for i in self.schedule) if self.schedule else self.layers
+        every = self.layers + self.variants
+        return tuple(every[i] for i in self.schedule) if self.schedule else self.layers
 
     def attention_groups(self) -> dict[str, list[int]]:
         """Softmax-attention layer indices per distinct attention geometry, in first-seen order

@@ -338,6 +338,7 @@ class _Walker:
             if pos in self.shape.no_grad_runs:
                 self.frozen_run(layer)
             else:
+                self.steps(layer, layer.outside, ("forward",))  # outside the checkpoint: no recompute
                 self.steps(layer, layer.steps, layer_passes)
             prev = f"L{layer.index}:out"
         self.rg["model:final"] = self.rg[prev]
