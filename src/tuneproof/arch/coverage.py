@@ -50,7 +50,15 @@ NOT_COSTED: dict[str, str] = {
         "state concatenated with the embeddings, then a linear into the Mamba layer's input; its Mamba-1 "
         "mixer keeps x_proj / dt_proj as raw per-head 3-D parameters (ZambaMambaMixer)"
     ),
-    "deepseek_v4": "heavily compressed attention",
+    "deepseek_v4": (
+        "compressed attention: HCA and CSA layers append to the single shared key/value head the entries "
+        "their compressor forms (kv_proj and gate_proj on the layer input, a softmax-gated sum over every "
+        "compress_rate tokens; CSA's windows overlap), so attention runs over T + T // rate keys with a "
+        "block bias; CSA adds a lightning indexer (DeepseekV4Indexer) scoring each query against the "
+        "compressed keys; the output projection o_a_proj is a torch.bmm per head group; the residual is "
+        "hc_mult streams mixed by DeepseekV4HyperConnection (F.linear of the flattened streams, then "
+        "Sinkhorn iterations); none of these has a ledger step"
+    ),
     "gemma3n": (
         "AltUp: modality_router runs twice per layer (predict and correct) and predict's torch.matmul of "
         "the stacked streams with per-token coefficients (2*T*H*N^2, activation by activation) has no "
@@ -65,9 +73,14 @@ NOT_COSTED: dict[str, str] = {
     "blt": "a byte-level patcher with local encoder and decoder around the global model",
     **{
         t: (
-            "QSA indexed attention (Qwen4ExpTextQSAIndexer: each query keeps the top blocks of mean-pooled "
-            "keys, scored in a per-query loop) inside hyper-connection residual streams "
-            "(Qwen4ExpTextGatedResidual: hc_count copies of the hidden state mixed by low-rank gates)"
+            "QSA indexed attention (Qwen4ExpTextQSAIndexer: a per-query torch loop scores each query's "
+            "index heads against floor(visible keys / indexer_compress_ratio) mean-pooled key blocks, so "
+            "its cost follows each query's visible keys under the padding and packing mask, and the keys it "
+            "keeps, block_topk whole blocks plus the partial tail, are no AttentionSpec kind) inside "
+            "hyper-connection residual streams (Qwen4ExpTextGatedResidual: hc_count x hidden wide, low-rank "
+            "mix and injection GEMMs around every block and before the head) and per-layer n-gram "
+            "embeddings (Qwen4ExpTextPLELayer: key_proj and value_proj on hashed n-gram embeddings, then a "
+            "dilated depthwise convolution with T outputs, where the short-convolution core counts T + K - 1)"
         )
         for t in ("qwen4_exp", "qwen4_exp_text")
     },
