@@ -336,6 +336,15 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
         swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16,
         rel_extent=24, unpadded_vocab_size=256, moe_intermediate_size=24,
     ),
+    # Qwen4-Exp's two streams, a PLE on its linear-attention layer (layer ids count from 1), a QSA layer
+    # of 2 index heads keeping 2 blocks of 4 keys (the defaults leave the indexer and PLE unset), small
+    # n-gram tables.
+    "qwen4_exp_text": dict(
+        num_hidden_layers=2, layer_types=["linear_attention", "indexed_attention"], hc_count=2, hc_lowrank=8,
+        ple_layer_ids=[1], ple_embed_dim=48, heads_per_ngram=2, ngram_vocab_size_base=1000,
+        indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=8,
+        indexer_compress_ratio=4, moe_intermediate_size=24,
+    ),
     # Inkling 2 Loop as Inkling 2 above, a block per layer, layers 1 and 2 looped three times (the
     # defaults loop layers 6 to 17).
     "inkling2_loop_text": dict(

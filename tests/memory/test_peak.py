@@ -221,6 +221,7 @@ def test_lora_on_bf16_weights_without_autocast_keeps_fp32_input_copies() -> None
         ("cpmant", "in-model prefixes"),
         ("inkling2_text", "block attention residuals"),
         ("inkling_text", "score biases"),
+        ("qwen4_exp_text", "residual streams or block indexers"),
     ],
 )
 def test_a_decoder_whose_layers_run_more_than_the_run_is_refused(family: str, why: str) -> None:

@@ -28,6 +28,7 @@ from tuneproof.arch.inkling import INKLING_LAYERS, ffn_source, final_mix, inklin
 from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.moa import EXPERTS_OUT_IN, is_moa, moa_steps
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps, norm_gate_steps
+from tuneproof.arch.qwen4_exp import QWEN4_EXP_LAYERS, qwen4_exp_program, stream_mix
 from tuneproof.arch.recurrent import BLOCK_DIAGONAL, GATED_FFN
 from tuneproof.arch.schedule import layer_schedule, stack_names, stack_size
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
@@ -271,6 +272,10 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
             variants += [variant] if variant is not None else []
             moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in shapes[-1].steps)
             continue
+        if type(layer).__name__ in QWEN4_EXP_LAYERS:  # hyper-connection streams around every block
+            shapes.append(_qwen4_exp_layer(cfg, i, layer, hidden))
+            moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in shapes[-1].steps)
+            continue
         mixer = layer_mixer(cfg, i, layer)
         use = i if type(layer).__name__ in SHARED_BLOCK_LAYERS else None  # each use runs its own adapters
         key = (_signature(layer), mixer.key, use)
@@ -282,6 +287,8 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     head, pre, post = _model_level(model, prefixes, hidden, int(cfg.vocab_size))
     if any(INKLING_LAYERS.get(type(layer).__name__, (False,))[0] for layer in layers):
         post, head = final_mix(cfg, len(layers), head)  # Inkling 2's final block mix
+    if any(type(layer).__name__ in QWEN4_EXP_LAYERS for layer in layers):
+        post, head = stream_mix(post, head)  # Qwen4-Exp's final stream mix
     refused = _refused(model)
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
@@ -301,6 +308,17 @@ def _inkling_layer(cfg: Any, index: int, layer: Any, hidden: int) -> tuple[Layer
     experts = any(u.kind == "experts" for u in mlp)
     ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer) if experts else None, ffn_source(layer))
     return inkling_layers(cfg, index, layer, units, ffn, inkling_spec(layer))
+
+
+def _qwen4_exp_layer(cfg: Any, index: int, layer: Any, hidden: int) -> LayerShape:
+    """A `qwen4_exp.QWEN4_EXP_LAYERS` layer: its streams, PLE and QSA read by that module, a linear
+    layer's delta rule and the MoE as in any layer."""
+    units = _units(layer, hidden)
+    mlp = [u for u in units if u.name.startswith("mlp.")]
+    ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer), "m.x")
+    mixer = layer_mixer(cfg, index, layer) if hasattr(layer, "linear_attn") else None
+    spec, steps, stops_early = qwen4_exp_program(cfg, layer, units, ffn, mixer)
+    return LayerShape(index, spec, steps, recompute_stops_early=stops_early)
 
 
 def _stacked_layers(model: Any, cfg: Any) -> tuple[tuple[str, ...], list[Any]]:

@@ -73,19 +73,6 @@ NOT_COSTED: dict[str, str] = {
     "blt": "a byte-level patcher with local encoder and decoder around the global model",
     **{
         t: (
-            "QSA indexed attention (Qwen4ExpTextQSAIndexer: a per-query torch loop scores each query's "
-            "index heads against floor(visible keys / indexer_compress_ratio) mean-pooled key blocks, so "
-            "its cost follows each query's visible keys under the padding and packing mask, and the keys it "
-            "keeps, block_topk whole blocks plus the partial tail, are no AttentionSpec kind) inside "
-            "hyper-connection residual streams (Qwen4ExpTextGatedResidual: hc_count x hidden wide, low-rank "
-            "mix and injection GEMMs around every block and before the head) and per-layer n-gram "
-            "embeddings (Qwen4ExpTextPLELayer: key_proj and value_proj on hashed n-gram embeddings, then a "
-            "dilated depthwise convolution with T outputs, where the short-convolution core counts T + K - 1)"
-        )
-        for t in ("qwen4_exp", "qwen4_exp_text")
-    },
-    **{
-        t: (
             "a drafting model for assisted decoding: its forward reads the target model's hidden states "
             "(2 x backbone_hidden_size through pre_projection) and shared KV states, not token ids; every "
             "layer is KV-shared, attending the target's keys under a bidirectional mask"

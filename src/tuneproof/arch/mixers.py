@@ -37,7 +37,14 @@ from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY,
 from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
 from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, StateSpace, Step
 from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_mixer
-from tuneproof.arch.short_conv import SHORT_CONV_MIXERS, ShortConv, short_conv_core, short_conv_costs
+from tuneproof.arch.short_conv import (
+    SHORT_CONV_MIXERS,
+    DilatedConv,
+    ShortConv,
+    dilated_conv_costs,
+    short_conv_core,
+    short_conv_costs,
+)
 from tuneproof.core.errors import TuneproofError
 
 # torch_chunk_gated_delta_rule(chunk_size=64): the chunk every transformers delta-rule layer uses
@@ -331,6 +338,7 @@ CORE_COSTS: dict[type, Callable[[Any, int], tuple[float, float, float]]] = {
     DeltaRule: _delta_costs,
     StateSpace: _ssd_costs,
     ShortConv: short_conv_costs,
+    DilatedConv: dilated_conv_costs,
     CcaConv: cca_costs,
     SelectiveScan: _scan_costs,
     KimiDelta: kda_costs,

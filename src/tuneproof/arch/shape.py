@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 # none: no token mixer at all (a layer holding only a feed-forward or MoE block, as Nemotron-H's do);
 # indexed: causal attention over the `topk` keys a learned indexer picks per query (DeepSeek Sparse
 # Attention); bidirectional: every query sees every key of its row, `prefix` tokens the model prepends
-# included (CPM-Ant's own attention, `tuneproof.arch.prefixed`).
-KINDS = ("full", "sliding", "chunked", "linear", "none", "indexed", "bidirectional")
+# included (CPM-Ant's own attention, `tuneproof.arch.prefixed`); block_indexed: causal attention over
+# the keys an indexer picks per query in whole blocks of `chunk` tokens, `topk` // `chunk` blocks plus
+# the query's partial block (Qwen4-Exp's QSA, `tuneproof.arch.qwen4_exp`).
+KINDS = ("full", "sliding", "chunked", "linear", "none", "indexed", "bidirectional", "block_indexed")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -46,10 +48,10 @@ class AttentionSpec:
             raise ValueError(f"AttentionSpec.kind must be one of {KINDS}, got {self.kind!r}")
         if (self.kind == "sliding") != (self.window is not None):
             raise ValueError("AttentionSpec.window must be set exactly for sliding layers")
-        if (self.kind in ("chunked", "linear")) != (self.chunk is not None):
-            raise ValueError("AttentionSpec.chunk must be set exactly for chunked and linear layers")
-        if (self.kind == "indexed") != (self.topk is not None):
-            raise ValueError("AttentionSpec.topk must be set exactly for indexed layers")
+        if (self.kind in ("chunked", "linear", "block_indexed")) != (self.chunk is not None):
+            raise ValueError("AttentionSpec.chunk must be set exactly for chunked, linear, block_indexed")
+        if (self.kind in ("indexed", "block_indexed")) != (self.topk is not None):
+            raise ValueError("AttentionSpec.topk must be set exactly for indexed and block_indexed layers")
         if self.prefix and self.kind != "bidirectional":
             raise ValueError("AttentionSpec.prefix is only for bidirectional layers")
 
@@ -169,6 +171,19 @@ class IndexScores:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockScores:
+    """A block indexer's scores (Qwen4-Exp's QSA, `tuneproof.arch.qwen4_exp`): each query's `heads` index
+    heads of `head_dim` against the mean-pooled keys of every whole block of `block` tokens it sees,
+    a matmul per query; no gradient reaches it (its output is a selection). Reads `q`."""
+
+    q: str
+    dst: str
+    heads: int
+    head_dim: int
+    block: int
+
+
+@dataclass(frozen=True, slots=True)
 class BlockMix:
     """Learned queries attending over each token's stacked residual states (Inkling 2's block attention
     residual, `tuneproof.arch.inkling`): per token, `queries` query vectors (a parameter, trained
@@ -190,7 +205,7 @@ class Join:
     srcs: tuple[str, ...]
 
 
-Step = Linear | Attention | Core | IndexScores | BlockMix | Join
+Step = Linear | Attention | Core | IndexScores | BlockScores | BlockMix | Join
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tuneproof.arch.prefixed import bidirectional_pairs
-from tuneproof.attention.pairs import FLEX_BLOCK, flex_block_pairs, flex_document_pairs, intended_pairs
+from tuneproof.attention.pairs import (
+    FLEX_BLOCK,
+    block_selected_pairs,
+    flex_block_pairs,
+    flex_document_pairs,
+    intended_pairs,
+)
 from tuneproof.runs.step import Rows, attention_path_name
 
 if TYPE_CHECKING:
@@ -294,6 +300,9 @@ def intended_for(rows: Rows, spec: AttentionSpec) -> int:
         return intended_in(rows, spec.topk)
     if spec.kind == "bidirectional":  # every real token and the model's prefix, both ways
         return bidirectional_pairs([sum(row) for row in rows.docs], spec.prefix)
+    if spec.kind == "block_indexed":  # whole blocks the indexer keeps plus the partial one
+        assert spec.topk is not None and spec.chunk is not None
+        return sum(block_selected_pairs(n, spec.topk, spec.chunk) for row in rows.docs for n in row)
     if spec.kind == "chunked":
         assert spec.chunk is not None
         return sum(intended_pairs(n, None) for row in rows.docs for n in chunk_pieces(row, spec.chunk))
@@ -323,12 +332,12 @@ def performed_for(p: AttentionPath, rows: Rows, spec: AttentionSpec) -> Performe
             f"the {spec.prefix} tokens it prepends"
         )
         return Performed(rows.num_rows * w * w, Mask(True, (("the model's own attention", _OWN_MASK),)), why)
-    if spec.kind == "indexed" and p.name in ("eager", "sdpa"):
+    if spec.kind in ("indexed", "block_indexed") and p.name in ("eager", "sdpa"):
         w = rows.width
         why = f"the indexer's top-k is folded into a dense mask: {p.name} computes the full {w}x{w} square"
         mask = Mask(True, (("indexed attention", MASK_SOURCES["indexed"]),))
         return Performed(rows.num_rows * w * w, mask, why)
-    if spec.kind != "chunked":
+    if spec.kind != "chunked":  # block_indexed on another path: causal, as it would compute
         return p.performed(rows, spec.window)
     chunk = spec.chunk
     assert chunk is not None

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from tuneproof.arch.shape import (
     Attention,
     BlockMix,
+    BlockScores,
     Core,
     IndexScores,
     Join,
@@ -261,6 +262,29 @@ class _Walker:
             if self.fused and (q or k) and spec.kind != "bidirectional":
                 self.ledger.add(layer.index, "attention.qk_kernel_recompute", "backward", qk)
 
+    def block_scores(self, index: int, step: BlockScores, passes: tuple[str, ...]) -> None:
+        """A block indexer's scores (`BlockScores`): per query, its index heads against every whole
+        block of keys it sees; on each real document, or on every padded row once padding is switched
+        on (a pad query sees the row's real keys); forward only (and again in a recompute)."""
+        from tuneproof.attention.pairs import visible_blocks
+
+        rows = self.run.rows()
+        if self.padded and rows.is_packed:
+            raise TuneproofError(
+                f"{self.shape.model_type}'s block indexer on packed rows: which keys its pad queries see "
+                "is not modelled",
+                "cost this model on unpacked rows (one document per row)",
+            )
+        counts = (
+            [(rows.width, sum(r)) for r in rows.docs]
+            if self.padded
+            else [(n, n) for r in rows.docs for n in r]
+        )
+        blocks = sum(visible_blocks(width, real, step.block) for width, real in counts)
+        for p in passes:
+            self.ledger.add(index, "attention.indexer", p, 2.0 * blocks * step.heads * step.head_dim)
+        self.rg[self.node(index, step.dst)] = False
+
     def block_mix(self, layer: int | None, mix: BlockMix, passes: tuple[str, ...]) -> None:
         """Learned queries over stacked residual states (`BlockMix`): the scores' matmul and the mix's,
         each 2 x queries x blocks x width per token; backward as attention's, the queries being a
@@ -313,6 +337,9 @@ class _Walker:
             elif isinstance(s, IndexScores):
                 assert layer is not None
                 self.index_scores(layer.index, s, passes)
+            elif isinstance(s, BlockScores):
+                assert layer is not None
+                self.block_scores(layer.index, s, passes)
             elif isinstance(s, BlockMix):
                 self.block_mix(idx, s, passes)
             elif isinstance(s, Join):
