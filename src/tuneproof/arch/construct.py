@@ -20,6 +20,7 @@ The layer program built from these GEMMs (which node each reads and writes) is
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -264,17 +265,11 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     programs: dict[tuple[Any, ...], tuple[AttentionSpec, tuple[Step, ...], bool]] = {}
     shapes: list[LayerShape] = []
     variants: list[LayerShape] = []  # other programs of some layers (Inkling 2 Loop's first pass)
-    moe = False
     for i, layer in enumerate(layers):
-        if type(layer).__name__ in INKLING_LAYERS:  # a program per layer index (Inkling 2's block states)
-            real, variant = _inkling_layer(cfg, i, layer, hidden)
+        if (own := _OWN_READERS.get(type(layer).__name__)) is not None:
+            real, variant = own(cfg, i, layer, hidden)
             shapes.append(real)
             variants += [variant] if variant is not None else []
-            moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in shapes[-1].steps)
-            continue
-        if type(layer).__name__ in QWEN4_EXP_LAYERS:  # hyper-connection streams around every block
-            shapes.append(_qwen4_exp_layer(cfg, i, layer, hidden))
-            moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in shapes[-1].steps)
             continue
         mixer = layer_mixer(cfg, i, layer)
         use = i if type(layer).__name__ in SHARED_BLOCK_LAYERS else None  # each use runs its own adapters
@@ -282,8 +277,8 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
         if key not in programs:
             programs[key] = _layer_program(cfg, layer, hidden, mixer, parallel, use)
         spec, steps, stops_early = programs[key]
-        moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in steps)
         shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
+    moe = any(isinstance(s, Linear) and s.num_experts > 1 for x in shapes for s in x.steps)
     head, pre, post = _model_level(model, prefixes, hidden, int(cfg.vocab_size))
     if any(INKLING_LAYERS.get(type(layer).__name__, (False,))[0] for layer in layers):
         post, head = final_mix(cfg, len(layers), head)  # Inkling 2's final block mix
@@ -310,7 +305,7 @@ def _inkling_layer(cfg: Any, index: int, layer: Any, hidden: int) -> tuple[Layer
     return inkling_layers(cfg, index, layer, units, ffn, inkling_spec(layer))
 
 
-def _qwen4_exp_layer(cfg: Any, index: int, layer: Any, hidden: int) -> LayerShape:
+def _qwen4_exp_layer(cfg: Any, index: int, layer: Any, hidden: int) -> tuple[LayerShape, None]:
     """A `qwen4_exp.QWEN4_EXP_LAYERS` layer: its streams, PLE and QSA read by that module, a linear
     layer's delta rule and the MoE as in any layer."""
     units = _units(layer, hidden)
@@ -318,7 +313,15 @@ def _qwen4_exp_layer(cfg: Any, index: int, layer: Any, hidden: int) -> LayerShap
     ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer), "m.x")
     mixer = layer_mixer(cfg, index, layer) if hasattr(layer, "linear_attn") else None
     spec, steps, stops_early = qwen4_exp_program(cfg, layer, units, ffn, mixer)
-    return LayerShape(index, spec, steps, recompute_stops_early=stops_early)
+    return LayerShape(index, spec, steps, recompute_stops_early=stops_early), None
+
+
+# Layer classes whose family module builds the whole program, one per layer index (a layer's block
+# states or streams are its own), by class name -> (the layer, another program its module runs).
+_OWN_READERS: dict[str, Callable[[Any, int, Any, int], tuple[LayerShape, LayerShape | None]]] = {
+    **{name: _inkling_layer for name in INKLING_LAYERS},
+    **{name: _qwen4_exp_layer for name in QWEN4_EXP_LAYERS},
+}
 
 
 def _stacked_layers(model: Any, cfg: Any) -> tuple[tuple[str, ...], list[Any]]:

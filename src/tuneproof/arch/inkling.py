@@ -1,7 +1,8 @@
-"""Inkling's decoder layers (inkling_text, inkling2_text), read as one layer program each: short
-convolutions after the k and v projections, after the attention and after the feed-forward block,
-and a relative-position bank feeding the scores; Inkling 2 adds block attention residuals, sinks and
-a gated output projection.
+"""Inkling's decoder layers (inkling_text, inkling2_text, inkling2_loop_text), read as one layer
+program each: short convolutions after the k and v projections, after the attention and after the
+feed-forward block, and a relative-position bank feeding the scores; Inkling 2 adds block attention
+residuals, sinks and a gated output projection; Inkling 2 Loop runs a section of its layers again,
+with messages from the pass before.
 
 What one Inkling layer runs (transformers 5.x models/inkling/modeling_inkling.py
 `InklingDecoderLayer.forward`, `InklingAttention.forward`): a norm; q_proj; k_proj and v_proj each
@@ -32,6 +33,15 @@ What one Inkling 2 layer runs (models/inkling2/modeling_inkling2.py, `Inkling2Sl
   and routed experts as above, no shared experts), `post_mlp_convolution`, the residual.
 After the last layer `final_input` (one learned query over all block states and the last output).
 
+Inkling 2 Loop (models/inkling2_loop/modeling_inkling2_loop.py `Inkling2LoopTextModel.forward`) runs its
+layers loop_layer_index_start to loop_layer_index_end - 1 loop_num_passes times (`schedule.PASSES`).
+The first pass runs them as Inkling 2 layers (`ModelShape.variants`, weights tied); each later pass
+restarts from the pre-loop hidden and block states, and before each looped layer the model (outside
+the layer's checkpoint) retrieves 4 messages (`message_input`: 4 learned queries over the previous
+pass's block states but its first, and its output); the layer gates its q, k, v inputs after the
+block mix and its MLP input with them (`Inkling2LoopMessageGate`: down_proj on both, then the forget
+and message gates' projections).
+
 The bias and the sinks reach the scores without a matmul (`Attention.bias`); everything else
 (norms, clips, log scales, gathers, the dynamic taps) is elementwise.
 """
@@ -49,7 +59,7 @@ from tuneproof.core.errors import TuneproofError
 if TYPE_CHECKING:
     from tuneproof.arch.program import Unit
 
-# Decoder layer classes read by `inkling_program`, by class name -> (block attention residuals around
+# Decoder layer classes read by `inkling_layers`, by class name -> (block attention residuals around
 # the blocks: Inkling 2; a full-attention Inkling 2 layer: three learned queries, dynamic k/v convolutions).
 INKLING_LAYERS = {
     "InklingDecoderLayer": (False, False),
