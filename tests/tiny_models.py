@@ -328,6 +328,40 @@ SHRINK_OVERRIDES: dict[str, dict[str, Any]] = {
     "lfm2_moe": dict(num_dense_layers=1, layer_types=["conv", "full_attention", "conv", "full_attention"]),
     # the wrapper's validator: its vision and audio adapters write the (shrunk) text hidden size
     "dots3_note": dict(vision_config=dict(adapter_out_dim=64), audio_config=dict(adapter_out_dim=64)),
+    # Inkling 2 with a full-attention layer among the sliding ones and a block every two layers (the
+    # default pattern puts both past a tiny stack); its sliding heads, window, relative-position extent
+    # and LM head shrunk; experts 24 wide so that no expert width equals the hidden size.
+    "inkling2_text": dict(
+        layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"], n_layers_per_attn_res_block=2,
+        swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16,
+        rel_extent=24, unpadded_vocab_size=256, moe_intermediate_size=24,
+    ),
+    # Qwen4-Exp's two streams, a PLE on its linear-attention layer (layer ids count from 1), a QSA layer
+    # of 2 index heads keeping 2 blocks of 4 keys (the defaults leave the indexer and PLE unset), small
+    # n-gram tables.
+    "qwen4_exp_text": dict(
+        num_hidden_layers=2, layer_types=["linear_attention", "indexed_attention"], hc_count=2, hc_lowrank=8,
+        ple_layer_ids=[1], ple_embed_dim=48, heads_per_ngram=2, ngram_vocab_size_base=1000,
+        indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=8,
+        indexer_compress_ratio=4, moe_intermediate_size=24,
+    ),
+    # Inkling 2 Loop as Inkling 2 above, a block per layer, layers 1 and 2 looped three times (the
+    # defaults loop layers 6 to 17).
+    "inkling2_loop_text": dict(
+        layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"], n_layers_per_attn_res_block=1,
+        loop_layer_index_start=1, loop_layer_index_end=3, loop_num_passes=3, loop_gate_rank=8,
+        swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16,
+        rel_extent=24, unpadded_vocab_size=256, moe_intermediate_size=24,
+    ),
+    # Inkling with a full-attention layer among the sliding ones and a dense MLP before the MoE ones (the
+    # defaults put the first full layer past a tiny stack and no dense layer in it); its sliding heads
+    # and relative-position extent shrunk, experts 24 wide.
+    "inkling_text": dict(
+        layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"],
+        mlp_layer_types=["dense", "sparse", "sparse", "sparse"], swa_num_attention_heads=4,
+        swa_num_key_value_heads=2, swa_head_dim=16, sliding_window_size=16, rel_extent=24,
+        moe_intermediate_size=24,
+    ),
     "gemma3n_text": dict(
         num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, hidden_size_per_layer_input=8,
         vocab_size_per_layer_input=256, laurel_rank=8,

@@ -50,3 +50,45 @@ def test_the_ledger_header_says_how_many_times_the_layers_run() -> None:
         flop_report(resolve({**TINY_DORY, "n_recurrent_loops": 3}).shape, RunSpec(seq_len=37)), console
     )
     assert "4 layers, run 8 times with the loops" in console.export_text()
+
+
+# HRM: two stacks of two layers, three low cycles per high cycle, of which only the last keeps
+# gradients in the first high cycle and the last two in the second (L_bp_cycles [2] left-padded to [1, 2])
+TINY_HRM = dict(
+    model_type="hrm_text", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    head_dim=16, vocab_size=256, H_cycles=2, L_cycles=3, L_bp_cycles=[2],
+)  # fmt: skip
+
+
+def test_hrm_runs_both_stacks_in_cycles_with_the_early_low_runs_frozen() -> None:
+    shape = resolve(TINY_HRM).shape
+    low, high = (0, 1), (2, 3)
+    assert shape.schedule == (*low * 3, *high, *low * 3, *high)
+    frozen_low_cycles = {0, 1, 4}  # pairs of runs: h=0: l=0, 1; h=1: l=0 (after h=0's H run)
+    assert shape.no_grad_runs == frozenset(p for c in frozen_low_cycles for p in (2 * c, 2 * c + 1))
+    # a stack's first layer reads the sum of both states; z_L starts as a frozen constant
+    assert shape.run_reads[0] == ("model:embed",)
+    assert shape.run_reads[2] == ("L1:out", "model:embed")
+    assert shape.run_reads[6] == ("model:embed", "L1:out")
+    assert shape.run_reads[8] == ("L1:out", "L3:out")
+
+
+@pytest.mark.parametrize("mode,ckpt", [("forward", False), ("full", False), ("lora", True)])
+def test_hrm_ledger_matches_flop_counter_and_needs_its_frozen_runs(mode: str, ckpt: bool) -> None:
+    from dataclasses import replace
+
+    from tiny_models import build_model, counted_flops, linear_targets
+
+    shape = resolve(TINY_HRM).shape
+    targets = linear_targets(shape)
+    counted = counted_flops(build_model(TINY_HRM), 2, 37, mode, grad_ckpt=ckpt, targets=targets)
+    run = RunSpec(
+        seq_len=37, batch=2, attn="eager", mode=mode, grad_ckpt=ckpt, lora_rank=4, lora_targets=tuple(targets)
+    )
+    assert flop_report(shape, run).performed.total == pytest.approx(counted, rel=1e-9)
+    if mode != "forward":  # every run with gradients: backward and recompute for the frozen runs too
+        unfrozen = flop_report(replace(shape, no_grad_runs=frozenset()), run).performed.total
+        assert unfrozen > 1.1 * counted
+    if ckpt:  # the checkpointed embeddings need gradients: the first low run with gradients reads them
+        chained = flop_report(replace(shape, run_reads=()), run).performed.total
+        assert chained < counted

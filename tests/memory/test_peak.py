@@ -211,3 +211,26 @@ def test_lora_on_bf16_weights_without_autocast_keeps_fp32_input_copies() -> None
     run = RunSpec(seq_len=WIDTH, batch=BATCH, attn="sdpa", mode="lora", lora_rank=8)
     got = step_memory(resolved, run, Precision(dtype="bf16", autocast=None), norms=norms)
     assert got.activations == pytest.approx(sum(seen.values()), rel=0.03)
+
+
+@pytest.mark.parametrize(
+    "family,why",
+    [
+        ("hrm_text", "a looped schedule"),
+        ("dory", "a looped schedule"),
+        ("cpmant", "in-model prefixes"),
+        ("inkling2_text", "block attention residuals"),
+        ("inkling_text", "score biases"),
+        ("qwen4_exp_text", "residual streams or block indexers"),
+    ],
+)
+def test_a_decoder_whose_layers_run_more_than_the_run_is_refused(family: str, why: str) -> None:
+    """Each run of a looped (Dory) or hierarchical (HRM) decoder keeps its own tensors for backward, or
+    none under torch.no_grad; CPM-Ant's layers run on its prompt tokens too: sized once per layer module
+    on the run's tokens, the peak would be wrong."""
+    from tuneproof.core.errors import TuneproofError
+
+    model = resolve(shrunk_config(family))
+    with pytest.raises(TuneproofError) as refused:
+        step_memory(model, RunSpec(seq_len=WIDTH, batch=BATCH, attn="eager", mode="full"))
+    assert f"does not follow {why} yet" in refused.value.message

@@ -20,15 +20,18 @@ The layer program built from these GEMMs (which node each reads and writes) is
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from tuneproof.arch.indexer import no_grad_prefixes
+from tuneproof.arch.inkling import INKLING_LAYERS, ffn_source, final_mix, inkling_layers, inkling_spec
 from tuneproof.arch.mixers import MixerKind, layer_mixer
 from tuneproof.arch.moa import EXPERTS_OUT_IN, is_moa, moa_steps
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps, norm_gate_steps
+from tuneproof.arch.qwen4_exp import QWEN4_EXP_LAYERS, qwen4_exp_program, stream_mix
 from tuneproof.arch.recurrent import BLOCK_DIAGONAL, GATED_FFN
-from tuneproof.arch.schedule import layer_schedule
+from tuneproof.arch.schedule import layer_schedule, stack_names, stack_size
 from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
 from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_program
 from tuneproof.arch.sublayers import SUBLAYERED, layer_count, sublayer_program
@@ -70,7 +73,7 @@ HYPER_CONNECTIONS = {"HYV4HyperConnection": "fn", "HYV4HyperHead": "hc_fn"}
 TOP_K_FIELDS = ("num_experts_per_tok", "top_k_experts", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
 
 MIXER_CHILD = re.compile(
-    r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba|^conv$|temporal_block|mlstm",
+    r"attn|attention|mixer|linear_attn|self_attention|token_mixer|mamba|^conv$|temporal_block|mlstm|^self_att$",
     re.IGNORECASE,
 )
 
@@ -257,29 +260,85 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     routed experts."""
     model = meta_model(cfg)
     hidden = int(cfg.hidden_size)
-    prefix, layers = decoder_layers(model, layer_count(cfg))
+    prefixes, layers = _stacked_layers(model, cfg)
     parallel = _parallel(cfg)
     programs: dict[tuple[Any, ...], tuple[AttentionSpec, tuple[Step, ...], bool]] = {}
     shapes: list[LayerShape] = []
-    moe = False
+    variants: list[LayerShape] = []  # other programs of some layers (Inkling 2 Loop's first pass)
     for i, layer in enumerate(layers):
+        if (own := _OWN_READERS.get(type(layer).__name__)) is not None:
+            real, variant = own(cfg, i, layer, hidden)
+            shapes.append(real)
+            variants += [variant] if variant is not None else []
+            continue
         mixer = layer_mixer(cfg, i, layer)
         use = i if type(layer).__name__ in SHARED_BLOCK_LAYERS else None  # each use runs its own adapters
         key = (_signature(layer), mixer.key, use)
         if key not in programs:
             programs[key] = _layer_program(cfg, layer, hidden, mixer, parallel, use)
         spec, steps, stops_early = programs[key]
-        moe = moe or any(isinstance(s, Linear) and s.num_experts > 1 for s in steps)
         shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
-    head, pre, post = _model_level(model, prefix, hidden, int(cfg.vocab_size))
+    moe = any(isinstance(s, Linear) and s.num_experts > 1 for x in shapes for s in x.steps)
+    head, pre, post = _model_level(model, prefixes, hidden, int(cfg.vocab_size))
+    if any(INKLING_LAYERS.get(type(layer).__name__, (False,))[0] for layer in layers):
+        post, head = final_mix(cfg, len(layers), head)  # Inkling 2's final block mix
+    if any(type(layer).__name__ in QWEN4_EXP_LAYERS for layer in layers):
+        post, head = stream_mix(post, head)  # Qwen4-Exp's final stream mix
     refused = _refused(model)
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
+    order = layer_schedule(cfg, len(shapes))
     shape = ModelShape(
         model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt, post,
-        schedule=layer_schedule(cfg, len(shapes)),
+        schedule=order.runs, run_reads=order.reads, no_grad_runs=order.no_grad, variants=tuple(variants),
     )  # fmt: skip
     return shape, moe
+
+
+def _inkling_layer(cfg: Any, index: int, layer: Any, hidden: int) -> tuple[LayerShape, LayerShape | None]:
+    """An `inkling.INKLING_LAYERS` layer (and its first-pass program, looped): its attention and
+    convolutions read by that module, its MLP or MoE as any feed-forward block."""
+    units = _units(layer, hidden)
+    mlp = [u for u in units if u.name.startswith("mlp.")]
+    experts = any(u.kind == "experts" for u in mlp)
+    ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer) if experts else None, ffn_source(layer))
+    return inkling_layers(cfg, index, layer, units, ffn, inkling_spec(layer))
+
+
+def _qwen4_exp_layer(cfg: Any, index: int, layer: Any, hidden: int) -> tuple[LayerShape, None]:
+    """A `qwen4_exp.QWEN4_EXP_LAYERS` layer: its streams, PLE and QSA read by that module, a linear
+    layer's delta rule and the MoE as in any layer."""
+    units = _units(layer, hidden)
+    mlp = [u for u in units if u.name.startswith("mlp.")]
+    ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer), "m.x")
+    mixer = layer_mixer(cfg, index, layer) if hasattr(layer, "linear_attn") else None
+    spec, steps, stops_early = qwen4_exp_program(cfg, layer, units, ffn, mixer)
+    return LayerShape(index, spec, steps, recompute_stops_early=stops_early), None
+
+
+# Layer classes whose family module builds the whole program, one per layer index (a layer's block
+# states or streams are its own), by class name -> (the layer, another program its module runs).
+_OWN_READERS: dict[str, Callable[[Any, int, Any, int], tuple[LayerShape, LayerShape | None]]] = {
+    **{name: _inkling_layer for name in INKLING_LAYERS},
+    **{name: _qwen4_exp_layer for name in QWEN4_EXP_LAYERS},
+}
+
+
+def _stacked_layers(model: Any, cfg: Any) -> tuple[tuple[str, ...], list[Any]]:
+    """The decoder layers and the module names of the lists holding them: one list, or a hierarchical
+    decoder's stacks one after the other (`schedule.HIERARCHICAL`)."""
+    stacks, size = stack_names(cfg), stack_size(cfg)
+    if stacks is None or size is None:
+        prefix, one = decoder_layers(model, layer_count(cfg))
+        return (prefix,), one
+    prefixes: list[str] = []
+    layers: list[Any] = []
+    for stack in stacks:  # each stack module keeps its layers in `.layers`
+        name = next(n for n, _ in model.named_modules() if n.rpartition(".")[2] == stack) + ".layers"
+        prefixes.append(name)
+        layers.extend(model.get_submodule(name))
+    assert len(layers) == 2 * size, f"{cfg.model_type}: {len(layers)} layers in {prefixes}"
+    return tuple(prefixes), layers
 
 
 def _check_accounted(cfg: Any, layer: Any, units: list[Unit], mixer: MixerKind) -> None:
@@ -384,7 +443,7 @@ def _layer_program(
 
 
 def _model_level(
-    model: Any, prefix: str, hidden: int, vocab: int
+    model: Any, prefixes: tuple[str, ...], hidden: int, vocab: int
 ) -> tuple[Linear, tuple[Step, ...], tuple[Step, ...]]:
     """The LM head (the model's own `get_output_embeddings()`) and the other GEMMs outside the decoder
     layers: those registered before the layers run once on the embeddings (Gemma 4's per-layer
@@ -396,7 +455,7 @@ def _model_level(
     head: Linear | None = None
     after_layers = False
     for name, mod in model.named_modules():
-        if name.startswith(prefix + "."):
+        if name.startswith(tuple(p + "." for p in prefixes)):
             after_layers = True
             continue
         if (hc := HYPER_CONNECTIONS.get(type(mod).__name__)) is not None and after_layers:

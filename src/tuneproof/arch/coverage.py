@@ -50,7 +50,15 @@ NOT_COSTED: dict[str, str] = {
         "state concatenated with the embeddings, then a linear into the Mamba layer's input; its Mamba-1 "
         "mixer keeps x_proj / dt_proj as raw per-head 3-D parameters (ZambaMambaMixer)"
     ),
-    "deepseek_v4": "heavily compressed attention",
+    "deepseek_v4": (
+        "compressed attention: HCA and CSA layers append to the single shared key/value head the entries "
+        "their compressor forms (kv_proj and gate_proj on the layer input, a softmax-gated sum over every "
+        "compress_rate tokens; CSA's windows overlap), so attention runs over T + T // rate keys with a "
+        "block bias; CSA adds a lightning indexer (DeepseekV4Indexer) scoring each query against the "
+        "compressed keys; the output projection o_a_proj is a torch.bmm per head group; the residual is "
+        "hc_mult streams mixed by DeepseekV4HyperConnection (F.linear of the flattened streams, then "
+        "Sinkhorn iterations); none of these has a ledger step"
+    ),
     "gemma3n": (
         "AltUp: modality_router runs twice per layer (predict and correct) and predict's torch.matmul of "
         "the stacked streams with per-token coefficients (2*T*H*N^2, activation by activation) has no "
@@ -62,30 +70,7 @@ NOT_COSTED: dict[str, str] = {
         "ledger step (0.973 of FlopCounterMode forward)"
     ),
     "reformer": "LSH and local attention",
-    "inkling_text": "attention with relative-position projections and short convolutions",
-    "inkling2_text": "attention with relative-position projections and short convolutions",
-    "inkling2_loop_text": "looped attention with relative-position projections and short convolutions",
-    "hrm_text": (
-        "a hierarchical recurrent stack: two stacks of num_layers_per_stack layers (L_module, H_module) "
-        "run H_cycles x (L_cycles + 1) times, each run reading the sum of both stacks' states, and the L "
-        "runs before each cycle's last L_bp_cycles under torch.no_grad (forward only); the ledger's layer "
-        "schedule has no two-stack dataflow and no no-grad runs"
-    ),
-    "cpmant": (
-        "CPM-Ant prepends prompt_length prompt tokens inside the model (CpmAntModel.forward), so its "
-        "layers run on T + prompt_length tokens and the LM head on T, and its attention (its own matmuls, "
-        "never the attention interface) is bidirectional over all of them (the context mask is all ones) "
-        "with a segment-relative position bias; the ledger has no in-model prefix tokens"
-    ),
     "blt": "a byte-level patcher with local encoder and decoder around the global model",
-    **{
-        t: (
-            "QSA indexed attention (Qwen4ExpTextQSAIndexer: each query keeps the top blocks of mean-pooled "
-            "keys, scored in a per-query loop) inside hyper-connection residual streams "
-            "(Qwen4ExpTextGatedResidual: hc_count copies of the hidden state mixed by low-rank gates)"
-        )
-        for t in ("qwen4_exp", "qwen4_exp_text")
-    },
     **{
         t: (
             "a drafting model for assisted decoding: its forward reads the target model's hidden states "

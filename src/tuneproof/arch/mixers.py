@@ -21,6 +21,7 @@ from tuneproof.arch.indexer import INDEXED_TYPE, IndexScores, indexed_spec
 from tuneproof.arch.kda import KDA_ELEMENTWISE, KDA_MIXERS, KimiDelta, kda_costs, read_kda
 from tuneproof.arch.lightning import LIGHTNING_MIXERS, Lightning, lightning_costs, read_lightning
 from tuneproof.arch.mlstm import MLSTM_MIXERS, MLstm, mlstm_core, mlstm_costs
+from tuneproof.arch.prefixed import PREFIXED_ATTENTION, prefixed_spec
 from tuneproof.arch.recurrent import (
     RGLRU_MIXERS,
     WKV_MIXERS,
@@ -36,7 +37,14 @@ from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY,
 from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
 from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, StateSpace, Step
 from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_mixer
-from tuneproof.arch.short_conv import SHORT_CONV_MIXERS, ShortConv, short_conv_core, short_conv_costs
+from tuneproof.arch.short_conv import (
+    SHORT_CONV_MIXERS,
+    DilatedConv,
+    ShortConv,
+    dilated_conv_costs,
+    short_conv_core,
+    short_conv_costs,
+)
 from tuneproof.core.errors import TuneproofError
 
 # torch_chunk_gated_delta_rule(chunk_size=64): the chunk every transformers delta-rule layer uses
@@ -170,6 +178,8 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
         return MixerKind(*read_kda(mod), elementwise=KDA_ELEMENTWISE)
     if cls in LIGHTNING_MIXERS:
         return MixerKind(*read_lightning(mod))
+    if cls in PREFIXED_ATTENTION:  # bidirectional over an in-model prefix (CPM-Ant)
+        return MixerKind(prefixed_spec(cfg, mod))
     if layer_type == INDEXED_TYPE:
         spec, indexer = indexed_spec(cfg, mod, softmax_spec(cfg, layer_type, mod))
         return MixerKind(spec, indexer=indexer)
@@ -328,6 +338,7 @@ CORE_COSTS: dict[type, Callable[[Any, int], tuple[float, float, float]]] = {
     DeltaRule: _delta_costs,
     StateSpace: _ssd_costs,
     ShortConv: short_conv_costs,
+    DilatedConv: dilated_conv_costs,
     CcaConv: cca_costs,
     SelectiveScan: _scan_costs,
     KimiDelta: kda_costs,

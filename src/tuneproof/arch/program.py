@@ -45,7 +45,7 @@ class Unit:
 
 def _roles(leaf: str) -> frozenset[str]:
     """Which of q, k, v a mixer projection feeds, from its name (unknown: all three)."""
-    s = leaf.lower()
+    s = leaf.lower().removeprefix("project_")  # CPM-Ant's project_q, project_k, project_v
     if any(t in s for t in ("qkv", "query_key_value", "c_attn", "wqkv", "in_proj")):
         return frozenset("qkv")
     if s.startswith("kv") or "_kv" in s:
@@ -171,10 +171,7 @@ def ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> li
     others; experts run on top_k rows per token; routers and gates read the block input."""
     steps: list[Step] = []
     outputs: list[str] = []
-    by_parent: dict[str, list[int]] = {}
-    for i, u in enumerate(units):
-        by_parent.setdefault(u.parent if u.kind != "router" else f"router:{u.name}", []).append(i)
-    for idxs in by_parent.values():
+    for idxs in _blocks(units, hidden):
         members = [units[i] for i in idxs]
         last = max((j for j, u in enumerate(members) if u.out_features == hidden), default=None)
         reads: list[str] = []
@@ -212,6 +209,22 @@ def ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> li
             outputs.extend(f"ffn.{i}" for i in idxs)
     steps.append(Join("ffn", tuple(dict.fromkeys(outputs)) or (src,)))
     return steps
+
+
+def _blocks(units: list[Unit], hidden: int) -> list[list[int]]:
+    """The feed-forward block's units per module (routers each alone). A module of projections none of
+    which writes the hidden size, nested in a module whose projection does, joins that module ahead of
+    its own units: the writer reads them (CPM-Ant's ffn.w_in.w_0 and w_1, read by ffn.w_out)."""
+    by_parent: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        by_parent.setdefault(u.parent if u.kind != "router" else f"router:{u.name}", []).append(i)
+    writes = {p for p, idxs in by_parent.items() if any(units[i].out_features == hidden for i in idxs)}
+    inner: dict[str, list[int]] = {}
+    for p, idxs in list(by_parent.items()):
+        outer = [q for q in writes if p.startswith(q + ".")] if p not in writes else []
+        if outer and all(units[i].kind == "linear" for i in idxs):
+            inner.setdefault(max(outer, key=len), []).extend(by_parent.pop(p))
+    return [inner.get(p, []) + idxs for p, idxs in by_parent.items()]
 
 
 def _ffn_component(u: Unit) -> str:

@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 # chunks of the sequence; linear: a linear-attention mixer (gated delta rule) with no score matrix;
 # none: no token mixer at all (a layer holding only a feed-forward or MoE block, as Nemotron-H's do);
 # indexed: causal attention over the `topk` keys a learned indexer picks per query (DeepSeek Sparse
-# Attention).
-KINDS = ("full", "sliding", "chunked", "linear", "none", "indexed")
+# Attention); bidirectional: every query sees every key of its row, `prefix` tokens the model prepends
+# included (CPM-Ant's own attention, `tuneproof.arch.prefixed`); block_indexed: causal attention over
+# the keys an indexer picks per query in whole blocks of `chunk` tokens, `topk` // `chunk` blocks plus
+# the query's partial block (Qwen4-Exp's QSA, `tuneproof.arch.qwen4_exp`).
+KINDS = ("full", "sliding", "chunked", "linear", "none", "indexed", "bidirectional", "block_indexed")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -38,16 +41,19 @@ class AttentionSpec:
     v_head_dim: int
     chunk: int | None = None  # chunked layers: queries see keys of their own chunk only (Llama 4)
     topk: int | None = None  # indexed layers: keys the indexer picks per query (index_topk)
+    prefix: int = 0  # tokens the model prepends to each row inside its forward (bidirectional layers)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"AttentionSpec.kind must be one of {KINDS}, got {self.kind!r}")
         if (self.kind == "sliding") != (self.window is not None):
             raise ValueError("AttentionSpec.window must be set exactly for sliding layers")
-        if (self.kind in ("chunked", "linear")) != (self.chunk is not None):
-            raise ValueError("AttentionSpec.chunk must be set exactly for chunked and linear layers")
-        if (self.kind == "indexed") != (self.topk is not None):
-            raise ValueError("AttentionSpec.topk must be set exactly for indexed layers")
+        if (self.kind in ("chunked", "linear", "block_indexed")) != (self.chunk is not None):
+            raise ValueError("AttentionSpec.chunk must be set exactly for chunked, linear, block_indexed")
+        if (self.kind in ("indexed", "block_indexed")) != (self.topk is not None):
+            raise ValueError("AttentionSpec.topk must be set exactly for indexed and block_indexed layers")
+        if self.prefix and self.kind != "bidirectional":
+            raise ValueError("AttentionSpec.prefix is only for bidirectional layers")
 
     @property
     def softmax(self) -> bool:
@@ -65,6 +71,7 @@ class AttentionSpec:
         win = f" w={self.window}" if self.window is not None else ""
         win += f" chunk={self.chunk}" if self.chunk is not None else ""
         win += f" topk={self.topk}" if self.topk is not None else ""
+        win += f" prefix={self.prefix}" if self.prefix else ""
         return f"{self.kind}{win} h={self.num_heads} d={self.head_dim}"
 
 
@@ -96,12 +103,15 @@ class Linear:
 
 @dataclass(frozen=True, slots=True)
 class Attention:
-    """The attention core: scores = q k^T (QK^T) and out = softmax(scores) v (AV)."""
+    """The attention core: scores = q k^T (QK^T) and out = softmax(scores) v (AV). `bias`: nodes added
+    to the scores or the softmax without a matmul (a position bias, per-token sinks): their gradient
+    needs the probabilities' gradient (dO @ V^T), not dQ or dK."""
 
     q: str
     k: str
     v: str
     dst: str
+    bias: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +171,33 @@ class IndexScores:
 
 
 @dataclass(frozen=True, slots=True)
+class BlockScores:
+    """A block indexer's scores (Qwen4-Exp's QSA, `tuneproof.arch.qwen4_exp`): each query's `heads` index
+    heads of `head_dim` against the mean-pooled keys of every whole block of `block` tokens it sees,
+    a matmul per query; no gradient reaches it (its output is a selection). Reads `q`."""
+
+    q: str
+    dst: str
+    heads: int
+    head_dim: int
+    block: int
+
+
+@dataclass(frozen=True, slots=True)
+class BlockMix:
+    """Learned queries attending over each token's stacked residual states (Inkling 2's block attention
+    residual, `tuneproof.arch.inkling`): per token, `queries` query vectors (a parameter, trained
+    in full fine-tuning only) score the `blocks` states of `width` channels read from `src` and mix
+    them: two matmuls of 2 x queries x blocks x width FLOPs per token, as attention's QK^T and AV."""
+
+    src: str
+    dst: str
+    queries: int
+    blocks: int
+    width: int
+
+
+@dataclass(frozen=True, slots=True)
 class Join:
     """dst depends on every src (residual add, gating, normalisation): no matmul FLOPs."""
 
@@ -168,7 +205,7 @@ class Join:
     srcs: tuple[str, ...]
 
 
-Step = Linear | Attention | Core | IndexScores | Join
+Step = Linear | Attention | Core | IndexScores | BlockScores | BlockMix | Join
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,13 +216,17 @@ class LayerShape:
     the recompute stops once the last tensor saved for backward is re-saved, and autograd saves an
     op's inputs before running it. When the layer ends in a GEMM whose output no later op saves
     (llama-style: down_proj, then only a residual add), that GEMM is not re-run (under LoRA: the
-    adapter's lora_B GEMM is the last saver instead).
+    adapter's lora_B GEMM is the last saver instead). When the layer ends in a convolution (Inkling 2's
+    post_mlp_convolution: it saves its own input), that convolution is not re-run.
     """
 
     index: int
     attention: AttentionSpec
     steps: tuple[Step, ...]
     recompute_stops_early: bool = False
+    # steps the model runs before calling this layer's module, outside its checkpoint (never recomputed):
+    # Inkling 2 Loop's message retrieval
+    outside: tuple[Step, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +252,22 @@ class ModelShape:
     # positions in `layers` in the order the model runs them, when a layer runs more than once (a
     # looped decoder's middle section, `tuneproof.arch.schedule`); () runs each layer once in order
     schedule: tuple[int, ...] = field(default=())
+    # per schedule position, the nodes whose sum the run reads when it is not the previous run's output
+    # (HRM: a stack's first layer reads both stacks' states); () for all: each run reads the one before
+    run_reads: tuple[tuple[str, ...], ...] = field(default=())
+    # schedule positions run under torch.no_grad (HRM's early low cycles): forward only, no gradient out
+    no_grad_runs: frozenset[int] = field(default_factory=frozenset)
+
+    # other programs of some layers' modules (same index, tied weights), which `schedule` reaches at
+    # positions len(layers) + i: a looped section whose first pass runs its modules otherwise (Inkling 2
+    # Loop's first pass, before any message exists)
+    variants: tuple[LayerShape, ...] = field(default=())
+
+    @property
+    def prefix_tokens(self) -> int:
+        """Tokens the model prepends to each row inside its forward (CPM-Ant's prompt): every layer
+        runs on them, the LM head does not."""
+        return max((layer.attention.prefix for layer in self.layers), default=0)
 
     @property
     def num_layers(self) -> int:
@@ -220,7 +277,8 @@ class ModelShape:
     def runs(self) -> tuple[LayerShape, ...]:
         """The layers in the order one forward runs them: the ledger walks this, parameters and
         attention groups read `layers` (each module once)."""
-        return tuple(self.layers[i] for i in self.schedule) if self.schedule else self.layers
+        every = self.layers + self.variants
+        return tuple(every[i] for i in self.schedule) if self.schedule else self.layers
 
     def attention_groups(self) -> dict[str, list[int]]:
         """Softmax-attention layer indices per distinct attention geometry, in first-seen order

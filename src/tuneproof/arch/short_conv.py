@@ -81,3 +81,20 @@ _CONV_PACKED = (
 def short_conv_note(count: int, label: str, packed: bool) -> str:
     """The dispatch explainer's line for `count` short-convolution layers of geometry `label`."""
     return _CONV_PATHS.format(count=count, label=label, packed=_CONV_PACKED if packed else "")
+
+
+@dataclass(frozen=True, slots=True)
+class DilatedConv(Core):
+    """A depthwise causal convolution of `conv_kernel` taps `dilation` apart, left-padded by
+    (conv_kernel - 1) x dilation and so computing exactly T outputs (Qwen4-Exp's PLE convolution,
+    transformers models/qwen4_exp/modeling_qwen4_exp.py `Qwen4ExpTextPLELayer._short_conv`: F.pad, then
+    the nn.Conv1d with dilation). Reads one node as q, k and v alike."""
+
+    conv_channels: int
+    conv_kernel: int
+    dilation: int
+
+
+def dilated_conv_costs(conv: Any, length: int) -> tuple[float, float, float]:
+    """(forward core, forward convolution, backward core): K taps per channel on T outputs."""
+    return 0.0, 2.0 * conv.conv_channels * conv.conv_kernel * max(length, 0), 0.0

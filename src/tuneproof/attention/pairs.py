@@ -28,6 +28,32 @@ def intended_pairs(length: int, window: int | None) -> int:
     return window * (window + 1) // 2 + (length - window) * window
 
 
+def block_selected_pairs(length: int, topk: int, block: int) -> int:
+    """Pairs of one sequence whose queries each keep `topk` // `block` whole blocks of `block` keys plus
+    their partial block (Qwen4-Exp's QSA): a query seeing v keys keeps all v while v // block <= topk //
+    block, else topk // block x block + v mod block. Summed over v = 1..length in closed form."""
+    if length <= 0:
+        return 0
+    kept = topk // block
+    whole = min(length, (kept + 1) * block - 1)  # queries that keep every key they see
+    pairs = whole * (whole + 1) // 2
+    rest = length - whole  # queries from v = (kept + 1) x block on: v mod block runs 0, 1, ... anew
+    cycles, tail = divmod(rest, block)
+    return pairs + rest * kept * block + cycles * block * (block - 1) // 2 + tail * (tail - 1) // 2
+
+
+def visible_blocks(width: int, real: int, block: int) -> int:
+    """Whole blocks of `block` keys summed over the `width` queries of a row of `real` real tokens, each
+    query seeing the causal prefix of the real keys (pad queries see all of them): the block
+    indexer's scores per index head (`BlockScores`)."""
+
+    def upto(n: int) -> int:  # sum of v // block for v = 1..n
+        m = n // block
+        return block * (m - 1) * m // 2 + m * (n - m * block + 1) if m else 0
+
+    return upto(min(width, real)) + max(width - real, 0) * (real // block)
+
+
 def _blocks(width: int, block: int) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
 

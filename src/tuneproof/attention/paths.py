@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tuneproof.attention.pairs import FLEX_BLOCK, flex_block_pairs, flex_document_pairs, intended_pairs
+from tuneproof.arch.prefixed import bidirectional_pairs
+from tuneproof.attention.pairs import (
+    FLEX_BLOCK,
+    block_selected_pairs,
+    flex_block_pairs,
+    flex_document_pairs,
+    intended_pairs,
+)
 from tuneproof.runs.step import Rows, attention_path_name
 
 if TYPE_CHECKING:
@@ -291,6 +298,11 @@ def intended_for(rows: Rows, spec: AttentionSpec) -> int:
         return 0
     if spec.kind == "indexed":  # min(topk, causal prefix) keys per query: a topk-key window's pairs
         return intended_in(rows, spec.topk)
+    if spec.kind == "bidirectional":  # every real token and the model's prefix, both ways
+        return bidirectional_pairs([sum(row) for row in rows.docs], spec.prefix)
+    if spec.kind == "block_indexed":  # whole blocks the indexer keeps plus the partial one
+        assert spec.topk is not None and spec.chunk is not None
+        return sum(block_selected_pairs(n, spec.topk, spec.chunk) for row in rows.docs for n in row)
     if spec.kind == "chunked":
         assert spec.chunk is not None
         return sum(intended_pairs(n, None) for row in rows.docs for n in chunk_pieces(row, spec.chunk))
@@ -303,16 +315,29 @@ _CHUNK_FLASH = (
 )
 
 
+_OWN_MASK = (
+    "transformers models/cpmant/modeling_cpmant.py CpmAntModel._prepare_attention_mask: a (B, T + P, T + P) "
+    "bool mask, applied with masked_fill"
+)
+
+
 def performed_for(p: AttentionPath, rows: Rows, spec: AttentionSpec) -> Performed:
     """What path `p` computes for one layer of geometry `spec` (the window or chunk it bounds keys by)."""
     if not spec.softmax:
         return Performed(0, Mask(False, (), "no score matrix"), "linear attention: no (query, key) scores")
-    if spec.kind == "indexed" and p.name in ("eager", "sdpa"):
+    if spec.kind == "bidirectional":
+        w = rows.width + spec.prefix
+        why = (
+            f"the model's own matmuls (no attention path applies): the full {w}x{w} square of the row and "
+            f"the {spec.prefix} tokens it prepends"
+        )
+        return Performed(rows.num_rows * w * w, Mask(True, (("the model's own attention", _OWN_MASK),)), why)
+    if spec.kind in ("indexed", "block_indexed") and p.name in ("eager", "sdpa"):
         w = rows.width
         why = f"the indexer's top-k is folded into a dense mask: {p.name} computes the full {w}x{w} square"
         mask = Mask(True, (("indexed attention", MASK_SOURCES["indexed"]),))
         return Performed(rows.num_rows * w * w, mask, why)
-    if spec.kind != "chunked":
+    if spec.kind != "chunked":  # block_indexed on another path: causal, as it would compute
         return p.performed(rows, spec.window)
     chunk = spec.chunk
     assert chunk is not None

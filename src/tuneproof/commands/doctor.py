@@ -108,11 +108,16 @@ class MemorySection:
         console.print(t)
 
 
-def memory_section(model: ResolvedModel) -> MemorySection:
+def memory_section(model: ResolvedModel) -> MemorySection | SkippedSection:
+    from tuneproof.core.errors import TuneproofError
     from tuneproof.memory.norms import norm_inventory
-    from tuneproof.memory.step import step_memory
+    from tuneproof.memory.step import check_sizable, step_memory
     from tuneproof.runs.step import RunSpec
 
+    try:
+        check_sizable(model.shape)
+    except TuneproofError as e:
+        return SkippedSection(f"the memory ledger cannot size this model: {e.message}")
     norms = norm_inventory(model)
     rows = []
     for width in doctor_widths(model.shape):

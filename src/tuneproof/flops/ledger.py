@@ -35,7 +35,18 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tuneproof.arch.shape import Attention, Core, IndexScores, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.shape import (
+    Attention,
+    BlockMix,
+    BlockScores,
+    Core,
+    IndexScores,
+    Join,
+    LayerShape,
+    Linear,
+    ModelShape,
+    Step,
+)
 from tuneproof.arch.targets import peft_matches
 from tuneproof.core.errors import TuneproofError, field_error
 from tuneproof.runs.step import RunSpec
@@ -155,6 +166,8 @@ class _Walker:
     def __init__(self, shape: ModelShape, run: RunSpec, state: WalkState) -> None:
         self.shape, self.run = shape, run
         self.tokens, self.pairs, self.fused = state.tokens, state.pairs, state.fused
+        # the tokens a model prepends to each row run through every layer, not the model-level GEMMs
+        self.prefix = run.batch * shape.prefix_tokens
         self.padded, self.dense_experts = state.padded, state.dense_experts
         self.expert_deltas = state.expert_deltas
         self.index_square = state.index_square
@@ -178,7 +191,8 @@ class _Walker:
 
     def linear(self, layer: int | None, lin: Linear, passes: tuple[str, ...], last: bool = False) -> None:
         """`last`: the layer's final GEMM under an early-stopping recompute (see LayerShape)."""
-        n = self.tokens * (lin.num_experts if self.dense_experts and lin.dense else lin.tokens_per_token)
+        rows = self.tokens + (self.prefix if layer is not None else 0)
+        n = rows * (lin.num_experts if self.dense_experts and lin.dense else lin.tokens_per_token)
         gemm = 2.0 * n * lin.in_features * lin.out_features
         if lin.no_grad:  # forward only: no backward, its output needs no gradient (nor its adapter)
             return self.forward_only(layer, lin, passes, gemm)
@@ -211,7 +225,7 @@ class _Walker:
     def forward_only(self, layer: int | None, lin: Linear, passes: tuple[str, ...], gemm: float) -> None:
         """A GEMM under torch.no_grad (a sparse-attention indexer's projection), with its LoRA
         adapter's two forward GEMMs when adapted."""
-        n = self.tokens * lin.tokens_per_token
+        n = (self.tokens + (self.prefix if layer is not None else 0)) * lin.tokens_per_token
         rank = self.run.rank_of(lin.name)
         lora = 2.0 * n * rank * (lin.in_features + lin.out_features) if self.adapted(lin) else 0
         for p in passes:
@@ -238,13 +252,52 @@ class _Walker:
         for p in passes:
             self.ledger.add(layer.index, "attention.qk", p, qk)
             self.ledger.add(layer.index, "attention.av", p, av)
-        out_rg = q or k or v
+        scores = q or k or any(self.rg[self.node(layer.index, x)] for x in att.bias)
+        out_rg = scores or v
         self.rg[self.node(layer.index, att.dst)] = out_rg
         if self.training and out_rg:
-            self.ledger.add(layer.index, "attention.av", "backward", av * (int(q or k) + int(v)))
+            self.ledger.add(layer.index, "attention.av", "backward", av * (int(scores) + int(v)))
             self.ledger.add(layer.index, "attention.qk", "backward", qk * (int(q) + int(k)))
-            if self.fused and (q or k):
+            # a bidirectional layer's attention is the model's own matmuls whatever the path (CPM-Ant)
+            if self.fused and (q or k) and spec.kind != "bidirectional":
                 self.ledger.add(layer.index, "attention.qk_kernel_recompute", "backward", qk)
+
+    def block_scores(self, index: int, step: BlockScores, passes: tuple[str, ...]) -> None:
+        """A block indexer's scores (`BlockScores`): per query, its index heads against every whole
+        block of keys it sees; on each real document, or on every padded row once padding is switched
+        on (a pad query sees the row's real keys); forward only (and again in a recompute)."""
+        from tuneproof.attention.pairs import visible_blocks
+
+        rows = self.run.rows()
+        if self.padded and rows.is_packed:
+            raise TuneproofError(
+                f"{self.shape.model_type}'s block indexer on packed rows: which keys its pad queries see "
+                "is not modelled",
+                "cost this model on unpacked rows (one document per row)",
+            )
+        counts = (
+            [(rows.width, sum(r)) for r in rows.docs]
+            if self.padded
+            else [(n, n) for r in rows.docs for n in r]
+        )
+        blocks = sum(visible_blocks(width, real, step.block) for width, real in counts)
+        for p in passes:
+            self.ledger.add(index, "attention.indexer", p, 2.0 * blocks * step.heads * step.head_dim)
+        self.rg[self.node(index, step.dst)] = False
+
+    def block_mix(self, layer: int | None, mix: BlockMix, passes: tuple[str, ...]) -> None:
+        """Learned queries over stacked residual states (`BlockMix`): the scores' matmul and the mix's,
+        each 2 x queries x blocks x width per token; backward as attention's, the queries being a
+        parameter that needs a gradient in full fine-tuning only."""
+        rows = self.tokens + (self.prefix if layer is not None else 0)
+        gemm = 2.0 * rows * mix.queries * mix.blocks * mix.width
+        for p in passes:
+            self.ledger.add(layer, "block_residual", p, 2 * gemm)
+        states, queries = self.rg[self.node(layer, mix.src)], self.run.mode == "full"
+        out_rg = states or queries
+        self.rg[self.node(layer, mix.dst)] = out_rg
+        if self.training and out_rg:  # dQ, dK; then dP (the scores need it) and dV
+            self.ledger.add(layer, "block_residual", "backward", gemm * (int(queries) + 2 * int(states) + 1))
 
     def core(self, index: int, rule: Core, passes: tuple[str, ...]) -> None:
         """A mixer core (linear attention, a state-space scan; `tuneproof.arch.mixers.mixer_flops`):
@@ -270,30 +323,50 @@ class _Walker:
 
     def steps(self, layer: LayerShape | None, steps: tuple[Step, ...], passes: tuple[str, ...]) -> None:
         idx = None if layer is None else layer.index
-        linears = [s for s in steps if isinstance(s, Linear)]
-        stop_early = layer is not None and layer.recompute_stops_early and bool(linears)
+        costed = [s for s in steps if isinstance(s, Linear | Core)]
+        last = costed[-1] if layer is not None and layer.recompute_stops_early and costed else None
         for s in steps:
             if isinstance(s, Linear):
-                self.linear(idx, s, passes, last=stop_early and s is linears[-1])
+                self.linear(idx, s, passes, last=s is last)
             elif isinstance(s, Attention):
                 assert layer is not None
                 self.attention(layer, s, passes)
             elif isinstance(s, Core):
-                assert layer is not None
-                self.core(layer.index, s, passes)
+                assert layer is not None  # the last op's inputs are saved before it runs: no re-run
+                self.core(layer.index, s, passes if s is not last else ("forward",))
             elif isinstance(s, IndexScores):
                 assert layer is not None
                 self.index_scores(layer.index, s, passes)
+            elif isinstance(s, BlockScores):
+                assert layer is not None
+                self.block_scores(layer.index, s, passes)
+            elif isinstance(s, BlockMix):
+                self.block_mix(idx, s, passes)
             elif isinstance(s, Join):
                 self.rg[self.node(idx, s.dst)] = any(self.rg[self.node(idx, x)] for x in s.srcs)
+
+    def frozen_run(self, layer: LayerShape) -> None:
+        """A layer run under torch.no_grad (HRM's early low cycles): its forward GEMMs (and adapters'),
+        never recomputed nor backpropagated; none of its outputs needs a gradient."""
+        training, self.training = self.training, False
+        self.steps(layer, layer.steps, ("forward",))
+        self.training = training
+        for s in layer.steps:
+            self.rg[self.node(layer.index, s.dst)] = False
 
     def walk(self) -> Ledger:
         self.steps(None, self.shape.pre_steps, ("forward",))
         prev = "model:embed"
         layer_passes = ("forward", "recompute") if self.recompute and self.training else ("forward",)
-        for layer in self.shape.runs:
-            self.rg[f"L{layer.index}:in"] = self.rg[prev]
-            self.steps(layer, layer.steps, layer_passes)
+        reads = self.shape.run_reads
+        for pos, layer in enumerate(self.shape.runs):
+            srcs = reads[pos] if reads else (prev,)
+            self.rg[f"L{layer.index}:in"] = any(self.rg[n] for n in srcs)
+            if pos in self.shape.no_grad_runs:
+                self.frozen_run(layer)
+            else:
+                self.steps(layer, layer.outside, ("forward",))  # outside the checkpoint: no recompute
+                self.steps(layer, layer.steps, layer_passes)
             prev = f"L{layer.index}:out"
         self.rg["model:final"] = self.rg[prev]
         self.steps(None, self.shape.post_steps, ("forward",))

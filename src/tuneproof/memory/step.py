@@ -3,10 +3,11 @@ and the walk to the peak (`tuneproof.memory.peak`), per rank under DDP or FSDP2.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tuneproof.arch import ResolvedModel
-from tuneproof.arch.shape import LayerShape, Linear, ModelShape
+from tuneproof.arch.shape import Attention, BlockMix, BlockScores, LayerShape, Linear, ModelShape
 from tuneproof.core import validate
 from tuneproof.core.dtypes import BY_SHORT, LOW_PRECISION, MODEL_DTYPES, check_dtype
 from tuneproof.core.errors import TuneproofError
@@ -211,6 +212,68 @@ def _layer_costs(
     return costs
 
 
+def _steps(shape: ModelShape, kind: type) -> bool:
+    return any(isinstance(s, kind) for layer in shape.layers for s in layer.steps)
+
+
+_LATER = "the memory ledger does not follow {} yet"
+# What the activations here, sized once per layer module on the run's T tokens, do not describe, each
+# with the module that reads it: looped or hierarchical decoders (`tuneproof.arch.schedule`: each run
+# keeps its own tensors, or none under torch.no_grad), residual streams and block indexers
+# (`tuneproof.arch.qwen4_exp`), stacked block states and score biases (`tuneproof.arch.inkling`),
+# tokens a model prepends to every row (`tuneproof.arch.prefixed`). First match wins.
+_UNSIZED: tuple[tuple[Callable[[ModelShape], bool], Callable[[ModelShape], str]], ...] = (
+    (
+        lambda m: bool(m.schedule),
+        lambda m: (
+            f"{m.model_type} runs its {m.num_layers} layers {len(m.runs)} times per forward "
+            f"({len(m.no_grad_runs)} of the runs under torch.no_grad): the memory ledger sizes each layer's "
+            "saved tensors once and does not follow a looped schedule yet"
+        ),
+    ),
+    (
+        lambda m: _steps(m, BlockScores),
+        lambda m: (
+            f"{m.model_type} keeps hyper-connection residual streams (several copies of the hidden "
+            "state per token) and builds a QSA selection mask per layer: "
+            + _LATER.format("residual streams or block indexers")
+        ),
+    ),
+    (
+        lambda m: _steps(m, BlockMix),
+        lambda m: (
+            f"{m.model_type} mixes each token's stacked block states with learned queries (block "
+            "attention residuals) and keeps them through the stack: "
+            + _LATER.format("block attention residuals")
+        ),
+    ),
+    (
+        lambda m: any(isinstance(s, Attention) and s.bias for layer in m.layers for s in layer.steps),
+        lambda m: (
+            f"{m.model_type} adds a computed bias (relative-position logits, sinks) to its attention "
+            "scores, a (B, heads, T, T) tensor per layer kept for backward: " + _LATER.format("score biases")
+        ),
+    ),
+    (
+        lambda m: bool(m.prefix_tokens),
+        lambda m: (
+            f"{m.model_type} prepends {m.prefix_tokens} tokens of its own to every row and attends "
+            "over them with its own matmuls: the memory ledger sizes the run's tokens only and does not "
+            "follow in-model prefixes yet"
+        ),
+    ),
+)
+
+
+def check_sizable(shape: ModelShape) -> None:
+    """Refuse a model whose layers the activations here do not describe (`_UNSIZED`), with why."""
+    for applies, why in _UNSIZED:
+        if applies(shape):
+            raise TuneproofError(
+                why(shape), "the FLOP ledger (tuneproof flops) counts it; measure this model's memory"
+            )
+
+
 def step_memory(
     model: ResolvedModel,
     run: RunSpec,
@@ -226,6 +289,7 @@ def step_memory(
     precision = precision or Precision()
     training = training or Training()
     shape = model.shape
+    check_sizable(shape)
     states = state_bytes(
         shape,
         run,
