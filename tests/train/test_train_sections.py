@@ -69,3 +69,22 @@ def test_the_report_probe_times_the_runs_own_lora_targets() -> None:
     assert run_targets(tiny, "all-linear") is None
     assert run_targets(tiny, ["q_proj", "v_proj"]) == ("self_attn.q_proj", "self_attn.v_proj")
     assert run_targets(tiny, ["self_attn.o_proj"]) == ("self_attn.o_proj",)
+
+
+def test_under_a_run_budget_the_report_probe_starts_only_with_room_for_twice_its_own(monkeypatch) -> None:
+    """The load run: train --budget 60 stopped training at 43 s, and the report's probe (given the 17 s
+    left) built, warmed up and timed a round (22 s) before refusing its floor: 75 s in all. Without room
+    for twice its budget it is not started, and the report says why."""
+    from tuneproof.arch import resolve
+    from tuneproof.commands import probe, train
+    from tuneproof.core.deadline import Deadline
+    from tuneproof.runs.recipe import from_dict
+
+    started: list[object] = []
+    monkeypatch.setattr(probe, "run", lambda *a, **k: started.append(a))
+    recipe = from_dict({"run": {"probe_budget_s": 20}}, "test recipe")
+    now = [43.0]
+    deadline = Deadline(60.0, lambda: now[0], started=0.0)
+    got, why = train._probe(resolve("tiny"), recipe, "sdpa", "cpu", [512] * 8, None, deadline)
+    assert got is None and not started
+    assert why.startswith("17 s of the command's 60 s budget were left, under twice the probe's 20 s")

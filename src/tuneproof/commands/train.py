@@ -428,11 +428,16 @@ def _probe(
     budget, over = float(recipe.run.probe_budget_s), "floor"  # a side measurement: its floor runs, said
     if budget <= 0:
         return None, "run.probe_budget_s is 0 (the probe is off)"
-    if deadline is not None:  # the command's budget is a promise: the probe refuses a floor past it
+    if deadline is not None:  # the command's budget is a promise, and the probe's floor is only known
+        # after a build, a warm-up and a round (22 s on a busy 2-core machine): it runs only with room
+        # for twice its own budget, and refuses a floor past that
         left = deadline.budget_s - deadline.elapsed()
-        if left < 1:
-            return None, f"the command's {deadline.budget_s:g} s budget was spent before the probe"
-        budget, over = min(budget, left), "refuse"
+        if left < 2 * budget:
+            return None, (
+                f"{left:.0f} s of the command's {deadline.budget_s:g} s budget were left, under twice "
+                f"the probe's {budget:g} s: the probe was not started (`tuneproof probe` measures it apart)"
+            )
+        over = "refuse"
     widths = probe_widths(lengths)
     if widths is None:
         return None, f"the run's widest sequence ({max(lengths)} tokens) is too short to fit a scaling law"
