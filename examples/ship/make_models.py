@@ -127,5 +127,8 @@ def make(out: Path) -> None:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    make(Path(sys.argv[1]))
+    target = Path(sys.argv[1])
+    if target.exists() and any(target.iterdir()):  # never a half-overwritten demo folder
+        sys.exit(f"error: {target} is not empty (pass a new folder, or remove this one first)")
+    make(target)
     print(f"wrote base/, abliterated/, adapter/ and case-adapter/ in {sys.argv[1]}")

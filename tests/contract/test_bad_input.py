@@ -397,6 +397,7 @@ BAD["quant-audit"] = {
         ("@no-model-type.json", "has no model_type"),
         ("@nan-field", "rms_norm_eps is nan"),
         ("@string-size", "hidden_size is 'abc'"),
+        ("@fp8-config.json", "describes a checkpoint already stored quantised, fp8"),
         ("@only-model-type", "holds none of"),
         ("@unknown-nan.json", "hidden_size is nan"),
     ],
@@ -497,6 +498,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (d / "folder").mkdir()
     (d / "not-json").write_text("{not json, width;seconds\nabc\n")
     (d / "empty").write_text("")
+    sizes = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 256}  # fmt: skip
+    fp8 = {"model_type": "llama", **sizes, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}}
+    (d / "fp8-config.json").write_text(json.dumps(fp8))
     (d / "twin-traces").mkdir()
     for name in ("a.json", "b.json"):  # one trace copied under two names, in a folder of "ranks"
         (d / "twin-traces" / name).write_text(

@@ -65,3 +65,18 @@ def test_the_case_lines_are_in_the_readme() -> None:
     assert "experts: 0 of 11,520 tensors covered" in section
     assert "looks like directional ablation (abliteration)" in section
     assert "the base is not the one the adapter was trained on" in section
+
+
+def test_the_ship_demo_maker_refuses_a_folder_that_is_not_empty(tmp_path: Path) -> None:
+    """The fresh-eyes trial re-ran the README's line: it overwrote base/ and adapter/, then failed with a
+    traceback on case-adapter/. Now nothing is written into a folder that holds anything."""
+    import subprocess
+    import sys
+
+    (tmp_path / "keep.txt").write_text("mine")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "ship" / "make_models.py"), str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]

@@ -87,8 +87,8 @@ def test_doctor_json_is_the_report_it_built(
     built = []
     real_run = doctor.run
 
-    def keep(plan: Any, progress: Any = None) -> Any:
-        built.append(real_run(plan, progress))
+    def keep(plan: Any, progress: Any = None, notice: Any = None) -> Any:
+        built.append(real_run(plan, progress, notice))
         return built[-1]
 
     monkeypatch.setattr(doctor, "run", keep)

@@ -61,12 +61,18 @@ def test_gate_json_is_the_library_report(
     assert _as_json(result) == printed and json.loads((tmp_path / "report.json").read_text()) == printed
     assert printed["verdict"] == result.verdict.outcome == "PASS" and result.verdict.exit_code == 0
     assert "index" in printed["metrics"]["memorisation"] and printed["inputs"]["floor_k"] == 2.5
-    # an arm against itself with given floors: INCONCLUSIVE, exit 3, the same story
+    # another run of the base (other bytes, the same rows) with given floors: INCONCLUSIVE, exit 3
+    again = base.with_name("base-again.jsonl")
+    again.write_text(
+        "".join(
+            json.dumps(json.loads(x), separators=(",", ":")) + "\n" for x in base.read_text().splitlines()
+        )
+    )
     floors = ("diversity=0.01", "attractors=2", "probe:refusal-rate=3")
-    same = GateCommandSpec(base=(base,), tuned=(base,), attractors=request.attractors, probes=request.probes,
+    same = GateCommandSpec(base=(base,), tuned=(again,), attractors=request.attractors, probes=request.probes,
                        floors=floors)  # fmt: skip
     result = run(prepare(same))
-    argv = ["gate", "--base", str(base), "--tuned", str(base), "--attractors", str(request.attractors),
+    argv = ["gate", "--base", str(base), "--tuned", str(again), "--attractors", str(request.attractors),
             "--probes", str(request.probes), *(x for f in floors for x in ("--floor", f)),
             "--json"]  # fmt: skip
     assert _as_json(result) == _printed(capsys, argv, code=3)

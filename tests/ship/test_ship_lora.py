@@ -318,3 +318,15 @@ def test_a_rank_above_the_matrix_width_is_not_healthy(tmp_path: Path, capsys) ->
     assert q["width"] == width and q["rank_above_width"] is True
     fx.adapter(fx.model("llama"), tmp_path / "fits", r=width, experts=False)
     assert main(["lora", "check", str(tmp_path / "fits")]) == 0  # a rank equal to the width is whole
+
+
+def test_a_rank_above_the_width_is_said_even_where_training_cannot_be_judged(tmp_path: Path, capsys) -> None:
+    """The fresh-eyes trial: with init_lora_weights=False the verdict was CANNOT JUDGE (exit 3), the
+    rank above the width unsaid. It is structural, so it is a finding either way."""
+    base = fx.model("llama")
+    width = min(base.config.hidden_size, base.config.num_attention_heads * base.config.head_dim)
+    fx.adapter(fx.model("llama"), tmp_path / "a", r=4 * width, experts=False, init_lora_weights=False)
+    assert main(["lora", "check", str(tmp_path / "a"), "--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)["verdict"]
+    assert verdict.startswith("NOT HEALTHY: whether it trained cannot be judged")
+    assert "have a rank above their matrix's smaller side" in verdict

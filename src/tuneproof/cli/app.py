@@ -63,6 +63,9 @@ app.add_command(preflight)
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
+    from tuneproof.core.deadline import mark_command_start
+
+    mark_command_start()  # the budgets of train and adjudicate count from here, imports included
     try:
         code = app.main(args=argv, prog_name="tuneproof", standalone_mode=False)
         if isinstance(code, int) and not isinstance(code, bool):

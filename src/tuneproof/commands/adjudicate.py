@@ -367,7 +367,7 @@ def run(
     if clock is not None:
         deadline = Deadline(spec.budget_s, clock, unit="batch")
     elif spec.budget_from_start:
-        deadline = Deadline.from_process_start(spec.budget_s, unit="batch")
+        deadline = Deadline.from_command_start(spec.budget_s, unit="batch")
     else:
         deadline = Deadline(spec.budget_s, unit="batch")
     if progress:  # the floor: the models and one batch of every backend, which always run

@@ -124,6 +124,15 @@ def prepare(spec: AuditSpec) -> RecipePlan | CheckpointPlan:
             "pass {recipe} FILE {config} CONFIG, or {checkpoint} DIR",
             fields=("recipe", "config", "checkpoint"),
         )
+    from tuneproof.arch.quantization import stored_quantisation
+
+    if (stored := stored_quantisation(model_config)) is not None:  # a recipe is for an unquantised base
+        raise TuneproofError(
+            f"{{config}} {spec.config} describes a checkpoint already stored quantised, {stored.describe()}: "
+            "a recipe quantises an unquantised base, and this one's large weights are not bf16 to cover",
+            "pass the unquantised base's config.json, or audit this checkpoint with {checkpoint} DIR",
+            fields=("config", "checkpoint"),
+        )
     return RecipePlan(recipe, model_config, str(spec.config), quant.engine(spec.engine, recipe))
 
 

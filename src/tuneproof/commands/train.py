@@ -90,7 +90,7 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     deadline = None
     if spec.budget_s is not None:
         deadline = (
-            Deadline.from_process_start(spec.budget_s) if spec.budget_from_start else Deadline(spec.budget_s)
+            Deadline.from_command_start(spec.budget_s) if spec.budget_from_start else Deadline(spec.budget_s)
         )
     out = Path(spec.output_dir or spec.recipe.run.output_dir)
     recipe = dataclasses.replace(spec.recipe, run=dataclasses.replace(spec.recipe.run, output_dir=str(out)))
@@ -425,7 +425,8 @@ def _probe(
 ) -> tuple[dict[str, Any] | None, str]:
     from tuneproof.commands import probe
 
-    budget, over = float(recipe.run.probe_budget_s), "floor"  # a side measurement: its floor runs, said
+    # a side measurement: a floor past its budget is refused (the report says why), never run
+    budget, over = float(recipe.run.probe_budget_s), "refuse"
     if budget <= 0:
         return None, "run.probe_budget_s is 0 (the probe is off)"
     if deadline is not None:  # the command's budget is a promise, and the probe's floor is only known
@@ -437,7 +438,6 @@ def _probe(
                 f"{left:.0f} s of the command's {deadline.budget_s:g} s budget were left, under twice "
                 f"the probe's {budget:g} s: the probe was not started (`tuneproof probe` measures it apart)"
             )
-        over = "refuse"
     widths = probe_widths(lengths)
     if widths is None:
         return None, f"the run's widest sequence ({max(lengths)} tokens) is too short to fit a scaling law"

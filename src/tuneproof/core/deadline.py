@@ -28,11 +28,11 @@ class Deadline:
             self.started = self.clock()
 
     @classmethod
-    def from_process_start(cls, budget_s: float, unit: str = "step") -> Deadline:
-        """A budget counted from this process's start, as a user's stopwatch counts a command: the
-        interpreter and the imports before any work are inside it (on a busy machine, tens of
-        seconds). Off Linux, from now."""
-        return cls(budget_s, started=time.monotonic() - process_age_s(), unit=unit)
+    def from_command_start(cls, budget_s: float, unit: str = "step") -> Deadline:
+        """A budget counted from the command line's start (`mark_command_start`, called first thing by
+        `tuneproof.cli.app.main`), as a user's stopwatch counts a command: torch's and transformers'
+        imports are inside it (tens of seconds on a busy machine). Without a mark, from now."""
+        return cls(budget_s, started=_COMMAND_STARTED[0] if _COMMAND_STARTED else time.monotonic(), unit=unit)
 
     def elapsed(self) -> float:
         return self.clock() - self.started
@@ -56,15 +56,9 @@ class Deadline:
         )
 
 
-def process_age_s() -> float:
-    """Seconds since this process started (/proc on Linux; 0 where it cannot be read)."""
-    import os
+_COMMAND_STARTED: list[float] = []  # the command line's start, once marked
 
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return max(uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"), 0.0)
-    except (OSError, ValueError, IndexError):
-        return 0.0
+
+def mark_command_start() -> None:
+    """The command line starts now (its budgets count from here)."""
+    _COMMAND_STARTED[:] = [time.monotonic()]

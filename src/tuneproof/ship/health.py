@@ -127,15 +127,18 @@ class Health:
     def verdict(self) -> Verdict:
         """HEALTHY (exit 0), NOT HEALTHY (1: a module or an expert never trained, NaN, or a rank above
         the matrix's smaller side, where B @ A cannot use it), CANNOT JUDGE (3: the init starts lora_B
-        non-zero and no step-0 adapter was given)."""
-        if not self.judged:
+        non-zero and no step-0 adapter was given). A rank above the width is structural: it is said
+        even where the training cannot be judged."""
+        if not self.judged and not self.rank_above_width:
             return Verdict(
                 "CANNOT JUDGE",
                 "the init starts lora_B non-zero: judge it against the adapter saved at step 0 "
                 "(the initial adapter)",
                 CANNOT_JUDGE,
             )
-        what = []
+        what = (
+            [] if self.judged else ["whether it trained cannot be judged (the init starts lora_B non-zero)"]
+        )
         if self.not_finite:
             what.append(f"{len(self.not_finite)} adapted modules hold NaN or inf")
         if self.untrained:
