@@ -304,12 +304,15 @@ def _save(
     health = callback.health.summary() if callback.health is not None else None
     health_file = None
     if callback.health is not None:
-        if callback.health.healthy is False:
+        h = callback.health
+        if h.untrained or h.idle_expert_count:
             warnings.warn(
                 f"tuneproof: the adapter did not train everywhere: {health} (too few steps, or a learning "
                 "rate still at 0 in warmup?)",
                 stacklevel=3,
             )
+        elif h.healthy is False:  # NaN, or a rank above a matrix's width: what the verdict says
+            warnings.warn(f"tuneproof: the adapter is not healthy: {h.verdict.reason}", stacklevel=3)
         health_file = atomic_write_text(
             plan.out / "adapter_health.json", json.dumps({"summary": health}, indent=2) + "\n"
         )
