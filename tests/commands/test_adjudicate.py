@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
@@ -115,19 +116,9 @@ def test_the_budget_stops_the_run_between_batches_and_says_what_it_left_out() ->
     """Issue 35: `adjudicate --widths 256,1024` ran past 600 s under load with no budget. A fake clock
     that every model call advances by 10 s: the first batch (truth and three backends) takes 40 s, so a
     100 s budget has room for two of width 64's three, and the rest is said, not silently dropped."""
-    now = [0.0]
     spec = AdjudicateSpec(widths=(64, 128), backends=("sdpa", "flex_attention", "eager"), samples=3,
                           budget_s=100.0)  # fmt: skip
-    real = adjudicate._run
-
-    def slow(model, ids, backward):  # type: ignore[no-untyped-def]
-        now[0] += 10.0
-        return real(model, ids, backward)
-
-    said = RecordedProgress()
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(adjudicate, "_run", slow)
-        result = run(prepare(replace(spec, model=resolve("tiny"))), said, clock=lambda: now[0])
+    result, said = _ten_seconds_a_model(spec)
     assert {(r.width, r.sample) for r in result.results} == {(64, 0), (64, 1)}
     assert result.cut is not None and "width 64's batches 3 to 3, width 128 not run" in result.cut
     assert result.cut in result.notes and result.to_dict()["cut_by_budget"] == result.cut
@@ -136,8 +127,20 @@ def test_the_budget_stops_the_run_between_batches_and_says_what_it_left_out() ->
 
 
 def test_past_the_budget_the_first_batch_still_runs_and_progress_says_so() -> None:
-    now = [0.0]
     spec = AdjudicateSpec(widths=(64,), backends=("sdpa",), samples=2, budget_s=5.0, grads="off")
+    result, said = _ten_seconds_a_model(spec)
+    assert len(result.results) == 1 and "width 64's batches 2 to 2 not run" in str(result.cut)
+    assert result.judge(64).outcome == "inconclusive"
+    # said as it goes: the backend's line within the first batch, once past the budget
+    assert (
+        said.lines[-1]
+        == "width 64: batch 1 of 2: sdpa (5 s past the 5 s budget; finishing the batch under way)"
+    )
+
+
+def _ten_seconds_a_model(spec: AdjudicateSpec) -> tuple[Any, RecordedProgress]:
+    """`spec` run on the tiny model with a fake clock that every model call advances by 10 s."""
+    now = [0.0]
     real = adjudicate._run
 
     def slow(model, ids, backward):  # type: ignore[no-untyped-def]
@@ -147,11 +150,4 @@ def test_past_the_budget_the_first_batch_still_runs_and_progress_says_so() -> No
     said = RecordedProgress()
     with pytest.MonkeyPatch.context() as m:
         m.setattr(adjudicate, "_run", slow)
-        result = run(prepare(replace(spec, model=resolve("tiny"))), said, clock=lambda: now[0])
-    assert len(result.results) == 1 and "width 64's batches 2 to 2 not run" in str(result.cut)
-    assert result.judge(64).outcome == "inconclusive"
-    # said as it goes: the backend's line within the first batch, once past the budget
-    assert (
-        said.lines[-1]
-        == "width 64: batch 1 of 2: sdpa (5 s past the 5 s budget; finishing the batch under way)"
-    )
+        return run(prepare(replace(spec, model=resolve("tiny"))), said, clock=lambda: now[0]), said

@@ -182,24 +182,7 @@ def test_a_machine_that_gets_busier_after_the_estimate_cannot_stretch_the_budget
     every step costs twice as much from round 2 on: the profile rounds that no longer fit are cut (the
     first always runs), the cut is said, and every progress line past the budget says so. Unbounded,
     the three profile rounds would end at 126 s."""
-    real_steps = probe_mod.model_steps
-
-    def slower(model, spec):  # type: ignore[no-untyped-def]
-        steps = real_steps(model, spec)
-
-        def busier(go):  # type: ignore[no-untyped-def]
-            def run_it() -> int:
-                before = clock.now
-                w = go()
-                if sum(clock.calls.values()) > 7:  # warm-up, round 1 and the calibration ran unloaded
-                    clock.now += clock.now - before
-                return w
-
-            return run_it
-
-        return {w: busier(go) for w, go in steps.items()}
-
-    monkeypatch.setattr(probe_mod, "model_steps", slower)
+    _slow_after_round_1(clock, monkeypatch, factor=2.0)
     said: list[str] = []
     start = clock.now
     r = run(prepare(_spec(budget_s=70.0, profiles=3)), said.append, said.append, clock=clock)
@@ -246,24 +229,7 @@ def test_a_floor_that_the_machine_stretches_is_restated_as_it_goes(
     """Issue 35's load run: the doctor's floor was estimated at 47 s, and the neighbour's load then
     doubled; the floor ran 130 s without a word. Here every step costs 4x from round 2 on: the floor's
     new end is said (once) as soon as it moves past its estimate by a fifth, and the run keeps it."""
-    real_steps = probe_mod.model_steps
-
-    def slower(model, spec):  # type: ignore[no-untyped-def]
-        steps = real_steps(model, spec)
-
-        def busier(go):  # type: ignore[no-untyped-def]
-            def run_it() -> int:
-                before = clock.now
-                w = go()
-                if sum(clock.calls.values()) > 7:
-                    clock.now += 3 * (clock.now - before)
-                return w
-
-            return run_it
-
-        return {w: busier(go) for w, go in steps.items()}
-
-    monkeypatch.setattr(probe_mod, "model_steps", slower)
+    _slow_after_round_1(clock, monkeypatch, factor=4.0)
     said: list[str] = []
     start = clock.now
     r = run(
@@ -274,3 +240,24 @@ def test_a_floor_that_the_machine_stretches_is_restated_as_it_goes(
     new_end = float(restated[0].split("ends at about ")[1].split(" s")[0])
     assert clock.now - start <= 1.2 * new_end
     assert restated[0] in r.timing.notes
+
+
+def _slow_after_round_1(clock: FakeClock, monkeypatch: pytest.MonkeyPatch, factor: float) -> None:
+    """Every step costs `factor` times as much once the warm-up, round 1 and the calibration ran (the
+    7 calls the estimate is made from): a neighbour's load arriving after the estimate."""
+    real_steps = probe_mod.model_steps
+
+    def slower(model, spec):  # type: ignore[no-untyped-def]
+        def busier(go):  # type: ignore[no-untyped-def]
+            def run_it() -> int:
+                before = clock.now
+                w = go()
+                if sum(clock.calls.values()) > 7:
+                    clock.now += (factor - 1) * (clock.now - before)
+                return w
+
+            return run_it
+
+        return {w: busier(go) for w, go in real_steps(model, spec).items()}
+
+    monkeypatch.setattr(probe_mod, "model_steps", slower)
