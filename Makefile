@@ -40,7 +40,7 @@ $(AX_VENV)/.installed: dev/axolotl-requirements.txt pyproject.toml Makefile
 	touch $@
 
 test-axolotl: $(AX_VENV)/.installed
-	AXOLOTL_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(AX_PY) -m pytest tests/integrations/test_axolotl_plugin.py
+	AXOLOTL_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(AX_PY) -m pytest tests/integrations/test_axolotl_plugin.py tests/labels/test_axolotl_labels.py
 
 bench: install
 	$(PY) bench/flops_vs_counter.py

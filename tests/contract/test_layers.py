@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parent.parent.parent / "src" / "tuneproof"
 LAYERS: tuple[tuple[str, ...], ...] = (  # bottom first
     ("core",),
     ("arch", "trace", "hardware", "runs"),
-    ("flops", "data", "attention"),
+    ("flops", "data", "attention", "labels"),
     ("measure", "gate", "ship", "train", "preflight", "memory"),
     ("commands",),
     ("integrations",),

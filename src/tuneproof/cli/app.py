@@ -27,6 +27,7 @@ from tuneproof.cli.plan_cmd import plan
 from tuneproof.cli.preflight_cmd import preflight
 from tuneproof.cli.probe_cmd import probe
 from tuneproof.cli.ship_cmd import fingerprint, lora, merge, quant_audit
+from tuneproof.cli.tokens_cmd import tokens
 from tuneproof.cli.train_cmd import train
 from tuneproof.core.errors import TuneproofError
 
@@ -59,6 +60,7 @@ app.add_command(quant_audit)
 app.add_command(train)
 app.add_command(plan)
 app.add_command(preflight)
+app.add_command(tokens)
 
 
 def main(argv: list[str] | None = None) -> int:

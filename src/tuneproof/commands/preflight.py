@@ -15,7 +15,7 @@ from typing import Any
 from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
-from tuneproof.core.verdict import FINDING, OK, Verdict
+from tuneproof.core.verdict import NoWarnings, Verdict, counted
 from tuneproof.data.ranks import StepCost
 from tuneproof.preflight.sections import Section
 from tuneproof.runs.axolotl import from_axolotl, read_yaml
@@ -51,7 +51,7 @@ class PreflightPlan:
 
 
 @dataclass(slots=True)
-class PreflightResult:
+class PreflightResult(NoWarnings):
     run: Run
     sections: list[Section]
     notes: list[str] = field(default_factory=list)
@@ -61,15 +61,8 @@ class PreflightResult:
         return [*self.run.findings, *(f for s in self.sections for f in s.findings)]
 
     @property
-    def warnings(self) -> list[str]:
-        return []
-
-    @property
     def verdict(self) -> Verdict:
-        n = len(self.findings)
-        if n:
-            return Verdict("FINDINGS", f"{n} finding{'s' * (n != 1)} before launch", FINDING)
-        return Verdict("CLEAN", "nothing found that will be slow or wrong", OK)
+        return counted(len(self.findings), "before launch", "nothing found that will be slow or wrong")
 
     def to_dict(self) -> dict[str, Any]:
         r = self.run
@@ -198,6 +191,9 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     if lens is not None:
         sec, padding, distinct, widths = batches.batching(r, lens)
         out.append(sec)
+    if r.datasets and tokenizer is not None:
+        say("tokens that train")
+        out.append(trained_tokens(r, tokenizer, plan.folder))
     cov = coverage(r, inventory(plan.config)) if r.adapter and plan.config else None
     say("FLOP ledger")
     real = None if r.packing or not widths else int(sorted(widths)[len(widths) // 2])
@@ -222,6 +218,36 @@ def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResul
     elif plan.fit is not None:
         out.append(batches.step_time(r, plan.fit))
     return PreflightResult(r, out, notes)
+
+
+def trained_tokens(r: Run, tokenizer: Any, folder: Path | None) -> Section:
+    """The tokens that train in each local dataset, as the run's trainer builds its labels
+    (`tuneproof.labels`): one line per dataset, and its findings."""
+    from tuneproof.labels.from_run import rules_for
+    from tuneproof.labels.report import ModelFacts, check
+    from tuneproof.labels.rows import read_rows
+    from tuneproof.preflight.batches import MAX_ROWS
+
+    s = Section("trained tokens")
+    model = ModelFacts.from_folder(folder)
+    for ds in r.datasets:
+        if ds.local is None:
+            continue
+        rules, why = rules_for(r, ds)
+        if rules is None:
+            s.lines.append(f"{ds.path}: not modelled: {why}")
+            continue
+        try:
+            rows = read_rows(ds.local, MAX_ROWS)
+        except TuneproofError as e:
+            s.lines.append(f"{ds.path}: not read: {e.message}")
+            continue
+        report = check(rows, tokenizer, rules, model, ds.path)
+        s.lines.append(f"{ds.path}: {report.lines[0]}")
+        s.lines.extend(f"  {line}" for line in report.lines[1:])
+        s.findings.extend(f"tokens that train: {ds.path}: {f.text}" for f in report.findings)
+        s.data[ds.path] = report.to_dict()
+    return s
 
 
 def _lora(r: Run, cov: Any) -> Section:

@@ -3,10 +3,13 @@ user's umask, and JSON is strict (no NaN or Infinity literals: an unknown number
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
 import tempfile
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,33 @@ def input_file(path: str | Path, what: str, hint: str) -> Path:
     if not os.access(p, os.R_OK):
         raise TuneproofError(f"{what} {p} cannot be read (permission denied)", hint)
     return p
+
+
+def jsonl_objects(p: Path, what: str, hint: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line of a JSONL file (`.gz` read as gzip). `what` names
+    the file in a not-found error ("base arm file")."""
+    input_file(p, what, hint)
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rb") as f:
+            for line_no, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8").strip()
+                except UnicodeDecodeError as e:
+                    raise TuneproofError(
+                        f"{p}, line {line_no}: invalid UTF-8 at byte {e.start}", "save the file as UTF-8"
+                    ) from None
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise TuneproofError(f"{p}, line {line_no}: not JSON ({e.msg})", hint) from None
+                if not isinstance(row, dict):
+                    raise TuneproofError(f"{p}, line {line_no}: not a JSON object", hint)
+                yield line_no, row
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise TuneproofError(f"cannot read {p}: {e}", "pass a readable JSONL file (or .jsonl.gz)") from None
 
 
 def cache_dir() -> Path:

@@ -70,3 +70,10 @@ class Unjudged(NoWarnings):
     @property
     def verdict(self) -> None:
         return None
+
+
+def counted(n: int, about: str, clean: str) -> Verdict:
+    """FINDINGS (exit 1) with `n` findings `about` what ("before launch"), or CLEAN with `clean`."""
+    if n:
+        return Verdict("FINDINGS", f"{n} finding{'s' * (n != 1)} {about}", FINDING)
+    return Verdict("CLEAN", clean, OK)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.runs.run import DatasetRef, Run, TokenEdits
+from tuneproof.runs.run import DatasetRef, LabelOptions, Run, TokenEdits
 
 AXOLOTL_VERSION = "0.19.0"
 HINT = "docs/preflight.md lists what preflight reads"
@@ -49,7 +49,7 @@ BOOL_FIELDS = {  # the options read here that take true/false, and the strings A
     "activation_offloading": ("legacy", "disk", "hidden_states"), "load_in_4bit": (), "load_in_8bit": (),
     "lora_target_linear": (), "gemma4_hybrid_attn_impl": (), "torch_compile": ("auto",), "bf16": ("auto",),
     "fp16": (), "flash_attention": (), "sdp_attention": (), "flex_attention": (), "eager_attention": (),
-    "xformers_attention": (), "sage_attention": (),
+    "xformers_attention": (), "sage_attention": (), "train_on_inputs": (),
 }  # fmt: skip
 ADAPTERS = ("lora", "qlora")
 MAX_UNKNOWN_SHOWN = 20
@@ -199,6 +199,7 @@ def from_axolotl(
     _adapter(data, kw, findings, at)
     kw["datasets"] = tuple(_datasets(data.get("datasets"), at("datasets")))
     kw["tokens"] = _tokens(data, at)
+    kw["labels"] = _label_options(data, at)
     return Run(
         source=source,
         kind="axolotl",
@@ -418,9 +419,61 @@ def _datasets(value: Any, where: str) -> list[DatasetRef]:
         kind = item.get("type")
         field_name = item.get("field_messages") or item.get("field")
         local = p if p.exists() else None
+        roles = item.get("roles_to_train")
+        if roles is not None and not (isinstance(roles, list) and all(isinstance(r, str) for r in roles)):
+            raise TuneproofError(f"{where}: roles_to_train must be a list of role names", HINT)
+        eos = {k: item.get(k) for k in ("train_on_eos", "train_on_eot")}
+        for key, value in eos.items():
+            if value is not None and value not in EOS_OPTIONS:
+                raise TuneproofError(
+                    f"{where}: {key} is {value!r}",
+                    f"write one of {', '.join(EOS_OPTIONS)} (Axolotl's values)",
+                )
         out.append(
             DatasetRef(
-                item["path"], str(kind) if kind else "text", local, field_name, looks_local(item["path"])
+                item["path"],
+                str(kind) if kind else "text",
+                local,
+                field_name,
+                looks_local(item["path"]),
+                tuple(roles) if roles is not None else None,
+                eos["train_on_eos"],
+                eos["train_on_eot"],
             )
         )
     return out
+
+
+def _message_keys(item: dict[str, Any], where: str) -> tuple[str, str]:
+    """The keys of a message's role and content: message_property_mappings (or the deprecated
+    message_field_role / message_field_content), default role and content."""
+    mapping = item.get("message_property_mappings") or {}
+    if not isinstance(mapping, dict):
+        raise TuneproofError(f"{where}: message_property_mappings must be a mapping", HINT)
+    role = mapping.get("role") or item.get("message_field_role") or "role"
+    content = mapping.get("content") or item.get("message_field_content") or "content"
+    return str(role), str(content)
+
+
+EOS_OPTIONS = ("turn", "all", "last", "none")  # Axolotl's train_on_eos and train_on_eot
+EXCESS = ("drop", "truncate", "raise")  # Axolotl's excess_length_strategy
+
+
+def _label_options(data: dict[str, Any], at: Any) -> LabelOptions:
+    """train_on_inputs, eot_tokens, excess_length_strategy and chat_template as Axolotl 0.19 reads them."""
+    eot = data.get("eot_tokens")
+    if eot is not None and not (isinstance(eot, list) and all(isinstance(t, str) for t in eot)):
+        raise TuneproofError(f"{at('eot_tokens')}: eot_tokens must be a list of strings", HINT)
+    excess = data.get("excess_length_strategy") or "drop"
+    if str(excess).lower() not in EXCESS:
+        raise TuneproofError(
+            f"{at('excess_length_strategy')}: excess_length_strategy is {excess!r}",
+            "write drop, truncate or raise",
+        )
+    template = data.get("chat_template")
+    return LabelOptions(
+        train_on_inputs=data.get("train_on_inputs") is True,
+        eot_tokens=tuple(eot) if eot is not None else None,
+        excess_length=str(excess).lower(),
+        chat_template=None if template in (None, "tokenizer_default") else str(template),
+    )

@@ -28,7 +28,9 @@ from typing import Any
 from tuneproof.runs.step import Rows
 
 # the keys a forward pre-hook keeps from the model's kwargs to read the batch at the step's end
-BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "labels", "cu_seq_lens_q", "seq_idx")
+BATCH_KEYS = (
+    "input_ids", "attention_mask", "position_ids", "labels", "shift_labels", "cu_seq_lens_q", "seq_idx",
+)  # fmt: skip
 
 SOURCES = {
     "cu_seq_lens": "cu_seq_lens_q (flash varlen boundaries)",

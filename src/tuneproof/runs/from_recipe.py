@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuneproof.runs.run import DatasetRef, Run
+from tuneproof.runs.run import DatasetRef, LabelOptions, Run
 
 
 def from_recipe(path: Path) -> Run:
@@ -41,6 +41,7 @@ def from_recipe(path: Path) -> Run:
         else (str(r.lora.targets),),
         target_parameters=tuple(r.lora.target_parameters),
         datasets=datasets,
+        labels=LabelOptions(trainer="trl", assistant_only_loss=r.data.assistant_only_loss),
         notes=(
             "read as a tuneproof train recipe: attention auto is flex_attention on CUDA, sdpa on the CPU",
         ),

@@ -34,6 +34,24 @@ class DatasetRef:
     local: Path | None  # the file or folder, when it exists here; None: a hub dataset (not read)
     field: str | None = None  # the text or messages field, when the config names one
     meant_local: bool = False  # written as a file path (absolute, ./, a file suffix) but not found here
+    roles_to_train: tuple[str, ...] | None = None  # Axolotl's per-dataset roles_to_train (None: its default)
+    train_on_eos: str | None = None  # Axolotl's per-dataset train_on_eos (None: "turn")
+    train_on_eot: str | None = None  # Axolotl's per-dataset train_on_eot (None: as train_on_eos)
+    message_keys: tuple[str, str] = ("role", "content")  # message_property_mappings' role and content
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class LabelOptions:
+    """What decides which tokens train, as the run's config sets it: Axolotl's train_on_inputs,
+    eot_tokens, excess_length_strategy and chat_template; a recipe's data.assistant_only_loss (its chat
+    rows go through TRL's SFTTrainer)."""
+
+    trainer: str = "axolotl"  # "axolotl" | "trl"
+    train_on_inputs: bool = False
+    eot_tokens: tuple[str, ...] | None = None
+    excess_length: str = "drop"
+    chat_template: str | None = None  # Axolotl's chat_template (None: tokenizer_default)
+    assistant_only_loss: bool = False
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -96,6 +114,7 @@ class Run:
     bf16_auto: bool = False  # Axolotl's bf16 "auto": bf16 where the card has it, else fp16
     datasets: tuple[DatasetRef, ...] = ()
     tokens: TokenEdits = TokenEdits()
+    labels: LabelOptions = LabelOptions()
     findings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     seq_len_key: str = "sequence_len"  # how the source names the width (data.max_length in a recipe)

@@ -12,8 +12,13 @@ micro-batches, the optimizer step), with the device synchronised at those two po
 
 Per logging step the Trainer's logs gain `tuneproof/tflops_intended`, `tuneproof/tflops_performed`,
 `tuneproof/mfu_intended`, `tuneproof/mfu_performed`, `tuneproof/padding` (share of token slots that
-are padding) and `tuneproof/recompiles` (frames dynamo compiled after the first optimizer step: new
-shapes or guards failing), so every `report_to` backend gets them. The peak is the GPU table's
+are padding), `tuneproof/recompiles` (frames dynamo compiled after the first optimizer step: new
+shapes or guards failing), `tuneproof/trained_tokens` (the tokens the loss averages over, per optimizer
+step, from the batches' own labels) and `tuneproof/trained_share` (their share of the real tokens), so
+every `report_to` backend gets them. The first micro-batch with no token to train is warned about, as
+is a first step whose every EOS is masked while the text before it trains (pad == eos under a collator
+that masks the pad id); and once, the logged loss is checked against the mean over the trained tokens
+of each whole accumulated step (`tuneproof.train.trained_tokens`). The peak is the GPU table's
 (datasheet) or `peak_tflops` (given); on a device the table does not know, the MFUs are left out and
 the reason is warned once. At train end, on the main process: the adapter's health on stderr and,
 with `record_base`, the base's fingerprint into the Trainer's output_dir.
@@ -41,6 +46,7 @@ from tuneproof.train.advice import first_step_warnings, recompile_warning
 from tuneproof.train.artefacts import adapter_health, base_folder, write_base_fingerprint
 from tuneproof.train.read_run import CallbackState, read_run
 from tuneproof.train.say import say
+from tuneproof.train.trained_tokens import AccumulationCheck, eos_masked, trained
 
 PREFIX = "tuneproof/"
 ISOLATION_TOKENS = 512  # the first step's isolation check runs at most this many tokens of a packed row
@@ -56,13 +62,16 @@ class TuneproofCallback(TrainerCallback):
         widths: Any = None,
         record_base: bool = True,
         check_isolation: bool = False,
+        check_accumulation: bool = True,
     ) -> None:
         """`widths`: the padded widths the batches will have (`BucketBatchSampler.widths()`), priced
         once at train begin so that no step pays for a width seen the first time. `record_base`: write
         the base's fingerprint to the Trainer's output_dir at train end (for a Trainer of your own,
         where nothing else records it); `tuneproof train` writes it into its adapter folder itself.
         `check_isolation`: after the first step, run its first packed row packed and its documents one
-        by one through the model and say whether the documents stayed apart (a few forwards, once)."""
+        by one through the model and say whether the documents stayed apart (a few forwards, once).
+        `check_accumulation`: recompute the loss of the steps up to the first logged one from the model's
+        logits, and say whether the logged loss is the mean over each step's trained tokens."""
         number = isinstance(peak_tflops, int | float) and not isinstance(peak_tflops, bool)
         if peak_tflops is not None and not (number and math.isfinite(peak_tflops) and peak_tflops > 0):
             raise TuneproofError(
@@ -85,6 +94,10 @@ class TuneproofCallback(TrainerCallback):
         self.fingerprint_path: Path | None = None  # where the base's fingerprint was written, if it was
         self._predicted: tuple[int, str] | None = None  # the memory ledger's peak for the run
         self._warned_memory = False
+        self.trained_history: list[int | None] = []  # per optimizer step: the tokens that trained
+        self._unlogged_trained: list[tuple[int | None, int]] = []  # (trained, real tokens) per step
+        self._warned_untrained = False
+        self.accumulation: AccumulationCheck | None = AccumulationCheck() if check_accumulation else None
 
     # --- set-up ----------------------------------------------------------------------------------------
 
@@ -93,11 +106,18 @@ class TuneproofCallback(TrainerCallback):
             return
         self._main = bool(getattr(state, "is_world_process_zero", True))
         self._run = read_run(model, args, self.gpu, self.peak_tflops)
+        tok: Any = kwargs.get("processing_class")
+        tok = getattr(tok, "tokenizer", tok)  # a processor's tokenizer
+        eos, pad = getattr(tok, "eos_token_id", None), getattr(tok, "pad_token_id", None)
+        if isinstance(eos, int):
+            self._run.eos_id = eos
+            self._run.pad_id = pad if isinstance(pad, int) else self._run.pad_id
         self._run.ledger.prewarm(self.widths)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         # hooked on the model the Trainer calls, not on PEFT's base: peft 0.20 (Axolotl 0.19's pin) runs
         # the base's `forward` directly, so a hook there never fired (0 TFLOP/s, NaN padding logged)
         self._run.hooks.append(model.register_forward_pre_hook(self._record, with_kwargs=True))
+        self._start_accumulation_check(model, args)
         import torch
 
         device = next(base.parameters()).device
@@ -126,6 +146,29 @@ class TuneproofCallback(TrainerCallback):
         if self.record_base and args.output_dir is not None:
             folder, source = base_folder(model)
             self.fingerprint_path = write_base_fingerprint(folder, source, Path(args.output_dir))
+
+    def _start_accumulation_check(self, model: Any, args: Any) -> None:
+        acc = self.accumulation
+        if acc is None:
+            return
+        if getattr(args, "world_size", 1) > 1:
+            acc.finish(
+                "unchecked", "several processes: each sees its own micro-batches, accumulation not checked"
+            )
+        elif getattr(args, "label_smoothing_factor", 0):
+            acc.finish("unchecked", "label smoothing changes the loss by design: not checked")
+        else:
+            assert self._run is not None
+            self._run.hooks.append(model.register_forward_hook(self._loss_seen, with_kwargs=True))
+
+    def _loss_seen(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        """Forward hook, until the accumulation check is done: the micro-batch's summed loss from the
+        model's own logits, and whether the Trainer passed num_items_in_batch."""
+        acc = self.accumulation
+        if acc is None or acc.done or not module.training:
+            return
+        batch = {k: kwargs.get(k) for k in ("labels", "shift_labels") if kwargs.get(k) is not None}
+        acc.micro(output, batch, kwargs.get("num_items_in_batch") is not None)
 
     def _record(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Forward pre-hook: the micro-batch's tensors as the model receives them (BATCH_KEYS), kept by
@@ -172,6 +215,7 @@ class TuneproofCallback(TrainerCallback):
             if (r := read_batch(b, run.attn, run.pad_id, cache, run.hidden_packing)) is not None
         ]
         reads = [r for _, _, r in batches]
+        self._labels_seen(state.global_step, [b for b, _ in pending], sum(r.tokens for r in reads))
         for read in reads:
             run.widths_seen.setdefault(read.width, [0, read])[0] += 1
         step = price_step(run.ledger, state.global_step, reads, seconds)
@@ -190,6 +234,35 @@ class TuneproofCallback(TrainerCallback):
                 )
                 self._check_isolation(kwargs.get("model"), batches, autocast)
         self.history.append(step)
+
+    def _labels_seen(self, step: int, batches: list[dict[str, Any]], tokens: int) -> None:
+        """The step's trained tokens, the first micro-batch with none warned about, the first step's EOS
+        check, and the accumulation check's step boundary."""
+        counts = [trained(b) for b in batches]
+        known = [c for c in counts if c is not None]
+        total = sum(known) if known and len(known) == len(counts) else None
+        self.trained_history.append(total)
+        self._unlogged_trained.append((total, tokens))
+        if 0 in known and not self._warned_untrained:
+            self._warned_untrained = True
+            whole = "nor does any of the step" if total == 0 else "other micro-batches of the step do"
+            self._say(
+                f"tuneproof: step {step}: a micro-batch has no token to train (every label is -100; "
+                f"{whole}): its loss is 0 or NaN; `tuneproof tokens` names such examples"
+            )
+        if len(self.trained_history) == 1 and self._run is not None:
+            self._eos_check(step, batches, self._run.eos_id, self._run.pad_id)
+        if self.accumulation is not None and not self.accumulation.done:
+            self.accumulation.step_end()
+
+    def _eos_check(self, step: int, batches: list[dict[str, Any]], eos: int | None, pad: int | None) -> None:
+        masked = [eos_masked(b, eos) for b in batches]
+        if sum(m for m, _ in masked) and not sum(t for _, t in masked):
+            why = " (the pad id is the EOS's, and the collator masks the pad id)" if eos == pad else ""
+            self._say(
+                f"tuneproof: step {step}: every EOS (id {eos}) in the batch is masked while the token before "
+                f"it trains{why}: the model never learns to stop"
+            )
 
     def _check_isolation(
         self, model: Any, batches: list[tuple[dict[str, Any], bool, BatchRead]], autocast: str | None
@@ -246,6 +319,7 @@ class TuneproofCallback(TrainerCallback):
             f"{PREFIX}padding": 1 - sum(s.tokens for s in steps) / slots if slots else math.nan,
             f"{PREFIX}recompiles": recompiles,
         }
+        metrics.update(self._trained_metrics(len(steps), logs))
         near = recompile_warning(self._run.attn, recompiles, _recompile_limit())
         if near is not None and not self._run.warned_recompiles:
             self._run.warned_recompiles = True
@@ -257,6 +331,27 @@ class TuneproofCallback(TrainerCallback):
         logs.update(metrics)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(metrics)
+
+    def _trained_metrics(self, steps: int, logs: dict[str, Any]) -> dict[str, float]:
+        """Trained tokens per optimizer step over the logged steps, their share of the real tokens, and
+        at the first logged loss, the accumulation check."""
+        seen, self._unlogged_trained = self._unlogged_trained, []
+        acc = self.accumulation
+        if acc is not None and not acc.done and "loss" in logs and isinstance(logs["loss"], int | float):
+            acc.judge(float(logs["loss"]), steps)
+            if acc.outcome in ("changed", "differs"):
+                self._say(f"tuneproof: accumulation check: {acc.line}")
+            elif self._main:
+                print(f"tuneproof: accumulation check: {acc.line}", file=sys.stderr)
+        counts = [c for c, _ in seen]
+        if not counts or any(c is None for c in counts):
+            return {}
+        total = sum(c for c in counts if c is not None)
+        tokens = sum(t for _, t in seen)
+        return {
+            f"{PREFIX}trained_tokens": total / len(counts),
+            f"{PREFIX}trained_share": total / tokens if tokens else math.nan,
+        }
 
     def _memory(self, args: Any) -> dict[str, float]:
         """On CUDA: the allocator's peak since the last log beside the ledger's prediction, warned

@@ -32,6 +32,7 @@ class CallbackState:
     dtype: str = "bf16"
     notes: list[str] = field(default_factory=list)  # what reading the run found worth a warning
     pad_id: int | None = None  # the config's pad token: padding read from it when no mask is sent
+    eos_id: int | None = None  # the tokenizer's EOS (else the config's first): the in-loop EOS check
     use_cache: bool = False  # the config's use_cache at train begin (a forward's own kwarg wins)
     dropout: float = 0.0  # the config's attention_dropout: SDPA gets it in training
     # why the model's own forward hides packed rows from transformers on this path ("" where it does
@@ -91,6 +92,8 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
     named = short_name(first.dtype)
     dtype_name = named if named in LOW_PRECISION else "fp32"
     pad = getattr(base.config, "pad_token_id", None)
+    eos = getattr(base.config, "eos_token_id", None)
+    eos = eos[0] if isinstance(eos, list) and eos else eos
     return CallbackState(
         resolved.shape,
         step,
@@ -101,6 +104,7 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
         dtype=dtype_name,
         notes=notes,
         pad_id=pad if isinstance(pad, int) else None,
+        eos_id=eos if isinstance(eos, int) else None,
         use_cache=bool(getattr(base.config, "use_cache", False)),
         dropout=resolved.attention_dropout,
         resolved=resolved,

@@ -1,0 +1,118 @@
+"""Chats rendered and tokenised as `tokenizer.apply_chat_template(chats, tokenize=True, return_dict=True,
+return_assistant_tokens_mask=...)` does in transformers 5.24, at the speed of the tokenizer alone:
+
+- the same steps: messages with their None-valued keys dropped (`_normalize_chat_messages`), the
+  template rendered by transformers' own `render_jinja_template` (with the tokenizer's special tokens
+  as template variables), the text encoded without special tokens by the Rust tokenizer, and every
+  token that overlaps an assistant span (`{% generation %}`) marked, as its per-token loop marks them;
+- rendering (Python) runs while the previous chunk is encoded (Rust, which releases the GIL), and the
+  masks come from the offsets in one numpy pass per chat.
+
+A tokenizer that is not a fast one, or whose Rust side is set to truncate or pad, goes through
+`apply_chat_template` itself. The label tests compare both paths, and the result against the batches
+TRL's SFTTrainer collates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+CHUNK = 512  # chats per render-and-encode step
+MARKERS = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' own test (render_jinja_template)
+
+
+def chat_ids(
+    tok: Any, chats: list[list[dict[str, Any]]], template: str | None, masks: bool, **kw: Any
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Token ids of each chat (and, with `masks`, its assistant mask), in order."""
+    ids: list[np.ndarray] = []
+    out_masks: list[np.ndarray] = []
+    if not fast(tok):
+        for start in range(0, len(chats), CHUNK):
+            x, m = _slow(tok, chats[start : start + CHUNK], template, masks, kw)
+            ids.extend(x)
+            out_masks.extend(m)
+        return ids, out_masks
+    marked = masks and MARKERS.search(tok.get_chat_template(template, None)) is not None
+    for _, x, offsets, spans in rendered(tok, chats, template, marked, **kw):
+        ids.extend(x)
+        if marked:
+            out_masks.extend(_masks(offsets, spans))
+        elif masks:  # no {% generation %} markers: transformers' masks are all zero (and it warns)
+            out_masks.extend(np.zeros(a.size, dtype=bool) for a in x)
+    return ids, out_masks
+
+
+def rendered(
+    tok: Any, chats: list[Any], template: str | None, spans: bool = False, **kw: Any
+) -> Iterator[Any]:
+    """(texts, ids, offsets, assistant spans) per chunk of chats, a fast tokenizer's. Each chunk is
+    rendered while the one before it is encoded."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    source = tok.get_chat_template(template, None)
+    variables = {**tok.special_tokens_map, **kw}
+
+    def render(part: list[Any]) -> tuple[list[str], list[Any]]:
+        clean = [[{k: v for k, v in m.items() if v is not None} for m in chat] for chat in part]
+        out: Any = render_jinja_template(  # (texts, generation spans), though typed as a str
+            conversations=clean, chat_template=source, return_assistant_tokens_mask=spans, **variables
+        )
+        return list(out[0]), list(out[1])
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for start in range(0, len(chats), CHUNK):
+            texts, where = render(chats[start : start + CHUNK])
+            if pending is not None:
+                yield pending[0], *pending[1].result(), pending[2]
+            pending = (texts, pool.submit(_encode, tok, texts), where)
+        if pending is not None:
+            yield pending[0], *pending[1].result(), pending[2]
+
+
+def fast(tok: Any) -> bool:
+    """A fast tokenizer whose Rust side encodes as `tokenizer(text)` would (no truncation or padding set)."""
+    raw = getattr(tok, "_tokenizer", None)
+    return (
+        raw is not None
+        and getattr(tok, "is_fast", False)
+        and raw.truncation is None
+        and raw.padding is None
+        and raw.encode_special_tokens == bool(getattr(tok, "split_special_tokens", False))
+    )
+
+
+def _encode(tok: Any, texts: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    enc = tok._tokenizer.encode_batch(texts, add_special_tokens=False)
+    ids = [np.asarray(e.ids, dtype=np.int64) for e in enc]
+    offsets = [np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2) for e in enc]
+    return ids, offsets
+
+
+def _masks(offsets: list[np.ndarray], spans: list[Any]) -> list[np.ndarray]:
+    out = []
+    for off, chat_spans in zip(offsets, spans, strict=True):
+        m = np.zeros(off.shape[0], dtype=bool)
+        for lo, hi in chat_spans:  # a token overlapping the span: start before its end, end after its start
+            m |= (off[:, 0] < hi) & (off[:, 1] > lo)
+        out.append(m)
+    return out
+
+
+def _slow(tok: Any, part: list[Any], template: str | None, masks: bool, kw: dict[str, Any]) -> Any:
+    enc = tok.apply_chat_template(
+        part,
+        tokenize=True,
+        return_dict=True,
+        chat_template=template,
+        return_assistant_tokens_mask=masks,
+        **kw,
+    )
+    ids = [np.asarray(x, dtype=np.int64) for x in enc["input_ids"]]
+    return ids, [np.asarray(m, dtype=bool) for m in enc["assistant_masks"]] if masks else []

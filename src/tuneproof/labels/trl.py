@@ -1,0 +1,221 @@
+"""The labels TRL's `SFTTrainer` builds, step by step as TRL 1.16 does (trl/trainer/sft_trainer.py
+`_prepare_dataset`, trl/data_utils.py `pack_dataset`), with the tokenizer's own `apply_chat_template`
+run in batches (the call TRL makes per example):
+
+1. The first row decides the form: chat `messages` (or ShareGPT `conversations`, whose from/value keys
+   TRL renames to role/content and whose roles it keeps), `prompt` + `completion` (chats or text), or
+   the text field.
+2. Text rows (and text completions) get the EOS token appended when they do not end with it.
+3. Chats are rendered with the chat template; with `assistant_only_loss` and a template without
+   `{% generation %}` markers TRL swaps in its training version of a template it knows
+   (`get_training_chat_template`), and refuses the run (ValueError) for one it does not. An example
+   whose assistant mask is all zero stops the preparation (RuntimeError).
+4. Labels: -100 outside the assistant mask (always, when there is one) and outside the completion
+   (`completion_only_loss`, on by default for prompt-completion rows).
+5. Without packing: truncation at `max_length` (keep_start or keep_end), then every example with no
+   label left is dropped. With packing: bfd truncates each example to `max_length` (keeps its start,
+   drops none), bfd_split cuts it into pieces of `max_length`; wrapped (rows cut across examples) is
+   not modelled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tuneproof.labels.rules import IGNORE, TRL_VERIFIED, Built, LabelRules, empty, trained
+
+TRL_NO_MASK = (
+    "TRL stops the run ('You're using `assistant_only_loss=True`, but at least one example has no assistant "
+    "tokens'): {n} example(s) have an all-zero assistant mask"
+)
+
+
+def form_of(row: dict[str, Any], text_field: str) -> str:
+    """The dataset's form, as TRL reads it from the first row."""
+    if _chat(row.get("messages")):
+        return "messages"
+    if isinstance(row.get("conversations"), list):
+        return "conversations"
+    if "prompt" in row and "completion" in row:
+        return "prompt-completion chat" if _chat(row.get("prompt")) else "prompt-completion"
+    if isinstance(row.get(text_field), str):
+        return "text"
+    keys = ", ".join(sorted(row)) or "none"
+    return f"unknown (keys: {keys})"
+
+
+def _chat(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def build(rows: list[dict[str, Any]], tok: Any, rules: LabelRules) -> Built:
+    form = form_of(rows[0], rules.text_field)
+    out = empty(len(rows), form)
+    out.notes.append(f"as TRL {TRL_VERIFIED}'s SFTTrainer builds them")
+    if form.startswith("unknown"):
+        out.stops.append(f"TRL reads no text from the first row: {form}")
+        return out
+    if rules.assistant_only_loss and form in ("text", "prompt-completion"):
+        out.stops.append(
+            "TRL refuses assistant_only_loss on a dataset that is not conversational ('You set "
+            "`assistant_only_loss=True`, but the dataset is not conversational')"
+        )
+        return out
+    template = _template(tok, rules, out)
+    if form in ("messages", "conversations"):
+        ids, masks = _chats(rows, tok, rules, template, out)
+    elif form == "prompt-completion chat":
+        ids, masks = _prompt_completion_chats(rows, tok, rules, template, out)
+    elif form == "prompt-completion":
+        ids, masks = _prompt_completion_text(rows, tok, rules, out)
+    else:
+        ids, masks = _text(rows, tok, rules, out)
+    empty_masks = [i for i, m in enumerate(masks) if m is not None and not m.any()]
+    if rules.assistant_only_loss and empty_masks and not out.stops:  # a refused template stops it first
+        out.stops.append(TRL_NO_MASK.format(n=len(empty_masks)))
+    for i, (x, m) in enumerate(zip(ids, masks, strict=True)):
+        y = x.copy() if m is None else np.where(m, x, IGNORE)
+        out.ids[i], out.labels[i] = x, y
+        out.length[i], out.trained_before[i] = x.size, trained(y)
+        out.mask_empty[i] = m is not None and not m.any()
+    if not out.stops:  # a refused dataset is never truncated or packed
+        finish(out, rules)
+    return out
+
+
+def _template(tok: Any, rules: LabelRules, out: Built) -> str | None:
+    """The chat template TRL renders with: the tokenizer's, or TRL's training version of it."""
+    if not rules.assistant_only_loss:
+        return None
+    current = getattr(tok, "chat_template", None)
+    if not current:
+        out.stops.append("the tokenizer has no chat template: TRL cannot render the chats")
+        return None
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    if has_generation_markers(current):
+        return None
+    try:
+        swapped = get_training_chat_template(tok)
+    except ValueError as e:
+        out.stops.append(
+            "the chat template has no {% generation %} markers, so every assistant mask is all zero, and TRL "
+            f"knows no training version of it: SFTTrainer stops at start ('{str(e).split('.')[0]}.')"
+        )
+        return None
+    if swapped is not None:
+        out.notes.append(
+            "the chat template has no {% generation %} markers: TRL swaps in its training version"
+        )
+        out.template = swapped
+    return swapped
+
+
+def _apply(tok: Any, chats: list[Any], template: str | None, **kw: Any) -> Any:
+    """(ids, assistant masks) per chat, as apply_chat_template gives them (`labels.render`)."""
+    from tuneproof.labels.render import chat_ids
+
+    masks = bool(kw.pop("return_assistant_tokens_mask", False))
+    return chat_ids(tok, chats, template, masks, **kw)
+
+
+def _chats(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, template: str | None, out: Built) -> Any:
+    key = "messages" if out.form == "messages" else "conversations"
+    chats = [_chatml(r.get(key) or []) for r in rows]
+    aol = rules.assistant_only_loss
+    if out.stops and aol:  # no template to render with: the masks are all zero
+        template = None
+    ids, masks = _apply(tok, chats, template, return_assistant_tokens_mask=aol)
+    return ids, masks if aol else [None] * len(ids)
+
+
+def _chatml(messages: list[Any]) -> list[Any]:
+    """TRL's maybe_convert_to_chatml: from/value renamed role/content, the roles as they are."""
+    out = []
+    for m in messages:
+        if isinstance(m, dict) and ("from" in m or "value" in m):
+            m = {("role" if k == "from" else "content" if k == "value" else k): v for k, v in m.items()}
+        out.append(m)
+    return out
+
+
+def _prompt_completion_chats(
+    rows: list[dict[str, Any]], tok: Any, rules: LabelRules, template: str | None, out: Built
+) -> Any:
+    prompts = [_chatml(r["prompt"]) for r in rows]
+    fulls = [p + _chatml(r["completion"]) for p, r in zip(prompts, rows, strict=True)]
+    p_ids, _ = _apply(tok, prompts, template, add_generation_prompt=True)
+    aol = rules.assistant_only_loss
+    f_ids, a_masks = _apply(tok, fulls, template, return_assistant_tokens_mask=aol)
+    return _completion_masks(p_ids, f_ids, a_masks if aol else None, rules, out)
+
+
+def _prompt_completion_text(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, out: Built) -> Any:
+    eos = tok.eos_token or ""
+    completions = [c if c.endswith(eos) else c + eos for c in (str(r["completion"]) for r in rows)]
+    prompts = [str(r["prompt"]) for r in rows]
+    p_ids = tok(prompts)["input_ids"]
+    f_ids = tok([p + c for p, c in zip(prompts, completions, strict=True)])["input_ids"]
+    return _completion_masks(p_ids, f_ids, None, rules, out)
+
+
+def _completion_masks(p_ids: Any, f_ids: Any, a_masks: Any, rules: LabelRules, out: Built) -> Any:
+    """The completion starts where the prompt's ids and the whole example's part (TRL's
+    common_prefix_length); with completion_only_loss (on by default here) it alone trains."""
+    only = rules.completion_only_loss is not False
+    ids, masks = [], []
+    for i, (p, f) in enumerate(zip(p_ids, f_ids, strict=True)):
+        x = np.asarray(f, dtype=np.int64)
+        n = min(len(p), len(f))
+        prefix = next((j for j in range(n) if p[j] != f[j]), n)
+        m = np.ones(x.size, dtype=bool)
+        if only:
+            m[:prefix] = False
+        if a_masks is not None:
+            m &= np.asarray(a_masks[i], dtype=bool)
+        ids.append(x)
+        masks.append(m if (only or a_masks is not None) else None)
+    if not only:
+        out.notes.append("completion_only_loss off: the prompt trains too")
+    return ids, masks
+
+
+def _text(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, out: Built) -> Any:
+    eos = tok.eos_token or ""
+    texts = []
+    for i, r in enumerate(rows):
+        t = r.get(rules.text_field)
+        if not isinstance(t, str):
+            out.unknown[i] = f"no text in field {rules.text_field!r}"
+            t = ""
+        texts.append(t if t.endswith(eos) else t + eos)
+    ids = [np.asarray(x, dtype=np.int64) for x in tok(texts)["input_ids"]]
+    return ids, [None] * len(ids)
+
+
+def finish(out: Built, rules: LabelRules) -> None:
+    """Truncation and the examples TRL drops (no packing), or what packing does to each example."""
+    n = rules.max_length
+    if n is None:
+        return
+    if rules.packing is None:
+        cut = slice(None, n) if rules.truncation_mode == "keep_start" else slice(-n, None)
+        for i, (x, y) in enumerate(zip(out.ids, out.labels, strict=True)):
+            out.ids[i], out.labels[i] = x[cut], y[cut]
+            if out.dropped[i] is None and not (out.labels[i] != IGNORE).any():
+                left = "no label left after truncation" if (y != IGNORE).any() else "no label to train"
+                out.dropped[i] = f"dropped by TRL: {left}"
+        return
+    if rules.packing == "bfd_split":
+        out.piece = n  # each example cut into pieces of max_length: every token stays
+        return
+    if rules.packing == "wrapped":
+        for i in range(len(out.ids)):
+            out.unknown[i] = "wrapped packing cuts examples across rows (counts depend on the row cuts)"
+        return
+    for i, (x, y) in enumerate(zip(out.ids, out.labels, strict=True)):
+        out.ids[i], out.labels[i] = x[:n], y[:n]
+        if x.size == 0:
+            out.dropped[i] = "dropped by TRL's packing: no tokens"
