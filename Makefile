@@ -54,6 +54,7 @@ bench: install
 	$(PY) bench/callback.py
 	$(PY) bench/rank_balance.py
 	$(PY) bench/plan_vs_run.py
+	$(PY) bench/tokens.py
 
 # Mutation testing of the modules whose numbers and verdicts the CASE depends on (see README).
 mutate: install

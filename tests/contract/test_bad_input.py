@@ -351,6 +351,28 @@ BAD["preflight"] = {
     "--gpu": [("Voodoo 5", "unknown GPU 'Voodoo 5' (--gpu)")],
     "--fit": [("1e-4", "is not A,B"), ("-1e-4,1e-8", "--fit: step-cost term a is -0.0001")],
 }
+BAD["tokens"] = {
+    "source": [
+        ("@missing", "dataset"),
+        ("@folder", "is a folder, not one saved with datasets' save_to_disk"),
+        ("@not-json", "not a JSONL, JSON or Parquet file"),
+        ("@empty.jsonl", "holds no rows"),
+        ("@broken.jsonl", "line 2: not JSON"),
+        ("@bad-yaml.yml", "line 3, column 1: not valid YAML"),
+        ("@run.yml", "the tiny demo model has no tokenizer folder"),
+        ("@uncached.yml", "holds no models--nobody--no-such-model"),
+    ],
+    "--tokenizer": [("@missing", "is not a folder"), ("@folder", "holds no tokenizer.json")],
+    "--trainer": [("deepspeed", "is not one of")],
+    "--max-length": [("0", "--max-length is 0"), ("x", "not a valid integer")],
+    "--truncation-mode": [("middle", "is not one of")],
+    "--completion-only-loss": [("maybe", "is not one of")],
+    "--packing": [("wrapped", "is not one of")],
+    "--text-field": [("", "--text-field is empty")],
+    "--roles-to-train": [("", "an empty role name"), ("assistant,,user", "an empty role name")],
+    "--train-on-eos": [("always", "is not one of"), ("all", "--train-on-eos is an option of Axolotl")],
+    "--limit": [("0", "--limit is 0"), ("x", "not a valid integer")],
+}
 BAD["fingerprint"] = {
     "model_dir": SHIP_MODEL,
     "--out": [*OUT_FILE, ("@model/model.safetensors", "never overwritten"), ("@file", "never overwritten")],
@@ -458,6 +480,7 @@ BAD["memory"] = {
 REQUIRED = {
     "memory": ["--seq-len", "64"],
     "preflight": ["@run.yml"],
+    "tokens": ["@chats.jsonl", "--tokenizer", "@tok"],
     "flops": ["--seq-len", "64"],
     "explain": ["--seq-len", "64"],
     "fit": ["--points", "@points"],
@@ -471,6 +494,7 @@ REQUIRED = {
 # options that need the command's other inputs left out (they are alternatives, not companions)
 REQUIRED_FOR = {
     ("preflight", "run_file"): [],
+    ("tokens", "source"): ["--tokenizer", "@tok"],
     ("fingerprint", "model_dir"): [],
     ("fingerprint", "--compare"): [],
     ("quant-audit", "--checkpoint"): [],
@@ -547,6 +571,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (d / "corpus").write_text("some licensed prose " * 20)
     (d / "prompts").write_text('{"prompt_id": "a", "prompt": "hi"}\n')
     _ship_files(d)
+    _token_files(d)
     paths = {f"@{p.name}": str(p) for p in d.iterdir()}
     paths["@bad-gzip-arm"] = str(d / "bad-gzip-arm.jsonl.gz")
     paths["@out-json"] = str(d / "out" / "arm.jsonl")
@@ -585,6 +610,16 @@ def _ship_files(d: Path) -> None:
     (d / "no-modifier.yaml").write_text("s: {m: {AWQModifier: {}}}\n")
     (d / "no-model-type.json").write_text(json.dumps({"hidden_size": 8}))
     (d / "unknown-nan.json").write_text('{"model_type": "deepseek_v3", "hidden_size": NaN}')
+
+
+def _token_files(d: Path) -> None:
+    """A tokenizer folder and chat datasets for tokens."""
+    import tiny_tokenizers as tt
+
+    tt.save(tt.tokenizer("chatml", True), d / "tok")
+    tt.write_jsonl(tt.chats(4), d / "chats.jsonl")
+    (d / "empty.jsonl").write_text("")
+    (d / "broken.jsonl").write_text('{"text": "w1"}\n{not json\n')
 
 
 def _argv(value: str) -> list[str]:

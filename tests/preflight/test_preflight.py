@@ -478,3 +478,29 @@ def test_a_run_on_flex_where_no_block_size_fits_is_a_finding(
     assert "fwd: flex_attention cannot run on this card: no flex block size fits 65,536 B" in text
     assert text.count("attention: flex_attention cannot run on this card") == 1  # one finding, not per pass
     assert "flex: none: flex_attention cannot compile on this card" in text
+
+
+def test_the_tokens_that_train_are_checked_before_launch(tmp_path: Path, capsys, monkeypatch, hub) -> None:
+    """An Axolotl run on a base model (EOS <|end_of_text|>, never in the Llama-3-like template) with a
+    local chat dataset: preflight says the model never learns to stop; with the template's own end of
+    turn trained (eot_tokens) and a stop token of the generation config, it does not."""
+    import tiny_tokenizers as tt
+
+    tok = tt.tokenizer("llama3", False, eos="<|end_of_text|>")
+    folder = tt.save(tok, tmp_path / "base")
+    data = tt.write_jsonl(tt.chats(20), tmp_path / "chats.jsonl")
+    run = tmp_path / "r.yml"
+    run.write_text(
+        f"base_model: {folder}\nsequence_len: 512\ndatasets:\n  - path: {data}\n    type: chat_template\n"
+    )
+    code, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
+    d = json.loads(out)
+    section = d["sections"]["trained tokens"]
+    assert code == 1 and section["findings"][0].startswith(f"tokens that train: {data}: no example trains")
+    assert section[str(data)]["trained_tokens"] > 0
+    run.write_text(run.read_text() + "eot_tokens: ['<|eot_id|>']\n")
+    _, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
+    assert len(json.loads(out)["sections"]["trained tokens"]["findings"]) == 1  # trained, but no stop
+    tt.save(tok, folder, stop_ids=[tok.eos_token_id, tok.convert_tokens_to_ids("<|eot_id|>")])
+    _, out, _ = _preflight([str(run), "--json"], capsys, monkeypatch, hub)
+    assert json.loads(out)["sections"]["trained tokens"]["findings"] == []

@@ -140,17 +140,17 @@ def _from_run(spec: TokensSpec) -> TokensPlan:
     from tuneproof.labels.rows import read_rows
     from tuneproof.preflight.vocab import tokenizer_folder
 
+    run = read_run(spec.source)
+    if run.base_model == "tiny":
+        raise TuneproofError(
+            f"{run.source}: the tiny demo model has no tokenizer folder", "name a local base model"
+        )
+    base = locate_config(run.base_model).parent
     if spec.tokenizer is not None or spec.rules != LabelRules():
         raise TuneproofError(
             "a run config gives its own tokenizer and trainer options",
             "drop them, or pass the dataset itself",
         )
-    run = read_run(spec.source)
-    if run.base_model == "tiny":
-        raise TuneproofError(
-            f"{run.source}: the tiny demo model has no tokenizer folder", "name a base model"
-        )
-    base = locate_config(run.base_model).parent
     folder, why = tokenizer_folder(run, base)
     if folder is None:
         raise TuneproofError(f"{run.source}: {why}", TOKENIZER_HINT)

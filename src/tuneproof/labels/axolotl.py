@@ -82,10 +82,10 @@ def _chat_template(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, out:
     eot = _eot_ids(tok, rules)
     eos = tok.eos_token_id
     done = 0
-    for texts, ids, offsets, _ in _rendered(tok, [chats[i] for i in order]):
+    for texts, ids, encodings, _ in _rendered(tok, [chats[i] for i in order]):
         for j, i in enumerate(order[done : done + len(texts)]):
             x = ids[j]
-            y = _turn_labels(texts[j], x, offsets[j], chats[i], rules, eot, eos)
+            y = _turn_labels(texts[j], x, encodings[j], chats[i], rules, eot, eos)
             if y is None:
                 out.unknown[i] = "a turn's content was not found in the rendered template"
                 continue
@@ -95,8 +95,9 @@ def _chat_template(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, out:
 
 
 def _rendered(tok: Any, chats: list[Any]) -> Any:
-    """(texts, ids, offsets, _) per chunk: the conversation rendered (no generation prompt) and
-    tokenised without special tokens with offsets, as Axolotl's turn locator does."""
+    """(texts, ids, encodings, _) per chunk: the conversation rendered (no generation prompt) and
+    tokenised without special tokens, as Axolotl's turn locator does; an encoding maps a character
+    to its token (`char_to_token`)."""
     from tuneproof.labels.render import CHUNK, fast, rendered
 
     if fast(tok):
@@ -104,10 +105,20 @@ def _rendered(tok: Any, chats: list[Any]) -> Any:
         return
     for start in range(0, len(chats), CHUNK):
         texts = tok.apply_chat_template(chats[start : start + CHUNK], tokenize=False)
-        enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+        enc = tok(texts, add_special_tokens=False)
         ids = [np.asarray(x, dtype=np.int64) for x in enc["input_ids"]]
-        offsets = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in enc["offset_mapping"]]
-        yield texts, ids, offsets, None
+        yield texts, ids, [_Chars(enc, i) for i in range(len(texts))], None
+
+
+class _Chars:
+    """One example of a BatchEncoding, answering `char_to_token` as a Rust Encoding does."""
+
+    def __init__(self, enc: Any, i: int) -> None:
+        self.enc, self.i = enc, i
+
+    def char_to_token(self, c: int) -> int | None:
+        t: int | None = self.enc.char_to_token(self.i, c)
+        return t
 
 
 def _eot_ids(tok: Any, rules: LabelRules) -> set[int]:
@@ -122,11 +133,12 @@ def _eot_ids(tok: Any, rules: LabelRules) -> set[int]:
 
 
 def _turn_labels(
-    text: str, x: np.ndarray, offsets: np.ndarray, turns: list[dict[str, Any]], rules: LabelRules,
+    text: str, x: np.ndarray, enc: Any, turns: list[dict[str, Any]], rules: LabelRules,
     eot: set[int], eos: int | None,
 ) -> np.ndarray | None:  # fmt: skip
+    from tuneproof.labels.render import token_range
+
     y = np.full(x.size, IGNORE, dtype=np.int64)
-    starts, ends = offsets[:, 0], offsets[:, 1]
     on_eot = rules.train_on_eot or rules.train_on_eos
     last = {"EOT": -1, "EOS": -1}
     cursor = 0
@@ -142,8 +154,7 @@ def _turn_labels(
             continue
         if at < 0:
             continue  # an empty turn: Axolotl finds no span (start == end) and trains nothing of it
-        lo = int(np.searchsorted(ends, at, side="right"))
-        hi = int(np.searchsorted(starts, at + len(content), side="left"))
+        lo, hi = token_range(enc, at, at + len(content))  # Axolotl: tokens overlapping the content
         if hi <= lo:
             continue
         if should:

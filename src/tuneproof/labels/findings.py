@@ -235,8 +235,10 @@ def _added(r: TokenReport, tok: Any, model: ModelFacts) -> None:
     if size > model.rows:
         r.lines.append(f"the tokenizer has {size:,} tokens, the model {model.rows:,} embedding rows")
     used: dict[int, int] = {}
-    for i, x in enumerate(b.ids):
-        if b.dropped[i] is None:
+    kept = [x for i, x in enumerate(b.ids) if b.dropped[i] is None and x.size]
+    flat = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    if (flat >= model.rows).any():  # only then, example by example: how many use each
+        for x in kept:
             for t in np.unique(x[x >= model.rows]):
                 used[int(t)] = used.get(int(t), 0) + 1
     if not used:

@@ -5,8 +5,9 @@ return_assistant_tokens_mask=...)` does in transformers 5.24, at the speed of th
   template rendered by transformers' own `render_jinja_template` (with the tokenizer's special tokens
   as template variables), the text encoded without special tokens by the Rust tokenizer, and every
   token that overlaps an assistant span (`{% generation %}`) marked, as its per-token loop marks them;
-- rendering (Python) runs while the previous chunk is encoded (Rust, which releases the GIL), and the
-  masks come from the offsets in one numpy pass per chat.
+- rendering (Python) runs while the previous chunk is encoded (Rust, which releases the GIL), and a
+  span's tokens come from asking the encoding for the token of its first and last character, never
+  from the offsets of every token (building those costs more than the tokenising).
 
 A tokenizer that is not a fast one, or whose Rust side is set to truncate or pad, goes through
 `apply_chat_template` itself. The label tests compare both paths, and the result against the batches
@@ -39,10 +40,10 @@ def chat_ids(
             out_masks.extend(m)
         return ids, out_masks
     marked = masks and MARKERS.search(tok.get_chat_template(template, None)) is not None
-    for _, x, offsets, spans in rendered(tok, chats, template, marked, **kw):
+    for _, x, encodings, spans in rendered(tok, chats, template, marked, **kw):
         ids.extend(x)
         if marked:
-            out_masks.extend(_masks(offsets, spans))
+            out_masks.extend(_masks(x, encodings, spans))
         elif masks:  # no {% generation %} markers: transformers' masks are all zero (and it warns)
             out_masks.extend(np.zeros(a.size, dtype=bool) for a in x)
     return ids, out_masks
@@ -51,8 +52,9 @@ def chat_ids(
 def rendered(
     tok: Any, chats: list[Any], template: str | None, spans: bool = False, **kw: Any
 ) -> Iterator[Any]:
-    """(texts, ids, offsets, assistant spans) per chunk of chats, a fast tokenizer's. Each chunk is
-    rendered while the one before it is encoded."""
+    """(texts, ids, encodings, assistant spans) per chunk of chats, a fast tokenizer's (the Rust
+    `Encoding`s: `token_range` maps characters to tokens through them). Each chunk is rendered while
+    the one before it is encoded."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
     source = tok.get_chat_template(template, None)
@@ -88,19 +90,30 @@ def fast(tok: Any) -> bool:
     )
 
 
-def _encode(tok: Any, texts: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _encode(tok: Any, texts: list[str]) -> tuple[list[np.ndarray], list[Any]]:
     enc = tok._tokenizer.encode_batch(texts, add_special_tokens=False)
-    ids = [np.asarray(e.ids, dtype=np.int64) for e in enc]
-    offsets = [np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2) for e in enc]
-    return ids, offsets
+    return [np.asarray(e.ids, dtype=np.int64) for e in enc], enc
 
 
-def _masks(offsets: list[np.ndarray], spans: list[Any]) -> list[np.ndarray]:
+def token_range(enc: Any, lo: int, hi: int) -> tuple[int, int]:
+    """[first, end) of the tokens that overlap characters [lo, hi): the tokens of the first and the last
+    character in it that a token holds (`char_to_token`; whitespace a pre-tokenizer drops is in none).
+    Asking a few characters is what makes this fast: the offsets of every token are never built."""
+    first = next((t for c in range(lo, hi) if (t := enc.char_to_token(c)) is not None), None)
+    if first is None:
+        return 0, 0
+    last = next(t for c in range(hi - 1, lo - 1, -1) if (t := enc.char_to_token(c)) is not None)
+    return first, last + 1
+
+
+def _masks(ids: list[np.ndarray], encodings: list[Any], spans: list[Any]) -> list[np.ndarray]:
+    """Every token overlapping an assistant span, as transformers' per-token loop marks them."""
     out = []
-    for off, chat_spans in zip(offsets, spans, strict=True):
-        m = np.zeros(off.shape[0], dtype=bool)
-        for lo, hi in chat_spans:  # a token overlapping the span: start before its end, end after its start
-            m |= (off[:, 0] < hi) & (off[:, 1] > lo)
+    for x, enc, chat_spans in zip(ids, encodings, spans, strict=True):
+        m = np.zeros(x.size, dtype=bool)
+        for lo, hi in chat_spans:
+            first, end = token_range(enc, lo, hi)
+            m[first:end] = True
         out.append(m)
     return out
 

@@ -206,11 +206,22 @@ def check(
     kept = [i for i, d in enumerate(built.dropped) if d is None and i not in built.unknown]
     tokens = int(sum(built.ids[i].size for i in kept))
     stops = {int(i): str(tok.convert_ids_to_tokens(int(i))) for i in _stop_ids(tok, model)}
-    stop_set = np.array(sorted(stops), dtype=np.int64)
-    stop_rows = sum(1 for i in kept if np.isin(built.labels[i][1:], stop_set).any())
+    stop_rows = _stop_rows([built.labels[i] for i in kept], np.array(sorted(stops), dtype=np.int64))
     report = TokenReport(source, rules, built, counts, tokens, stops, stop_rows)
     judge(report, tok, model)
     return report
+
+
+def _stop_rows(labels: list[np.ndarray], stops: np.ndarray) -> int:
+    """Examples whose trained labels (after the first) hold a stop token, in one pass over all of them."""
+    labels = [y for y in labels if y.size > 1]
+    if not labels or not stops.size:
+        return 0
+    flat = np.concatenate(labels)
+    starts = np.cumsum([0, *(y.size for y in labels[:-1])])
+    hit = np.isin(flat, stops)
+    hit[starts] = False  # an example's first label is no prediction target
+    return int(np.count_nonzero(np.add.reduceat(hit, starts)))
 
 
 def _stop_ids(tok: Any, model: ModelFacts) -> list[int]:

@@ -20,12 +20,22 @@ from tuneproof.core.errors import TuneproofError
 
 IGNORE = -100
 TRAINERS = ("trl", "transformers", "axolotl")
+TRAINER_NAMES = {"trl": "TRL's SFTTrainer", "axolotl": "Axolotl", "transformers": "transformers' Trainer"}
 TRL_VERIFIED = "1.16"  # the TRL whose SFTTrainer the rules below were read from (trl/trainer/sft_trainer.py)
 AXOLOTL_VERIFIED = "0.19.0"
 PACKING = ("bfd", "bfd_split", "wrapped")
 TRUNCATION = ("keep_start", "keep_end")
 EXCESS = ("drop", "truncate", "raise")  # Axolotl's excess_length_strategy
 EOS_OPTIONS = ("turn", "all", "last", "none")  # Axolotl's train_on_eos / train_on_eot
+TRL_ONLY: dict[str, Any] = {
+    "truncation_mode": "keep_start", "assistant_only_loss": False, "completion_only_loss": None,
+    "packing": None, "padding_free": False,
+}  # fmt: skip
+AXOLOTL_ONLY: dict[str, Any] = {
+    "train_on_inputs": False, "roles_to_train": ("assistant",), "train_on_eos": "turn",
+    "train_on_eot": None, "eot_tokens": None, "excess_length": "drop", "dataset_type": "chat_template",
+    "field_messages": "messages", "message_keys": ("role", "content"),
+}  # fmt: skip
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -81,11 +91,26 @@ class LabelRules:
                 f"{{max_length}} is {self.max_length!r}", "give a whole number of tokens, at least 1",
                 fields=("max_length",),
             )  # fmt: skip
+        if not self.text_field:
+            raise TuneproofError("{text_field} is empty", "name the text column", fields=("text_field",))
+        self._only("trl", TRL_ONLY)
+        self._only("axolotl", AXOLOTL_ONLY)
         if self.packing is not None and self.max_length is None:
             raise TuneproofError(
                 "packing needs {max_length} (TRL refuses packing without it)", "give max_length",
                 fields=("max_length",),
             )  # fmt: skip
+
+    def _only(self, trainer: str, defaults: dict[str, Any]) -> None:
+        """Options of one trainer, set for another, are refused (they would change nothing)."""
+        if self.trainer == trainer:
+            return
+        for name, default in defaults.items():
+            if getattr(self, name) != default:
+                raise TuneproofError(
+                    f"{{{name}}} is an option of {TRAINER_NAMES[trainer]}; the {{trainer}} is {self.trainer}",
+                    f"drop it, or use trainer {trainer}", fields=(name, "trainer"),
+                )  # fmt: skip
 
     @property
     def padding_free_on(self) -> bool:
@@ -123,11 +148,19 @@ class Built:
     def counts(self) -> np.ndarray:
         """Tokens each example trains as the collator receives it (0 when dropped or not modelled)."""
         out = np.zeros(len(self.ids), dtype=np.int64)
-        for i, (y, why) in enumerate(zip(self.labels, self.dropped, strict=True)):
-            if why is not None or i in self.unknown:
-                continue
-            n = self.piece
-            out[i] = trained(y) if n is None else sum(trained(y[j : j + n]) for j in range(0, y.size, n))
+        kept = [i for i, why in enumerate(self.dropped) if why is None and i not in self.unknown]
+        if self.piece is not None:
+            for i in kept:
+                y, n = self.labels[i], self.piece
+                out[i] = sum(trained(y[j : j + n]) for j in range(0, y.size, n))
+            return out
+        kept = [i for i in kept if self.labels[i].size > 1]
+        if kept:  # every kept example at once: its labels after the first that are not -100
+            flat = np.concatenate([self.labels[i] for i in kept])
+            starts = np.cumsum([0, *(self.labels[i].size for i in kept[:-1])])
+            train = flat != IGNORE
+            train[starts] = False
+            out[kept] = np.add.reduceat(train, starts)
         return out
 
 

@@ -93,10 +93,13 @@ def _template(tok: Any, rules: LabelRules, out: Built) -> str | None:
     if not current:
         out.stops.append("the tokenizer has no chat template: TRL cannot render the chats")
         return None
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+    from tuneproof.labels.render import MARKERS
 
-    if has_generation_markers(current):
+    source = current.get("default", "") if isinstance(current, dict) else current
+    if MARKERS.search(source):  # TRL's has_generation_markers (the template's default variant)
         return None
+    from trl.chat_template_utils import get_training_chat_template  # heavy: only for a template to swap
+
     try:
         swapped = get_training_chat_template(tok)
     except ValueError as e:
@@ -133,6 +136,8 @@ def _chats(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, template: st
 
 def _chatml(messages: list[Any]) -> list[Any]:
     """TRL's maybe_convert_to_chatml: from/value renamed role/content, the roles as they are."""
+    if all(isinstance(m, dict) and "from" not in m and "value" not in m for m in messages):
+        return messages
     out = []
     for m in messages:
         if isinstance(m, dict) and ("from" in m or "value" in m):

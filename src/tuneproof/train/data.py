@@ -79,14 +79,18 @@ def is_chat(records: list[dict[str, Any]]) -> bool:
 
 
 def tokenise(records: list[dict[str, Any]], recipe: Recipe, tokenizer: Any) -> list[dict[str, list[int]]]:
-    """Token ids per text row, truncated to max_length. Rows without the text field, or shorter than
-    2 tokens, are dropped; a dataset left empty is refused."""
+    """Token ids per text row with the EOS appended when the text does not end with it (as TRL's
+    SFTTrainer does: a model fine-tuned on text that never trains its EOS never learns to stop),
+    truncated to max_length. Rows without the text field, or shorter than 2 tokens, are dropped; a
+    dataset left empty is refused."""
     field = recipe.data.text_field
+    eos = getattr(tokenizer, "eos_token", None) or ""
     rows = []
     for rec in records:
         if not isinstance(rec.get(field), str):
             continue
-        ids = list(tokenizer(rec[field])["input_ids"])[: recipe.data.max_length]
+        text = rec[field] if rec[field].endswith(eos) else rec[field] + eos
+        ids = list(tokenizer(text)["input_ids"])[: recipe.data.max_length]
         if len(ids) >= 2:
             rows.append({"input_ids": ids})
     if not rows:
