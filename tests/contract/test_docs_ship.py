@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from doc_examples import dollar_examples
 from tuneproof.cli.app import main
 
 ROOT = Path(__file__).parent.parent.parent
@@ -22,15 +23,7 @@ def _section() -> str:
 
 
 def _examples() -> list[tuple[str, str]]:
-    """(command, expected output) for every `$ tuneproof` line in the section's code blocks."""
-    pairs: list[tuple[str, str]] = []
-    for block in _section().split("```")[1::2]:
-        lines = block.strip("\n").split("\n")
-        for i, line in enumerate(lines):
-            if line.startswith("$ tuneproof "):
-                end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("$ ")), len(lines))
-                pairs.append((line[len("$ tuneproof ") :], "\n".join(lines[i + 1 : end]) + "\n"))
-    return pairs
+    return dollar_examples(_section())
 
 
 def _make(folder: Path) -> None:

@@ -36,3 +36,19 @@ def test_the_train_command_names_its_extra_before_anything_is_written(monkeypatc
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'tuneproof[train]'" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_tokens_names_the_train_extra_for_trls_assistant_only_rules(monkeypatch, tmp_path, capsys) -> None:
+    """TRL's assistant-only rules ask TRL whether it swaps in a training template: without TRL the
+    command says so before reading the dataset; the rules that need no TRL still run."""
+    import tiny_tokenizers as tt
+    from tuneproof.cli.app import main
+
+    folder = tt.save(tt.tokenizer("chatml", True), tmp_path / "tok")
+    data = tt.write_jsonl(tt.chats(3), tmp_path / "chats.jsonl")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "trl" else real(n, *a))
+    assert main(["tokens", str(data), "--tokenizer", str(folder), "--assistant-only-loss"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs trl" in err and "pip install 'tuneproof[train]'" in err
+    assert main(["tokens", str(data), "--tokenizer", str(folder)]) == 0

@@ -137,7 +137,7 @@ def test_an_added_token_past_the_embedding_rows_on_tied_embeddings_is_found(tmp_
     report = check(rows, tok, LabelRules(), ModelFacts.from_folder(folder), "rows")
     found = [f for f in report.findings if f.kind == "added_tokens"]
     assert len(found) == 1 and found[0].count == 1
-    assert "<tool>" in found[0].text and "1 examples" in found[0].text and "tied" in found[0].text
+    assert "<tool>" in found[0].text and "1 example)" in found[0].text and "tied" in found[0].text
     untied = tt.save(tok, tmp_path / "untied", rows=len(tok) - 1, tied=False)
     again = check(rows, tok, LabelRules(), ModelFacts.from_folder(untied), "rows")
     assert "tied" not in next(f for f in again.findings if f.kind == "added_tokens").text

@@ -114,12 +114,21 @@ def prepare(spec: TokensSpec) -> TokensPlan:
 
     if spec.is_run:
         return _from_run(spec)
+    _needs(spec.rules)
     if spec.tokenizer is None:
         raise TuneproofError("a dataset needs its {tokenizer}", TOKENIZER_HINT, fields=("tokenizer",))
     tok = _tokenizer(spec.tokenizer)
     rows = read_rows(spec.source, spec.limit)
     job = Job(str(spec.source), rows, spec.rules)
     return TokensPlan(str(spec.source), [job], tok, ModelFacts.from_folder(spec.tokenizer))
+
+
+def _needs(rules: LabelRules | None) -> None:
+    """TRL's assistant-only rules ask TRL itself whether it swaps in a training template."""
+    if rules is not None and rules.trainer == "trl" and rules.assistant_only_loss:
+        from tuneproof.core.extras import require
+
+        require("train", "TRL's assistant_only_loss rules", ("trl",))
 
 
 def _tokenizer(folder: Path) -> Any:
@@ -161,6 +170,7 @@ def _from_run(spec: TokensSpec) -> TokensPlan:
             jobs.append(Job(ds.path, None, None, "not a local file (nothing is downloaded)"))
             continue
         rules, why_not = rules_for(run, ds)
+        _needs(rules)
         rows = read_rows(ds.local, spec.limit) if rules is not None else None
         jobs.append(Job(ds.path, rows, rules, why_not))
     if not jobs:

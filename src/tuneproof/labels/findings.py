@@ -40,6 +40,10 @@ def judge(r: TokenReport, tok: Any, model: ModelFacts) -> None:
     _added(r, tok, model)
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'s' * (count != 1)}"
+
+
 def _tally(dropped: list[str | None]) -> dict[str, int]:
     out: dict[str, int] = {}
     for d in dropped:
@@ -95,7 +99,8 @@ def _truncation(r: TokenReport) -> None:
         )
     )
     if cut:
-        r.lines.append(f"{cut:,} examples are longer than max_length {r.rules.max_length}")
+        limit = "sequence_len" if r.rules.trainer == "axolotl" else "max_length"
+        r.lines.append(f"{_n(cut, 'example')} longer than {limit} {r.rules.max_length}")
     if not lost.any():
         return
     rows = _rows(lost)
@@ -244,7 +249,7 @@ def _added(r: TokenReport, tok: Any, model: ModelFacts) -> None:
     if not used:
         return
     names = ", ".join(
-        f"{tok.convert_ids_to_tokens(t)} (id {t}, {n:,} examples)" for t, n in sorted(used.items())[:5]
+        f"{tok.convert_ids_to_tokens(t)} (id {t}, {_n(n, 'example')})" for t, n in sorted(used.items())[:5]
     )
     tied = (
         "; the embeddings are tied to the output head, so the head predicts them from those rows too"
@@ -253,7 +258,8 @@ def _added(r: TokenReport, tok: Any, model: ModelFacts) -> None:
     )
     r.findings.append(Finding(
         "added_tokens", len(used),
-        f"{len(used)} token(s) past the model's {model.rows:,} embedding rows are in the data: {names}: the "
-        "embeddings must be resized (resize_token_embeddings), and the new rows start at the old rows' mean, "
-        f"never trained{tied}; train the embeddings (modules_to_save) or keep to the model's vocabulary", (),
+        f"{_n(len(used), 'token')} past the model's {model.rows:,} embedding rows in the data: {names}: "
+        "the embeddings must be resized (resize_token_embeddings), and the new rows start at the old "
+        f"rows' mean, never trained{tied}; train the embeddings (modules_to_save) or keep to the model's "
+        "vocabulary", (),
     ))  # fmt: skip

@@ -55,7 +55,7 @@ def _parquet(path: Path) -> list[dict[str, Any]]:
 
         return [dict(r) for r in pq.read_table(path).to_pylist()]
     except ImportError:
-        raise TuneproofError("reading Parquet needs pyarrow", "pip install pyarrow") from None
+        raise TuneproofError("reading Parquet needs pyarrow", "pip install 'tuneproof[train]'") from None
     except Exception as e:  # pyarrow's own errors: a file that is not Parquet, a truncated one
         first = (str(e).splitlines() or [""])[0][:200]
         raise TuneproofError(f"cannot read {path} as Parquet: {first}", HINT) from None
