@@ -25,6 +25,7 @@ def _sft(tmp_path: Path, model: Any, tok: Any, callback: TuneproofCallback, **co
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    peft_config = config.pop("peft_config", None)
     args = SFTConfig(
         output_dir=str(tmp_path / "out"), assistant_only_loss=True, per_device_train_batch_size=2,
         gradient_accumulation_steps=2, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no",
@@ -33,7 +34,7 @@ def _sft(tmp_path: Path, model: Any, tok: Any, callback: TuneproofCallback, **co
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(ROWS), processing_class=tok,
-                          callbacks=[callback])  # fmt: skip
+                          callbacks=[callback], peft_config=peft_config)  # fmt: skip
 
 
 def _no_kwargs_model(tok: Any) -> Any:
@@ -123,3 +124,26 @@ def test_a_micro_batch_with_no_token_to_train_is_warned(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="a micro-batch has no token to train .*nor does any of the step"):
         trainer.train()
     assert cb.trained_history[:2] == [0, 0]
+
+
+def test_trls_default_path_packing_padding_free_checkpointing_and_a_lora(tmp_path: Path) -> None:
+    """The path users take without thinking: bfd packing (padding-free rows, position_ids, no mask),
+    gradient checkpointing, a PEFT LoRA on all-linear. The per-step counts still equal the collated
+    batches', and the logged loss is still the mean over each step's trained tokens."""
+    from peft import LoraConfig
+
+    tok = tt.tokenizer("chatml", True)
+    cb = TuneproofCallback(record_base=False)
+    trainer = _sft(
+        tmp_path, tt.model_for(tok), tok, cb, num_train_epochs=1, packing=True, max_length=64,
+        gradient_checkpointing=True, peft_config=LoraConfig(r=4, target_modules="all-linear"),
+    )  # fmt: skip
+    assert trainer.padding_free
+    direct = sum(int((b["labels"][..., 1:] != -100).sum()) for b in trainer.get_train_dataloader())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    assert sum(c for c in cb.trained_history if c is not None) == direct
+    rules = LabelRules(assistant_only_loss=True, packing="bfd", max_length=64)
+    assert direct == check(ROWS, tok, rules, ModelFacts(), "rows").trained
+    assert cb.accumulation is not None and cb.accumulation.outcome == "equal", cb.accumulation.line
