@@ -356,8 +356,10 @@ BAD["tokens"] = {
         ("@missing", "dataset"),
         ("@folder", "is a folder, not one saved with datasets' save_to_disk"),
         ("@not-json", "not a JSONL, JSON or Parquet file"),
-        ("@empty.jsonl", "holds no rows"),
-        ("@broken.jsonl", "line 2: not JSON"),
+        ("@empty.jsonl|--tokenizer|@tok", "holds no rows"),
+        ("@broken.jsonl|--tokenizer|@tok", "line 2: not JSON"),
+        ("@bad-chat.jsonl|--tokenizer|@tok", "row 2: 'messages' is str, not a list of turns"),
+        ("@chats.jsonl", "a dataset needs its --tokenizer"),
         ("@bad-yaml.yml", "line 3, column 1: not valid YAML"),
         ("@run.yml", "the tiny demo model has no tokenizer folder"),
         ("@uncached.yml", "holds no models--nobody--no-such-model"),
@@ -371,6 +373,11 @@ BAD["tokens"] = {
     "--text-field": [("", "--text-field is empty")],
     "--roles-to-train": [("", "an empty role name"), ("assistant,,user", "an empty role name")],
     "--train-on-eos": [("always", "is not one of"), ("all", "--train-on-eos is an option of Axolotl")],
+    "--dataset-type": [("alpaca", "is not one of"), ("completion", "--dataset-type is an option of Axolotl")],
+    "--field-messages": [
+        ("", "--field-messages is empty"),
+        ("turns", "--field-messages is an option of Axolotl"),
+    ],
     "--limit": [("0", "--limit is 0"), ("x", "not a valid integer")],
 }
 BAD["fingerprint"] = {
@@ -494,7 +501,7 @@ REQUIRED = {
 # options that need the command's other inputs left out (they are alternatives, not companions)
 REQUIRED_FOR = {
     ("preflight", "run_file"): [],
-    ("tokens", "source"): ["--tokenizer", "@tok"],
+    ("tokens", "source"): [],
     ("fingerprint", "model_dir"): [],
     ("fingerprint", "--compare"): [],
     ("quant-audit", "--checkpoint"): [],
@@ -620,6 +627,8 @@ def _token_files(d: Path) -> None:
     tt.write_jsonl(tt.chats(4), d / "chats.jsonl")
     (d / "empty.jsonl").write_text("")
     (d / "broken.jsonl").write_text('{"text": "w1"}\n{not json\n')
+    good = json.dumps(tt.chats(1)[0])
+    (d / "bad-chat.jsonl").write_text(f'{good}\n{{"messages": "not a list of turns"}}\n')
 
 
 def _argv(value: str) -> list[str]:

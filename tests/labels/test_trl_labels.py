@@ -4,6 +4,7 @@ and each planted fault found, named and counted."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,8 @@ def test_sharegpt_rows_keep_their_roles_under_trl_so_no_assistant_turn_is_masked
     tok = tt.tokenizer("chatml", True)
     report = check(rows, tok, LabelRules(assistant_only_loss=True, max_length=4096), ModelFacts(), "fixture")
     assert report.built.form == "conversations"
-    assert kinds(report) == {"trainer_stops": 1, "assistant_mask_empty": 1}
+    assert kinds(report) == {"trainer_stops": 1, "nothing_to_train": 1}
+    assert "TRL keeps ShareGPT's roles" in report.findings[1].text
     sharegpt = LabelRules(
         trainer="axolotl", max_length=4096, field_messages="conversations", message_keys=("from", "value")
     )
@@ -211,3 +213,60 @@ def test_bad_rules_are_refused_naming_the_field() -> None:
         LabelRules(packing="bfd", max_length=None)
     with pytest.raises(TuneproofError, match="max_length"):
         LabelRules(max_length=0)
+
+
+def test_a_template_that_refuses_a_row_is_named_by_the_row() -> None:
+    """raise_exception in a template (roles must alternate, as Mistral's and Gemma's templates say)
+    stops TRL's preparation: the check names the row, in one line."""
+    from tuneproof.core.errors import TuneproofError
+
+    tok = tt.tokenizer("chatml", True)
+    tok.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'user' and loop.index0 % 2 == 1 %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant') }}"
+        "{% endif %}{{ m['content'] }} {% endfor %}"
+    )
+    rows = [  # no system turn in these three: their user turns come first
+        ROWS[1],
+        ROWS[2],
+        ROWS[4],
+        {"messages": [{"role": "assistant", "content": "w1"}, {"role": "user", "content": "w2"}]},
+    ]
+    with pytest.raises(TuneproofError, match=r"row 4: the chat template cannot render it .*must alternate"):
+        check(rows, tok, LabelRules(), ModelFacts(), "rows")
+
+
+@pytest.mark.parametrize(
+    ("trainer", "rows", "said"),
+    [
+        ("trl", [ROWS[0], {"messages": 5}], "row 2: 'messages' is int, not a list of turns"),
+        ("transformers", [ROWS[0], {"messages": [1, 2]}], "row 2: 'messages' is list, not a list of turns"),
+        ("trl", [{"text": 5}], "row 1: no chat 'messages'"),
+        ("trl", [{"text": "w1"}, {"text": None}], "row 2: text field 'text' is NoneType, not text"),
+        ("axolotl", [ROWS[0], {"messages": "hello"}], "row 2: no list of turns under 'messages'"),
+    ],
+)
+def test_a_row_the_trainer_cannot_read_is_refused_by_its_row(
+    trainer: str, rows: list[Any], said: str
+) -> None:
+    from tuneproof.core.errors import TuneproofError
+
+    rules = LabelRules(trainer=trainer, max_length=64) if trainer != "trl" else LabelRules()
+    with pytest.raises(TuneproofError, match=re.escape(said)):
+        check(rows, tt.tokenizer("chatml", True), rules, ModelFacts(), "rows")
+
+
+def test_a_row_without_an_assistant_turn_is_nothing_to_train_not_an_empty_mask() -> None:
+    rows = [*ROWS[:3], {"messages": [{"role": "user", "content": "w1 w2"}]}]
+    report = check(
+        rows, tt.tokenizer("chatml", True), LabelRules(assistant_only_loss=True), ModelFacts(), "r"
+    )
+    assert kinds(report) == {"trainer_stops": 4, "nothing_to_train": 1}
+    assert report.findings[1].rows == (4,)
+    assert "1 example has no token" in report.findings[1].text
+
+
+def test_a_clean_verdict_claims_no_more_than_it_checked() -> None:
+    report = check(ROWS, tt.tokenizer("chatml", True), LabelRules(max_length=12), ModelFacts(), "rows")
+    assert report.findings == [] and report.verdict.reason == "no finding about the tokens that train"
+    assert report.stop_rows < report.kept  # truncated rows lose their EOS: a line, not a finding

@@ -124,6 +124,8 @@ def test_a_micro_batch_with_no_token_to_train_is_warned(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="a micro-batch has no token to train .*nor does any of the step"):
         trainer.train()
     assert cb.trained_history[:2] == [0, 0]
+    assert cb.accumulation is not None and cb.accumulation.outcome == "unchecked"
+    assert "train no token" in cb.accumulation.line
 
 
 def test_trls_default_path_packing_padding_free_checkpointing_and_a_lora(tmp_path: Path) -> None:

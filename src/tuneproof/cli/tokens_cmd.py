@@ -68,12 +68,23 @@ from tuneproof.cli.common import command, finish, json_option, terminal_progress
     show_default=True,
     help="Axolotl: which EOS tokens train.",
 )
+@click.option(
+    "--dataset-type",
+    type=click.Choice(["chat_template", "completion"]),
+    default="chat_template",
+    show_default=True,
+    help="Axolotl: the dataset's type.",
+)
+@click.option(
+    "--field-messages", default="messages", show_default=True, help="Axolotl: the field of a row's turns."
+)
 @click.option("--limit", type=int, default=None, help="Read at most this many rows per dataset.")
 @json_option
 def tokens(
     source: Path, tokenizer: Path | None, trainer: str, max_length: int, truncation_mode: str,
     assistant_only_loss: bool, completion_only_loss: str, packing: str | None, text_field: str,
-    train_on_inputs: bool, roles_to_train: str, train_on_eos: str, limit: int | None, json_out: bool,
+    train_on_inputs: bool, roles_to_train: str, train_on_eos: str, dataset_type: str, field_messages: str,
+    limit: int | None, json_out: bool,
 ) -> int:  # fmt: skip
     """Count the tokens that train (labels not -100, as the loss counts them) per example and in all,
     as TRL's SFTTrainer, transformers' Trainer or Axolotl will build them from INPUT: a dataset (JSONL,
@@ -84,6 +95,8 @@ def tokens(
     from tuneproof.commands.tokens import TokensSpec, prepare, run
     from tuneproof.labels.rules import LabelRules
 
+    if source.suffix.lower() in (".yml", ".yaml", ".toml"):
+        _run_config_alone(click.get_current_context())
     roles = tuple(r.strip() for r in roles_to_train.split(","))
     if not all(roles):
         raise click.BadParameter("an empty role name", param_hint="--roles-to-train")
@@ -92,10 +105,27 @@ def tokens(
         trainer=trainer, max_length=max_length, truncation_mode=truncation_mode,
         assistant_only_loss=assistant_only_loss, completion_only_loss=only, packing=packing,
         text_field=text_field, train_on_inputs=train_on_inputs, roles_to_train=roles,
-        train_on_eos=train_on_eos,
+        train_on_eos=train_on_eos, dataset_type=dataset_type, field_messages=field_messages,
     )  # fmt: skip
     spec = TokensSpec(source=source, tokenizer=tokenizer, rules=rules, limit=limit)
     plan = prepare(spec)
     with terminal_progress() as update:
         result = run(plan, update)
     return finish(result, json_out)
+
+
+def _run_config_alone(ctx: click.Context) -> None:
+    """A run config brings its own tokenizer and trainer options: any of them given too is refused,
+    by name (a default would otherwise look like a choice)."""
+    from click.core import ParameterSource
+
+    given = [
+        p.opts[0] for p in ctx.command.params
+        if isinstance(p, click.Option) and p.name not in ("limit", "json_out")
+        and ctx.get_parameter_source(p.name or "") == ParameterSource.COMMANDLINE
+    ]  # fmt: skip
+    if given:
+        raise click.UsageError(
+            f"{', '.join(given)}: a run config gives its own tokenizer and trainer options; drop "
+            f"{'it' if len(given) == 1 else 'them'}, or pass the dataset itself", ctx=ctx,
+        )  # fmt: skip

@@ -110,10 +110,11 @@ class TokensResult(NoWarnings):
 
 
 def prepare(spec: TokensSpec) -> TokensPlan:
-    from tuneproof.labels.rows import read_rows
+    from tuneproof.labels.rows import check_path, read_rows
 
     if spec.is_run:
         return _from_run(spec)
+    check_path(spec.source)  # a missing or unreadable dataset is said before the tokenizer loads
     _needs(spec.rules)
     if spec.tokenizer is None:
         raise TuneproofError("a dataset needs its {tokenizer}", TOKENIZER_HINT, fields=("tokenizer",))
@@ -154,7 +155,13 @@ def _from_run(spec: TokensSpec) -> TokensPlan:
         raise TuneproofError(
             f"{run.source}: the tiny demo model has no tokenizer folder", "name a local base model"
         )
-    base = locate_config(run.base_model).parent
+    config = locate_config(run.base_model)
+    if not config.exists():
+        raise TuneproofError(
+            f"{run.source}: base_model {run.base_model} is no local folder, nor a cached hub id",
+            "give the base model's local folder",
+        )
+    base = config.parent
     if spec.tokenizer is not None or spec.rules != LabelRules():
         raise TuneproofError(
             "a run config gives its own tokenizer and trainer options",
@@ -166,6 +173,10 @@ def _from_run(spec: TokensSpec) -> TokensPlan:
     tok = _tokenizer(folder)
     jobs = []
     for ds in run.datasets:
+        if ds.local is None and ds.meant_local:
+            raise TuneproofError(
+                f"{run.source}: dataset {ds.path} not found", "fix its path (from the folder you run in)"
+            )
         if ds.local is None:
             jobs.append(Job(ds.path, None, None, "not a local file (nothing is downloaded)"))
             continue

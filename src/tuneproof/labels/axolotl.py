@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof.labels.rules import AXOLOTL_VERIFIED, IGNORE, Built, LabelRules, empty, trained
+from tuneproof.labels.rules import AXOLOTL_VERIFIED, IGNORE, Built, LabelRules, empty, row_error, trained
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
          "tool": "tool"}  # fmt: skip  # Axolotl's default `roles` mapping
@@ -74,10 +74,14 @@ def _chat_template(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, out:
     chats: dict[int, list[dict[str, Any]]] = {}
     for i, row in enumerate(rows):
         turns = _turns(row, rules.field_messages, rules.message_keys)
-        if turns:
-            chats[i] = turns
-        else:
-            out.unknown[i] = f"no list of turns under {rules.field_messages!r} (Axolotl: 'Messages is null')"
+        if not turns:
+            keys = ", ".join(sorted(row)) or "none"
+            raise row_error(
+                i, f"no list of turns under {rules.field_messages!r} (its keys: {keys}); Axolotl stops "
+                "('Messages is null. Please check `field_messages`.')",
+                "set field_messages (text rows are Axolotl's completion type)",
+            )  # fmt: skip
+        chats[i] = turns
     order = list(chats)
     eot = _eot_ids(tok, rules)
     eos = tok.eos_token_id
@@ -179,15 +183,15 @@ def _completion(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, out: Bu
     texts = []
     for i, row in enumerate(rows):
         t = row.get(rules.text_field)
-        if not isinstance(t, str) or not t:
-            out.unknown[i] = f"no text in field {rules.text_field!r}"
-            t = ""
+        if not isinstance(t, str):
+            shown = type(t).__name__ if rules.text_field in row else "missing"
+            raise row_error(
+                i, f"text field {rules.text_field!r} is {shown}, not text", "fix the row, or set field"
+            )
         texts.append(t)
     enc = tok(texts, truncation=True, max_length=seq * 64)["input_ids"]
     eos = tok.eos_token_id
     for i, ids in enumerate(enc):
-        if i in out.unknown:
-            continue
         x = list(ids)
         if x and eos is not None and x[-1] != eos and len(x) < seq * 64:
             x.append(eos)

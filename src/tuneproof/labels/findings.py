@@ -15,8 +15,12 @@ def judge(r: TokenReport, tok: Any, model: ModelFacts) -> None:
     b = r.built
     n = len(b.ids)
     share = f" ({r.trained / r.tokens:.1%})" if r.tokens else ""
+    if b.stops:
+        r.lines.append("the trainer stops before it trains (the findings); below, the labels it would build")
     r.lines.append(
-        f"{n:,} examples, {r.kept:,} kept: {r.trained:,} of their {r.tokens:,} tokens train{share}"
+        f"{_n(n, 'example')}, {r.kept:,} kept: {r.trained:,} of their {r.tokens:,} tokens train{share}"
+        if r.kept
+        else f"{_n(n, 'example')}, none kept: no token trains"
     )
     kept = r._kept_mask()
     if kept.any():
@@ -30,7 +34,7 @@ def judge(r: TokenReport, tok: Any, model: ModelFacts) -> None:
         r.lines.append(f"{count:,} {why}")
     if b.unknown:
         first = next(iter(b.unknown.values()))
-        r.lines.append(f"{len(b.unknown):,} examples not modelled ({first})")
+        r.lines.append(f"{_n(len(b.unknown), 'example')} not modelled ({first})")
     for text in b.stops:
         r.findings.append(Finding("trainer_stops", n, f"the trainer stops: {text}"))
     _masks(r)
@@ -58,30 +62,32 @@ def _rows(mask: np.ndarray) -> tuple[int, ...]:
 
 def _masks(r: TokenReport) -> None:
     b = r.built
-    empty = b.mask_empty.copy()
-    for i in b.unknown:
-        empty[i] = False
+    known = np.array([i not in b.unknown for i in range(len(b.ids))], dtype=bool)
+    target = ~b.no_target if b.no_target is not None else np.ones(len(b.ids), dtype=bool)
+    empty = b.mask_empty & known & target
     if empty.any():
         rows = _rows(empty)
         what = "assistant" if r.rules.assistant_only_loss else "completion"
         r.findings.append(Finding(
             "assistant_mask_empty", len(rows),
-            f"{len(rows):,} of {len(b.ids):,} examples have an all-zero {what} mask "
+            f"{len(rows):,} of {_n(len(b.ids), 'example')} have an all-zero {what} mask "
             f"({rows_text(rows, len(rows))}): no token of theirs trains" + (
                 "; the chat template marks no assistant tokens ({% generation %} ... {% endgeneration %})"
                 if what == "assistant" else ""
             ), rows,
         ))  # fmt: skip
-    nothing = np.array(
-        [b.trained_before[i] == 0 and not b.mask_empty[i] and i not in b.unknown for i in range(len(b.ids))],
-        dtype=bool,
-    )
+    nothing = (b.trained_before == 0) & known & ~empty
     if nothing.any():
         rows = _rows(nothing)
+        why = "no turn of a trained role, or nothing past the prompt"
+        if b.form == "conversations" and r.rules.trainer == "trl":
+            why = (
+                "TRL keeps ShareGPT's roles as they are (human, gpt), so no turn is the 'assistant' it trains"
+            )
         r.findings.append(Finding(
             "nothing_to_train", len(rows),
-            f"{len(rows):,} examples have no token to train even before truncation "
-            f"({rows_text(rows, len(rows))}): no turn of a trained role, or nothing past the prompt", rows,
+            f"{_n(len(rows), 'example')} {'has' if len(rows) == 1 else 'have'} no token to train even before "
+            f"truncation ({rows_text(rows, len(rows))}): {why}", rows,
         ))  # fmt: skip
 
 
@@ -98,6 +104,7 @@ def _truncation(r: TokenReport) -> None:
             if i not in b.unknown and b.length[i] > (r.rules.max_length or b.length[i])
         )
     )
+    r.longer = cut
     if cut:
         limit = "sequence_len" if r.rules.trainer == "axolotl" else "max_length"
         r.lines.append(f"{_n(cut, 'example')} longer than {limit} {r.rules.max_length}")
@@ -106,10 +113,11 @@ def _truncation(r: TokenReport) -> None:
     rows = _rows(lost)
     tokens = int(b.trained_before[lost].sum())
     fate = _fate(r, lost)
+    verb = "loses every token it" if len(rows) == 1 else "lose every token they"
     r.findings.append(Finding(
         "truncated_away", len(rows),
-        f"{len(rows):,} examples lose every token they would train ({tokens:,} tokens) to the length limit "
-        f"{r.rules.max_length} ({rows_text(rows, len(rows))}): {fate}", rows,
+        f"{_n(len(rows), 'example')} {verb} would train ({tokens:,} tokens) to the length limit "
+        f"{r.rules.max_length} ({rows_text(rows, len(rows))}): {fate}", rows, tokens,
     ))  # fmt: skip
 
 
@@ -135,7 +143,8 @@ def _stops(r: TokenReport, tok: Any) -> None:
         r.lines.append("no EOS token: the tokenizer names none")
         return
     kept = r.kept
-    r.lines.append(f"{r.stop_rows:,} of {kept:,} kept examples train a stop token ({names})")
+    if kept:
+        r.lines.append(f"{r.stop_rows:,} of {_n(kept, 'kept example')} train a stop token ({names})")
     if kept and r.stop_rows == 0 and r.trained:
         r.findings.append(Finding(
             "eos_untrained", kept,
@@ -151,6 +160,10 @@ def _why_no_stop(r: TokenReport, tok: Any) -> str:
     present = any(np.isin(b.ids[i], stop).any() for i in range(len(b.ids)) if b.dropped[i] is None)
     end = _turn_end(r, tok)
     ends = f"; {end}" if end else ""
+    if not present and end and end.startswith("the trained spans end with"):
+        return (
+            f"; {end}, which is no stop token: make it the EOS, or add it to generation_config's eos_token_id"
+        )
     if not present:
         if rules.trainer == "transformers" or b.form == "text":
             return "; no example holds one: the tokenizer adds none, append the EOS to each text"
@@ -160,6 +173,10 @@ def _why_no_stop(r: TokenReport, tok: Any) -> str:
         )
     if rules.trainer == "transformers" and tok.pad_token_id in r.stop_names:
         return "; the pad id is the EOS and the collator masks the pad id (the pad_is_eos finding)"
+    if end and end.startswith("the trained spans end with"):
+        return (
+            f"; {end}, which is no stop token: make it the EOS, or add it to generation_config's eos_token_id"
+        )
     if rules.trainer == "axolotl":
         return (
             f"; the stop token falls outside the trained turns{ends}: set train_on_eos (or eot_tokens) so "
@@ -237,13 +254,18 @@ def _added(r: TokenReport, tok: Any, model: ModelFacts) -> None:
         return
     size = len(tok)
     b = r.built
+    r.vocab = (size, model.rows)
     if size > model.rows:
         r.lines.append(f"the tokenizer has {size:,} tokens, the model {model.rows:,} embedding rows")
     used: dict[int, int] = {}
     kept = [x for i, x in enumerate(b.ids) if b.dropped[i] is None and x.size]
     flat = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    users: list[int] = []
     if (flat >= model.rows).any():  # only then, example by example: how many use each
-        for x in kept:
+        for i, x in enumerate(b.ids):
+            if b.dropped[i] is not None or not (x >= model.rows).any():
+                continue
+            users.append(i + 1)
             for t in np.unique(x[x >= model.rows]):
                 used[int(t)] = used.get(int(t), 0) + 1
     if not used:
@@ -261,5 +283,5 @@ def _added(r: TokenReport, tok: Any, model: ModelFacts) -> None:
         f"{_n(len(used), 'token')} past the model's {model.rows:,} embedding rows in the data: {names}: "
         "the embeddings must be resized (resize_token_embeddings), and the new rows start at the old "
         f"rows' mean, never trained{tied}; train the embeddings (modules_to_save) or keep to the model's "
-        "vocabulary", (),
+        "vocabulary", tuple(users),
     ))  # fmt: skip

@@ -16,20 +16,21 @@ import numpy as np
 
 from tuneproof.labels.render import chat_ids
 from tuneproof.labels.rules import IGNORE, Built, LabelRules, empty, trained
-from tuneproof.labels.trl import form_of
+from tuneproof.labels.trl import chatml, check_rows, form_of
 
 
 def build(rows: list[dict[str, Any]], tok: Any, rules: LabelRules) -> Built:
     form = form_of(rows[0], rules.text_field)
+    check_rows(rows, form, rules.text_field)
     out = empty(len(rows), form)
     out.notes.append("as transformers' DataCollatorForLanguageModeling (mlm=False) labels them")
     if form in ("messages", "conversations"):
         if not getattr(tok, "chat_template", None):
             out.stops.append("the tokenizer has no chat template for the chat rows")
             return out
-        ids: list[Any] = chat_ids(tok, [r.get(form) or [] for r in rows], None, False)[0]
+        ids: list[Any] = chat_ids(tok, [chatml(r[form]) for r in rows], None, False)[0]
     elif form == "text":
-        texts = [r.get(rules.text_field) if isinstance(r.get(rules.text_field), str) else "" for r in rows]
+        texts = [r[rules.text_field] for r in rows]
         ids = tok(texts)["input_ids"]
     else:
         out.stops.append(f"rows of the form {form} are not text or chats for the plain Trainer")

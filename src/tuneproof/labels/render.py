@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from tuneproof.core.errors import TuneproofError
+
 CHUNK = 512  # chats per render-and-encode step
 MARKERS = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' own test (render_jinja_template)
 
@@ -61,7 +63,7 @@ def rendered(
     variables = {**tok.special_tokens_map, **kw}
 
     def render(part: list[Any]) -> tuple[list[str], list[Any]]:
-        clean = [[{k: v for k, v in m.items() if v is not None} for m in chat] for chat in part]
+        clean = [_messages(chat) for chat in part]
         out: Any = render_jinja_template(  # (texts, generation spans), though typed as a str
             conversations=clean, chat_template=source, return_assistant_tokens_mask=spans, **variables
         )
@@ -70,12 +72,38 @@ def rendered(
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
         for start in range(0, len(chats), CHUNK):
-            texts, where = render(chats[start : start + CHUNK])
+            texts, where = _rendering(render, chats, start)
             if pending is not None:
                 yield pending[0], *pending[1].result(), pending[2]
             pending = (texts, pool.submit(_encode, tok, texts), where)
         if pending is not None:
             yield pending[0], *pending[1].result(), pending[2]
+
+
+def _messages(chat: Any) -> list[dict[str, Any]]:
+    """transformers' normalisation: each message a dict, its None-valued keys dropped."""
+    if not isinstance(chat, list) or not all(isinstance(m, dict) for m in chat):
+        raise TypeError("its messages are not a list of objects")
+    return [{k: v for k, v in m.items() if v is not None} for m in chat]
+
+
+def _rendering(render: Any, chats: list[Any], start: int) -> tuple[list[str], list[Any]]:
+    """One chunk rendered; a chat the template cannot render (or refuses: raise_exception) is named
+    by its row, in one line."""
+    try:
+        texts, where = render(chats[start : start + CHUNK])
+        return texts, where
+    except Exception:  # the template's own error (jinja's, raise_exception's): find the row it is about
+        for k, chat in enumerate(chats[start : start + CHUNK]):
+            try:
+                render([chat])
+            except Exception as e:
+                first = (str(e).splitlines() or [""])[0][:200]
+                raise TuneproofError(
+                    f"row {start + k + 1}: the chat template cannot render it ({type(e).__name__}: {first})",
+                    "fix the row, or the template",
+                ) from None
+        raise
 
 
 def fast(tok: Any) -> bool:

@@ -31,7 +31,7 @@ from tuneproof.core.verdict import CANNOT_JUDGE, NoWarnings, Verdict, counted
 from tuneproof.labels.rules import Built, LabelRules
 
 SHOWN = 10  # rows named per finding
-ABOUT, CLEAN = "about the tokens that train", "every example trains, EOS included"
+ABOUT, CLEAN = "about the tokens that train", "no finding about the tokens that train"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +39,12 @@ class Finding:
     kind: str
     count: int
     text: str
-    rows: tuple[int, ...] = ()
+    rows: tuple[int, ...] = ()  # the rows it is about, from 1
+    tokens: int | None = None  # the tokens it costs (truncated_away: the trained tokens lost)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "count": self.count, "text": self.text, "rows": list(self.rows)}
+        return {"kind": self.kind, "count": self.count, "text": self.text, "rows": list(self.rows),
+                "tokens": self.tokens}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,8 @@ class TokenReport(NoWarnings):
     stop_rows: int  # examples that train a stop token
     findings: list[Finding] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    longer: int = 0  # examples longer than the length limit
+    vocab: tuple[int, int] | None = None  # (the tokenizer's tokens, the model's embedding rows), when known
 
     @property
     def trained(self) -> int:
@@ -126,6 +130,9 @@ class TokenReport(NoWarnings):
             "tokens": self.tokens,
             "trained_tokens": self.trained,
             "trained_share": self.trained / self.tokens if self.tokens else None,
+            "longer_than_limit": self.longer,
+            "tokenizer_tokens": self.vocab[0] if self.vocab else None,
+            "embedding_rows": self.vocab[1] if self.vocab else None,
             "stop_tokens": {str(k): v for k, v in self.stop_names.items()},
             "examples_training_a_stop_token": self.stop_rows,
             "trainer_stops": list(b.stops),

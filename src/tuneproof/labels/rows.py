@@ -15,21 +15,31 @@ HINT = "pass a JSONL, JSON or Parquet file, or a folder saved with datasets' sav
 SUFFIXES = (".jsonl", ".json", ".parquet", ".gz")
 
 
+def check_path(path: Path) -> None:
+    """What can be said of a dataset's path without reading it: it exists, and is a file of a kind
+    read here or a folder saved with `datasets.save_to_disk`."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "dataset_info.json").exists() and not (path / "dataset_dict.json").exists():
+            raise TuneproofError(f"{path} is a folder, not one saved with datasets' save_to_disk", HINT)
+        return
+    input_file(path, "dataset", HINT)
+    if path.suffix not in (".parquet", ".json") and not path.name.endswith((".jsonl", ".jsonl.gz")):
+        raise TuneproofError(f"dataset {path}: not a JSONL, JSON or Parquet file", HINT)
+
+
 def read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     """The rows of `path` (at most `limit`), refused in one line when it cannot be read or holds none."""
     path = Path(path)
+    check_path(path)
     if path.is_dir():
         rows = _saved(path)
+    elif path.suffix == ".parquet":
+        rows = _parquet(path)
+    elif path.suffix == ".json":
+        rows = _json(path)
     else:
-        input_file(path, "dataset", HINT)
-        if path.suffix == ".parquet":
-            rows = _parquet(path)
-        elif path.suffix == ".json":
-            rows = _json(path)
-        elif path.name.endswith((".jsonl", ".jsonl.gz")):
-            rows = [row for _, row in jsonl_objects(path, "dataset", HINT)]
-        else:
-            raise TuneproofError(f"dataset {path}: not a JSONL, JSON or Parquet file", HINT)
+        rows = [row for _, row in jsonl_objects(path, "dataset", HINT)]
     if not rows:
         raise TuneproofError(f"dataset {path} holds no rows", "pass a dataset with rows")
     return rows[:limit] if limit is not None else rows
@@ -62,8 +72,6 @@ def _parquet(path: Path) -> list[dict[str, Any]]:
 
 
 def _saved(path: Path) -> list[dict[str, Any]]:
-    if not (path / "dataset_info.json").exists() and not (path / "dataset_dict.json").exists():
-        raise TuneproofError(f"{path} is a folder, not one saved with datasets' save_to_disk", HINT)
     try:
         from datasets import load_from_disk
 

@@ -91,8 +91,9 @@ class LabelRules:
                 f"{{max_length}} is {self.max_length!r}", "give a whole number of tokens, at least 1",
                 fields=("max_length",),
             )  # fmt: skip
-        if not self.text_field:
-            raise TuneproofError("{text_field} is empty", "name the text column", fields=("text_field",))
+        for name in ("text_field", "field_messages"):
+            if not getattr(self, name):
+                raise TuneproofError(f"{{{name}}} is empty", "name the column", fields=(name,))
         self._only("trl", TRL_ONLY)
         self._only("axolotl", AXOLOTL_ONLY)
         if self.packing is not None and self.max_length is None:
@@ -118,9 +119,15 @@ class LabelRules:
         return self.padding_free or self.packing in ("bfd", "bfd_split")
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__slots__}
-        out["roles_to_train"] = list(self.roles_to_train)
-        out["eot_tokens"] = list(self.eot_tokens) if self.eot_tokens is not None else None
+        """The options of this trainer (another trainer's are left out: they do not apply)."""
+        other = {
+            **({} if self.trainer == "trl" else TRL_ONLY),
+            **({} if self.trainer == "axolotl" else AXOLOTL_ONLY),
+        }
+        out = {k: getattr(self, k) for k in self.__slots__ if k not in other}
+        for k in ("roles_to_train", "eot_tokens", "message_keys"):
+            if k in out and out[k] is not None:
+                out[k] = list(out[k])
         return out
 
 
@@ -139,6 +146,7 @@ class Built:
     dropped: list[str | None]
     mask_empty: np.ndarray
     form: str  # "messages", "prompt-completion", "text", ...
+    no_target: np.ndarray | None = None  # chats: the row has no turn the trainer trains (no assistant)
     notes: list[str] = field(default_factory=list)
     stops: list[str] = field(default_factory=list)
     unknown: dict[int, str] = field(default_factory=dict)
@@ -164,6 +172,11 @@ class Built:
         return out
 
 
+def row_error(i: int, what: str, hint: str) -> TuneproofError:
+    """A row the trainer cannot read, named as a person counts a file's rows (from 1)."""
+    return TuneproofError(f"row {i + 1}: {what}", hint)
+
+
 def trained(labels: np.ndarray) -> int:
     """Tokens of one sequence the loss averages over: its labels after the first that are not -100."""
     return int(np.count_nonzero(labels[1:] != IGNORE))
@@ -175,5 +188,5 @@ def empty(n: int, form: str) -> Built:
     return Built(
         ids=[none] * n, labels=[none] * n, length=np.zeros(n, dtype=np.int64),
         trained_before=np.zeros(n, dtype=np.int64), dropped=[None] * n,
-        mask_empty=np.zeros(n, dtype=bool), form=form,
+        mask_empty=np.zeros(n, dtype=bool), form=form, no_target=np.zeros(n, dtype=bool),
     )  # fmt: skip

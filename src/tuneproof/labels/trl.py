@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tuneproof.labels.rules import IGNORE, TRL_VERIFIED, Built, LabelRules, empty, trained
+from tuneproof.labels.rules import IGNORE, TRL_VERIFIED, Built, LabelRules, empty, row_error, trained
 
 TRL_NO_MASK = (
     "TRL stops the run ('You're using `assistant_only_loss=True`, but at least one example has no assistant "
@@ -52,11 +52,9 @@ def _chat(value: Any) -> bool:
 
 def build(rows: list[dict[str, Any]], tok: Any, rules: LabelRules) -> Built:
     form = form_of(rows[0], rules.text_field)
+    check_rows(rows, form, rules.text_field)
     out = empty(len(rows), form)
     out.notes.append(f"as TRL {TRL_VERIFIED}'s SFTTrainer builds them")
-    if form.startswith("unknown"):
-        out.stops.append(f"TRL reads no text from the first row: {form}")
-        return out
     if rules.assistant_only_loss and form in ("text", "prompt-completion"):
         out.stops.append(
             "TRL refuses assistant_only_loss on a dataset that is not conversational ('You set "
@@ -80,9 +78,41 @@ def build(rows: list[dict[str, Any]], tok: Any, rules: LabelRules) -> Built:
         out.ids[i], out.labels[i] = x, y
         out.length[i], out.trained_before[i] = x.size, trained(y)
         out.mask_empty[i] = m is not None and not m.any()
-    if not out.stops:  # a refused dataset is never truncated or packed
-        finish(out, rules)
+    if out.form in ("messages", "conversations") and out.no_target is not None:
+        key = "messages" if out.form == "messages" else "conversations"
+        out.no_target[:] = [
+            not any(t.get("role", t.get("from")) == "assistant" for t in r[key]) for r in rows
+        ]
+    finish(out, rules)
     return out
+
+
+def check_rows(rows: list[dict[str, Any]], form: str, text_field: str) -> None:
+    """Every row of the form the first row set, as TRL's preparation needs it; one that is not stops
+    TRL's `map` with a traceback, so it is refused here, by its row."""
+    if form.startswith("unknown"):
+        raise row_error(0, f"no chat 'messages' or 'conversations', no 'prompt' and 'completion', and no "
+                        f"text field {text_field!r} ({form.removeprefix('unknown ')})",
+                        "give chat rows, prompt-completion rows, or the text field's name")  # fmt: skip
+    for i, r in enumerate(rows):
+        if form in ("messages", "conversations"):
+            turns = r.get(form)
+            if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+                shown = type(turns).__name__ if turns is not None else "missing"
+                raise row_error(i, f"'{form}' is {shown}, not a list of turns", "make every row a chat")
+        elif form.startswith("prompt-completion"):
+            chat = form.endswith("chat")
+            kinds = (list,) if chat else (str,)
+            if not all(isinstance(r.get(k), kinds) for k in ("prompt", "completion")):
+                want = "lists of turns" if chat else "strings"
+                raise row_error(
+                    i, f"'prompt' and 'completion' are not both {want}, as in row 1", "fix the row"
+                )
+        elif not isinstance(r.get(text_field), str):
+            shown = type(r.get(text_field)).__name__ if text_field in r else "missing"
+            raise row_error(
+                i, f"text field {text_field!r} is {shown}, not text", "fix the row, or name the field"
+            )
 
 
 def _template(tok: Any, rules: LabelRules, out: Built) -> str | None:
@@ -126,7 +156,7 @@ def _apply(tok: Any, chats: list[Any], template: str | None, **kw: Any) -> Any:
 
 def _chats(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, template: str | None, out: Built) -> Any:
     key = "messages" if out.form == "messages" else "conversations"
-    chats = [_chatml(r.get(key) or []) for r in rows]
+    chats = [chatml(r[key]) for r in rows]
     aol = rules.assistant_only_loss
     if out.stops and aol:  # no template to render with: the masks are all zero
         template = None
@@ -134,7 +164,7 @@ def _chats(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, template: st
     return ids, masks if aol else [None] * len(ids)
 
 
-def _chatml(messages: list[Any]) -> list[Any]:
+def chatml(messages: list[Any]) -> list[Any]:
     """TRL's maybe_convert_to_chatml: from/value renamed role/content, the roles as they are."""
     if all(isinstance(m, dict) and "from" not in m and "value" not in m for m in messages):
         return messages
@@ -149,8 +179,8 @@ def _chatml(messages: list[Any]) -> list[Any]:
 def _prompt_completion_chats(
     rows: list[dict[str, Any]], tok: Any, rules: LabelRules, template: str | None, out: Built
 ) -> Any:
-    prompts = [_chatml(r["prompt"]) for r in rows]
-    fulls = [p + _chatml(r["completion"]) for p, r in zip(prompts, rows, strict=True)]
+    prompts = [chatml(r["prompt"]) for r in rows]
+    fulls = [p + chatml(r["completion"]) for p, r in zip(prompts, rows, strict=True)]
     p_ids, _ = _apply(tok, prompts, template, add_generation_prompt=True)
     aol = rules.assistant_only_loss
     f_ids, a_masks = _apply(tok, fulls, template, return_assistant_tokens_mask=aol)
@@ -189,13 +219,7 @@ def _completion_masks(p_ids: Any, f_ids: Any, a_masks: Any, rules: LabelRules, o
 
 def _text(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, out: Built) -> Any:
     eos = tok.eos_token or ""
-    texts = []
-    for i, r in enumerate(rows):
-        t = r.get(rules.text_field)
-        if not isinstance(t, str):
-            out.unknown[i] = f"no text in field {rules.text_field!r}"
-            t = ""
-        texts.append(t if t.endswith(eos) else t + eos)
+    texts = [t if t.endswith(eos) else t + eos for t in (r[rules.text_field] for r in rows)]
     ids = [np.asarray(x, dtype=np.int64) for x in tok(texts)["input_ids"]]
     return ids, [None] * len(ids)
 

@@ -30,7 +30,7 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.runs.run import DatasetRef, LabelOptions, Run, TokenEdits
 
 AXOLOTL_VERSION = "0.19.0"
-HINT = "docs/preflight.md lists what preflight reads"
+HINT = "docs/preflight.md lists the Axolotl options read"
 ATTN_VALUES = (
     "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flash_attention_4", "flash_attention_torch",
     "flex_attention", "xformers", "sage", "fp8",
@@ -439,6 +439,7 @@ def _datasets(value: Any, where: str) -> list[DatasetRef]:
                 tuple(roles) if roles is not None else None,
                 eos["train_on_eos"],
                 eos["train_on_eot"],
+                _message_keys(item, where),
             )
         )
     return out

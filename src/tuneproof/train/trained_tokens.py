@@ -156,15 +156,18 @@ class AccumulationCheck:
         tokens = sum(sum(s.counts) for s in steps)
         nums = {"reported": reported, "token_mean": expected, "mean_of_means": other, "steps": len(steps),
                 "micro_batches": micro, "trained_tokens": tokens}  # fmt: skip
+        if not tokens:
+            self.finish("unchecked", "the logged steps train no token: their loss is a mean of nothing")
+            return
         tol = RTOL * max(1.0, abs(expected))
         if abs(reported - expected) <= tol:
-            why = "" if abs(expected - other) > tol else EQUAL_COUNTS
+            why = "" if math.isnan(other) or abs(expected - other) > tol else EQUAL_COUNTS
             line = (
                 f"the logged loss {reported:.4f} is the mean over the {tokens:,} trained tokens of its "
                 f"{len(steps)} step(s), {micro} micro-batches{why}"
             )
             self.finish("equal", line, **nums)
-        elif abs(reported - other) <= tol:
+        elif not math.isnan(other) and abs(reported - other) <= tol:
             line = (
                 f"the logged loss {reported:.4f} is the mean of the micro-batches' means, not the mean "
                 f"over the step's trained tokens ({expected:.4f}): the model does not take "
