@@ -22,7 +22,7 @@ def judge(r: TokenReport, tok: Any, model: ModelFacts) -> None:
         if r.kept
         else f"{_n(n, 'example')}, none kept: no token trains"
     )
-    kept = r._kept_mask()
+    kept = r.kept_mask()
     if kept.any():
         c = r.counts[kept]
         r.lines.append(

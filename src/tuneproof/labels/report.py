@@ -137,13 +137,13 @@ class TokenReport(NoWarnings):
             "examples_training_a_stop_token": self.stop_rows,
             "trainer_stops": list(b.stops),
             "notes": list(b.notes),
-            "per_example": _spread(self.counts[self._kept_mask()]),
+            "per_example": _spread(self.counts[self.kept_mask()]),
             "findings": [f.to_dict() for f in self.findings],
             "verdict": self.verdict.outcome,
             "exit_code": self.verdict.exit_code,
         }
 
-    def _kept_mask(self) -> np.ndarray:
+    def kept_mask(self) -> np.ndarray:
         return np.array(
             [d is None and i not in self.built.unknown for i, d in enumerate(self.built.dropped)], dtype=bool
         )
