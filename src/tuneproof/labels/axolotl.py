@@ -105,7 +105,7 @@ def _rendered(tok: Any, chats: list[Any]) -> Any:
     from tuneproof.labels.render import CHUNK, fast, rendered
 
     if fast(tok):
-        yield from rendered(tok, chats, None)
+        yield from rendered(tok, chats, None, clean=False)  # the turns are built here: no None values
         return
     for start in range(0, len(chats), CHUNK):
         texts = tok.apply_chat_template(chats[start : start + CHUNK], tokenize=False)
@@ -167,8 +167,11 @@ def _turn_labels(
             ("EOT", eot, on_eot),
             ("EOS", {eos} if eos is not None else set(), rules.train_on_eos),
         ):
-            hit = next((k for k in range(hi, x.size) if int(x[k]) in ids), -1)
-            if hit != -1 and hit - hi <= EOT_REACH:
+            # Axolotl finds the first one after the turn and keeps it within EOT_REACH: the same as
+            # looking no further than that
+            near = x[hi : hi + EOT_REACH + 1].tolist()
+            hit = next((hi + k for k, t in enumerate(near) if t in ids), -1)
+            if hit != -1:
                 last[name] = hit
                 if option == "all" or (option == "turn" and should):
                     y[hit] = x[hit]
@@ -210,7 +213,7 @@ def _lengths(out: Built, rules: LabelRules) -> None:
         if n is not None and x.size > n and out.piece is None:
             if rules.excess_length == "raise":
                 out.stops.append(
-                    f"Axolotl stops (excess_length_strategy raise): example {i} has {x.size} tokens, past "
+                    f"Axolotl stops (excess_length_strategy raise): row {i + 1} has {x.size} tokens, past "
                     f"sequence_len {n}"
                 )
                 return
@@ -218,5 +221,7 @@ def _lengths(out: Built, rules: LabelRules) -> None:
                 out.dropped[i] = f"dropped by Axolotl: longer than sequence_len {n}"
                 continue
             out.ids[i], out.labels[i] = x[:n], y[:n]
+        elif out.trained_before[i] > 0:
+            continue  # untruncated, with a trained token: it keeps its labels
         if not (out.labels[i] != IGNORE).any():
             out.dropped[i] = "dropped by Axolotl: no trainable tokens"

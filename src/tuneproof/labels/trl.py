@@ -20,11 +20,12 @@ run in batches (the call TRL makes per example):
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from tuneproof.labels.rules import IGNORE, TRL_VERIFIED, Built, LabelRules, empty, row_error, trained
+from tuneproof.labels.rules import IGNORE, TRL_VERIFIED, Built, LabelRules, empty, row_error
 
 TRL_NO_MASK = (
     "TRL stops the run ('You're using `assistant_only_loss=True`, but at least one example has no assistant "
@@ -70,19 +71,14 @@ def build(rows: list[dict[str, Any]], tok: Any, rules: LabelRules) -> Built:
         ids, masks = _prompt_completion_text(rows, tok, rules, out)
     else:
         ids, masks = _text(rows, tok, rules, out)
-    empty_masks = [i for i, m in enumerate(masks) if m is not None and not m.any()]
+    fill(out, ids, masks)
+    empty_masks = int(np.count_nonzero(out.mask_empty))
     if rules.assistant_only_loss and empty_masks and not out.stops:  # a refused template stops it first
-        out.stops.append(TRL_NO_MASK.format(n=len(empty_masks)))
-    for i, (x, m) in enumerate(zip(ids, masks, strict=True)):
-        y = x.copy() if m is None else np.where(m, x, IGNORE)
-        out.ids[i], out.labels[i] = x, y
-        out.length[i], out.trained_before[i] = x.size, trained(y)
-        out.mask_empty[i] = m is not None and not m.any()
+        out.stops.append(TRL_NO_MASK.format(n=empty_masks))
     if out.form in ("messages", "conversations") and out.no_target is not None:
         key = "messages" if out.form == "messages" else "conversations"
-        out.no_target[:] = [
-            not any(t.get("role", t.get("from")) == "assistant" for t in r[key]) for r in rows
-        ]
+        for i in np.flatnonzero(out.trained_before == 0):  # only where nothing would train
+            out.no_target[i] = not any(t.get("role", t.get("from")) == "assistant" for t in rows[i][key])
     finish(out, rules)
     return out
 
@@ -224,18 +220,40 @@ def _text(rows: list[dict[str, Any]], tok: Any, rules: LabelRules, out: Built) -
     return ids, [None] * len(ids)
 
 
+def fill(out: Built, ids: list[np.ndarray], masks: list[np.ndarray | None]) -> None:
+    """Each example's labels (its ids outside the mask set to -100), length, tokens that would train
+    and whether its mask is empty, computed over all examples at once (a loop of small numpy calls
+    per example cost more than the tokenising)."""
+    n = len(ids)
+    if not n:
+        return
+    lengths = np.fromiter((x.size for x in ids), dtype=np.int64, count=n)
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    flat = np.concatenate(ids)
+    masked = all(m is not None for m in masks)
+    flat_mask = np.concatenate(masks) if masked else np.ones(flat.size, dtype=bool)  # type: ignore[arg-type]
+    labels = np.where(flat_mask, flat, IGNORE)
+    pairs = list(pairwise(bounds.tolist()))
+    out.ids = [flat[a:b] for a, b in pairs]  # views, no copies
+    out.labels = [labels[a:b] for a, b in pairs]
+    out.length = lengths
+    target = labels != IGNORE
+    target[bounds[:-1][lengths > 0]] = False  # an example's first label is no prediction target
+    out.trained_before = _segment_sums(target, bounds)
+    if masked:
+        out.mask_empty = _segment_sums(flat_mask, bounds) == 0
+
+
+def _segment_sums(flags: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per example, the true flags between its bounds (empty examples included)."""
+    cs = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
+    return cs[bounds[1:]] - cs[bounds[:-1]]
+
+
 def finish(out: Built, rules: LabelRules) -> None:
     """Truncation and the examples TRL drops (no packing), or what packing does to each example."""
     n = rules.max_length
-    if n is None:
-        return
-    if rules.packing is None:
-        cut = slice(None, n) if rules.truncation_mode == "keep_start" else slice(-n, None)
-        for i, (x, y) in enumerate(zip(out.ids, out.labels, strict=True)):
-            out.ids[i], out.labels[i] = x[cut], y[cut]
-            if out.dropped[i] is None and not (out.labels[i] != IGNORE).any():
-                left = "no label left after truncation" if (y != IGNORE).any() else "no label to train"
-                out.dropped[i] = f"dropped by TRL: {left}"
+    if n is None or not out.ids:
         return
     if rules.packing == "bfd_split":
         out.piece = n  # each example cut into pieces of max_length: every token stays
@@ -244,7 +262,23 @@ def finish(out: Built, rules: LabelRules) -> None:
         for i in range(len(out.ids)):
             out.unknown[i] = "wrapped packing cuts examples across rows (counts depend on the row cuts)"
         return
-    for i, (x, y) in enumerate(zip(out.ids, out.labels, strict=True)):
-        out.ids[i], out.labels[i] = x[:n], y[:n]
-        if x.size == 0:
-            out.dropped[i] = "dropped by TRL's packing: no tokens"
+    end = rules.packing is None and rules.truncation_mode == "keep_end"
+    cut = slice(-n, None) if end else slice(None, n)
+    if rules.packing is None:  # labels left in each example's window, all examples at once
+        lengths = np.fromiter((y.size for y in out.labels), dtype=np.int64, count=len(out.labels))
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        labelled = np.concatenate([[0], np.cumsum(np.concatenate(out.labels) != IGNORE, dtype=np.int64)])
+        keep = np.minimum(lengths, n)
+        lo = bounds[1:] - keep if end else bounds[:-1]
+        left = labelled[lo + keep] - labelled[lo]
+        before = labelled[bounds[1:]] - labelled[bounds[:-1]]
+        for k in np.flatnonzero(left == 0).tolist():
+            if out.dropped[k] is None:
+                why = "no label left after truncation" if before[k] else "no label to train"
+                out.dropped[k] = f"dropped by TRL: {why}"
+    else:
+        for i, y in enumerate(out.labels):
+            if not y.size and out.dropped[i] is None:
+                out.dropped[i] = "dropped by TRL's packing: no tokens"
+    out.ids = [x[cut] for x in out.ids]
+    out.labels = [y[cut] for y in out.labels]
