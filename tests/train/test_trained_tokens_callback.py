@@ -69,6 +69,7 @@ def test_per_step_counts_equal_the_collated_batches_and_the_loss_is_the_token_me
     assert logged == [float(c) for c in cb.trained_history if c is not None]
     assert cb.accumulation is not None and cb.accumulation.outcome == "equal", cb.accumulation.line
     assert cb.accumulation.numbers["micro_batches"] == 2
+    assert cb._loss_hook is None  # removed once the check is made: later forwards do not pay for it
 
 
 def test_a_model_without_num_items_in_batch_is_found_to_change_the_loss(tmp_path: Path) -> None:

@@ -104,7 +104,7 @@ class TokenReport(NoWarnings):
 
     @property
     def kept(self) -> int:
-        return sum(1 for i, d in enumerate(self.built.dropped) if d is None and i not in self.built.unknown)
+        return int(np.count_nonzero(self.kept_mask()))
 
     @property
     def verdict(self) -> Verdict:

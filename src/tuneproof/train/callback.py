@@ -98,6 +98,7 @@ class TuneproofCallback(TrainerCallback):
         self._unlogged_trained: list[tuple[int | None, int]] = []  # (trained, real tokens) per step
         self._warned_untrained = False
         self.accumulation: AccumulationCheck | None = AccumulationCheck() if check_accumulation else None
+        self._loss_hook: Any = None  # the accumulation check's forward hook, removed once it is made
 
     # --- set-up ----------------------------------------------------------------------------------------
 
@@ -159,12 +160,17 @@ class TuneproofCallback(TrainerCallback):
             acc.finish("unchecked", "label smoothing changes the loss by design: not checked")
         else:
             assert self._run is not None
-            self._run.hooks.append(model.register_forward_hook(self._loss_seen, with_kwargs=True))
+            self._loss_hook = model.register_forward_hook(self._loss_seen, with_kwargs=True)
+            self._run.hooks.append(self._loss_hook)
 
     def _loss_seen(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         """Forward hook, until the accumulation check is done: the micro-batch's summed loss from the
         model's own logits, and whether the Trainer passed num_items_in_batch."""
         acc = self.accumulation
+        if acc is not None and acc.done and self._loss_hook is not None:
+            self._loss_hook.remove()  # the check is made: no forward pays for it any more
+            self._loss_hook = None
+            return
         if acc is None or acc.done or not module.training:
             return
         batch = {k: kwargs.get(k) for k in ("labels", "shift_labels") if kwargs.get(k) is not None}
