@@ -246,22 +246,22 @@ def test_a_corrupt_base_is_refused_before_any_work(damage: str, llama_pair, tmp_
 
 
 def test_a_full_disk_leaves_nothing_behind(llama_pair, tmp_path: Path, capsys, monkeypatch) -> None:
-    """A writer that fails part-way (ENOSPC) leaves no partial folder and no output."""
+    """A writer that fails part-way (ENOSPC, on the writer thread) leaves no partial folder and no output."""
     import errno
 
     from tuneproof.ship import tensors
 
     base, adapter = llama_pair
-    real = tensors.ShardWriter.write
+    real = tensors.ShardWriter.put
     calls = {"n": 0}
 
-    def failing(self, name, chunks):  # type: ignore[no-untyped-def]
+    def failing(self, name, piece):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         if calls["n"] == 5:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, name, chunks)
+        return real(self, name, piece)
 
-    monkeypatch.setattr(tensors.ShardWriter, "write", failing)
+    monkeypatch.setattr(tensors.ShardWriter, "put", failing)
     _refused((base, adapter, tmp_path / "o"), capsys, tmp_path, "No space left on device")
     assert calls["n"] == 5
 
@@ -425,5 +425,87 @@ def test_merging_an_adapter_that_never_trained_warns_and_the_library_says_the_sa
     assert main([*args, "--json"]) == 0
     out, err = capsys.readouterr()
     data = json.loads(out)
-    assert data == {**result.to_dict(), "out": str(tmp_path / "cli")}
+    expected = {**result.to_dict(), "out": str(tmp_path / "cli")}
+    assert data.pop("seconds").keys() == expected.pop("seconds").keys()  # this run's own times
+    assert data == expected
     assert "warning: the adapter is NOT HEALTHY" in err
+
+
+# --- one pass at the disk's speed (ship.stream) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_streamed_merge_is_bit_identical_to_peft_loaded_the_usual_way(
+    dtype: torch.dtype, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PEFT's default load (adapter weights in fp32 over a bf16 or fp16 base) merges W += B @ A * s, the
+    sum in fp32 rounded once: the merge equals it bit for bit, through a ring small enough that the
+    adapted tensors and the copied pieces wrap it many times."""
+    from peft import PeftModel
+
+    from tuneproof.ship import stream
+
+    base = fx.save(fx.model("llama", dtype=dtype), tmp_path / "base", max_shard_size="40KB")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter", experts=False)
+    monkeypatch.setattr(stream, "COPY_CHUNK", 4096)
+    monkeypatch.setattr(stream, "ring_size", lambda jobs: 3 * 4096 + 2 * 64 * 64 * 4)
+    result = _merge(base, tmp_path / "adapter", tmp_path / "out")
+    peft = PeftModel.from_pretrained(fx.model("llama", dtype=dtype), tmp_path / "adapter").merge_and_unload()
+    theirs = peft.state_dict()
+    ours = fx.tensors(result.out)
+    assert result.merged_tensors == 4 and set(ours) <= set(theirs)
+    for name, tensor in ours.items():
+        assert tensor.dtype == dtype and torch.equal(tensor, theirs[name]), name
+
+
+def test_a_base_that_differs_stops_the_merge_at_the_first_differing_tensor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fingerprint is taken from the bytes the merge reads: a differing tensor stops it there (no
+    merge of the rest), then the refusal names every differing tensor, as before."""
+    from tuneproof.ship import fingerprint
+    from tuneproof.ship.merge_identity import IdentityCheck
+
+    base = fx.save(fx.model("llama"), tmp_path / "base")
+    edited = fx.model("llama")
+    _abliterate(edited)
+    fx.save(edited, tmp_path / "abliterated")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    (tmp_path / "adapter" / "base_fingerprint.json").write_text(json.dumps(fingerprint(base).to_json()))
+    seen: list[str] = []
+    real = IdentityCheck.seen
+    monkeypatch.setattr(
+        IdentityCheck, "seen", lambda self, info, h: (seen.append(info.name), real(self, info, h))
+    )
+    checkpoint = open_checkpoint(tmp_path / "abliterated")
+    order = [i.name for i in sorted(checkpoint.tensors.values(), key=lambda t: t.begin)]
+    first = next(i for i, n in enumerate(order) if n.endswith(("o_proj.weight", "down_proj.weight")))
+    spec = m.MergeSpec(base=tmp_path / "abliterated", adapter_dir=tmp_path / "adapter", out=tmp_path / "out")
+    with pytest.raises(TuneproofError, match="directional ablation"):
+        m.run(m.prepare(spec))
+    assert seen == order[: first + 1]
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
+def test_a_copied_tensor_that_overflows_fp16_is_refused(tmp_path: Path, capsys) -> None:
+    model = fx.model("llama")
+    with torch.no_grad():
+        model.model.layers[0].self_attn.k_proj.weight[0, 0] = -1e5  # not adapted: cast, not merged
+    base = fx.save(model, tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    _refused(
+        (base, tmp_path / "adapter", tmp_path / "o", "--dtype", "fp16"),
+        capsys,
+        tmp_path,
+        "model.layers.0.self_attn.k_proj.weight overflows F16: its largest value is 1e+05",
+    )
+
+
+def test_the_merge_gives_torch_its_threads_back(llama_pair, tmp_path: Path) -> None:
+    base, adapter = llama_pair
+    before = torch.get_num_threads()
+    result = _merge(base, adapter, tmp_path / "out")
+    assert torch.get_num_threads() == before
+    assert result.timings is not None and {"read", "delta", "add and round", "write"} <= set(
+        result.timings.busy
+    )

@@ -1,17 +1,27 @@
 """`tuneproof merge`: a streaming LoRA merge, W + scaling * B @ A written shard by shard, without loading the
 base as a model. A `MergeSpec` (base, adapter, out, dtype), `prepare` (every refusal, before any weight is
-read: `ship.merge_plan`) and `run`: the base's fingerprint against the one recorded next to the adapter
-(`ship.merge_identity`: a different base is refused unless the mismatch is allowed), then each adapted
-tensor merged in fp32 and cast once, everything else copied as bytes, into a temporary folder renamed
-into place at the end (`ship.merge_write`)."""
+read: `ship.merge_plan`) and `run`: one pass over the base (`ship.stream`: reading, merging and writing
+overlap) that merges each adapted tensor in fp32 and rounds it once, copies everything else as bytes, and
+hashes what it reads against the fingerprint recorded next to the adapter (`ship.merge_identity`: a
+different base is refused unless the mismatch is allowed), into a temporary folder renamed into place at
+the end (`ship.merge_write`)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress, mib_steps
-from tuneproof.ship.merge_identity import Identity, identity, judge_identity
+from tuneproof.ship.merge_identity import (
+    BaseDiffers,
+    Identity,
+    IdentityCheck,
+    identity,
+    identity_check,
+    judge_identity,
+)
 from tuneproof.ship.merge_plan import MergePlan, plan
 from tuneproof.ship.merge_write import MergeResult, write
 
@@ -27,7 +37,10 @@ class MergeSpec:
 
 def prepare(spec: MergeSpec) -> MergePlan:
     """Everything checked that can be checked without reading the weights (`merge_plan.plan`)."""
-    return plan(spec.base, spec.adapter_dir, spec.out, spec.dtype, spec.allow_base_mismatch)
+    t = time.perf_counter()
+    merge_plan = plan(spec.base, spec.adapter_dir, spec.out, spec.dtype, spec.allow_base_mismatch)
+    merge_plan.seconds = time.perf_counter() - t
+    return merge_plan
 
 
 def run(
@@ -37,13 +50,22 @@ def run(
     ident: Identity | None = None,
     identity_warnings: list[str] | None = None,
 ) -> MergeResult:
-    """Check the base's identity (progress phase 'checking base identity, MiB'), refusing a base that
-    is not the recorded one unless the plan allows it, then write the merged model ('merging MiB').
-    A caller that checked the identity itself passes `ident` and the warnings `judge_identity`
-    returned. The result's `warnings` are every one the command prints."""
-    total = merge_plan.base.nbytes
-    folder = merge_plan.adapter.folder
-    if ident is None:
-        ident = identity(merge_plan.base, folder, mib_steps(progress, "checking base identity, MiB", total))
-        identity_warnings = judge_identity(ident, merge_plan.allow_base_mismatch, folder)
-    return write(merge_plan, ident, mib_steps(progress, "merging MiB", total), identity_warnings)
+    """Merge, checking the base's identity from the very bytes the merge reads: each tensor's sha256
+    against the one recorded next to the adapter, the merge stopped at the first that differs. A base
+    that is not the recorded one is then refused, naming the tensors and what the change looks like
+    (progress phase 'checking base identity, MiB'), unless the plan allows it. A caller that checked the
+    identity itself passes `ident` and the warnings `judge_identity` returned. Progress phase:
+    'merging MiB'. The result's `warnings` are every one the command prints."""
+    base, folder, allow = merge_plan.base, merge_plan.adapter.folder, merge_plan.allow_base_mismatch
+    checking = mib_steps(progress, "checking base identity, MiB", base.nbytes)
+    if ident is not None:
+        check = IdentityCheck(folder, allow, known=ident, warnings=list(identity_warnings or []))
+    else:
+        check = identity_check(base, folder, allow, checking)
+    try:
+        return write(merge_plan, check, mib_steps(progress, "merging MiB", base.nbytes))
+    except BaseDiffers:
+        judge_identity(identity(base, folder, checking), allow, folder)  # refused here, with the details
+        raise TuneproofError(
+            "the base changed while the merge read it", "merge again once nothing writes to the base"
+        ) from None

@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.ship.tensors import FLOAT_DTYPES, Checkpoint, iter_chunks, open_checkpoint, read_tensor
+from tuneproof.ship.tensors import (
+    COPY_CHUNK,
+    FLOAT_DTYPES,
+    Checkpoint,
+    iter_chunks,
+    open_checkpoint,
+    read_tensor,
+)
 
 FORMAT = "tuneproof-fingerprint/1"
 ALGORITHM = "sha256"
@@ -48,7 +55,7 @@ class Fingerprint:
         }
 
 
-def _overall(tensors: dict[str, tuple[str, tuple[int, ...], str]]) -> str:
+def overall(tensors: dict[str, tuple[str, tuple[int, ...], str]]) -> str:
     lines = "".join(f"{n} {d} {list(s)} {h}\n" for n, (d, s, h) in sorted(tensors.items()))
     return hashlib.sha256(lines.encode()).hexdigest()
 
@@ -57,16 +64,17 @@ def fingerprint(folder: Path | Checkpoint, progress: Callable[[int], None] | Non
     """Digest every tensor of a model folder; `progress(n)` is called with each chunk's byte count."""
     checkpoint = folder if isinstance(folder, Checkpoint) else open_checkpoint(Path(folder))
     tensors: dict[str, tuple[str, tuple[int, ...], str]] = {}
+    buffer = bytearray(COPY_CHUNK)  # one buffer for every read: nothing allocated per piece
     for shard in checkpoint.shards:
-        with shard.path.open("rb") as f:
+        with shard.path.open("rb", buffering=0) as f:
             for info in sorted(shard.tensors.values(), key=lambda t: t.begin):
                 h = hashlib.sha256()
-                for piece in iter_chunks(info, f):
+                for piece in iter_chunks(info, f, buffer):
                     h.update(piece)
                     if progress:
                         progress(len(piece))
                 tensors[info.name] = (info.dtype, info.shape, h.hexdigest())
-    return Fingerprint(_overall(tensors), tensors, checkpoint.nbytes, str(checkpoint.folder))
+    return Fingerprint(overall(tensors), tensors, checkpoint.nbytes, str(checkpoint.folder))
 
 
 def read_fingerprint(path: Path) -> Fingerprint:
@@ -90,7 +98,7 @@ def read_fingerprint(path: Path) -> Fingerprint:
         raise TuneproofError(
             f"{path} is not a tuneproof fingerprint ({FORMAT})", "write it again with tuneproof fingerprint"
         ) from None
-    if _overall(tensors) != digest:
+    if overall(tensors) != digest:
         raise TuneproofError(
             f"{path} was edited: its digest does not match its tensor list", "write it again from the model"
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneproof.core.errors import TuneproofError
@@ -18,9 +18,10 @@ from tuneproof.ship.identity import (
     characterise,
     diff_fingerprints,
     fingerprint,
+    overall,
     read_fingerprint,
 )
-from tuneproof.ship.tensors import Checkpoint, iter_chunks, open_checkpoint
+from tuneproof.ship.tensors import Checkpoint, TensorInfo, iter_chunks, open_checkpoint
 
 
 @dataclass(slots=True)
@@ -40,8 +41,12 @@ def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None
     recorded_path = Path(adapter_dir) / FINGERPRINT_NAME
     if not recorded_path.is_file():
         return Identity(recorded=False, same=None)
-    recorded = read_fingerprint(recorded_path)
-    current = fingerprint(base, progress)
+    return compare(read_fingerprint(recorded_path), fingerprint(base, progress), base)
+
+
+def compare(recorded: Fingerprint, current: Fingerprint, base: Checkpoint) -> Identity:
+    """The base's fingerprint against the recorded one; a difference is characterised when the recorded
+    base's folder is still there, unchanged."""
     diff = diff_fingerprints(recorded, current)
     ident = Identity(True, diff.identical, diff, recorded_source=recorded.source)
     if not diff.identical and diff.changed:
@@ -55,6 +60,66 @@ def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None
             if set(names) <= set(trained_on.tensors) and _holds(trained_on, recorded, names):
                 ident.characterisation = characterise(trained_on, base, names)
     return ident
+
+
+class BaseDiffers(Exception):
+    """A tensor of the base read during the merge is not the recorded one (the merge stops there)."""
+
+
+@dataclass(slots=True)
+class IdentityCheck:
+    """The base's identity as a merge needs it: known before any weight is read (`known`: nothing was
+    recorded, or the layout already differs, or the caller checked it), or taken from the very bytes the
+    merge reads, each tensor's sha256 compared with the recorded one as soon as it is read."""
+
+    adapter_dir: Path
+    allow_mismatch: bool
+    recorded: Fingerprint | None = None
+    known: Identity | None = None
+    warnings: list[str] = field(default_factory=list)
+    digests: dict[str, tuple[str, tuple[int, ...], str]] = field(default_factory=dict)
+
+    @property
+    def hashing(self) -> bool:
+        return self.known is None
+
+    def seen(self, info: TensorInfo, digest: str) -> None:
+        """Called with each tensor's sha256 as the merge reads it; raises BaseDiffers at the first
+        tensor that is not the recorded one unless a mismatch is allowed."""
+        self.digests[info.name] = entry = (info.dtype, info.shape, digest)
+        assert self.recorded is not None
+        if not self.allow_mismatch and self.recorded.tensors.get(info.name) != entry:
+            raise BaseDiffers(info.name)
+
+    def result(self, base: Checkpoint) -> tuple[Identity, list[str]]:
+        """The identity and its warnings once every tensor was read (refused here if it differs and
+        that is not allowed)."""
+        if self.known is not None:
+            return self.known, self.warnings
+        assert self.recorded is not None
+        current = Fingerprint(overall(self.digests), dict(self.digests), base.nbytes, str(base.folder))
+        ident = compare(self.recorded, current, base)
+        return ident, judge_identity(ident, self.allow_mismatch, self.adapter_dir)
+
+
+def identity_check(
+    base: Checkpoint, adapter_dir: Path, allow_mismatch: bool, progress: Callable[[int], None] | None = None
+) -> IdentityCheck:
+    """How a merge checks its base: by the bytes it reads, when a fingerprint is recorded and the base has
+    the recorded tensors, dtypes and shapes; otherwise here and now (nothing recorded: a warning; another
+    layout: the full comparison, refused unless allowed), before any weight is merged."""
+    check = IdentityCheck(Path(adapter_dir), allow_mismatch)
+    recorded_path = Path(adapter_dir) / FINGERPRINT_NAME
+    if recorded_path.is_file():
+        check.recorded = read_fingerprint(recorded_path)
+        layout = {n: (t.dtype, t.shape) for n, t in base.tensors.items()}
+        if layout == {n: (d, s) for n, (d, s, _) in check.recorded.tensors.items()}:
+            return check
+        check.known = identity(base, adapter_dir, progress)
+    else:
+        check.known = Identity(recorded=False, same=None)
+    check.warnings = judge_identity(check.known, allow_mismatch, adapter_dir)
+    return check
 
 
 def judge_identity(ident: Identity, allow_base_mismatch: bool, adapter_dir: Path | None = None) -> list[str]:

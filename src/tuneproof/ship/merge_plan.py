@@ -39,6 +39,7 @@ class MergePlan:
     config: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # warnings the caller should show
     allow_base_mismatch: bool = False  # merge onto a base that differs from the recorded one (loudly)
+    seconds: float = 0.0  # how long planning took (imports included when they were first)
 
 
 def check_out(out: Path, inputs: list[Path]) -> None:

@@ -1,10 +1,12 @@
-"""Writing a merged model: W + scaling * B @ A streamed shard by shard, without loading the base as a
-model.
+"""Writing a merged model: W + scaling * B @ A in one pass over the base (`ship.stream`: reading,
+merging and writing overlap), without loading the base as a model.
 
-Every adapted tensor is read alone, merged in fp32 and cast once to the output dtype; every other
-tensor is copied as bytes (or cast, when the plan asks for one dtype throughout). Peak memory is one
-tensor in fp32 plus the delta of one adapted parameter, never a shard, never the model. Output goes to
-a temporary folder beside `out` and is renamed into place at the end: a failure leaves nothing.
+Every adapted tensor is read whole into the stream's ring, gets its fp32 delta added and is rounded once
+to the output dtype, in place when the dtype stays (PEFT's own `weight += delta`: the same bits); every
+other tensor is written as read (or cast piece by piece, when the plan asks for one dtype throughout).
+Memory is the ring plus one fp32 delta of the largest adapted tensor, never a shard, never the model.
+Output goes to a temporary folder beside `out` and is renamed into place at the end: a failure leaves
+nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,11 +27,12 @@ from tuneproof.core.dtypes import BY_SHORT
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.io import umask
 from tuneproof.core.verdict import Verdict
-from tuneproof.ship.adapter import delta
+from tuneproof.ship.adapter import Module, delta
 from tuneproof.ship.layout import checkpoint_pieces
-from tuneproof.ship.merge_identity import Identity
+from tuneproof.ship.merge_identity import Identity, IdentityCheck
 from tuneproof.ship.merge_plan import MERGE_DTYPES, MergePlan
-from tuneproof.ship.tensors import FLOAT_DTYPES, INDEX_NAME, ShardWriter, TensorInfo, iter_chunks, read_tensor
+from tuneproof.ship.stream import AFTER, Piece, Pipeline, ShardJob, Timings
+from tuneproof.ship.tensors import FLOAT_DTYPES, INDEX_NAME, TORCH_DTYPES, TensorInfo, read_tensor
 
 CONFIG_DTYPE = {d.safetensors: d.config for d in BY_SHORT.values()}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")
@@ -45,6 +50,8 @@ class MergeResult:
     dtype: str | None = None  # safetensors dtype of every float tensor; None: each kept its own
     warnings: list[str] = field(default_factory=list)
     verdict: Verdict | None = None  # nothing is judged here: a base that is not the recorded one is refused
+    timings: Timings | None = None  # where the stream's time went: each stage's busy seconds and the wall
+    plan_seconds: float = 0.0  # reading headers and the adapter, the checks (and imports, the first time)
 
     @property
     def base_identity(self) -> str:
@@ -59,6 +66,17 @@ class MergeResult:
             "out": str(self.out), "modules": self.modules, "merged_tensors": self.merged_tensors,
             "copied_tensors": self.copied_tensors, "bytes_written": self.bytes_written,
             "dtype": dtype or "as stored", "base_identity": self.base_identity, "warnings": self.warnings,
+            "seconds": self.seconds(),
+        }  # fmt: skip
+
+    def seconds(self) -> dict[str, Any]:
+        """Where the time went: planning, the stream (its wall time, and each stage's busy seconds: they
+        overlap) and the finish (side files, index, record, rename)."""
+        t = self.timings or Timings()
+        busy = {k: round(v, 3) for k, v in t.busy.items() if k != AFTER}
+        return {
+            "plan": round(self.plan_seconds, 3), "stream": round(t.wall, 3),
+            "finish": round(t.busy.get(AFTER, 0.0), 3), "busy": busy,
         }  # fmt: skip
 
     def render(self, console: Any) -> None:
@@ -68,18 +86,19 @@ class MergeResult:
 
 
 def write(
-    merge_plan: MergePlan,
-    ident: Identity,
-    progress: Callable[[int], None] | None = None,
-    identity_warnings: list[str] | None = None,
+    merge_plan: MergePlan, check: IdentityCheck, progress: Callable[[int], None] | None = None
 ) -> MergeResult:
-    """Write the merged model. `progress(n)` is called with each tensor's byte count; the result's
-    warnings are the plan's notes and `identity_warnings` (what `judge_identity` returned)."""
+    """Write the merged model, checking the base's identity on the way (`check`). `progress(n)` is
+    called with each piece's byte count; the result's warnings are the plan's notes and the identity's."""
     return_freed_memory()
     out = merge_plan.out
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        merged, copied, written = _write_shards(merge_plan, tmp, progress)
+        pipeline = Pipeline(_jobs(merge_plan, tmp), hashing=check.hashing, digest=check.seen)
+        with _Merger(merge_plan, pipeline.timings) as merger, kernel_threads(spare_cores(2)):
+            written = pipeline.run(merger.change, progress)
+        ident, identity_warnings = check.result(merge_plan.base)
+        t = time.perf_counter()
         _copy_side_files(merge_plan, tmp)
         _write_index(merge_plan, tmp, written)
         _write_record(merge_plan, ident, tmp)
@@ -87,6 +106,7 @@ def write(
         if out.exists():
             raise TuneproofError(f"{out} appeared while merging", "pass a new folder")
         os.rename(tmp, out)
+        pipeline.timings.add(AFTER, time.perf_counter() - t)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise TuneproofError(
@@ -95,64 +115,135 @@ def write(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    warnings = [*merge_plan.notes, *(identity_warnings or [])]
+    adapted = len(merge_plan.targets)
     return MergeResult(
-        out, merged, copied, len(merge_plan.adapter.modules), sum(written.values()), ident,
-        merge_plan.dtype, warnings,
+        out, adapted, len(merge_plan.base.tensors) - adapted, len(merge_plan.adapter.modules),
+        sum(written.values()), ident, merge_plan.dtype, [*merge_plan.notes, *identity_warnings],
+        timings=pipeline.timings, plan_seconds=merge_plan.seconds,
     )  # fmt: skip
 
 
-def _write_shards(
-    merge_plan: MergePlan, tmp: Path, progress: Callable[[int], None] | None
-) -> tuple[int, int, dict[str, int]]:
+def _jobs(merge_plan: MergePlan, tmp: Path) -> list[ShardJob]:
+    """One job per shard: adapted tensors are read whole, everything else in pieces."""
+    jobs = []
+    for shard in merge_plan.base.shards:
+        infos = tuple(sorted(shard.tensors.values(), key=lambda t: t.begin))
+        entries = [(i.name, _out_dtype(merge_plan, i), i.shape) for i in infos]
+        whole = frozenset(i.name for i in infos if i.name in merge_plan.targets)
+        jobs.append(ShardJob(shard.path, tmp / shard.path.name, infos, entries, shard.metadata, whole))
+    return jobs
+
+
+class _Merger:
+    """What is done to each piece on the merging thread: an adapted tensor gets its delta added in fp32
+    and is rounded once, in place in the bytes read when its dtype stays; a tensor whose dtype changes is
+    cast; everything else is written as read."""
+
+    def __init__(self, merge_plan: MergePlan, timings: Timings):
+        self.plan, self.timings = merge_plan, timings
+        self.pending: dict[str, Any] = {}  # checkpoint key -> fp32 delta piece of a split parameter
+        self.stored = set(merge_plan.base.tensors)
+        self.scratch: Any = None  # one fp32 buffer reused for every plain delta (no fresh pages each time)
+        self.adapter_file = merge_plan.adapter.header.path.open("rb")
+
+    def __enter__(self) -> _Merger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.adapter_file.close()
+
+    def change(self, piece: Piece) -> None:
+        info = piece.info
+        out_dtype = _out_dtype(self.plan, info)
+        if info.name in self.plan.targets:
+            self._merge(piece, out_dtype)
+        elif out_dtype != info.dtype and piece.data.nbytes:
+            t = time.perf_counter()
+            piece.out = _cast(piece.data, info, out_dtype)
+            self.timings.add("cast", time.perf_counter() - t)
+
+    def _merge(self, piece: Piece, out_dtype: str) -> None:
+        import torch
+
+        info = piece.info
+        module, param = self.plan.targets[info.name]
+        t0 = time.perf_counter()
+        w = torch.frombuffer(piece.data, dtype=_torch(info.dtype)).view(info.shape)
+        d = self._delta(info, module, param)
+        t1 = time.perf_counter()
+        out = w if out_dtype == info.dtype else torch.empty(info.shape, dtype=_torch(out_dtype))
+        sums = accumulate(w, d, out)
+        t2 = time.perf_counter()
+        _check_merged(out, sums, module.path, info.name, out_dtype)
+        if out is not w:
+            piece.out = _as_bytes(out)
+        self.timings.add("delta", t1 - t0)
+        self.timings.add("add and round", t2 - t1)
+        self.timings.add("finite check", time.perf_counter() - t2)
+
+    def _delta(self, info: TensorInfo, module: Module, param: str) -> Any:
+        """scaling * B @ A in fp32, shaped like the stored tensor: for a plain linear stored as the
+        parameter itself, computed into the reused buffer; otherwise as PEFT lays it out, split the way
+        the checkpoint stores the parameter (`checkpoint_pieces`)."""
+        import torch
+
+        a, b = read_tensor(module.a, self.adapter_file), read_tensor(module.b, self.adapter_file)
+        if _plain(info.name, module, param):
+            if self.scratch is None:
+                targets = self.plan.targets.items()
+                largest = max(self.plan.base.tensors[k].numel for k, mp in targets if _plain(k, *mp))
+                self.scratch = torch.empty(largest, dtype=torch.float32)
+            d = self.scratch[: info.numel].view(info.shape)
+            return torch.mm(b.float(), a.float(), out=d).mul_(module.scaling)  # PEFT's own ops: same bits
+        if info.name not in self.pending:
+            self.pending.update(checkpoint_pieces(self.plan.model, param, delta(module, a, b), self.stored))
+        return self.pending.pop(info.name)
+
+
+def _plain(name: str, module: Module, param: str) -> bool:
+    """A linear's weight stored as the parameter itself: its delta is B @ A, nothing to lay out."""
+    return module.kind == "linear" and not module.fan_in_fan_out and param == name
+
+
+ADD_BLOCK = 2**18  # elements added and rounded at a time: 1 MiB of fp32, which stays in cache
+
+
+def accumulate(w: Any, d: Any, out: Any) -> Any:
+    """out = round(w + d): the sum taken in fp32 (fp64 for an fp64 tensor) and rounded once to out's
+    dtype, as PEFT's `weight.data += delta` does, block by block so the fp32 sums stay in cache.
+    Returns the unrounded sums (in `d`'s memory when it is contiguous); `out` may be `w` itself."""
     import torch
 
-    base, adapter, model = merge_plan.base, merge_plan.adapter, merge_plan.model
-    pending: dict[str, Any] = {}  # checkpoint key -> fp32 delta piece, computed per parameter on first need
-    stored = set(base.tensors)
-    merged = copied = 0
-    written: dict[str, int] = {}
-    with adapter.header.path.open("rb") as af:
-        for shard in base.shards:
-            infos = sorted(shard.tensors.values(), key=lambda t: t.begin)
-            out_dtype = {i.name: _out_dtype(merge_plan, i) for i in infos}
-            writer = ShardWriter(
-                tmp / shard.path.name, [(i.name, out_dtype[i.name], i.shape) for i in infos], shard.metadata
-            )
-            try:
-                with shard.path.open("rb") as f:
-                    for info in infos:
-                        if info.name in merge_plan.targets:
-                            module, param = merge_plan.targets[info.name]
-                            if info.name not in pending:
-                                d = delta(module, read_tensor(module.a, af), read_tensor(module.b, af))
-                                pending.update(checkpoint_pieces(model, param, d, stored))
-                            w = read_tensor(info, f).float()
-                            w += pending.pop(info.name)  # in place: one fp32 copy of the tensor alive
-                            if not bool(torch.isfinite(w).all()):
-                                raise TuneproofError(
-                                    f"merging {module.path} into {info.name} gives non-finite values",
-                                    "check the adapter: it holds inf or NaN",
-                                )
-                            writer.write(info.name, _as_bytes(w, out_dtype[info.name], info.name))
-                            merged += 1
-                        elif out_dtype[info.name] != info.dtype:
-                            writer.write(
-                                info.name, _as_bytes(read_tensor(info, f), out_dtype[info.name], info.name)
-                            )
-                            copied += 1
-                        else:
-                            writer.write(info.name, iter_chunks(info, f))
-                            copied += 1
-                        if progress:
-                            progress(info.nbytes)
-                writer.close()
-            except BaseException:
-                writer.abort()
-                raise
-            written[shard.path.name] = writer.total
-    assert not pending, f"delta pieces never written: {sorted(pending)[:3]}"
-    return merged, copied, written
+    if w.dtype == torch.float64:
+        sums = w + d
+        out.copy_(sums)
+        return sums
+    wf, of = w.reshape(-1), out.reshape(-1)
+    sums = d.reshape(-1)  # a copy only for a split or transposed piece
+    for i in range(0, sums.numel(), ADD_BLOCK):
+        block = sums[i : i + ADD_BLOCK]
+        block.add_(wf[i : i + ADD_BLOCK])  # fp32 + the stored value, exact in either order
+        of[i : i + ADD_BLOCK].copy_(block)  # rounded once
+    return sums
+
+
+def _check_merged(out: Any, sums: Any, module: str, name: str, out_dtype: str) -> None:
+    """A merge that gives inf or NaN is refused, never written: an adapter holding them, or a sum that
+    overflows the output dtype (fp16 tops out at 65,504)."""
+    import torch
+
+    low, high = torch.aminmax(out)  # NaN and inf both show in the extremes; one pass, nothing allocated
+    if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
+        return
+    low, high = torch.aminmax(sums)
+    if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
+        raise TuneproofError(
+            f"{name} overflows {out_dtype}: its largest value is {max(-float(low), float(high)):.4g}",
+            "merge to bf16 or fp32 instead",
+        )
+    raise TuneproofError(
+        f"merging {module} into {name} gives non-finite values", "check the adapter: it holds inf or NaN"
+    )
 
 
 def _out_dtype(merge_plan: MergePlan, info: TensorInfo) -> str:
@@ -161,20 +252,37 @@ def _out_dtype(merge_plan: MergePlan, info: TensorInfo) -> str:
     return info.dtype
 
 
-def _as_bytes(tensor: Any, st_dtype: str, name: str) -> memoryview:
-    """The tensor cast once to `st_dtype`, as a view of its bytes (no copy beyond the cast). A cast
-    that turns finite values into inf (fp16 tops out at 65,504) is refused, never written."""
+def _torch(st_dtype: str) -> Any:
     import torch
 
-    from tuneproof.ship.tensors import TORCH_DTYPES
+    return getattr(torch, TORCH_DTYPES[st_dtype])
 
-    t = tensor.to(getattr(torch, TORCH_DTYPES[st_dtype])).contiguous()
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()) and bool(torch.isfinite(tensor).all()):
-        raise TuneproofError(
-            f"{name} overflows {st_dtype}: its largest value is {float(tensor.abs().max()):.4g}",
-            "merge to bf16 or fp32 instead",
-        )
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+def _cast(data: memoryview, info: TensorInfo, st_dtype: str) -> memoryview:
+    """A piece of a copied tensor cast to `st_dtype`. A cast that turns finite values into inf (fp16
+    tops out at 65,504) is refused, never written."""
+    import torch
+
+    source = torch.frombuffer(data, dtype=_torch(info.dtype))
+    cast = source.to(_torch(st_dtype))
+    if cast.is_floating_point():
+        low, high = torch.aminmax(cast)
+        if not (bool(torch.isfinite(low)) and bool(torch.isfinite(high))):
+            low, high = torch.aminmax(source)
+            if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
+                raise TuneproofError(
+                    f"{info.name} overflows {st_dtype}: its largest value is "
+                    f"{max(-float(low), float(high)):.4g}",
+                    "merge to bf16 or fp32 instead",
+                )
+    return _as_bytes(cast)
+
+
+def _as_bytes(tensor: Any) -> memoryview:
+    """A contiguous tensor's bytes, without a copy."""
+    import torch
+
+    return memoryview(tensor.contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 def _copy_side_files(merge_plan: MergePlan, tmp: Path) -> None:
@@ -226,6 +334,30 @@ def _write_record(merge_plan: MergePlan, ident: Identity, tmp: Path) -> None:
         else ("NOT the recorded base" if ident.recorded else "unchecked"),
     }
     (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def spare_cores(busy: int) -> int:
+    """The cores this process may use, less `busy` (the reader and writer threads), at least one."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - busy)
+
+
+@contextmanager
+def kernel_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to `n` for the block, then put back: the merge's kernels share the
+    cores with the reader and writer, and on 2 cores two kernel threads fighting them made the adds 4x
+    slower (bench/merge.py)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def return_freed_memory() -> None:

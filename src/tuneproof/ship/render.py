@@ -232,6 +232,22 @@ def merge_lines(r: MergeResult) -> list[str]:
         f"{r.copied_tensors} tensors copied",
         f"base      identity {data['base_identity']}",
         f"written   {r.out} ({_size(r.bytes_written)} of weights, dtype {data['dtype']})",
+        *_merge_time(r),
+    ]
+
+
+def _merge_time(r: MergeResult) -> list[str]:
+    """Where the time went, and what bounded the stream: the disk (reading or writing) or the merging."""
+    if r.timings is None:
+        return []
+    t = r.timings
+    threads = {"merging" if k == "changing" else k: v for k, v in t.by_thread().items()}
+    bound = max(threads, key=lambda k: threads[k])
+    rate = f"{r.bytes_written / t.wall / 2**20:,.0f} MiB/s" if t.wall > 0 else "?"
+    busy = ", ".join(f"{k} {v:.1f}" for k, v in threads.items())
+    return [
+        f"time      plan {r.plan_seconds:.1f} s (imports, checks); stream {t.wall:.1f} s at {rate}, bound by "
+        f"{bound} (busy: {busy} s)"
     ]
 
 

@@ -204,12 +204,15 @@ def open_checkpoint(folder: Path, what: str = "model folder") -> Checkpoint:
     return Checkpoint(folder, (read_header(files[0]),), {})
 
 
-def read_bytes(info: TensorInfo, f: IO[bytes]) -> bytes:
-    f.seek(info.begin)
-    data = f.read(info.nbytes)
-    if len(data) != info.nbytes:
-        raise TuneproofError(f"{info.name} is cut short in its file", "re-download the model")
-    return data
+def read_exact(f: IO[bytes], offset: int, into: memoryview, name: str) -> None:
+    """Fill `into` with the file's bytes from `offset` (a read can return less than asked: looped)."""
+    f.seek(offset)
+    done, want = 0, into.nbytes
+    while done < want:
+        got = f.readinto(into[done:])  # type: ignore[attr-defined]
+        if not got:
+            raise TuneproofError(f"{name} is cut short in its file", "re-download the model")
+        done += got
 
 
 def read_tensor(info: TensorInfo, f: IO[bytes]) -> Any:
@@ -222,9 +225,7 @@ def read_tensor(info: TensorInfo, f: IO[bytes]) -> Any:
     if not info.nbytes:
         return torch.empty(info.shape, dtype=getattr(torch, dtype))
     data = bytearray(info.nbytes)  # read straight into the buffer the tensor will own: one copy
-    f.seek(info.begin)
-    if f.readinto(data) != info.nbytes:  # type: ignore[attr-defined]
-        raise TuneproofError(f"{info.name} is cut short in its file", "re-download the model")
+    read_exact(f, info.begin, memoryview(data), info.name)
     return torch.frombuffer(data, dtype=getattr(torch, dtype)).reshape(info.shape)
 
 
@@ -232,16 +233,17 @@ TORCH_DTYPES = TORCH_BY_SAFETENSORS  # safetensors code -> torch attribute
 SAFETENSORS_DTYPE = {torch_name: st for st, torch_name in TORCH_DTYPES.items()}
 
 
-def iter_chunks(info: TensorInfo, f: IO[bytes]) -> Iterator[bytes]:
-    """A tensor's bytes in pieces of at most COPY_CHUNK: copied, never all held at once."""
-    f.seek(info.begin)
-    left = info.nbytes
-    while left:
-        piece = f.read(min(left, COPY_CHUNK))
-        if not piece:
-            raise TuneproofError(f"{info.name} is cut short in its file", "re-download the model")
-        left -= len(piece)
-        yield piece
+def iter_chunks(info: TensorInfo, f: IO[bytes], buffer: bytearray | None = None) -> Iterator[memoryview]:
+    """A tensor's bytes in pieces of at most COPY_CHUNK, read into one reused buffer (`buffer`, or one
+    made here): each piece is valid until the next is asked for, and nothing else is allocated."""
+    buffer = buffer if buffer is not None else bytearray(min(info.nbytes, COPY_CHUNK))
+    view = memoryview(buffer)
+    done = 0
+    while done < info.nbytes:
+        n = min(info.nbytes - done, len(buffer))
+        read_exact(f, info.begin + done, view[:n], info.name)
+        done += n
+        yield view[:n]
 
 
 class ShardWriter:
@@ -265,17 +267,29 @@ class ShardWriter:
         self.f: IO[bytes] = path.open("xb")
         self.f.write(struct.pack("<Q", len(raw)) + raw)
         self.next = 0
+        self.got = 0  # bytes of tensor `next` written so far
         self.total = offset
 
-    def write(self, name: str, chunks: Iterator[bytes] | bytes | memoryview) -> None:
+    def write(self, name: str, chunks: Iterator[bytes | memoryview] | bytes | memoryview) -> None:
+        """All of tensor `name`'s bytes, at once or in pieces."""
+        start = self.next
+        for piece in [chunks] if isinstance(chunks, bytes | memoryview) else chunks:
+            self.put(name, piece)
+        if self.next == start:  # a zero-byte tensor completes here; a short one fails below
+            self.put(name, b"")
+        assert self.next == start + 1, f"{name}: wrote {self.got} bytes, header says {self.sizes[start][1]}"
+
+    def put(self, name: str, piece: bytes | memoryview) -> None:
+        """The next bytes of tensor `name`: pieces of one tensor follow each other, tensors follow the
+        header's order, and a tensor is done when its bytes are all there."""
         want_name, want = self.sizes[self.next]
         assert name == want_name, f"{name} written out of order (expected {want_name})"
-        got = 0
-        for piece in [chunks] if isinstance(chunks, bytes | memoryview) else chunks:
-            self.f.write(piece)
-            got += memoryview(piece).nbytes
-        assert got == want, f"{name}: wrote {got} bytes, header says {want}"
-        self.next += 1
+        n = memoryview(piece).nbytes
+        assert self.got + n <= want, f"{name}: {self.got + n} bytes, header says {want}"
+        self.f.write(piece)
+        self.got += n
+        if self.got == want:
+            self.next, self.got = self.next + 1, 0
 
     def close(self) -> None:
         assert self.next == len(self.sizes), "not every tensor was written"
