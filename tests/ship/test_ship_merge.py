@@ -509,3 +509,28 @@ def test_the_merge_gives_torch_its_threads_back(llama_pair, tmp_path: Path) -> N
     assert result.timings is not None and {"read", "delta", "add and round", "write"} <= set(
         result.timings.busy
     )
+
+
+def test_ctrl_c_in_the_middle_of_the_stream_leaves_nothing_and_no_thread(
+    llama_pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from tuneproof.ship import merge_write
+
+    base, adapter = llama_pair
+    real = merge_write._Merger.change
+    calls = {"n": 0}
+
+    def interrupted(self, piece):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, piece)
+
+    monkeypatch.setattr(merge_write._Merger, "change", interrupted)
+    before = threading.active_count()
+    with pytest.raises(KeyboardInterrupt):
+        _merge(base, adapter, tmp_path / "out")
+    assert threading.active_count() == before
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*"))
