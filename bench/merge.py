@@ -198,7 +198,8 @@ def main() -> None:
         total = sum(p.stat().st_size for p in shards)
         print(f"model: {total / 2**30:.2f} GiB in {len(shards)} shards (largest {largest / 2**20:.0f} MiB), "
               f"adapter {adapter / 2**20:.0f} MiB, base fingerprint recorded; built in "
-              f"{time.perf_counter() - t:.0f} s; {args.repeats} rounds, medians")  # fmt: skip
+              f"{time.perf_counter() - t:.0f} s; " + (f"{args.repeats} rounds, medians" if args.repeats > 1
+              else "1 round"))  # fmt: skip
         disks, mine, peft, imports = [], [], [], []
         for _ in range(args.repeats):
             disks.append(disk(shards, d))
@@ -210,14 +211,22 @@ def main() -> None:
             imports.append((json.loads(timed["stdout"])["seconds"], timed["seconds"]))
         same = run(COMPARE, d / "ours", d / "peft")
     inside = statistics.median(i for i, _ in imports)
-    report(
-        disks, mine, peft, (inside, statistics.median(w - i for i, w in imports)), same, 2 * largest + adapter
-    )
+    startup = (inside, statistics.median(w - i for i, w in imports))
+    report(disks, mine, peft, startup, same, 2 * largest + adapter, small=args.small)
 
 
 def report(
-    disks: list[dict], mine: list[dict], peft: list[dict], imports: float, same: dict, bound: int
+    disks: list[dict],
+    mine: list[dict],
+    peft: list[dict],
+    imports: tuple[float, float],
+    same: dict,
+    bound: int,
+    small: bool = False,
 ) -> None:
+    """The measurements, then each goal with its value and whether it is met. The goals are set on the
+    2 GB model; on --small the fixed start-up (about 450 MiB of imports, seconds of start) outweighs the
+    merge, and its ratios are shown, not judged."""
     read, write = median(disks, "read"), median(disks, "write")
     nbytes = disks[0]["bytes"]
     ours_s, peft_s = median(mine, "seconds"), median(peft, "seconds")
@@ -239,14 +248,16 @@ def report(
         ("peak RSS / (2 x largest shard + adapter)", ours_rss / bound, 1.0),
         ("stream / (read + write of the same bytes)", stream / (read + write), 1.5),
     ]
-    print("goals:")
+    print("goals (set on the 2 GB model; --small: shown, not judged):" if small else "goals:")
     for name, value, limit in goals:
-        print(f"  {name:<44} {value:6.3f}  (<= {limit:.3g})")
-    print(f"  {'outputs identical to PEFT bit for bit':<44} {same['identical']}/{same['tensors']} tensors "
-          f"(max abs difference {same['max_abs_diff']:.2g})")  # fmt: skip
+        mark = "" if small else ("  met" if value <= limit else "  NOT MET")
+        print(f"  {name:<44} {value:6.3f}  (<= {limit:.3g}){mark}")
+    identical = same["identical"] == same["tensors"]
+    counted = f"{same['identical']}/{same['tensors']} tensors (max abs difference {same['max_abs_diff']:.2g})"
+    print(f"  {'outputs identical to PEFT bit for bit':<44} {counted}  {'met' if identical else 'NOT MET'}")
     whole = ours_s / (read + write)
-    print(f"  (the whole command / (read + write): {whole:.2f}, its fixed start-up included)")
-    met = all(value <= limit for _, value, limit in goals) and same["identical"] == same["tensors"]
+    print(f"not a goal: the whole command / (read + write) = {whole:.2f}, its fixed start-up included")
+    met = identical and (small or all(value <= limit for _, value, limit in goals))
     print("goal met" if met else "GOAL NOT MET")
     if not met:
         sys.exit(1)

@@ -43,14 +43,14 @@ CONFIG = [
     ("@empty", "not valid JSON"),
     ("/proc/self/mem", "config /proc/self/mem cannot be read"),  # these three found by a fresh-eyes trial
     ("/dev/null", "config /dev/null is not a regular file"),
-    ("", "the config path is empty"),
+    ("", "is empty"),  # a path option says "is empty: pass a path", never takes "" as "."
 ]
 OUT = [("@file", "is a file"), ("@under-a-file", "is not a folder"), ("@proc", "cannot be written")]
 OUT_FILE = [
     ("@folder", "exists and is not a file"),
     ("@under-a-file", "is a file"),
     ("/proc/tuneproof/out.json", "cannot be written"),
-    ("", "is empty or a folder, not a file path"),
+    ("", "is empty: pass a path"),
 ]
 ARM_FILES = [
     ("@missing", "arm file not found"),
@@ -393,7 +393,7 @@ BAD["merge"] = {
     "--base": [
         ("@missing", "does not exist"),
         ("@folder", "config not found"),
-        ("", "config not found"),
+        ("", "is empty: pass a path"),  # it was taken as ".", the folder the merge ran in
         ("@corrupt-model", "not a valid safetensors file"),
         ("@pickle-model", "pickle"),
         ("@quantised-model", "the base is quantised"),
@@ -408,7 +408,7 @@ BAD["merge"] = {
         ("@file", "already exists"),
         ("@under-a-file", "is not a folder"),
         ("@model/merged", "is inside the input"),
-        ("/proc/tuneproof-out", "is not writable"),
+        ("/proc/tuneproof-out", "cannot create a folder in /proc"),
         ("@missing/deeper", "does not exist"),
     ],
     "--dtype": [("int8", "'int8' is not one of")],

@@ -93,9 +93,15 @@ def test_merge_json_is_the_merge_result_to_dict(
     assert expected.pop("out") == str(tmp_path / "lib")
     # times differ run to run: the same keys, each a number of seconds
     times, expected_times = shown.pop("seconds"), expected.pop("seconds")
-    assert times.keys() == expected_times.keys() == {"plan", "stream", "finish", "busy"}
+    assert (
+        times.keys()
+        == expected_times.keys()
+        == {"plan", "imports", "stream", "finish", "busy", "by_thread", "bound"}
+    )
     assert times["busy"].keys() == expected_times["busy"].keys() >= {"read", "delta", "write", "fsync"}
     assert all(v >= 0 for v in [*times["busy"].values(), times["plan"], times["stream"]])
+    assert times["by_thread"].keys() == {"reading", "changing", "writing"}
+    assert times["bound"] is None  # a stream this short is bound by nothing worth naming
     assert shown == expected
     assert shown["warnings"] and shown["base_identity"] == "unchecked"  # no fingerprint was recorded
 

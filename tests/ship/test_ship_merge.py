@@ -140,7 +140,8 @@ def test_a_merge_onto_an_abliterated_copy_is_refused_naming_the_ablation(tmp_pat
     )
     err = capsys.readouterr().err
     assert code == 0 and "MERGING ONTO A DIFFERENT BASE" in err
-    assert "NOT the recorded base" in (tmp_path / "out" / "tuneproof_merge.json").read_text()
+    record = json.loads((tmp_path / "out" / "tuneproof_merge.json").read_text())
+    assert record["base_identity"] == "DIFFERENT from recorded (allowed)"  # the words the console used
 
 
 def test_a_merge_onto_the_recorded_base_passes_and_without_a_record_it_warns(tmp_path: Path, capsys) -> None:
@@ -534,3 +535,108 @@ def test_ctrl_c_in_the_middle_of_the_stream_leaves_nothing_and_no_thread(
         _merge(base, adapter, tmp_path / "out")
     assert threading.active_count() == before
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
+@pytest.mark.parametrize("family", fx.FAMILIES)
+def test_a_bf16_merge_is_bit_identical_to_peft_in_every_family(family: str, tmp_path: Path) -> None:
+    """Embeddings and fused experts too: PEFT rounds their delta to bf16 before adding it (its Embedding
+    merge and ParamWrapper), a linear's it adds in fp32; the merge does each as PEFT does."""
+    from peft import PeftModel
+
+    base = fx.save(fx.model(family, dtype=torch.bfloat16), tmp_path / "base")
+    fx.adapter(fx.model(family), tmp_path / "adapter", target_modules=["embed_tokens", "q_proj", "o_proj"])
+    result = _merge(base, tmp_path / "adapter", tmp_path / "out")
+    peft = PeftModel.from_pretrained(fx.model(family, dtype=torch.bfloat16), tmp_path / "adapter")
+    theirs = fx.tensors(fx.save(peft.merge_and_unload(), tmp_path / "peft"))
+    ours = fx.tensors(result.out)
+    assert ours.keys() == theirs.keys()
+    differ = [k for k in ours if not torch.equal(ours[k], theirs[k])]
+    assert not differ, differ
+    assert not torch.equal(ours["model.embed_tokens.weight"], fx.tensors(base)["model.embed_tokens.weight"])
+
+
+def test_inf_or_nan_is_blamed_on_whoever_holds_it_and_never_hides_an_overflow(tmp_path: Path, capsys) -> None:
+    """Found in review: a NaN already in the base was blamed on the adapter, and a NaN in a copied tensor
+    let a neighbour's fp16 overflow through as inf."""
+    model = fx.model("llama")
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.weight[0, 0] = float("nan")  # adapted
+    base = fx.save(model, tmp_path / "base")
+    fx.adapter(fx.model("llama"), tmp_path / "adapter")
+    _refused((base, tmp_path / "adapter", tmp_path / "o"), capsys, tmp_path, "the base's", "holds inf or NaN")
+    model = fx.model("llama")
+    with torch.no_grad():
+        model.model.layers[0].self_attn.k_proj.weight[0, 0] = float("nan")  # copied, kept as it is
+        model.model.layers[0].self_attn.k_proj.weight[0, 1] = 1e5  # but this overflows fp16
+    base = fx.save(model, tmp_path / "base2")
+    _refused(
+        (base, tmp_path / "adapter", tmp_path / "o", "--dtype", "fp16"), capsys, tmp_path, "overflows F16"
+    )
+
+
+def test_a_base_that_cannot_be_read_is_said_to_be_the_reading(
+    llama_pair, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from tuneproof.ship import stream
+
+    def broken(*_: object) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(stream, "read_exact", broken)
+    base, adapter = llama_pair
+    _refused((base, adapter, tmp_path / "o"), capsys, tmp_path, "reading ", "failed: Input/output error")
+
+
+SLOW_MERGE = """
+import sys, time
+from tuneproof.ship import tensors
+real = tensors.ShardWriter.put
+def slow(self, name, piece):  # a disk slow enough for a signal to land mid-stream
+    time.sleep(0.02)
+    return real(self, name, piece)
+tensors.ShardWriter.put = slow
+from tuneproof.cli.app import run
+run()
+"""
+
+
+@pytest.mark.parametrize("signals", [["SIGTERM"], ["SIGINT", "SIGINT"]])
+def test_a_signal_in_the_middle_of_the_stream_leaves_nothing_behind(
+    signals: list[str], llama_pair, tmp_path: Path
+) -> None:
+    """Found by the fresh-eyes trial: SIGTERM (timeout, Slurm, docker stop) left the hidden partial
+    folder every time, and a second Ctrl-C during the cleanup sometimes did, or printed a traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    base, adapter = llama_pair
+    out = tmp_path / "merged"
+    args = ["merge", "--base", str(base), "--adapter", str(adapter), "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_MERGE, *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not any(p.glob("*.safetensors") for p in tmp_path.glob(".merged.partial-*")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.01)
+    for name in signals:
+        proc.send_signal(getattr(signal, name))
+        time.sleep(0.01)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (143 if signals == ["SIGTERM"] else 130), err
+    assert err.strip() == ("error: terminated (SIGTERM)" if signals == ["SIGTERM"] else "error: interrupted")
+    assert not out.exists() and not list(tmp_path.glob(".merged.partial-*"))
+
+
+def test_a_damaged_recorded_fingerprint_says_what_to_do_with_it(llama_pair, tmp_path: Path, capsys) -> None:
+    """Found by the fresh-eyes trial: the fix read 'pass a fingerprint file that tuneproof wrote', and merge
+    takes no such option."""
+    base, adapter = llama_pair
+    recorded = adapter / "base_fingerprint.json"
+    recorded.write_text('{"format": "something else"}')
+    fix = f"record it again ('tuneproof fingerprint BASE --out FILE', FILE {recorded})"
+    _refused((base, adapter, tmp_path / "o"), capsys, tmp_path, "is not a tuneproof fingerprint", fix)

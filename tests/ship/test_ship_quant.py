@@ -224,6 +224,7 @@ def test_a_checkpoint_that_kept_experts_in_bf16_is_reported_from_headers_alone(
 
     monkeypatch.setattr(tensors, "read_tensor", no_data)
     monkeypatch.setattr(tensors, "iter_chunks", no_data)
+    monkeypatch.setattr(tensors, "read_exact", no_data)  # what both read through
     folder = _sparse_checkpoint(tmp_path / "ck", _layer_tensors(2, 8, experts_packed=False), _ct_config())
     assert main(["quant-audit", "--checkpoint", str(folder)]) == 1
     out = capsys.readouterr().out

@@ -5,6 +5,7 @@ and a failure in any of the three stages raised once, with every thread stopped.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -19,23 +20,32 @@ from tuneproof.ship.tensors import open_checkpoint
 
 def test_the_ring_lends_in_order_wraps_and_waits_for_what_was_lent_first() -> None:
     stop = threading.Event()
-    ring = Ring(100, stop)
-    a, b = ring.take(40), ring.take(40)
-    assert a is not None and b is not None
-    a[:] = b"a" * 40
-    # 20 bytes are free at the end but 30 are asked: the take waits until the oldest span is given back
+    ring = Ring(256, stop)
+    a, b = ring.take(128), ring.take(64)
+    assert a is not None and b is not None and ring.spans == deque([(0, 128), (128, 192)])
+    # 64 bytes are free at the end but 100 are asked: the take waits until the oldest span is given back
     got: list[memoryview | None] = []
-    waiter = threading.Thread(target=lambda: got.append(ring.take(30)))
+    waiter = threading.Thread(target=lambda: got.append(ring.take(100)))
     waiter.start()
     waiter.join(0.3)
     assert waiter.is_alive() and not got
-    ring.give()  # a: [0, 40) is free again
+    ring.give()  # a: [0, 128) is free again
     waiter.join(2)
-    assert got and got[0] is not None and got[0].nbytes == 30
-    assert ring.spans[-1] == (0, 30)  # wrapped to the start
+    assert got and got[0] is not None and got[0].nbytes == 100
+    assert ring.spans[-1] == (0, 100)  # wrapped to the start
     # once stopped, a take that cannot be served returns None instead of waiting for ever
     stop.set()
-    assert ring.take(60) is None
+    assert ring.take(100) is None
+
+
+def test_every_piece_starts_aligned_whatever_the_sizes_before_it() -> None:
+    ring = Ring(1000, threading.Event())
+    starts = []
+    for n in (3, 5, 64, 1, 7):
+        got = ring.take(n)
+        assert got is not None
+        starts.append(ring.spans[-1][0])
+    assert all(s % stream.ALIGN == 0 for s in starts) and len(set(starts)) == 5
 
 
 def _jobs(base: Path, out: Path, whole: bool = False) -> list[ShardJob]:
@@ -120,3 +130,93 @@ def test_a_failure_in_any_stage_is_raised_once_and_stops_every_thread(
         pipeline.run(fail_at_the_fifth if stage == "change" else lambda _: None, None)
     assert threading.active_count() == before  # reader and writer joined
     assert seen["n"] == 5
+
+
+class _SlowList(list):  # type: ignore[type-arg]
+    """A list whose append waits first: widens the gap between a failure and its record."""
+
+    def append(self, item: object) -> None:
+        import time
+
+        time.sleep(0.2)
+        super().append(item)
+
+
+def test_a_reader_failure_is_recorded_before_its_end_so_no_half_shard_is_closed(
+    sharded: tuple[Path, Path],
+) -> None:
+    """Found in review: the reader's end went on before its failure was recorded, so the writer could
+    take the end for success and close a half-written shard, and its AssertionError hid the cause."""
+
+    class Differs(Exception):
+        pass
+
+    def digest(info: object, h: str) -> None:
+        raise Differs("the base differs")
+
+    base, out = sharded
+    pipeline = Pipeline(_jobs(base, out), hashing=True, digest=digest)
+    pipeline.errors = _SlowList()
+    with pytest.raises(Differs):
+        pipeline.run(lambda _: None, None)
+    assert [type(e) for _, e in pipeline.errors] == [Differs]
+
+
+def test_what_the_reader_found_wins_over_what_the_change_then_raised(
+    sharded: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    class Differs(Exception):
+        pass
+
+    base, out = sharded
+    monkeypatch.setattr(stream, "ring_size", lambda jobs: 2**20)  # the reader never waits for the change
+
+    def digest(info: object, h: str) -> None:
+        raise Differs("the base differs")
+
+    def change(piece: stream.Piece) -> None:
+        deadline = time.monotonic() + 10
+        while not pipeline.errors and time.monotonic() < deadline:  # fail after the reader did
+            time.sleep(0.01)
+        raise ValueError("overflows F16")
+
+    pipeline = Pipeline(_jobs(base, out), hashing=True, digest=digest)
+    with pytest.raises(Differs):
+        pipeline.run(change, None)
+    assert {type(e) for _, e in pipeline.errors} == {Differs, ValueError}
+
+
+def test_a_ctrl_c_while_the_last_fsync_runs_stops_and_joins_every_thread(
+    sharded: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: a Ctrl-C during the final wait left the writer running, the stop unset."""
+    import signal
+    import time
+
+    from tuneproof.ship import tensors
+
+    base, out = sharded
+    real = tensors.ShardWriter.close
+
+    def slow_close(self: tensors.ShardWriter) -> None:
+        time.sleep(0.5)
+        real(self)
+
+    monkeypatch.setattr(tensors.ShardWriter, "close", slow_close)
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    before = threading.active_count()
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    pipeline = Pipeline(_jobs(base, out), hashing=False, digest=lambda *_: None)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.run(lambda _: None, None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert pipeline.stop.is_set() and threading.active_count() == before

@@ -100,4 +100,11 @@ def _one_line(text: str) -> str:
 
 
 def run() -> None:
-    sys.exit(main())
+    """The console script: SIGTERM stops a command as Ctrl-C does (its cleanups run, exit 143), and once
+    the command has ended, further signals no longer interrupt the exit."""
+    from tuneproof.core.interrupts import ignore_interrupts, sigterm_raises
+
+    with sigterm_raises():
+        code = main()
+    ignore_interrupts()
+    sys.exit(code)

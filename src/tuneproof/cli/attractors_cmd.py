@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import Command, finish, json_option
+from tuneproof.cli.common import PATH, Command, finish, json_option
 
-_FILE = click.Path(path_type=Path)
+_FILE = PATH
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

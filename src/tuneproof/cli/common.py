@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.interrupts import TERMINATED, Terminated
 from tuneproof.core.io import check_out_file as check_out_file
 from tuneproof.core.terminal import Lines as Lines
 from tuneproof.core.terminal import console as console
@@ -17,6 +18,22 @@ from tuneproof.core.terminal import terminal_progress as terminal_progress
 from tuneproof.core.terminal import wrap_lines as wrap_lines
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
+
+
+class PathParam(click.Path):
+    """click's Path, as a `pathlib.Path`, refusing an empty value: `Path("")` is ".", the current
+    folder, which nobody means by '' (a merge took the folder it ran in as its base)."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty: pass a path", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+PATH = PathParam()  # the type of every path a command takes
 
 
 class Command(click.Command):
@@ -40,8 +57,10 @@ class Command(click.Command):
                 p.name: p.human_readable_name for p in self.params if isinstance(p, click.Argument) and p.name
             }
             raise e.with_labels(labels) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             # caught here, before click turns it into Abort (exit 1, a verdict's code, after a blank line)
+            if isinstance(e, Terminated):
+                raise TuneproofError("terminated (SIGTERM)", exit_code=TERMINATED) from None
             raise TuneproofError("interrupted", exit_code=INTERRUPTED) from None
         for text in ctx.meta["tuneproof.warnings"]:
             print(f"warning: {text}", file=sys.stderr)
@@ -133,7 +152,7 @@ config_option = click.option(
 lengths_option = click.option(
     "--lengths",
     "lengths_file",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="One integer per line, or JSONL with 'length' (and 'root'); .gz too. "
     "Default: the shipped synthetic set.",

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from tuneproof.cli.common import (
+    PATH,
     command,
     config_option,
     finish,
@@ -22,7 +23,7 @@ from tuneproof.cli.common import (
 @config_option
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Folder to write report.json into (created if missing).",
 )
@@ -30,7 +31,7 @@ from tuneproof.cli.common import (
 @click.option(
     "--report",
     "report_dir",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Folder for report.md, report.json and PNG plots (FLOP waterfall, scaling fit, kernels, samplers).",
 )

@@ -7,7 +7,16 @@ from pathlib import Path
 import click
 
 from tuneproof.attention.paths import PATHS
-from tuneproof.cli.common import command, config_option, finish, json_option, warn, warn_unused, with_model
+from tuneproof.cli.common import (
+    PATH,
+    command,
+    config_option,
+    finish,
+    json_option,
+    warn,
+    warn_unused,
+    with_model,
+)
 
 
 @command()
@@ -58,7 +67,7 @@ from tuneproof.cli.common import command, config_option, finish, json_option, wa
 )
 @click.option(
     "--trace",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="A torch.profiler trace: explain for the CUDA device it ran on (its capability and "
     "sharedMemPerBlockOptin).",

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import command, finish, int_list, json_option
+from tuneproof.cli.common import PATH, command, finish, int_list, json_option
 
 
 @command()
 @click.option(
     "--points",
-    type=click.Path(path_type=Path),
+    type=PATH,
     required=True,
     help="CSV with header 'width,seconds', one row per timed repeat (the probe writes it).",
 )

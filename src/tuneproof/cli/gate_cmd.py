@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
-from tuneproof.cli.common import command, finish, json_option, terminal_progress, warn_unused
+from tuneproof.cli.common import PATH, command, finish, json_option, terminal_progress, warn_unused
 
-_FILE = click.Path(path_type=Path)
+_FILE = PATH
 
 
 @command()

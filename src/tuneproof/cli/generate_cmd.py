@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from tuneproof.cli.common import command, finish, terminal_progress, warn_unused
+from tuneproof.cli.common import PATH, command, finish, terminal_progress, warn_unused
 
-_FILE = click.Path(path_type=Path)
+_FILE = PATH
 
 
 @command()

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import command, finish, json_option
+from tuneproof.cli.common import PATH, command, finish, json_option
 
 
 @command()
 @click.option(
     "--trace",
-    type=click.Path(path_type=Path),
+    type=PATH,
     required=True,
     multiple=True,
     help="Chrome trace from torch.profiler (export_chrome_trace or tensorboard handler; .json or .json.gz, "

@@ -8,6 +8,7 @@ import click
 
 from tuneproof.attention.paths import names
 from tuneproof.cli.common import (
+    PATH,
     command,
     finish,
     json_option,
@@ -39,7 +40,7 @@ from tuneproof.data.compare import PLAN_SAMPLERS as SAMPLERS
 )
 @click.option(
     "--points",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="A width,seconds CSV of timed micro-batches (probe --out writes points.csv; its probe.json "
     "beside it gives their batch, else --micro-batch): fitted here, with a 95 % interval.",

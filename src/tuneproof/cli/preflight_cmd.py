@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import command, finish, json_option, step_fit, terminal_progress
+from tuneproof.cli.common import PATH, command, finish, json_option, step_fit, terminal_progress
 
 
 @command()
-@click.argument("run_file", metavar="RUN", type=click.Path(path_type=Path))
+@click.argument("run_file", metavar="RUN", type=PATH)
 @click.option(
     "--gpu",
     default=None,

@@ -9,6 +9,7 @@ import click
 
 from tuneproof.attention.paths import names
 from tuneproof.cli.common import (
+    PATH,
     command,
     config_option,
     finish,
@@ -74,7 +75,7 @@ from tuneproof.cli.common import (
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the weights and the inputs.")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Folder for points.csv, kernels.csv, trace.json.gz and probe.json (created if missing).",
 )

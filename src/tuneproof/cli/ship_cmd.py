@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tuneproof.cli.common import Command, finish, json_option, terminal_progress, warn
+from tuneproof.cli.common import PATH, Command, finish, json_option, terminal_progress, warn
 from tuneproof.core.dtypes import MODEL_DTYPES
 
 if TYPE_CHECKING:
     pass
 
-_PATH = click.Path(path_type=Path)
+_PATH = PATH
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

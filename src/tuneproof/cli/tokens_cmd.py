@@ -6,14 +6,14 @@ from pathlib import Path
 
 import click
 
-from tuneproof.cli.common import command, finish, json_option, terminal_progress
+from tuneproof.cli.common import PATH, command, finish, json_option, terminal_progress
 
 
 @command()
-@click.argument("source", metavar="INPUT", type=click.Path(path_type=Path))
+@click.argument("source", metavar="INPUT", type=PATH)
 @click.option(
     "--tokenizer",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="The tokenizer's folder (a model folder: its config.json gives the embedding rows).",
 )

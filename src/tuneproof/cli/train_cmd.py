@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from tuneproof.cli.common import Command, finish, json_option
+from tuneproof.cli.common import PATH, Command, finish, json_option
 from tuneproof.core.terminal import PrintedProgress
 
-_PATH = click.Path(path_type=Path)
+_PATH = PATH
 
 
 @click.command(cls=Command)

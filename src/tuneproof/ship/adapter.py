@@ -56,6 +56,9 @@ class Module:
     num_experts: int = 1
     experts_out_first: bool = True  # experts: delta laid out (E, out, in); False: (E, in, out)
     fan_in_fan_out: bool = False
+    # PEFT's merge casts the delta to the weight's dtype before adding it (lora.Embedding.merge,
+    # ParamWrapper.get_delta_weight); lora.Linear adds the fp32 delta and rounds the sum once
+    rounds_delta: bool = False
 
 
 @dataclass(slots=True)
@@ -210,7 +213,10 @@ def _from_keys(folder: Path, config: dict[str, Any], header: Header) -> Adapter:
                     "pass the base ({base}) so the experts are resolved against the model",
                     fields=("base",),
                 )
-            module = Module(path, kind, a, b, rank, _scaling(config, rank, alpha), None, num_experts=experts)
+            module = Module(
+                path, kind, a, b, rank, _scaling(config, rank, alpha), None, num_experts=experts,
+                rounds_delta=True,
+            )  # fmt: skip
         else:
             rank = a.shape[0]
             if b.shape[1] != rank:
@@ -222,6 +228,7 @@ def _from_keys(folder: Path, config: dict[str, Any], header: Header) -> Adapter:
             module = Module(
                 path, kind, a, b, rank, _scaling(config, rank, alpha), target,
                 fan_in_fan_out=bool(config.get("fan_in_fan_out")) and kind == "linear",
+                rounds_delta=kind == "embedding",
             )  # fmt: skip
         adapter.modules.append(module)
     return adapter
@@ -320,13 +327,14 @@ def _resolved(name: str, layer: Any, adapter_name: str, mine: Module) -> Module:
         return Module(
             name, "experts", mine.a, mine.b, int(layer.r[adapter_name]), scaling,
             f"{stripped}.{layer.parameter_name}", num_experts=int(layer.num_experts),
-            experts_out_first=bool(layer._did_swap_in_out_features),
+            experts_out_first=bool(layer._did_swap_in_out_features), rounds_delta=True,
         )  # fmt: skip
     target = f"{stripped}.{layer.parameter_name}" if isinstance(layer, ParamWrapper) else f"{stripped}.weight"
     return Module(
         name, mine.kind if mine.kind == "embedding" else "linear", mine.a, mine.b,
         int(layer.r[adapter_name]), scaling, target,
         fan_in_fan_out=bool(getattr(layer, "fan_in_fan_out", False)),
+        rounds_delta=mine.kind == "embedding" or isinstance(layer, ParamWrapper),
     )  # fmt: skip
 
 

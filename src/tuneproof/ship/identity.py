@@ -297,11 +297,12 @@ def _judge(result: Characterisation, directions: list[tuple[int, Any]], truncate
             "one shared direction"
         )
     elif changes:
-        low = sum(1 for c in changes if c.rank is not None and c.rank <= 2)
-        result.verdict = (
-            f"{len(changes)} tensors differ; {low} by a change of rank <= 2, "
-            f"{len(changes) - low} by a broader change (another fine-tune or another model)"
-        )
+        low, n = sum(1 for c in changes if c.rank is not None and c.rank <= 2), len(changes)
+        broad = "a broader change (another fine-tune or another model)"
+        if n == 1:
+            result.verdict = "a change of rank <= 2" if low else broad
+        else:
+            result.verdict = f"{low} of {n} by a change of rank <= 2, {n - low} by {broad}"
     result.verdict += cast_note
     if truncated:
         result.verdict += f"; only the first {len(result.changes)} differing tensors were decomposed"

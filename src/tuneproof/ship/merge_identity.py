@@ -34,6 +34,13 @@ class Identity:
     characterisation: Characterisation | None = None
     recorded_source: str = ""
 
+    @property
+    def summary(self) -> str:
+        """The identity in a few words, the same on the console, in --json and in the merge's record."""
+        if self.same:
+            return "same as recorded"
+        return "DIFFERENT from recorded (allowed)" if self.recorded else "unchecked"
+
 
 def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None] | None = None) -> Identity:
     """Compare the base with the fingerprint recorded next to the adapter, and characterise any
@@ -41,7 +48,7 @@ def identity(base: Checkpoint, adapter_dir: Path, progress: Callable[[int], None
     recorded_path = Path(adapter_dir) / FINGERPRINT_NAME
     if not recorded_path.is_file():
         return Identity(recorded=False, same=None)
-    return compare(read_fingerprint(recorded_path), fingerprint(base, progress), base)
+    return compare(_recorded(recorded_path), fingerprint(base, progress), base)
 
 
 def compare(recorded: Fingerprint, current: Fingerprint, base: Checkpoint) -> Identity:
@@ -60,6 +67,16 @@ def compare(recorded: Fingerprint, current: Fingerprint, base: Checkpoint) -> Id
             if set(names) <= set(trained_on.tensors) and _holds(trained_on, recorded, names):
                 ident.characterisation = characterise(trained_on, base, names)
     return ident
+
+
+def _recorded(path: Path) -> Fingerprint:
+    """The fingerprint recorded next to the adapter; a damaged one is refused with what to do here."""
+    try:
+        return read_fingerprint(path)
+    except TuneproofError as e:
+        raise TuneproofError(
+            e.what, f"record it again ('tuneproof fingerprint BASE --out FILE', FILE {path}) or remove it"
+        ) from None
 
 
 class BaseDiffers(Exception):
@@ -111,7 +128,7 @@ def identity_check(
     check = IdentityCheck(Path(adapter_dir), allow_mismatch)
     recorded_path = Path(adapter_dir) / FINGERPRINT_NAME
     if recorded_path.is_file():
-        check.recorded = read_fingerprint(recorded_path)
+        check.recorded = _recorded(recorded_path)
         layout = {n: (t.dtype, t.shape) for n, t in base.tensors.items()}
         if layout == {n: (d, s) for n, (d, s, _) in check.recorded.tensors.items()}:
             return check
@@ -138,7 +155,8 @@ def judge_identity(ident: Identity, allow_base_mismatch: bool, adapter_dir: Path
     d = ident.difference
     assert d is not None
     names = (d.changed + d.retyped + d.reshaped + d.only_a + d.only_b)[:3]
-    what = f"{d.num_differing} tensors differ ({', '.join(names)}{', ...' if d.num_differing > 3 else ''})"
+    n = d.num_differing
+    what = f"{n} tensor{'s differ' if n != 1 else ' differs'} ({', '.join(names)}{', ...' if n > 3 else ''})"
     if ident.characterisation is not None:
         what += f"; {ident.characterisation.verdict}"
     else:

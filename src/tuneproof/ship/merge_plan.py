@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ class MergePlan:
     notes: list[str] = field(default_factory=list)  # warnings the caller should show
     allow_base_mismatch: bool = False  # merge onto a base that differs from the recorded one (loudly)
     seconds: float = 0.0  # how long planning took (imports included when they were first)
+    import_seconds: float = 0.0  # of which importing torch, transformers and PEFT (0 when already loaded)
 
 
 def check_out(out: Path, inputs: list[Path]) -> None:
@@ -66,7 +68,7 @@ def check_out(out: Path, inputs: list[Path]) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=parent))
     except OSError as e:
         raise TuneproofError(
-            f"{parent} is not writable: {e.strerror}", "pass an output folder you can write"
+            f"cannot create a folder in {parent}: {e.strerror}", "pass an output folder you can write"
         ) from None
 
 
@@ -84,10 +86,21 @@ def plan(
         if not str(path).strip():
             raise TuneproofError(f"the {what} path is empty", f"pass the {what} folder")
     check_out(out, [base, adapter_dir])
+    if not Path(base).is_dir():  # a merge reads the base's own folder: never a hub id, never a lone config
+        raise TuneproofError(
+            f"the base {base} is not a folder"
+            if Path(base).exists()
+            else f"the base folder {base} does not exist",
+            "pass the folder holding the base's safetensors and config.json",
+        )
     if dtype is not None and dtype not in MERGE_DTYPES:
         raise TuneproofError(
             f"{{dtype}} {dtype!r} is not one of {', '.join(MERGE_DTYPES)}", fields=("dtype",)
         )
+    t = time.perf_counter()
+    import peft  # noqa: F401  (torch and transformers with it: timed apart from the checks that need them)
+
+    imported = time.perf_counter() - t
     config = read_config(base)
     declared = stored_quantisation(config)
     if declared is not None:
@@ -102,7 +115,7 @@ def plan(
     model = meta_model(config)
     result = MergePlan(
         checkpoint, adapter, model, Path(out), MERGE_DTYPES[dtype] if dtype else None, config=config,
-        allow_base_mismatch=allow_base_mismatch,
+        allow_base_mismatch=allow_base_mismatch, import_seconds=imported,
     )  # fmt: skip
     stored = set(checkpoint.tensors)
     for module in adapter.modules:

@@ -25,6 +25,7 @@ from typing import Any
 
 from tuneproof.core.dtypes import BY_SHORT
 from tuneproof.core.errors import TuneproofError
+from tuneproof.core.interrupts import held_signals
 from tuneproof.core.io import umask
 from tuneproof.core.verdict import Verdict
 from tuneproof.ship.adapter import Module, delta
@@ -37,6 +38,7 @@ from tuneproof.ship.tensors import FLOAT_DTYPES, INDEX_NAME, TORCH_DTYPES, Tenso
 CONFIG_DTYPE = {d.safetensors: d.config for d in BY_SHORT.values()}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt")
 RECORD_NAME = "tuneproof_merge.json"
+BOUND_AFTER_S = 1.0  # a stream shorter than this is bound by nothing worth naming
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +54,11 @@ class MergeResult:
     verdict: Verdict | None = None  # nothing is judged here: a base that is not the recorded one is refused
     timings: Timings | None = None  # where the stream's time went: each stage's busy seconds and the wall
     plan_seconds: float = 0.0  # reading headers and the adapter, the checks (and imports, the first time)
+    import_seconds: float = 0.0  # of plan_seconds, importing torch, transformers and PEFT
 
     @property
     def base_identity(self) -> str:
-        if self.identity.same:
-            return "same as recorded"
-        return "DIFFERENT from recorded (allowed)" if self.identity.recorded else "unchecked"
+        return self.identity.summary
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly what `tuneproof merge --json` prints."""
@@ -70,13 +71,17 @@ class MergeResult:
         }  # fmt: skip
 
     def seconds(self) -> dict[str, Any]:
-        """Where the time went: planning, the stream (its wall time, and each stage's busy seconds: they
-        overlap) and the finish (side files, index, record, rename)."""
+        """Where the time went: planning (imports apart), the stream (its wall time; each stage's and each
+        thread's busy seconds, which overlap; the thread that bounds it) and the finish (side files,
+        index, record, rename)."""
         t = self.timings or Timings()
-        busy = {k: round(v, 3) for k, v in t.busy.items() if k != AFTER}
+        threads = t.by_thread()
         return {
-            "plan": round(self.plan_seconds, 3), "stream": round(t.wall, 3),
-            "finish": round(t.busy.get(AFTER, 0.0), 3), "busy": busy,
+            "plan": round(self.plan_seconds, 3), "imports": round(self.import_seconds, 3),
+            "stream": round(t.wall, 3), "finish": round(t.busy.get(AFTER, 0.0), 3),
+            "busy": {k: round(v, 3) for k, v in t.busy.items() if k != AFTER},
+            "by_thread": {k: round(v, 3) for k, v in threads.items()},
+            "bound": max(threads, key=lambda k: threads[k]) if t.wall >= BOUND_AFTER_S else None,
         }  # fmt: skip
 
     def render(self, console: Any) -> None:
@@ -97,6 +102,7 @@ def write(
         pipeline = Pipeline(_jobs(merge_plan, tmp), hashing=check.hashing, digest=check.seen)
         with _Merger(merge_plan, pipeline.timings) as merger, kernel_threads(spare_cores(2)):
             written = pipeline.run(merger.change, progress)
+        assert not merger.pending, f"delta pieces never written: {sorted(merger.pending)[:3]}"
         ident, identity_warnings = check.result(merge_plan.base)
         t = time.perf_counter()
         _copy_side_files(merge_plan, tmp)
@@ -108,18 +114,20 @@ def write(
         os.rename(tmp, out)
         pipeline.timings.add(AFTER, time.perf_counter() - t)
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with held_signals():
+            shutil.rmtree(tmp, ignore_errors=True)
         raise TuneproofError(
             f"writing the merged model failed: {e.strerror or e}", "free space or pass another output folder"
         ) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with held_signals():  # a second Ctrl-C must not leave half of the partial folder
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     adapted = len(merge_plan.targets)
     return MergeResult(
         out, adapted, len(merge_plan.base.tensors) - adapted, len(merge_plan.adapter.modules),
         sum(written.values()), ident, merge_plan.dtype, [*merge_plan.notes, *identity_warnings],
-        timings=pipeline.timings, plan_seconds=merge_plan.seconds,
+        timings=pipeline.timings, plan_seconds=merge_plan.seconds, import_seconds=merge_plan.import_seconds,
     )  # fmt: skip
 
 
@@ -166,20 +174,52 @@ class _Merger:
         import torch
 
         info = piece.info
+        if not info.nbytes:
+            return  # an empty tensor: nothing to add
         module, param = self.plan.targets[info.name]
         t0 = time.perf_counter()
         w = torch.frombuffer(piece.data, dtype=_torch(info.dtype)).view(info.shape)
         d = self._delta(info, module, param)
         t1 = time.perf_counter()
         out = w if out_dtype == info.dtype else torch.empty(info.shape, dtype=_torch(out_dtype))
-        sums = accumulate(w, d, out)
+        # PEFT rounds an embedding's or a ParamWrapper's delta to the weight's dtype first; with another
+        # output dtype there is no PEFT merge to equal, and the exact sum is rounded once
+        rounded = w.dtype if module.rounds_delta and out is w else None
+        sums = accumulate(w, d, out, rounded)
         t2 = time.perf_counter()
-        _check_merged(out, sums, module.path, info.name, out_dtype)
+        low, high = torch.aminmax(out)  # NaN and inf show in the extremes; one pass, nothing allocated
+        if not (bool(torch.isfinite(low)) and bool(torch.isfinite(high))):
+            self._refuse(info, module, out, sums, out_dtype)
         if out is not w:
             piece.out = _as_bytes(out)
         self.timings.add("delta", t1 - t0)
         self.timings.add("add and round", t2 - t1)
         self.timings.add("finite check", time.perf_counter() - t2)
+
+    def _refuse(self, info: TensorInfo, module: Module, out: Any, sums: Any, out_dtype: str) -> None:
+        """A merge that gives inf or NaN is refused, never written, naming whose they are: the base's
+        tensor (read again: the merge overwrote it), a sum that overflows the output dtype (fp16 tops out
+        at 65,504), or the adapter."""
+        import torch
+
+        with self.plan.base.shard_of()[info.name].path.open("rb") as f:
+            base = read_tensor(info, f)
+        if not bool(torch.isfinite(base).all()):
+            raise TuneproofError(
+                f"the base's {info.name} holds inf or NaN, which the merge would keep",
+                "check the base: re-download or re-save it",
+            )
+        overflow = torch.isfinite(sums.reshape(-1)) & ~torch.isfinite(out.reshape(-1))
+        if bool(overflow.any()):
+            largest = float(sums.reshape(-1)[overflow].abs().max())
+            raise TuneproofError(
+                f"{info.name} overflows {out_dtype}: its largest value is {largest:.4g}",
+                "merge to bf16 or fp32 instead",
+            )
+        raise TuneproofError(
+            f"merging {module.path} into {info.name} gives non-finite values",
+            "check the adapter: it holds inf or NaN",
+        )
 
     def _delta(self, info: TensorInfo, module: Module, param: str) -> Any:
         """scaling * B @ A in fp32, shaped like the stored tensor: for a plain linear stored as the
@@ -208,42 +248,27 @@ def _plain(name: str, module: Module, param: str) -> bool:
 ADD_BLOCK = 2**18  # elements added and rounded at a time: 1 MiB of fp32, which stays in cache
 
 
-def accumulate(w: Any, d: Any, out: Any) -> Any:
+def accumulate(w: Any, d: Any, out: Any, rounded: Any = None) -> Any:
     """out = round(w + d): the sum taken in fp32 (fp64 for an fp64 tensor) and rounded once to out's
-    dtype, as PEFT's `weight.data += delta` does, block by block so the fp32 sums stay in cache.
-    Returns the unrounded sums (in `d`'s memory when it is contiguous); `out` may be `w` itself."""
+    dtype, as PEFT's `weight.data += delta` does, block by block so the fp32 sums stay in cache. With
+    `rounded` (a dtype), the delta is first rounded to it, as PEFT does for embeddings and ParamWrapper.
+    Returns the unrounded sums; `out` may be `w` itself. `d` is written: it is a view or a copy of this
+    piece's own delta, never shared with another piece's elements."""
     import torch
 
     if w.dtype == torch.float64:
-        sums = w + d
+        sums = w + (d.to(rounded) if rounded is not None else d)
         out.copy_(sums)
         return sums
     wf, of = w.reshape(-1), out.reshape(-1)
-    sums = d.reshape(-1)  # a copy only for a split or transposed piece
+    sums = d.reshape(-1)
     for i in range(0, sums.numel(), ADD_BLOCK):
         block = sums[i : i + ADD_BLOCK]
+        if rounded is not None:
+            block.copy_(block.to(rounded))
         block.add_(wf[i : i + ADD_BLOCK])  # fp32 + the stored value, exact in either order
         of[i : i + ADD_BLOCK].copy_(block)  # rounded once
     return sums
-
-
-def _check_merged(out: Any, sums: Any, module: str, name: str, out_dtype: str) -> None:
-    """A merge that gives inf or NaN is refused, never written: an adapter holding them, or a sum that
-    overflows the output dtype (fp16 tops out at 65,504)."""
-    import torch
-
-    low, high = torch.aminmax(out)  # NaN and inf both show in the extremes; one pass, nothing allocated
-    if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
-        return
-    low, high = torch.aminmax(sums)
-    if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
-        raise TuneproofError(
-            f"{name} overflows {out_dtype}: its largest value is {max(-float(low), float(high)):.4g}",
-            "merge to bf16 or fp32 instead",
-        )
-    raise TuneproofError(
-        f"merging {module} into {name} gives non-finite values", "check the adapter: it holds inf or NaN"
-    )
 
 
 def _out_dtype(merge_plan: MergePlan, info: TensorInfo) -> str:
@@ -260,7 +285,7 @@ def _torch(st_dtype: str) -> Any:
 
 def _cast(data: memoryview, info: TensorInfo, st_dtype: str) -> memoryview:
     """A piece of a copied tensor cast to `st_dtype`. A cast that turns finite values into inf (fp16
-    tops out at 65,504) is refused, never written."""
+    tops out at 65,504) is refused, never written; inf or NaN the base already holds are kept."""
     import torch
 
     source = torch.frombuffer(data, dtype=_torch(info.dtype))
@@ -268,11 +293,11 @@ def _cast(data: memoryview, info: TensorInfo, st_dtype: str) -> memoryview:
     if cast.is_floating_point():
         low, high = torch.aminmax(cast)
         if not (bool(torch.isfinite(low)) and bool(torch.isfinite(high))):
-            low, high = torch.aminmax(source)
-            if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
+            overflow = torch.isfinite(source) & ~torch.isfinite(cast)
+            if bool(overflow.any()):
                 raise TuneproofError(
                     f"{info.name} overflows {st_dtype}: its largest value is "
-                    f"{max(-float(low), float(high)):.4g}",
+                    f"{float(source[overflow].abs().max()):.4g}",
                     "merge to bf16 or fp32 instead",
                 )
     return _as_bytes(cast)
@@ -329,9 +354,7 @@ def _write_record(merge_plan: MergePlan, ident: Identity, tmp: Path) -> None:
         "adapter_sha256": adapter_sha,
         "dtype": merge_plan.dtype or "as stored",
         "merged_tensors": len(merge_plan.targets),
-        "base_identity": "checked, same"
-        if ident.same
-        else ("NOT the recorded base" if ident.recorded else "unchecked"),
+        "base_identity": ident.summary,
     }
     (tmp / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n")
 

@@ -240,15 +240,16 @@ def _merge_time(r: MergeResult) -> list[str]:
     """Where the time went, and what bounded the stream: the disk (reading or writing) or the merging."""
     if r.timings is None:
         return []
-    t = r.timings
-    threads = {"merging" if k == "changing" else k: v for k, v in t.by_thread().items()}
-    bound = max(threads, key=lambda k: threads[k])
-    rate = f"{r.bytes_written / t.wall / 2**20:,.0f} MiB/s" if t.wall > 0 else "?"
+    seconds = r.seconds()
+    wall = seconds["stream"]
+    threads = {"merging" if k == "changing" else k: v for k, v in seconds["by_thread"].items()}
+    rate = f"{r.bytes_written / wall / 2**20:,.0f} MiB/s" if wall > 0 else "?"
+    bound = seconds["bound"]
+    bound_by = f", bound by {'merging' if bound == 'changing' else bound}" if bound else ""
     busy = ", ".join(f"{k} {v:.1f}" for k, v in threads.items())
-    return [
-        f"time      plan {r.plan_seconds:.1f} s (imports, checks); stream {t.wall:.1f} s at {rate}, bound by "
-        f"{bound} (busy: {busy} s)"
-    ]
+    plan, imports = seconds["plan"], seconds["imports"]
+    planned = f"plan {plan:.1f} s (imports {imports:.1f}, checks {plan - imports:.1f})"
+    return [f"time      {planned}; stream {wall:.1f} s at {rate}{bound_by} (busy: {busy} s)"]
 
 
 def _size(n: int) -> str:

@@ -10,6 +10,7 @@ at most COPY_CHUNK. Memory is the ring, whatever the model's size: nothing is al
 from __future__ import annotations
 
 import hashlib
+import mmap
 import queue
 import threading
 import time
@@ -19,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.tensors import COPY_CHUNK, ShardWriter, TensorInfo, read_exact
 
 DONE = object()  # the end of a queue
+READ, CHANGE, WRITE = "read", "change", "write"  # the stages, for errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +78,17 @@ class Timings:
         }
 
 
+ALIGN = 64  # every piece starts at a multiple of this in the ring (a tensor's view is never misaligned)
+
+
 class Ring:
     """A fixed buffer lent out in order and given back in the same order: the reader takes, the writer
-    gives back, and a take waits until the oldest pieces are written."""
+    gives back, and a take waits until the oldest pieces are written. Anonymous memory, page-aligned;
+    a page is resident once first used, and a ring in use soon uses all of them."""
 
     def __init__(self, size: int, stop: threading.Event):
         self.size = size
-        self.view = memoryview(bytearray(size))  # pages are touched as they are first used
+        self.view = memoryview(mmap.mmap(-1, size))
         self.spans: deque[tuple[int, int]] = deque()
         self.head = 0
         self.stop = stop
@@ -103,9 +110,10 @@ class Ring:
         if not self.spans:
             return 0
         tail = self.spans[0][0]
+        head = -(-self.head // ALIGN) * ALIGN
         if self.head > tail:  # free: [head, size) then [0, tail)
-            return self.head if self.head + n <= self.size else (0 if n <= tail else None)
-        return self.head if self.head + n <= tail else None  # wrapped: free is [head, tail)
+            return head if head + n <= self.size else (0 if n <= tail else None)
+        return head if head + n <= tail else None  # wrapped: free is [head, tail)
 
     def give(self) -> None:
         with self.cond:
@@ -132,15 +140,15 @@ class Pipeline:
         self.ring = Ring(ring_size(jobs), self.stop)
         self.read_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.write_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.errors: list[BaseException] = []
+        self.errors: list[tuple[str, BaseException]] = []  # (stage, error), in the order they happened
         self.timings = Timings()
         self.written: dict[str, int] = {}
 
     def run(self, change: Callable[[Piece], None], progress: Callable[[int], None] | None) -> dict[str, int]:
         t0 = time.perf_counter()
         threads = [
-            threading.Thread(target=self._guard, args=(self._read,), daemon=True, name="merge-read"),
-            threading.Thread(target=self._guard, args=(self._write,), daemon=True, name="merge-write"),
+            threading.Thread(target=self._guard, args=(READ, self._read, self.read_q), daemon=True),
+            threading.Thread(target=self._guard, args=(WRITE, self._write, None), daemon=True),
         ]
         for t in threads:
             t.start()
@@ -151,35 +159,60 @@ class Pipeline:
                     if progress:
                         progress(item.data.nbytes)
                 self.write_q.put(item)
-        except BaseException:
+        except BaseException as e:
             self.stop.set()
-            raise
-        finally:
-            self.write_q.put(DONE)
-            for t in threads:
-                t.join()
-            self.timings.wall = time.perf_counter() - t0
+            self.errors.append((CHANGE, e))
+        self.write_q.put(DONE)
+        self._join(threads)
+        self.timings.wall = time.perf_counter() - t0
         if self.errors:
-            raise self.errors[0]
+            raise self._cause()
         return self.written
 
-    def _guard(self, stage: Callable[[], None]) -> None:
+    def _cause(self) -> BaseException:
+        """The error to raise when several stages failed: a Ctrl-C first, then what the reader found (a
+        differing base, a cut file: the input is wrong, whatever became of it), then the change, then
+        the writer."""
+        order = {READ: 1, CHANGE: 2, WRITE: 3}
+        _, error = min(self.errors, key=lambda se: (not isinstance(se[1], KeyboardInterrupt), order[se[0]]))
+        return error
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        """Wait for both threads. A Ctrl-C while waiting (the writer's last fsync can take seconds) stops
+        them, is kept to be raised, and the wait goes on: no thread outlives the call."""
+        while any(t.is_alive() for t in threads):
+            try:
+                for t in threads:
+                    t.join()
+            except BaseException as e:
+                self.stop.set()
+                self.errors.append((CHANGE, e))
+
+    def _guard(self, stage: str, work: Callable[[], None], done: queue.SimpleQueue[Any] | None) -> None:
+        """Run a thread's work; a failure is kept for the calling thread, which raises it, and the
+        pipeline stops before the thread's queue is closed (so no stage takes the end for success)."""
         try:
-            stage()
-        except BaseException as e:  # handed to the calling thread, which raises it
-            self.errors.append(e)
+            work()
+        except BaseException as e:
+            self.errors.append((stage, e))
             self.stop.set()
+        finally:
+            if done is not None:
+                done.put(DONE)
 
     def _read(self) -> None:
-        try:
-            for k, job in enumerate(self.jobs):
-                self.read_q.put(k)  # a new shard starts
-                with job.source.open("rb", buffering=0) as f:
-                    for info in job.tensors:
-                        if not self._read_tensor(k, job, info, f):
-                            return
-        finally:
-            self.read_q.put(DONE)
+        for k, job in enumerate(self.jobs):
+            self.read_q.put(k)  # a new shard starts
+            try:
+                f = job.source.open("rb", buffering=0)
+            except OSError as e:
+                raise TuneproofError(
+                    f"cannot read {job.source}: {e.strerror}", "check the base folder"
+                ) from None
+            with f:
+                for info in job.tensors:
+                    if not self._read_tensor(k, job, info, f):
+                        return
 
     def _read_tensor(self, k: int, job: ShardJob, info: TensorInfo, f: Any) -> bool:
         step = info.nbytes if info.name in job.whole else COPY_CHUNK
@@ -191,7 +224,12 @@ class Pipeline:
             if data is None:
                 return False
             t = time.perf_counter()
-            read_exact(f, info.begin + start, data, info.name)
+            try:
+                read_exact(f, info.begin + start, data, info.name)
+            except OSError as e:
+                raise TuneproofError(
+                    f"reading {info.name} from {job.source} failed: {e.strerror}", "check the base's disk"
+                ) from None
             t1 = time.perf_counter()
             self.timings.add("read", t1 - t)
             if h is not None:
@@ -199,10 +237,12 @@ class Pipeline:
                 self.timings.add("hash", time.perf_counter() - t1)
             start += n
             last = start == info.nbytes
+            if last and h is not None:
+                self.digest(
+                    info, h.hexdigest()
+                )  # before the last piece goes on: a differing tensor stops here
             self.read_q.put(Piece(k, info, start - n, data, last, in_ring=bool(n)))
             if last:
-                if h is not None:
-                    self.digest(info, h.hexdigest())
                 return True
 
     def _write(self) -> None:
