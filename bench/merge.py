@@ -157,7 +157,9 @@ def breakdown(rows: list[dict], imports: tuple[float, float]) -> list[str]:
     """tuneproof's time, stage by stage (medians over the rounds). `imports`: importing torch,
     transformers and PEFT alone, and starting and leaving an interpreter that holds them."""
     total = median(rows, "seconds")
-    plan, stream, finish = (median(rows, "result", "seconds", k) for k in ("plan", "stream", "finish"))
+    plan, imported, stream, finish = (
+        median(rows, "result", "seconds", k) for k in ("plan", "imports", "stream", "finish")
+    )
     stages = sorted({k for r in rows for k in r["result"]["seconds"]["busy"]})
     busy = {k: statistics.median(r["result"]["seconds"]["busy"].get(k, 0.0) for r in rows) for k in stages}
     group = {"reader": ("read", "hash"), "writer": ("write", "fsync")}
@@ -169,8 +171,8 @@ def breakdown(rows: list[dict], imports: tuple[float, float]) -> list[str]:
         f"  start-up  {startup:5.1f} s  fixed, whatever the model's size:",
         f"{pad}{outside:5.1f} s  interpreter start and exit, CLI (an interpreter holding torch, transformers "
         f"and PEFT takes {imports[1]:.1f} s to start and exit, measured apart)",
-        f"{pad}{plan:5.1f} s  plan: imports of torch, transformers and PEFT ({imports[0]:.1f} s alone, "
-        "measured apart), headers, adapter, checks",
+        f"{pad}{plan:5.1f} s  plan: {imported:.1f} s importing torch, transformers and PEFT "
+        f"({imports[0]:.1f} s alone, measured apart), {plan - imported:.1f} s headers, adapter, checks",
         f"  stream    {stream:5.1f} s  read, hash, merge, write and fsync, overlapping; busy seconds:",
     ]
     for thread, names in group.items():
