@@ -633,10 +633,16 @@ def test_a_signal_in_the_middle_of_the_stream_leaves_nothing_behind(
 
 
 def test_a_damaged_recorded_fingerprint_says_what_to_do_with_it(llama_pair, tmp_path: Path, capsys) -> None:
-    """Found by the fresh-eyes trial: the fix read 'pass a fingerprint file that tuneproof wrote', and merge
-    takes no such option."""
+    """Found by the fresh-eyes trials: the fix read 'pass a fingerprint file that tuneproof wrote', which
+    merge takes no option for; then 'record it again', which fingerprint refuses while the old file is
+    there; and lora check vouched for the damaged record."""
     base, adapter = llama_pair
     recorded = adapter / "base_fingerprint.json"
     recorded.write_text('{"format": "something else"}')
-    fix = f"record it again ('tuneproof fingerprint BASE --out FILE', FILE {recorded})"
+    fix = f"remove it, then record it again ('tuneproof fingerprint BASE --out FILE', FILE {recorded})"
     _refused((base, adapter, tmp_path / "o"), capsys, tmp_path, "is not a tuneproof fingerprint", fix)
+    # and the adapter's check says so too, rather than vouching for the record
+    capsys.readouterr()
+    main(["lora", "check", str(adapter)])
+    out = " ".join(capsys.readouterr().out.split())  # unwrapped
+    assert "base_fingerprint.json cannot be used" in out and "merge refuses it; remove it" in out

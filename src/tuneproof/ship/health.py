@@ -82,7 +82,8 @@ class Health:
     resolved_with_base: bool = False
     warnings: list[str] = field(default_factory=list)
     base_name: str | None = None  # adapter_config's base_model_name_or_path: a name, not a hash
-    fingerprint_recorded: bool = False  # base_fingerprint.json next to the adapter
+    fingerprint_recorded: bool = False  # a readable base_fingerprint.json next to the adapter
+    fingerprint_problem: str | None = None  # why the one there cannot be used (merge refuses it)
     adapter_dir: Path | None = None  # the folder checked, as given (None: an adapter in memory)
     base: Path | None = None  # the base it was checked against, as given
     labels: dict[str, str] = field(default_factory=dict)  # how the text names `base`: the command's flag
@@ -279,10 +280,10 @@ def check_adapter(
         adapter.init,
         resolved_with_base=adapter.resolved_with_base,
         base_name=adapter.config.get("base_model_name_or_path"),
-        fingerprint_recorded=(Path(adapter_dir) / FINGERPRINT_NAME).is_file(),
         adapter_dir=Path(adapter_dir),
         base=Path(base) if base is not None else None,
     )
+    health.fingerprint_recorded, health.fingerprint_problem = _recorded_fingerprint(Path(adapter_dir))
     if adapter.dora:
         health.warnings.append(
             "DoRA: the magnitude vector also trains; a zero B still means no direction change"
@@ -411,3 +412,18 @@ def _whole(weight: Any) -> Any:
     from torch.distributed.tensor import DTensor
 
     return (weight.full_tensor() if isinstance(weight, DTensor) else weight).detach()
+
+
+def _recorded_fingerprint(adapter_dir: Path) -> tuple[bool, str | None]:
+    """(a usable base_fingerprint.json is there, why the one there is not): a damaged record is said
+    here, since `merge` refuses it."""
+    from tuneproof.ship.identity import read_fingerprint
+
+    path = adapter_dir / FINGERPRINT_NAME
+    if not path.is_file():
+        return False, None
+    try:
+        read_fingerprint(path)
+    except TuneproofError as e:
+        return False, e.what
+    return True, None

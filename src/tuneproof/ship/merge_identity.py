@@ -75,7 +75,7 @@ def _recorded(path: Path) -> Fingerprint:
         return read_fingerprint(path)
     except TuneproofError as e:
         raise TuneproofError(
-            e.what, f"record it again ('tuneproof fingerprint BASE --out FILE', FILE {path}) or remove it"
+            e.what, f"remove it, then record it again ('tuneproof fingerprint BASE --out FILE', FILE {path})"
         ) from None
 
 

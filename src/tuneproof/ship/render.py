@@ -93,8 +93,14 @@ def _health_tail(h: Health, flag: str) -> list[str]:
     )
     if h.base is not None:
         named += f"; {flag} {h.base} gave the structure and coverage above, its identity unchecked"
+    advice = RECORD_ADVICE.replace("FILE", f"{h.adapter_dir}/base_fingerprint.json")
     if h.fingerprint_recorded:
         lines.append(f"identity  {named}; base_fingerprint.json recorded: merge checks the base against it")
+    elif h.fingerprint_problem:
+        lines.append(
+            f"identity  {named}; base_fingerprint.json cannot be used ({h.fingerprint_problem}): merge "
+            f"refuses it; remove it, then record the base's with {advice}"
+        )
     else:
         advice = RECORD_ADVICE.replace("FILE", f"{h.adapter_dir}/base_fingerprint.json")
         lines.append(f"identity  {named}; no base_fingerprint.json: record the base's with {advice}")
@@ -148,6 +154,7 @@ def health_json(h: Health) -> dict[str, Any]:
         "serving": [{"note": n, "source": s} for n, s in h.serving],
         "base_model_name_or_path": h.base_name,
         "base_fingerprint_recorded": h.fingerprint_recorded,
+        "base_fingerprint_problem": h.fingerprint_problem,
     }
 
 
