@@ -67,8 +67,9 @@ def test_the_writer_writes_files_the_safetensors_library_reads(tmp_path: Path) -
     writer = ShardWriter(
         tmp_path / "w.safetensors", [("a", "F32", (3, 5)), ("b", "I64", (7,))], {"format": "pt"}
     )
-    writer.write("a", a.numpy().tobytes())
-    writer.write("b", iter([b.numpy().tobytes()[:20], b.numpy().tobytes()[20:]]))
+    writer.put("a", a.numpy().tobytes())
+    writer.put("b", b.numpy().tobytes()[:20])  # a tensor in pieces
+    writer.put("b", b.numpy().tobytes()[20:])
     writer.close()
     got = load_file(tmp_path / "w.safetensors")
     assert torch.equal(got["a"], a) and torch.equal(got["b"], b)

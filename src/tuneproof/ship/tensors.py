@@ -249,7 +249,7 @@ def iter_chunks(info: TensorInfo, f: IO[bytes], buffer: bytearray | None = None)
 class ShardWriter:
     """Writes one safetensors file whose header is known up front, tensor by tensor in header order.
 
-    `entries` are (name, dtype, shape); `write(name, chunks)` must follow that order and give exactly
+    `entries` are (name, dtype, shape); `put(name, piece)` calls must follow that order and give exactly
     the bytes each entry needs. The header is padded with spaces to 8 bytes, as safetensors does."""
 
     def __init__(self, path: Path, entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str]):
@@ -269,15 +269,6 @@ class ShardWriter:
         self.next = 0
         self.got = 0  # bytes of tensor `next` written so far
         self.total = offset
-
-    def write(self, name: str, chunks: Iterator[bytes | memoryview] | bytes | memoryview) -> None:
-        """All of tensor `name`'s bytes, at once or in pieces."""
-        start = self.next
-        for piece in [chunks] if isinstance(chunks, bytes | memoryview) else chunks:
-            self.put(name, piece)
-        if self.next == start:  # a zero-byte tensor completes here; a short one fails below
-            self.put(name, b"")
-        assert self.next == start + 1, f"{name}: wrote {self.got} bytes, header says {self.sizes[start][1]}"
 
     def put(self, name: str, piece: bytes | memoryview) -> None:
         """The next bytes of tensor `name`: pieces of one tensor follow each other, tensors follow the
