@@ -50,7 +50,16 @@ def test_cca_flops_match_flop_counter_on_transformers_own_projection(
     projections = 2 * batch * length * h * (q + kv + kv)  # q, k, and the two value halves
     zero_row = 2 * batch * h * kv // 2  # v_proj_delayed on one zero row per sequence (not costed)
     conv = cca_core(attention)
-    assert conv == CcaConv("q", "k", "v", "qk", q + kv, kernels[0], kernels[1], cfg.head_dim)
+    assert conv == CcaConv(
+        q="q",
+        k="k",
+        v="v",
+        dst="qk",
+        channels=q + kv,
+        depthwise_kernel=kernels[0],
+        grouped_kernel=kernels[1],
+        group_width=cfg.head_dim,
+    )
     assert counter.get_total_flops() == projections + zero_row + batch * cca_conv_flops(conv, length)
 
 

@@ -55,7 +55,8 @@ def test_index_score_flops_match_flop_counter_on_transformers_own_indexer(length
     assert not picked.requires_grad and forward_without_grad(indexer)
     projections = 2 * batch * length * (24 * heads * head_dim + 64 * head_dim + 64 * heads)
     scores = index_score_flops(
-        IndexScores("in", "in", "o", heads, head_dim), index_pairs([length] * batch, True)
+        IndexScores(q="in", k="in", dst="o", heads=heads, head_dim=head_dim),
+        index_pairs([length] * batch, True),
     )
     assert projections + scores == counter.get_total_flops()
 

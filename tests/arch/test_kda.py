@@ -27,7 +27,18 @@ def test_kda_flops_match_flop_counter_on_transformers_own_kernel(family: str, le
         f"transformers.models.{family}.modeling_{family}"
     ).chunk_kimi_delta_attention
     heads, dk, dv = 2, 16, 8
-    rule = KimiDelta("q", "k", "v", "o", heads, dk, dv, KDA_CHUNK, 1, 4)
+    rule = KimiDelta(
+        q="q",
+        k="k",
+        v="v",
+        dst="o",
+        heads=heads,
+        key_dim=dk,
+        value_dim=dv,
+        chunk=KDA_CHUNK,
+        conv_channels=1,
+        conv_kernel=4,
+    )
     gen = torch.Generator().manual_seed(0)
     q, k = (torch.randn(1, length, heads, dk, generator=gen, requires_grad=True) for _ in range(2))
     v = torch.randn(1, length, heads, dv, generator=gen, requires_grad=True)
@@ -43,7 +54,18 @@ def test_kda_flops_match_flop_counter_on_transformers_own_kernel(family: str, le
 
 
 def test_kda_costs_are_registered_and_linear_in_whole_chunks() -> None:
-    rule = KimiDelta("q", "k", "v", "o", 4, 16, 16, KDA_CHUNK, 192, 4)
+    rule = KimiDelta(
+        q="q",
+        k="k",
+        v="v",
+        dst="o",
+        heads=4,
+        key_dim=16,
+        value_dim=16,
+        chunk=KDA_CHUNK,
+        conv_channels=192,
+        conv_kernel=4,
+    )
     core, conv, back = mixer_flops(rule, 128)
     assert (core, back) == (2 * kda_flops(rule, 64)[0], kda_backward(rule, 128))
     assert conv == 2.0 * 192 * 4 * (128 + 3)  # depthwise, T + taps - 1 outputs

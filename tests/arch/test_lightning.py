@@ -35,13 +35,13 @@ def test_lightning_flops_match_flop_counter_on_transformers_own_block_loop(lengt
     with backward:
         out.sum().backward()
     projections = 2.0 * length * hidden * (3 * heads * d + heads * d) + 2.0 * length * heads * d * hidden
-    rule = Lightning("q", "k", "v", "o", heads, d, BLOCK)
+    rule = Lightning(q="q", k="k", v="v", dst="o", heads=heads, head_dim=d, block=BLOCK)
     assert lightning_flops(rule, length) == forward.get_total_flops() - projections
     assert lightning_backward(rule, length) == backward.get_total_flops() - projections
 
 
 def test_lightning_blocks_are_not_padded_and_have_no_convolution() -> None:
-    rule = Lightning("q", "k", "v", "o", 4, 16, BLOCK)
+    rule = Lightning(q="q", k="k", v="v", dst="o", heads=4, head_dim=16, block=BLOCK)
     core, conv, back = mixer_flops(rule, 20)
     assert core == lightning_flops(rule, 16) + lightning_flops(rule, 4) < lightning_flops(rule, 32)
     assert conv == 0.0 and back == lightning_backward(rule, 20)

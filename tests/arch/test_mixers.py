@@ -56,7 +56,18 @@ def test_delta_rule_flops_match_flop_counter_on_transformers_own_kernel(length: 
     from transformers.models.qwen3_next.modeling_qwen3_next import torch_chunk_gated_delta_rule
 
     heads, dk, dv = 2, 16, 8
-    rule = DeltaRule("q", "k", "v", "o", heads, dk, dv, DELTA_CHUNK, 1, 4)
+    rule = DeltaRule(
+        q="q",
+        k="k",
+        v="v",
+        dst="o",
+        heads=heads,
+        key_dim=dk,
+        value_dim=dv,
+        chunk=DELTA_CHUNK,
+        conv_channels=1,
+        conv_kernel=4,
+    )
     gen = torch.Generator().manual_seed(0)
     q, k = (torch.randn(1, length, heads, dk, generator=gen, requires_grad=True) for _ in range(2))
     v = torch.randn(1, length, heads, dv, generator=gen, requires_grad=True)
@@ -173,8 +184,19 @@ def test_lora_on_mamba_out_proj_is_refused_as_peft_refuses_it_and_all_linear_lea
 @pytest.mark.parametrize(
     "core",
     [
-        StateSpace("q", "k", "v", "attn", 4, 8, 16, 0, 64, 4),
-        Lightning("q", "k", "v", "attn", 4, 8, 0),
+        StateSpace(
+            q="q",
+            k="k",
+            v="v",
+            dst="attn",
+            heads=4,
+            head_dim=8,
+            state=16,
+            chunk=0,
+            conv_channels=64,
+            conv_kernel=4,
+        ),
+        Lightning(q="q", k="k", v="v", dst="attn", heads=4, head_dim=8, block=0),
     ],
     ids=["ssd chunk 0", "lightning block 0"],
 )

@@ -51,16 +51,28 @@ def _run(mode: str, length: int) -> tuple[int, int]:
 )
 def test_mlstm_flops_match_flop_counter_on_transformers_own_backend(mode: str, length: int) -> None:
     chunk = PAD_CHUNK if mode == "train_with_padding" else CHUNK
-    core = MLstm("q", "k", "v", "o", HEADS, DK, DV, chunk, mode)
+    core = MLstm(q="q", k="k", v="v", dst="o", heads=HEADS, key_dim=DK, value_dim=DV, chunk=chunk, mode=mode)
     forward, backward = _run(mode, length)
     f, conv, b = mixer_flops(core, length)
     assert (f, conv, b) == (forward, 0.0, backward)
 
 
 def test_inference_mode_runs_whole_chunks_then_a_per_token_loop() -> None:
-    core = MLstm("q", "k", "v", "o", HEADS, DK, DV, CHUNK, "inference")
+    core = MLstm(
+        q="q", k="k", v="v", dst="o", heads=HEADS, key_dim=DK, value_dim=DV, chunk=CHUNK, mode="inference"
+    )
     assert mlstm_pieces(core, 37) == (2, 5)
-    padded = MLstm("q", "k", "v", "o", HEADS, DK, DV, PAD_CHUNK, "train_with_padding")
+    padded = MLstm(
+        q="q",
+        k="k",
+        v="v",
+        dst="o",
+        heads=HEADS,
+        key_dim=DK,
+        value_dim=DV,
+        chunk=PAD_CHUNK,
+        mode="train_with_padding",
+    )
     assert mlstm_pieces(padded, 70) == (2, 0)  # padded to 128 tokens
 
 
@@ -79,4 +91,4 @@ def test_the_tiny_xlstm_reads_its_mlstm_cell_and_the_explainer_names_the_paths()
 
 def test_an_unknown_backend_mode_is_refused() -> None:
     with pytest.raises(ValueError, match=r"MLstm\.mode"):
-        MLstm("q", "k", "v", "o", HEADS, DK, DV, CHUNK, "fast")
+        MLstm(q="q", k="k", v="v", dst="o", heads=HEADS, key_dim=DK, value_dim=DV, chunk=CHUNK, mode="fast")

@@ -49,7 +49,9 @@ def test_the_rg_lru_scan_runs_no_matmul_forward_or_backward(length: int) -> None
     forward, _ = _counted(lambda: out.append(rg_lru._rnn_scan(x, a, reset, None)[0]))
     backward, _ = _counted(lambda: out[0].sum().backward())
     assert forward == backward == 0
-    assert mixer_flops(RgLru("q", "k", "v", "o", LRU, LRU, K), length)[0::2] == (0.0, 0.0)
+    assert mixer_flops(
+        RgLru(q="q", k="k", v="v", dst="o", width=LRU, conv_channels=LRU, conv_kernel=K), length
+    )[0::2] == (0.0, 0.0)
 
 
 @pytest.mark.parametrize("length", LENGTHS)
@@ -106,7 +108,7 @@ def test_the_wkv_recurrence_runs_no_matmul_forward_or_backward(length: int) -> N
     forward, _ = _counted(lambda: out.append(rwkv_linear_attention_cpu(decay, first, k, v)[0]))
     backward, _ = _counted(lambda: out[0].sum().backward())
     assert forward == backward == 0
-    assert mixer_flops(Wkv("q", "k", "v", "o", 8), length) == (0.0, 0.0, 0.0)
+    assert mixer_flops(Wkv(q="q", k="k", v="v", dst="o", width=8), length) == (0.0, 0.0, 0.0)
 
 
 def test_rwkv_costs_its_projections_and_recomputes_its_gated_value_gemm() -> None:

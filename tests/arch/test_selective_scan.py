@@ -29,7 +29,7 @@ def test_scan_flops_match_flop_counter_on_transformers_own_scan(length: int) -> 
     import torch
     from transformers.models.mamba.modeling_mamba import mamba_selective_scan
 
-    scan = SelectiveScan("q", "k", "v", "o", D, N, D, K)
+    scan = SelectiveScan(q="q", k="k", v="v", dst="o", channels=D, state=N, conv_channels=D, conv_kernel=K)
     gen = torch.Generator().manual_seed(0)
     x, dt, z = (torch.randn(2, D, length, generator=gen, requires_grad=True) for _ in range(3))
     b, c = (torch.randn(2, N, length, generator=gen, requires_grad=True) for _ in range(2))

@@ -26,7 +26,7 @@ def test_conv_flops_match_flop_counter_on_transformers_own_conv(length: int) -> 
     counter = FlopCounterMode(display=False)
     with counter:
         causal_conv1d_fn(x, w, None)
-    conv = ShortConv("q", "k", "v", "o", channels, taps)
+    conv = ShortConv(q="q", k="k", v="v", dst="o", conv_channels=channels, conv_kernel=taps)
     assert counter.get_total_flops() == 2 * short_conv_flops(conv, length)  # a batch of two
 
 
@@ -49,7 +49,9 @@ def test_the_gates_cost_nothing_beyond_the_projections_and_the_conv(length: int)
         y = mod(x)
     with backward:
         y.sum().backward()
-    core, conv, core_back = short_conv_costs(ShortConv("q", "k", "v", "o", h, taps), length)
+    core, conv, core_back = short_conv_costs(
+        ShortConv(q="q", k="k", v="v", dst="o", conv_channels=h, conv_kernel=taps), length
+    )
     projections = 2 * length * h * 3 * h + 2 * length * h * h
     assert forward.get_total_flops() == projections + core + conv
     ops = {str(k): v for k, v in backward.get_flop_counts()["Global"].items()}

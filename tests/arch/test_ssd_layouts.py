@@ -31,7 +31,18 @@ def test_ssd_flops_match_flop_counter_on_each_familys_own_scan(module: str, leng
 
     scan = importlib.import_module(f"transformers.models.{module}").mamba2_chunk_scan
     heads, p, n, chunk = 2, 8, 16, 16
-    ssd = StateSpace("q", "k", "v", "o", heads, p, n, chunk, 1, 4)
+    ssd = StateSpace(
+        q="q",
+        k="k",
+        v="v",
+        dst="o",
+        heads=heads,
+        head_dim=p,
+        state=n,
+        chunk=chunk,
+        conv_channels=1,
+        conv_kernel=4,
+    )
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(1, length, heads, p, generator=gen, requires_grad=True)
     dt = torch.rand(1, length, heads, generator=gen, requires_grad=True)

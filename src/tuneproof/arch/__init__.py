@@ -56,7 +56,7 @@ def tiny_config_path() -> Path:
     return Path(__file__).resolve().parent.parent / "configs" / "tiny_gemma4.json"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ResolvedModel:
     """A model the tools can account for and build: its name, shape and transformers text config.
 
@@ -235,7 +235,9 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
     if isinstance(config, dict):
         source, key = copy.deepcopy(config), cache.key_for(config)
         if key is not None and (hit := cache.load(key)) is not None:
-            return ResolvedModel(name, hit.shape, hit.notes, hit.max_positions, source)
+            return ResolvedModel(
+                name=name, shape=hit.shape, notes=hit.notes, max_positions=hit.max_positions, source=source
+            )
         top = config.get("model_type")
         if isinstance(top, str) and top not in FAMILIES and (why := refusal(top)) is not None:
             raise TuneproofError(why, _SCOPE)
@@ -263,7 +265,9 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
         raise TuneproofError(
             f"transformers cannot build a {model_type} causal LM from this config: {first}", _FIX
         ) from None
-    model = ResolvedModel(name, shape, notes, _max_positions(text), source)
+    model = ResolvedModel(
+        name=name, shape=shape, notes=notes, max_positions=_max_positions(text), source=source
+    )
     object.__setattr__(model, "_config", text)
     if key is not None:
         cache.store(key, cache.Entry(shape, notes, model.max_positions))

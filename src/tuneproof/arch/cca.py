@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # program imports mixers, which imports this module
 CCA_ATTENTION = frozenset({"ZayaAttention"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class CcaConv(Core):
     """The two q/k convolutions of CCA over `channels` channels: a depthwise one of `depthwise_kernel`
     taps, then a grouped one of `grouped_kernel` taps reading `group_width` channels per output.
@@ -71,7 +71,16 @@ def cca_core(mod: Any) -> CcaConv:
     grouped = proj.conv_qk_grouped.weight  # (C, d, t1)
     channels, width, t1 = (int(x) for x in grouped.shape)
     t0 = int(proj.conv_qk_depthwise.weight.shape[-1])
-    return CcaConv("q", "k", "v", "qk", channels, t0, t1, width)
+    return CcaConv(
+        q="q",
+        k="k",
+        v="v",
+        dst="qk",
+        channels=channels,
+        depthwise_kernel=t0,
+        grouped_kernel=t1,
+        group_width=width,
+    )
 
 
 _COMPONENTS = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj_current": "v_proj", "v_proj_delayed": "v_proj"}
@@ -86,13 +95,31 @@ def cca_steps(units: list[Unit], hidden: int, core: Core) -> list[Step]:
     steps: list[Step] = []
     for leaf, component in _COMPONENTS.items():
         u = by_leaf[leaf]
-        steps.append(Linear(u.name, u.in_features, u.out_features, "in", f"mix.{leaf}", component))
+        steps.append(
+            Linear(
+                name=u.name,
+                in_features=u.in_features,
+                out_features=u.out_features,
+                src="in",
+                dst=f"mix.{leaf}",
+                component=component,
+            )
+        )
     steps.append(replace(core, q="mix.q_proj", k="mix.k_proj", v="mix.k_proj", dst="mix.conv"))
     steps.append(Join("mix.qk", ("mix.conv", "mix.q_proj", "mix.k_proj")))
     steps.append(Join("mix.v", ("mix.v_proj_current", "mix.v_proj_delayed")))
-    steps.append(Attention("mix.qk", "mix.qk", "mix.v", "attn"))
+    steps.append(Attention(q="mix.qk", k="mix.qk", v="mix.v", dst="attn"))
     o = by_leaf["o_proj"]
-    steps.append(Linear(o.name, o.in_features, o.out_features, "attn", "o", "o_proj"))
+    steps.append(
+        Linear(
+            name=o.name,
+            in_features=o.in_features,
+            out_features=o.out_features,
+            src="attn",
+            dst="o",
+            component="o_proj",
+        )
+    )
     steps.append(Join("mid", ("in", "o")))
     return steps
 

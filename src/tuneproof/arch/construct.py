@@ -149,17 +149,33 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
         if isinstance(mod, nn.Linear):
             # a subclass that routes (Llama 4's Llama4Router returns a tuple) is not one PEFT can wrap
             routes = type(mod) is not nn.Linear and re.search(r"(router|gate)$", name) is not None
-            out.append(Unit(name, mod.in_features, mod.out_features, "router" if routes else "linear"))
+            out.append(
+                Unit(
+                    name=name,
+                    in_features=mod.in_features,
+                    out_features=mod.out_features,
+                    kind="router" if routes else "linear",
+                )
+            )
             continue
         if type(mod).__name__ == "Conv1D":  # GPT-2 style: weight (in, out)
             w = mod.weight
-            out.append(Unit(name, int(w.shape[0]), int(w.shape[1]), "linear"))
+            out.append(
+                Unit(name=name, in_features=int(w.shape[0]), out_features=int(w.shape[1]), kind="linear")
+            )
             continue
         if isinstance(mod, nn.Embedding | nn.Conv1d | nn.LayerNorm):
             continue
         if (hc := HYPER_CONNECTIONS.get(type(mod).__name__)) is not None:
             w = getattr(mod, hc)
-            out.append(Unit(f"{name}.{hc}", int(w.shape[1]), int(w.shape[0]), "router"))
+            out.append(
+                Unit(
+                    name=f"{name}.{hc}",
+                    in_features=int(w.shape[1]),
+                    out_features=int(w.shape[0]),
+                    kind="router",
+                )
+            )
             continue
         params = [(n, p) for n, p in mod.named_parameters(recurse=False) if p.ndim in (2, 3)]
         params = [(n, p) for n, p in params if not _vector(p)]
@@ -167,7 +183,9 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
             for pname, p in params:
                 if p.ndim == 3:
                     heads, a, b = (int(x) for x in p.shape)
-                    out.append(Unit(f"{name}.{pname}", heads * a, b, "block"))
+                    out.append(
+                        Unit(name=f"{name}.{pname}", in_features=heads * a, out_features=b, kind="block")
+                    )
             continue
         experts = [(n, tuple(int(x) for x in p.shape)) for n, p in params if p.ndim == 3]
         stacked = STACKED_EXPERTS.get(type(mod).__name__)
@@ -185,11 +203,18 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
                 in_f, out_f = (a, b) if b == hidden else (b, a)
             dense = type(mod).__name__ in DENSE_EXPERTS
             out.append(
-                Unit(f"{name}.{pname}" if name else pname, in_f, out_f, "experts", num_experts=e, dense=dense)
+                Unit(
+                    name=f"{name}.{pname}" if name else pname,
+                    in_features=in_f,
+                    out_features=out_f,
+                    kind="experts",
+                    num_experts=e,
+                    dense=dense,
+                )
             )
         for pname, p in params:
             if p.ndim == 2 and pname == "weight" and int(p.shape[1]) == hidden and not experts:
-                out.append(Unit(name, hidden, int(p.shape[0]), "router"))
+                out.append(Unit(name=name, in_features=hidden, out_features=int(p.shape[0]), kind="router"))
     frozen = no_grad_prefixes(layer)  # GEMMs that run forward only (a DSA indexer's)
     return [replace(u, no_grad=True) if u.name.startswith(frozen) else u for u in out]
 
@@ -277,7 +302,7 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
         if key not in programs:
             programs[key] = _layer_program(cfg, layer, hidden, mixer, parallel, use)
         spec, steps, stops_early = programs[key]
-        shapes.append(LayerShape(i, spec, steps, recompute_stops_early=stops_early))
+        shapes.append(LayerShape(index=i, attention=spec, steps=steps, recompute_stops_early=stops_early))
     moe = any(isinstance(s, Linear) and s.num_experts > 1 for x in shapes for s in x.steps)
     head, pre, post = _model_level(model, prefixes, hidden, int(cfg.vocab_size))
     if any(INKLING_LAYERS.get(type(layer).__name__, (False,))[0] for layer in layers):
@@ -289,8 +314,10 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     ckpt = bool(getattr(model, "supports_gradient_checkpointing", True))
     order = layer_schedule(cfg, len(shapes))
     shape = ModelShape(
-        model_type, hidden, int(cfg.vocab_size), tied, tuple(shapes), head, pre, refused, ckpt, post,
-        schedule=order.runs, run_reads=order.reads, no_grad_runs=order.no_grad, variants=tuple(variants),
+        model_type=model_type, hidden_size=hidden, vocab_size=int(cfg.vocab_size), tie_word_embeddings=tied,
+        layers=tuple(shapes), head=head, pre_steps=pre, attn_refused=refused, checkpointing=ckpt,
+        post_steps=post, schedule=order.runs, run_reads=order.reads, no_grad_runs=order.no_grad,
+        variants=tuple(variants),
     )  # fmt: skip
     return shape, moe
 
@@ -313,7 +340,7 @@ def _qwen4_exp_layer(cfg: Any, index: int, layer: Any, hidden: int) -> tuple[Lay
     ffn = ffn_steps(mlp, hidden, _top_k(cfg, layer), "m.x")
     mixer = layer_mixer(cfg, index, layer) if hasattr(layer, "linear_attn") else None
     spec, steps, stops_early = qwen4_exp_program(cfg, layer, units, ffn, mixer)
-    return LayerShape(index, spec, steps, recompute_stops_early=stops_early), None
+    return LayerShape(index=index, attention=spec, steps=steps, recompute_stops_early=stops_early), None
 
 
 # Layer classes whose family module builds the whole program, one per layer index (a layer's block
@@ -462,7 +489,8 @@ def _model_level(
             w = getattr(mod, hc)
             src = post[-1].dst if post and isinstance(post[-1], Linear) else "model:final"
             hc_in, hc_out, dst = int(w.shape[1]), int(w.shape[0]), f"model:{name}"
-            post.append(Linear(f"{name}.{hc}", hc_in, hc_out, src, dst, "hyper_connection", adaptable=False))
+            post.append(Linear(name=f"{name}.{hc}", in_features=hc_in, out_features=hc_out, src=src, dst=dst,
+                               component="hyper_connection", adaptable=False))  # fmt: skip
             continue
         if not is_gemm_module(mod):
             continue
@@ -471,15 +499,33 @@ def _model_level(
         in_f, out_f = (int(w.shape[0]), int(w.shape[1])) if conv1d else (int(w.shape[1]), int(w.shape[0]))
         if mod is head_module:
             src = post[-1].dst if post and isinstance(post[-1], Linear) else "model:final"
-            head = Linear("lm_head", in_f, out_f, src, "model:logits", "lm_head", adaptable=False)
+            head = Linear(
+                name="lm_head",
+                in_features=in_f,
+                out_features=out_f,
+                src=src,
+                dst="model:logits",
+                component="lm_head",
+                adaptable=False,
+            )
         elif after_layers:
             src = post[-1].dst if post and isinstance(post[-1], Linear) else "model:final"
-            post.append(Linear(name, in_f, out_f, src, f"model:{name}", "model_proj"))
+            post.append(Linear(name=name, in_features=in_f, out_features=out_f, src=src, dst=f"model:{name}",
+                               component="model_proj"))  # fmt: skip
         else:
-            pre.append(Linear(name, in_f, out_f, "model:embed", f"model:{name}", "model_proj"))
+            pre.append(Linear(name=name, in_features=in_f, out_features=out_f, src="model:embed",
+                              dst=f"model:{name}", component="model_proj"))  # fmt: skip
     if head is None:  # a head that is not a module (tied weight used functionally)
         src = post[-1].dst if post and isinstance(post[-1], Linear) else "model:final"
-        head = Linear("lm_head", hidden, vocab, src, "model:logits", "lm_head", adaptable=False)
+        head = Linear(
+            name="lm_head",
+            in_features=hidden,
+            out_features=vocab,
+            src=src,
+            dst="model:logits",
+            component="lm_head",
+            adaptable=False,
+        )
     return head, tuple(pre), tuple(post)
 
 

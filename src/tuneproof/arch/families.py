@@ -32,7 +32,7 @@ class Refusal:
     when: Callable[[Any], bool] = lambda cfg: True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Family:
     """What one model family looks like to the FLOP ledger and the model builder.
 
@@ -108,11 +108,39 @@ def _attention_steps(hidden: int, spec: AttentionSpec, prefix: str = "self_attn"
     q_out = spec.num_heads * spec.head_dim
     kv_out = spec.num_kv_heads * spec.head_dim
     return [
-        Linear(f"{prefix}.q_proj", hidden, q_out, "in", "q", "q_proj"),
-        Linear(f"{prefix}.k_proj", hidden, kv_out, "in", "k", "k_proj"),
-        Linear(f"{prefix}.v_proj", hidden, spec.num_kv_heads * spec.v_head_dim, "in", "v", "v_proj"),
-        Attention("q", "k", "v", "attn"),
-        Linear(f"{prefix}.o_proj", spec.num_heads * spec.v_head_dim, hidden, "attn", "o", "o_proj"),
+        Linear(
+            name=f"{prefix}.q_proj",
+            in_features=hidden,
+            out_features=q_out,
+            src="in",
+            dst="q",
+            component="q_proj",
+        ),
+        Linear(
+            name=f"{prefix}.k_proj",
+            in_features=hidden,
+            out_features=kv_out,
+            src="in",
+            dst="k",
+            component="k_proj",
+        ),
+        Linear(
+            name=f"{prefix}.v_proj",
+            in_features=hidden,
+            out_features=spec.num_kv_heads * spec.v_head_dim,
+            src="in",
+            dst="v",
+            component="v_proj",
+        ),
+        Attention(q="q", k="k", v="v", dst="attn"),
+        Linear(
+            name=f"{prefix}.o_proj",
+            in_features=spec.num_heads * spec.v_head_dim,
+            out_features=hidden,
+            src="attn",
+            dst="o",
+            component="o_proj",
+        ),
         Join("mid", ("in", "o")),
     ]
 
@@ -123,10 +151,31 @@ def _mlp_steps(
     """Gated MLP: down(act(gate(x)) * up(x))."""
     g, u, a = f"{dst}.gate", f"{dst}.up", f"{dst}.act"
     return [
-        Linear(f"{prefix}.gate_proj", hidden, inter, src, g, component),
-        Linear(f"{prefix}.up_proj", hidden, inter, src, u, component),
+        Linear(
+            name=f"{prefix}.gate_proj",
+            in_features=hidden,
+            out_features=inter,
+            src=src,
+            dst=g,
+            component=component,
+        ),
+        Linear(
+            name=f"{prefix}.up_proj",
+            in_features=hidden,
+            out_features=inter,
+            src=src,
+            dst=u,
+            component=component,
+        ),
         Join(a, (g, u)),
-        Linear(f"{prefix}.down_proj", inter, hidden, a, dst, component),
+        Linear(
+            name=f"{prefix}.down_proj",
+            in_features=inter,
+            out_features=hidden,
+            src=a,
+            dst=dst,
+            component=component,
+        ),
     ]
 
 
@@ -139,26 +188,56 @@ def _moe_steps(
     assert fam.router is not None
     expert = dict(tokens_per_token=top_k, adaptable=False, num_experts=num_experts)
     return [
-        Linear(fam.router, hidden, num_experts, src, "router", "router", adaptable=fam.router_is_linear),
-        Linear(f"{prefix}.gate_up_proj", hidden, 2 * inter, src, "experts.act", "experts", **expert),  # type: ignore[arg-type]
-        Linear(f"{prefix}.down_proj", inter, hidden, "experts.act", "experts.out", "experts", **expert),  # type: ignore[arg-type]
+        Linear(
+            name=fam.router,
+            in_features=hidden,
+            out_features=num_experts,
+            src=src,
+            dst="router",
+            component="router",
+            adaptable=fam.router_is_linear,
+        ),
+        Linear(
+            name=f"{prefix}.gate_up_proj",
+            in_features=hidden,
+            out_features=2 * inter,
+            src=src,
+            dst="experts.act",
+            component="experts",
+            **expert,  # type: ignore[arg-type]
+        ),
+        Linear(
+            name=f"{prefix}.down_proj",
+            in_features=inter,
+            out_features=hidden,
+            src="experts.act",
+            dst="experts.out",
+            component="experts",
+            **expert,  # type: ignore[arg-type]
+        ),
         Join("moe", ("experts.out", "router")),
     ]
 
 
 def _shape(cfg: Any, fam: Family, layers: list[LayerShape], pre: tuple[Step, ...] = ()) -> ModelShape:
     head = Linear(
-        "lm_head", cfg.hidden_size, cfg.vocab_size, "model:final", "model:logits", "lm_head", adaptable=False
+        name="lm_head",
+        in_features=cfg.hidden_size,
+        out_features=cfg.vocab_size,
+        src="model:final",
+        dst="model:logits",
+        component="lm_head",
+        adaptable=False,
     )
     return ModelShape(
-        fam.model_type,
-        cfg.hidden_size,
-        cfg.vocab_size,
-        bool(getattr(cfg, "tie_word_embeddings", False)),
-        tuple(layers),
-        head,
-        pre,
-        fam.refused(cfg),
+        model_type=fam.model_type,
+        hidden_size=cfg.hidden_size,
+        vocab_size=cfg.vocab_size,
+        tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
+        layers=tuple(layers),
+        head=head,
+        pre_steps=pre,
+        attn_refused=fam.refused(cfg),
     )
 
 
@@ -170,7 +249,11 @@ def read_dense(cfg: Any, fam: Family) -> ModelShape:
         steps = _attention_steps(cfg.hidden_size, spec)
         steps += _mlp_steps(cfg.hidden_size, cfg.intermediate_size, "mid", "ffn", "mlp")
         steps.append(Join("out", ("mid", "ffn")))
-        layers.append(LayerShape(i, spec, tuple(steps), recompute_stops_early=not fam.post_ffn_norm))
+        layers.append(
+            LayerShape(
+                index=i, attention=spec, steps=tuple(steps), recompute_stops_early=not fam.post_ffn_norm
+            )
+        )
     return _shape(cfg, fam, layers)
 
 
@@ -198,7 +281,12 @@ def read_moe(cfg: Any, fam: Family) -> ModelShape:
                 )
                 steps += [
                     Linear(
-                        "mlp.shared_expert_gate", cfg.hidden_size, 1, "mid", "shared.gate", "shared_expert"
+                        name="mlp.shared_expert_gate",
+                        in_features=cfg.hidden_size,
+                        out_features=1,
+                        src="mid",
+                        dst="shared.gate",
+                        component="shared_expert",
                     ),
                     Join("ffn", ("moe", "shared", "shared.gate")),
                 ]
@@ -207,7 +295,12 @@ def read_moe(cfg: Any, fam: Family) -> ModelShape:
         steps.append(Join("out", ("mid", "ffn")))
         # an MoE layer ends in the routing-weight multiply, which saves the experts' output
         layers.append(
-            LayerShape(i, spec, tuple(steps), recompute_stops_early=dense and not fam.post_ffn_norm)
+            LayerShape(
+                index=i,
+                attention=spec,
+                steps=tuple(steps),
+                recompute_stops_early=dense and not fam.post_ffn_norm,
+            )
         )
     return _shape(cfg, fam, layers)
 
@@ -223,24 +316,19 @@ def read_gemma4(cfg: Any, fam: Family) -> ModelShape:
     pre: tuple[Step, ...] = ()
     if ple:
         pre = (
-            Linear(
-                "per_layer_model_projection",
-                hidden,
-                n * ple,
-                "model:embed",
-                "model:ple.proj",
-                "per_layer_input",
-            ),
+            Linear(name="per_layer_model_projection", in_features=hidden, out_features=n * ple,
+                   src="model:embed", dst="model:ple.proj", component="per_layer_input"),
             Join("model:ple", ("model:ple.proj", "model:embed_per_layer")),
-        )
+        )  # fmt: skip
     layers = []
     for i in range(n):
         lc = cfg.per_layer_config[i]
         spec = _spec(cfg, i, fam, head_dim=lc.head_dim, kv_heads=lc.num_key_value_heads)
         k_eq_v = bool(cfg.attention_k_eq_v) and spec.kind == "full"
         steps: list[Step] = [
-            Linear("self_attn.q_proj", hidden, spec.num_heads * spec.head_dim, "in", "q", "q_proj")
-        ]
+            Linear(name="self_attn.q_proj", in_features=hidden, out_features=spec.num_heads * spec.head_dim,
+                   src="in", dst="q", component="q_proj")
+        ]  # fmt: skip
         if modes[i] == "reuse":
             ltype = cfg.layer_types[i]
             producer = max(j for j in range(first_shared) if cfg.layer_types[j] == ltype)
@@ -248,17 +336,20 @@ def read_gemma4(cfg: Any, fam: Family) -> ModelShape:
         else:
             k, v = "k", "v"
             kv_out = spec.num_kv_heads * spec.head_dim
-            steps.append(Linear("self_attn.k_proj", hidden, kv_out, "in", "k", "k_proj"))
+            steps.append(Linear(name="self_attn.k_proj", in_features=hidden, out_features=kv_out, src="in",
+                                dst="k", component="k_proj"))  # fmt: skip
             steps.append(
                 Join("v", ("k",))
                 if k_eq_v
-                else Linear("self_attn.v_proj", hidden, kv_out, "in", "v", "v_proj")
-            )
+                else Linear(name="self_attn.v_proj", in_features=hidden, out_features=kv_out, src="in",
+                            dst="v", component="v_proj")
+            )  # fmt: skip
         steps += [
-            Attention("q", k, v, "attn"),
-            Linear("self_attn.o_proj", spec.num_heads * spec.head_dim, hidden, "attn", "o", "o_proj"),
+            Attention(q="q", k=k, v=v, dst="attn"),
+            Linear(name="self_attn.o_proj", in_features=spec.num_heads * spec.head_dim, out_features=hidden,
+                   src="attn", dst="o", component="o_proj"),
             Join("mid", ("in", "o")),
-        ]
+        ]  # fmt: skip
         wide = 2 if (cfg.use_double_wide_mlp and modes[i] == "reuse") else 1
         steps += _mlp_steps(hidden, cfg.intermediate_size * wide, "mid", "ffn", "mlp")
         merged: tuple[str, ...] = ("mid", "ffn")
@@ -270,14 +361,20 @@ def read_gemma4(cfg: Any, fam: Family) -> ModelShape:
         if ple:
             steps += [
                 Join("ffn.out", merged),
-                Linear("per_layer_input_gate", hidden, ple, "ffn.out", "ple.gate", "per_layer_input"),
+                Linear(name="per_layer_input_gate", in_features=hidden, out_features=ple, src="ffn.out",
+                       dst="ple.gate", component="per_layer_input"),
                 Join("ple.mix", ("ple.gate", "model:ple")),
-                Linear("per_layer_projection", ple, hidden, "ple.mix", "ple.out", "per_layer_input"),
+                Linear(name="per_layer_projection", in_features=ple, out_features=hidden, src="ple.mix",
+                       dst="ple.out", component="per_layer_input"),
                 Join("out", ("ffn.out", "ple.out")),
-            ]
+            ]  # fmt: skip
         else:
             steps.append(Join("out", merged))
-        layers.append(LayerShape(i, spec, tuple(steps), recompute_stops_early=not fam.post_ffn_norm))
+        layers.append(
+            LayerShape(
+                index=i, attention=spec, steps=tuple(steps), recompute_stops_early=not fam.post_ffn_norm
+            )
+        )
     return _shape(cfg, fam, layers, pre=pre)
 
 
@@ -298,21 +395,23 @@ _SINKS = Refusal(
 FAMILIES: dict[str, Family] = {
     f.model_type: f
     for f in (
-        Family("llama", read_dense, layer_types=False),
-        Family("mistral", read_dense, layer_types=False),
-        Family("qwen2", read_dense, layer_types=True),
-        Family("qwen3", read_dense, layer_types=True),
-        Family("gemma2", read_dense, layer_types=True, post_ffn_norm=True, refusals=(_SOFTCAP,)),
-        Family("gemma3_text", read_dense, layer_types=True, post_ffn_norm=True, wrappers=("gemma3",)),
-        Family("mixtral", read_moe, layer_types=False, moe=True, router="mlp.gate",
+        Family(model_type="llama", reader=read_dense, layer_types=False),
+        Family(model_type="mistral", reader=read_dense, layer_types=False),
+        Family(model_type="qwen2", reader=read_dense, layer_types=True),
+        Family(model_type="qwen3", reader=read_dense, layer_types=True),
+        Family(model_type="gemma2", reader=read_dense, layer_types=True, post_ffn_norm=True,
+               refusals=(_SOFTCAP,)),
+        Family(model_type="gemma3_text", reader=read_dense, layer_types=True, post_ffn_norm=True,
+               wrappers=("gemma3",)),
+        Family(model_type="mixtral", reader=read_moe, layer_types=False, moe=True, router="mlp.gate",
                size_fields=(*_MOE_SIZES, "intermediate_size", "num_local_experts")),
-        Family("qwen2_moe", read_moe, layer_types=True, moe=True, router="mlp.gate", shared_expert=True,
+        Family(model_type="qwen2_moe", reader=read_moe, layer_types=True, moe=True, router="mlp.gate",
+               shared_expert=True, size_fields=(*_MOE_SIZES, "moe_intermediate_size", "num_experts")),
+        Family(model_type="qwen3_moe", reader=read_moe, layer_types=False, moe=True, router="mlp.gate",
                size_fields=(*_MOE_SIZES, "moe_intermediate_size", "num_experts")),
-        Family("qwen3_moe", read_moe, layer_types=False, moe=True, router="mlp.gate",
-               size_fields=(*_MOE_SIZES, "moe_intermediate_size", "num_experts")),
-        Family("gpt_oss", read_moe, layer_types=True, moe=True, router="mlp.router", refusals=(_SINKS,),
-               size_fields=(*_MOE_SIZES, "intermediate_size", "num_local_experts")),
-        Family("gemma4_text", read_gemma4, layer_types=True, moe=True, router="router.proj",
+        Family(model_type="gpt_oss", reader=read_moe, layer_types=True, moe=True, router="mlp.router",
+               refusals=(_SINKS,), size_fields=(*_MOE_SIZES, "intermediate_size", "num_local_experts")),
+        Family(model_type="gemma4_text", reader=read_gemma4, layer_types=True, moe=True, router="router.proj",
                router_is_linear=True, post_ffn_norm=True, wrappers=("gemma4",)),
     )
 }  # fmt: skip
@@ -341,7 +440,7 @@ def read_by_construction(cfg: Any, fam: Family) -> ModelShape:
 def constructed_family(model_type: str) -> Family:
     """The record of a family without one in `FAMILIES`: everything is read from its module tree;
     attention refusals come from the model class's `_supports_*` flags."""
-    return Family(model_type, read_by_construction, layer_types=True, size_fields=())
+    return Family(model_type=model_type, reader=read_by_construction, layer_types=True, size_fields=())
 
 
 def family_of(model_type: str) -> Family:

@@ -75,7 +75,9 @@ def indexed_spec(cfg: Any, mod: Any, spec: AttentionSpec) -> tuple[AttentionSpec
     indexed = replace(spec, kind="indexed", window=None, topk=int(topk))
     if indexer is None:
         return indexed, None
-    return indexed, IndexScores("in", "in", "index", int(indexer.n_heads), int(indexer.head_dim))
+    return indexed, IndexScores(
+        q="in", k="in", dst="index", heads=int(indexer.n_heads), head_dim=int(indexer.head_dim)
+    )
 
 
 def index_pairs(lengths: list[int], square: bool) -> int:

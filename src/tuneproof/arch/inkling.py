@@ -85,12 +85,22 @@ def boundaries(cfg: Any, before: int) -> list[int]:
 def _mix(states: list[str], src: str, dst: str, queries: int, hidden: int) -> list[Step]:
     """A block attention residual: `queries` learned queries over the `states` and `src`."""
     kv = f"{dst}.kv"
-    return [Join(kv, (*states, src)), BlockMix(kv, dst, queries, len(states) + 1, hidden)]
+    return [
+        Join(kv, (*states, src)),
+        BlockMix(src=kv, dst=dst, queries=queries, blocks=len(states) + 1, width=hidden),
+    ]
 
 
 def _linear(by_name: dict[str, Unit], name: str, src: str, dst: str, component: str) -> Linear:
     u = by_name[f"{_ATTN}.{name}"]
-    return Linear(u.name, u.in_features, u.out_features, src, dst, component)
+    return Linear(
+        name=u.name,
+        in_features=u.in_features,
+        out_features=u.out_features,
+        src=src,
+        dst=dst,
+        component=component,
+    )
 
 
 def _kv(by_name: dict[str, Unit], role: str, src: str, conv: ShortConv | None) -> list[Step]:
@@ -109,13 +119,19 @@ def _attention(
     """The attention module on its q, k and v inputs; writes "o"."""
     q_in, k_in, v_in = srcs
     steps: list[Step] = [_linear(by_name, "q_proj.linear", q_in, "q", "q_proj")]
-    static = None if conv is None else ShortConv("", "", "", "", spec.num_kv_heads * spec.head_dim, conv)
+    static = (
+        None
+        if conv is None
+        else ShortConv(
+            q="", k="", v="", dst="", conv_channels=spec.num_kv_heads * spec.head_dim, conv_kernel=conv
+        )
+    )
     steps += _kv(by_name, "k", k_in, static) + _kv(by_name, "v", v_in, static)
     steps.append(_linear(by_name, "relative_position_bias.linear", q_in, "rel.s", "attention.proj"))
     rel = layer.self_attn.relative_position_bias
     steps.append(_bank(rel, "relative_position_bias", "rel.s", spec.num_heads))
     steps.append(_linear(by_name, "sink_proj", q_in, "sink", "attention.proj"))
-    steps.append(Attention("q", "k", "v", "attn", bias=("rel.b", "sink")))
+    steps.append(Attention(q="q", k="k", v="v", dst="attn", bias=("rel.b", "sink")))
     steps.append(_linear(by_name, "o_proj.gate_proj", q_in, "o.gate", "attention.proj"))
     steps.append(Join("o.in", ("attn", "o.gate")))
     steps.append(_linear(by_name, "o_proj.linear", "o.in", "o", "o_proj"))
@@ -124,7 +140,9 @@ def _attention(
 
 def _conv(layer: Any, name: str, src: str, dst: str) -> ShortConv:
     weight = getattr(layer, name).conv1d.weight  # (H, 1, K): depthwise
-    return ShortConv(src, src, src, dst, int(weight.shape[0]), int(weight.shape[-1]))
+    return ShortConv(
+        q=src, k=src, v=src, dst=dst, conv_channels=int(weight.shape[0]), conv_kernel=int(weight.shape[-1])
+    )
 
 
 def ffn_source(layer: Any) -> str:
@@ -155,13 +173,15 @@ def inkling_layers(
             "this family's layer changed: it is not costed until its program is updated",
         )
     if not looped:
-        return LayerShape(index, spec, tuple(steps), recompute_stops_early=True), None
+        return LayerShape(index=index, attention=spec, steps=tuple(steps), recompute_stops_early=True), None
     states = [f"model:loop.b{j}" for j in _message_blocks(cfg)]
     messages = tuple(_mix(states, "model:loop.out", "msg", len(_GATES), int(cfg.hidden_size)))
     first = _inkling2(cfg, index, layer, by_name, ffn, spec, False) + _snapshot(cfg, index)
     tied = tuple(replace(s, tied=True) if isinstance(s, Linear) else s for s in first)
-    real = LayerShape(index, spec, tuple(steps), recompute_stops_early=True, outside=messages)
-    return real, LayerShape(index, spec, tied, recompute_stops_early=True)
+    real = LayerShape(
+        index=index, attention=spec, steps=tuple(steps), recompute_stops_early=True, outside=messages
+    )
+    return real, LayerShape(index=index, attention=spec, steps=tied, recompute_stops_early=True)
 
 
 def _section(cfg: Any) -> tuple[int, int]:
@@ -196,7 +216,16 @@ def _gate(by_name: dict[str, Unit], gate: str, src: str, dst: str) -> list[Step]
         ("message_gate_proj", f"{dst}.d"),
     ):
         u = by_name[f"{gate}.{name}"]
-        steps.append(Linear(u.name, u.in_features, u.out_features, reads, f"{dst}.{name[0]}", "message_gate"))
+        steps.append(
+            Linear(
+                name=u.name,
+                in_features=u.in_features,
+                out_features=u.out_features,
+                src=reads,
+                dst=f"{dst}.{name[0]}",
+                component="message_gate",
+            )
+        )
     return [*steps, Join(dst, (src, "msg", f"{dst}.f", f"{dst}.m"))]
 
 
@@ -205,7 +234,16 @@ def _bank(rel: Any, owner: str, src: str, heads: int) -> Linear:
     d_rel, extent = (int(x) for x in rel.proj.shape)
     name, rows = f"{_ATTN}.{owner}.proj", float(heads)
     bank = "attention.rel_bias"
-    return Linear(name, d_rel, extent, src, "rel.b", bank, tokens_per_token=rows, adaptable=False)
+    return Linear(
+        name=name,
+        in_features=d_rel,
+        out_features=extent,
+        src=src,
+        dst="rel.b",
+        component=bank,
+        tokens_per_token=rows,
+        adaptable=False,
+    )
 
 
 def _inkling(
@@ -218,7 +256,7 @@ def _inkling(
         steps.append(_conv(attn, f"{role}_sconv", f"{role}.lin", role))
     steps.append(_linear(by_name, "r_proj", "in", "rel.s", "attention.proj"))
     steps.append(_bank(attn.rel_logits_proj, "rel_logits_proj", "rel.s", spec.num_heads))
-    steps.append(Attention("q", "k", "v", "attn", bias=("rel.b",)))
+    steps.append(Attention(q="q", k="k", v="v", dst="attn", bias=("rel.b",)))
     steps.append(_linear(by_name, "o_proj", "attn", "o", "o_proj"))
     steps.append(_conv(layer, "attn_sconv", "o", "o.conv"))
     steps.append(Join("mid", ("in", "o.conv")))

@@ -25,7 +25,7 @@ from tuneproof.arch.shape import AttentionSpec, Core
 KDA_CHUNK = 64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class KimiDelta(Core):
     """Kimi Delta Attention in its chunked form (`chunk_kimi_delta_attention`): chunks of `chunk`
     tokens (the sequence padded up to a whole chunk), a (key_dim x value_dim) state per head; before
@@ -90,7 +90,18 @@ def read_kda(mod: Any) -> tuple[AttentionSpec, KimiDelta]:
     head_dim for q, k and v alike (the forget gate spans num_heads x head_dim)."""
     heads, dim = int(mod.num_heads), int(mod.head_dim)
     channels, taps = int(mod.conv1d.weight.shape[0]), int(mod.conv1d.weight.shape[-1])
-    core = KimiDelta("q", "k", "v", "attn", heads, dim, dim, KDA_CHUNK, channels, taps)
+    core = KimiDelta(
+        q="q",
+        k="k",
+        v="v",
+        dst="attn",
+        heads=heads,
+        key_dim=dim,
+        value_dim=dim,
+        chunk=KDA_CHUNK,
+        conv_channels=channels,
+        conv_kernel=taps,
+    )
     return AttentionSpec(
         kind="linear",
         window=None,

@@ -20,7 +20,7 @@ from typing import Any
 from tuneproof.arch.shape import AttentionSpec, Core
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Lightning(Core):
     """Lightning attention (`MiniMaxLightningAttention`): `heads` heads of `head_dim` (queries,
     keys and values alike) with a (head_dim x head_dim) state per head, blocks of `block` tokens.
@@ -71,7 +71,7 @@ LIGHTNING_MIXERS = frozenset({"MiniMaxLightningAttention"})
 def read_lightning(mod: Any) -> tuple[AttentionSpec, Lightning]:
     """A lightning layer's geometry and core, from the built `MiniMaxLightningAttention`."""
     heads, dim, block = int(mod.num_attention_heads), int(mod.head_dim), int(mod.block_size)
-    core = Lightning("q", "k", "v", "attn", heads, dim, block)
+    core = Lightning(q="q", k="k", v="v", dst="attn", heads=heads, head_dim=dim, block=block)
     return AttentionSpec(
         kind="linear",
         window=None,

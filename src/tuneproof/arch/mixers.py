@@ -74,7 +74,7 @@ FFN_ONLY_TYPES = frozenset({"mlp", "moe"})
 NO_MIXER = AttentionSpec(kind="none", window=None, num_heads=0, num_kv_heads=0, head_dim=0, v_head_dim=0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MixerKind:
     """One layer's mixer: its geometry (`spec`) and the core step between its projections."""
 
@@ -107,10 +107,10 @@ class MixerKind:
 
             return [replace(self.delta, q=q, k=k, v=v, dst=dst)]
         if self.indexer is not None:
-            return [self.indexer, Attention(q, k, v, dst)]
+            return [self.indexer, Attention(q=q, k=k, v=v, dst=dst)]
         if self.calls == 1:
-            return [Attention(q, k, v, dst)]
-        calls: list[Step] = [Attention(q, k, v, f"{dst}.{i}") for i in range(self.calls)]
+            return [Attention(q=q, k=k, v=v, dst=dst)]
+        calls: list[Step] = [Attention(q=q, k=k, v=v, dst=f"{dst}.{i}") for i in range(self.calls)]
         return [*calls, Join(dst, tuple(f"{dst}.{i}" for i in range(self.calls)))]
 
 
@@ -143,11 +143,12 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
     types = _get(cfg, "layer_types")
     layer_type = types[index] if isinstance(types, list | tuple) and index < len(types) else None
     if layer_type in FFN_ONLY_TYPES:
-        return MixerKind(NO_MIXER)
+        return MixerKind(spec=NO_MIXER)
     if type(layer).__name__ in PARALLEL_MIXERS:
         return _parallel_mixers(cfg, layer)
     if type(layer).__name__ in SHARED_BLOCK_LAYERS:  # Zamba2: a shared block, then a Mamba-2 layer
-        return MixerKind(*shared_block_mixer(cfg, layer))
+        spec, core = shared_block_mixer(cfg, layer)
+        return MixerKind(spec=spec, delta=core)
     found = mixer_module(layer)
     if found is None:
         kind = f" (a {layer_type!r} layer)" if layer_type else ""
@@ -163,26 +164,33 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
     if all(hasattr(mod, a) for a in _SSD_ATTRS) and cls in SSD_MIXERS:
         return ssd_spec(mod)
     if cls in SHORT_CONV_MIXERS:
-        return MixerKind(*short_conv_core(mod))
+        spec, core = short_conv_core(mod)
+        return MixerKind(spec=spec, delta=core)
     if cls in CCA_ATTENTION:  # softmax attention on convolved q/k (ZAYA)
-        return MixerKind(softmax_spec(cfg, None, mod), cca_core(mod), program=cca_steps)
+        return MixerKind(spec=softmax_spec(cfg, None, mod), delta=cca_core(mod), program=cca_steps)
     if cls in RGLRU_MIXERS:
-        return MixerKind(*rglru_core(mod), program=rglru_steps)
+        spec, core = rglru_core(mod)
+        return MixerKind(spec=spec, delta=core, program=rglru_steps)
     if cls in WKV_MIXERS:
-        return MixerKind(*wkv_core(mod))
+        spec, core = wkv_core(mod)
+        return MixerKind(spec=spec, delta=core)
     if cls in MLSTM_MIXERS:
-        return MixerKind(*mlstm_core(mod))
+        spec, core = mlstm_core(mod)
+        return MixerKind(spec=spec, delta=core)
     if cls in SCAN_MIXERS:
-        return MixerKind(*scan_core(mod), weight_only=WEIGHT_ONLY, elementwise=ELEMENTWISE)
+        spec, core = scan_core(mod)
+        return MixerKind(spec=spec, delta=core, weight_only=WEIGHT_ONLY, elementwise=ELEMENTWISE)
     if cls in KDA_MIXERS:
-        return MixerKind(*read_kda(mod), elementwise=KDA_ELEMENTWISE)
+        spec, core = read_kda(mod)
+        return MixerKind(spec=spec, delta=core, elementwise=KDA_ELEMENTWISE)
     if cls in LIGHTNING_MIXERS:
-        return MixerKind(*read_lightning(mod))
+        spec, core = read_lightning(mod)
+        return MixerKind(spec=spec, delta=core)
     if cls in PREFIXED_ATTENTION:  # bidirectional over an in-model prefix (CPM-Ant)
-        return MixerKind(prefixed_spec(cfg, mod))
+        return MixerKind(spec=prefixed_spec(cfg, mod))
     if layer_type == INDEXED_TYPE:
         spec, indexer = indexed_spec(cfg, mod, softmax_spec(cfg, layer_type, mod))
-        return MixerKind(spec, indexer=indexer)
+        return MixerKind(spec=spec, indexer=indexer)
     for fragment, what in UNCOSTED.items():
         if fragment.lower() in cls.lower():
             raise TuneproofError(
@@ -195,7 +203,7 @@ def layer_mixer(cfg: Any, index: int, layer: Any) -> MixerKind:
             "tuneproof does not cost it yet",
             "the costed families are listed in docs/families.md",
         )
-    return MixerKind(softmax_spec(cfg, layer_type, mod), calls=ATTENTION_CALLS.get(cls, 1))
+    return MixerKind(spec=softmax_spec(cfg, layer_type, mod), calls=ATTENTION_CALLS.get(cls, 1))
 
 
 def softmax_spec(cfg: Any, layer_type: str | None, mod: Any) -> AttentionSpec:
@@ -238,7 +246,18 @@ def _delta(cfg: Any, mod: Any) -> MixerKind:
     dk, dv = int(mod.head_k_dim), int(mod.head_v_dim)
     conv = mod.conv1d
     channels, taps = int(conv.weight.shape[0]), int(conv.weight.shape[-1])
-    rule = DeltaRule("q", "k", "v", "attn", heads, dk, dv, DELTA_CHUNK, channels, taps)
+    rule = DeltaRule(
+        q="q",
+        k="k",
+        v="v",
+        dst="attn",
+        heads=heads,
+        key_dim=dk,
+        value_dim=dv,
+        chunk=DELTA_CHUNK,
+        conv_channels=channels,
+        conv_kernel=taps,
+    )
     spec = AttentionSpec(
         kind="linear",
         window=None,
@@ -248,7 +267,7 @@ def _delta(cfg: Any, mod: Any) -> MixerKind:
         v_head_dim=dv,
         chunk=DELTA_CHUNK,
     )
-    return MixerKind(spec, rule)
+    return MixerKind(spec=spec, delta=rule)
 
 
 # Mixers that run transformers' `mamba2_chunk_scan` (models/mamba2/modeling_mamba2.py and its copies
@@ -274,15 +293,26 @@ def _parallel_mixers(cfg: Any, layer: Any) -> MixerKind:
     assert len(ssd) == 1 and len(attn) == 1, f"{type(layer).__name__}: children {list(children)}"
     core = ssd_spec(children[ssd[0]]).delta
     assert core is not None
-    return MixerKind(softmax_spec(cfg, None, children[attn[0]]), side=(ssd[0], core))
+    return MixerKind(spec=softmax_spec(cfg, None, children[attn[0]]), side=(ssd[0], core))
 
 
 def ssd_spec(mod: Any) -> MixerKind:
     heads, p, n, chunk = int(mod.num_heads), int(mod.head_dim), int(mod.ssm_state_size), int(mod.chunk_size)
     channels, taps = int(mod.conv1d.weight.shape[0]), int(mod.conv1d.weight.shape[-1])
-    core = StateSpace("q", "k", "v", "attn", heads, p, n, chunk, channels, taps)
+    core = StateSpace(
+        q="q",
+        k="k",
+        v="v",
+        dst="attn",
+        heads=heads,
+        head_dim=p,
+        state=n,
+        chunk=chunk,
+        conv_channels=channels,
+        conv_kernel=taps,
+    )
     return MixerKind(
-        AttentionSpec(
+        spec=AttentionSpec(
             kind="linear",
             window=None,
             num_heads=heads,
@@ -291,7 +321,7 @@ def ssd_spec(mod: Any) -> MixerKind:
             v_head_dim=p,
             chunk=chunk,
         ),
-        core,
+        delta=core,
     )
 
 

@@ -47,7 +47,7 @@ PAD_CHUNK = 64
 MODES = ("inference", "train", "train_with_padding")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MLstm(Core):
     """The mLSTM cell over `heads` heads with a (key_dim x value_dim) matrix memory each, in chunks of
     `chunk` tokens (64 under "train_with_padding"); `mode` is the config's backend mode (see the
@@ -99,7 +99,9 @@ def mlstm_core(mod: Any) -> tuple[AttentionSpec, MLstm]:
     dk, dv = int(mod.qk_dim) // heads, int(mod.v_dim) // heads
     mode = str(cfg.mode)
     chunk = PAD_CHUNK if mode == "train_with_padding" else int(cfg.chunk_size)
-    core = MLstm("q", "k", "v", "attn", heads, dk, dv, chunk, mode)
+    core = MLstm(
+        q="q", k="k", v="v", dst="attn", heads=heads, key_dim=dk, value_dim=dv, chunk=chunk, mode=mode
+    )
     return AttentionSpec(
         kind="linear",
         window=None,

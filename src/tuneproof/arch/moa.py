@@ -74,15 +74,29 @@ def moa_steps(units: list[Unit], hidden: int, top_k: int, core: list[Step]) -> l
 
     def routed(u: Unit, src: str, dst: str, component: str) -> Linear:
         return Linear(
-            u.name, u.in_features, u.out_features, src, dst, component,
-            tokens_per_token=float(top_k), adaptable=False, num_experts=u.num_experts,
+            name=u.name, in_features=u.in_features, out_features=u.out_features, src=src, dst=dst,
+            component=component, tokens_per_token=float(top_k), adaptable=False, num_experts=u.num_experts,
         )  # fmt: skip
 
     r, kv = by_role["router"], by_role["kv"]
     return [
-        Linear(r.name, r.in_features, r.out_features, "in", "mix.router", "router"),
+        Linear(
+            name=r.name,
+            in_features=r.in_features,
+            out_features=r.out_features,
+            src="in",
+            dst="mix.router",
+            component="router",
+        ),
         routed(by_role["q"], "in", "mix.q", "q_proj"),
-        Linear(kv.name, kv.in_features, kv.out_features, "in", "mix.kv", "attention.proj"),
+        Linear(
+            name=kv.name,
+            in_features=kv.in_features,
+            out_features=kv.out_features,
+            src="in",
+            dst="mix.kv",
+            component="attention.proj",
+        ),
         Join("mix.k", ("mix.kv",)),
         Join("mix.v", ("mix.kv",)),
         *core,

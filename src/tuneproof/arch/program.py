@@ -20,7 +20,7 @@ from tuneproof.arch.shape import AttentionSpec, Join, Linear, Step
 from tuneproof.core.errors import TuneproofError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Unit:
     """One weight GEMM in a layer: its module path (relative to the layer), widths, and how it is stored."""
 
@@ -93,7 +93,15 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
                 src = written[candidates[-1].name]
         adaptable = u.leaf not in mixer.weight_only  # read as `.weight @ x`: LoRA on it never runs
         steps.append(
-            Linear(u.name, u.in_features, u.out_features, src, node, _component(u.leaf), adaptable=adaptable)
+            Linear(
+                name=u.name,
+                in_features=u.in_features,
+                out_features=u.out_features,
+                src=src,
+                dst=node,
+                component=_component(u.leaf),
+                adaptable=adaptable,
+            )
         )
         if u.no_grad:  # the indexer's projections: forward only, feeding no q, k or v
             lin = steps.pop()
@@ -107,7 +115,16 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
         steps.append(Join(f"mix.{role}", tuple(nodes) or ("in",)))
     steps.extend(mixer.core_steps("mix.q", "mix.k", "mix.v", "attn"))
     o = units[out_idx]
-    steps.append(Linear(o.name, o.in_features, o.out_features, "attn", "o", "o_proj"))
+    steps.append(
+        Linear(
+            name=o.name,
+            in_features=o.in_features,
+            out_features=o.out_features,
+            src="attn",
+            dst="o",
+            component="o_proj",
+        )
+    )
     steps.append(Join("mid", ("in", "o")))
     return steps
 
@@ -121,7 +138,7 @@ def parallel_mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mi
     side = [u for u in units if u.name.split(".")[0] == side_child]
     main = [u for u in units if u not in side]
     steps: list[Step] = []
-    groups = (("main", main, replace(mixer, side=None)), (side_child, side, MixerKind(spec, core)))
+    groups = (("main", main, replace(mixer, side=None)), (side_child, side, MixerKind(spec=spec, delta=core)))
     for prefix, group, kind in groups:
         for s in mixer_steps(group, hidden, spec, kind)[:-1]:  # its own "mid" join left out
             steps.append(_prefixed(s, prefix))
@@ -161,7 +178,17 @@ def norm_gate_steps(units: list[Unit], node: str) -> list[Step]:
         dst = f"norm.{u.name}"
         component = "hyper_connection" if u.kind == "router" else "norm_gate"
         adaptable = u.kind == "linear"  # a hyper-connection's raw weight: no adapter wraps it
-        steps.append(Linear(u.name, u.in_features, u.out_features, src, dst, component, adaptable=adaptable))
+        steps.append(
+            Linear(
+                name=u.name,
+                in_features=u.in_features,
+                out_features=u.out_features,
+                src=src,
+                dst=dst,
+                component=component,
+                adaptable=adaptable,
+            )
+        )
         src = dst
     return [*steps, Join(node, (node, src))] if steps else []
 
@@ -197,11 +224,29 @@ def ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> li
             if j == last and reads:
                 steps.append(Join(f"{node}.in", tuple(reads)))
                 steps.append(
-                    Linear(u.name, u.in_features, u.out_features, f"{node}.in", node, component, **kw)
+                    Linear(
+                        name=u.name,
+                        in_features=u.in_features,
+                        out_features=u.out_features,
+                        src=f"{node}.in",
+                        dst=node,
+                        component=component,
+                        **kw,
+                    )
                 )
                 outputs.append(node)
             else:
-                steps.append(Linear(u.name, u.in_features, u.out_features, src, node, component, **kw))
+                steps.append(
+                    Linear(
+                        name=u.name,
+                        in_features=u.in_features,
+                        out_features=u.out_features,
+                        src=src,
+                        dst=node,
+                        component=component,
+                        **kw,
+                    )
+                )
                 (reads if j != last else outputs).append(node)
                 if u.kind == "router" or (u.out_features < hidden and j != last and len(members) == 1):
                     outputs.append(node)

@@ -52,7 +52,15 @@ def qsa_spec(cfg: Any, attn: Any) -> AttentionSpec:
 
 
 def _lin(u: Unit, src: str, dst: str, component: str, **kw: Any) -> Linear:
-    return Linear(u.name, u.in_features, u.out_features, src, dst, component, **kw)
+    return Linear(
+        name=u.name,
+        in_features=u.in_features,
+        out_features=u.out_features,
+        src=src,
+        dst=dst,
+        component=component,
+        **kw,
+    )
 
 
 def _streams(by_name: dict[str, Unit], owner: str, src: str, dst: str) -> list[Step]:
@@ -74,7 +82,15 @@ def _ple(by_name: dict[str, Unit], layer: Any) -> list[Step]:
     key, value = by_name["ple.key_proj"], by_name["ple.value_proj"]
     conv = layer.ple.conv1d
     channels, taps, dilation = int(conv.weight.shape[0]), int(conv.weight.shape[-1]), int(conv.dilation[0])
-    core = DilatedConv("ple.g", "ple.g", "ple.g", "ple.c", channels, taps, dilation)
+    core = DilatedConv(
+        q="ple.g",
+        k="ple.g",
+        v="ple.g",
+        dst="ple.c",
+        conv_channels=channels,
+        conv_kernel=taps,
+        dilation=dilation,
+    )
     return [
         _lin(key, "model:embed_per_layer", "ple.k", "ple"),
         _lin(value, "model:embed_per_layer", "ple.v", "ple"),
@@ -89,11 +105,11 @@ def _qsa(by_name: dict[str, Unit], attn: Any) -> list[Step]:
     index = by_name["self_attn.indexer.index_qk_proj"]
     indexer = attn.indexer
     scores = BlockScores(
-        "idx",
-        "idx.mask",
-        int(indexer.index_n_heads),
-        int(indexer.index_head_dim),
-        int(indexer.compress_ratio),
+        q="idx",
+        dst="idx.mask",
+        heads=int(indexer.index_n_heads),
+        head_dim=int(indexer.index_head_dim),
+        block=int(indexer.compress_ratio),
     )
     steps: list[Step] = [
         _lin(index, "a.x", "idx", "attention.indexer_proj", no_grad=True),  # only a selection leaves it
@@ -101,7 +117,7 @@ def _qsa(by_name: dict[str, Unit], attn: Any) -> list[Step]:
     ]
     for role in "qkv":
         steps.append(_lin(by_name[f"self_attn.{role}_proj"], "a.x", role, f"{role}_proj"))
-    steps += [Attention("q", "k", "v", "attn"), Join("o.in", ("attn", "q"))]  # q_proj's gate half
+    steps += [Attention(q="q", k="k", v="v", dst="attn"), Join("o.in", ("attn", "q"))]  # q_proj's gate half
     return [*steps, _lin(by_name["self_attn.o_proj"], "o.in", "o", "o_proj")]
 
 

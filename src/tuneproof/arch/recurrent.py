@@ -46,7 +46,7 @@ WKV_MIXERS = frozenset({"RwkvSelfAttention"})
 GATED_FFN = frozenset({"RwkvFeedForward"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RgLru(Core):
     """The RG-LRU's depthwise causal convolution (`conv_kernel` taps over `conv_channels` channels)
     and its elementwise linear recurrence over `width` channels (no matmul: 0 FLOPs). Reads the
@@ -58,7 +58,7 @@ class RgLru(Core):
     conv_kernel: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Wkv(Core):
     """RWKV-4's WKV recurrence over `width` channels, each with scalar numerator, denominator and
     running-max states: elementwise exp / max / multiply-add per token, no matmul (0 FLOPs)."""
@@ -95,7 +95,15 @@ def rglru_core(mod: Any) -> tuple[AttentionSpec, RgLru]:
     lru = mod.rg_lru
     heads, block = int(lru.num_attention_heads), int(lru.block_width)
     weight = mod.conv_1d.weight  # (W, 1, K): depthwise
-    core = RgLru("q", "k", "v", "attn", int(mod.lru_width), int(weight.shape[0]), int(weight.shape[-1]))
+    core = RgLru(
+        q="q",
+        k="k",
+        v="v",
+        dst="attn",
+        width=int(mod.lru_width),
+        conv_channels=int(weight.shape[0]),
+        conv_kernel=int(weight.shape[-1]),
+    )
     return AttentionSpec(
         kind="linear",
         window=None,
@@ -113,7 +121,7 @@ def wkv_core(mod: Any) -> tuple[AttentionSpec, Wkv]:
     width = int(mod.attention_hidden_size)
     return AttentionSpec(
         kind="linear", window=None, num_heads=width, num_kv_heads=width, head_dim=1, v_head_dim=1, chunk=1
-    ), Wkv("q", "k", "v", "attn", width)
+    ), Wkv(q="q", k="k", v="v", dst="attn", width=width)
 
 
 def rglru_steps(units: list[Any], hidden: int, core: Core) -> list[Step]:
@@ -125,25 +133,48 @@ def rglru_steps(units: list[Any], hidden: int, core: Core) -> list[Step]:
     by_leaf = {u.leaf: u for u in units if u.kind != "block"}
     y, x, out = by_leaf["linear_y"], by_leaf["linear_x"], by_leaf["linear_out"]
     steps: list[Step] = [
-        Linear(y.name, y.in_features, y.out_features, "in", "mix.y", "attention.proj"),
-        Linear(x.name, x.in_features, x.out_features, "in", "mix.x", "attention.proj"),
+        Linear(
+            name=y.name,
+            in_features=y.in_features,
+            out_features=y.out_features,
+            src="in",
+            dst="mix.y",
+            component="attention.proj",
+        ),
+        Linear(
+            name=x.name,
+            in_features=x.in_features,
+            out_features=x.out_features,
+            src="in",
+            dst="mix.x",
+            component="attention.proj",
+        ),
         replace(core, q="mix.x", k="mix.x", v="mix.x", dst="lru.conv"),
     ]
     gates = [u for u in units if u.kind == "block"]
     for i, g in enumerate(gates):
         steps.append(
             Linear(
-                g.name,
-                g.in_features,
-                g.out_features,
-                "lru.conv",
-                f"lru.gate{i}",
-                "rg_lru.gates",
+                name=g.name,
+                in_features=g.in_features,
+                out_features=g.out_features,
+                src="lru.conv",
+                dst=f"lru.gate{i}",
+                component="rg_lru.gates",
                 adaptable=False,
             )
         )
     steps.append(Join("attn", ("lru.conv", *(f"lru.gate{i}" for i in range(len(gates))), "mix.y")))
-    steps.append(Linear(out.name, out.in_features, out.out_features, "attn", "o", "o_proj"))
+    steps.append(
+        Linear(
+            name=out.name,
+            in_features=out.in_features,
+            out_features=out.out_features,
+            src="attn",
+            dst="o",
+            component="o_proj",
+        )
+    )
     steps.append(Join("mid", ("in", "o")))
     return steps
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Looped:
     """Config fields of a decoder whose layers run as input section, a looped middle section, then
     an output section: `inputs` layers once, the next `looped` layers `loops` times in a row, the last
@@ -36,11 +36,16 @@ class Looped:
 # once). Each loop's attention reads its own keys only (its own cache copy in "per_loop" mode, none
 # in training), so every run costs what a plain layer costs.
 LOOPED: dict[str, Looped] = {
-    "dory": Looped("n_input_layers", "n_recurrent_layers", "n_output_layers", "n_recurrent_loops"),
+    "dory": Looped(
+        inputs="n_input_layers",
+        looped="n_recurrent_layers",
+        outputs="n_output_layers",
+        loops="n_recurrent_loops",
+    ),
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Hierarchical:
     """A decoder of two stacks, low (L) and high (H), of `per_stack` layers each, run in `high`
     cycles: `low` runs of the L stack, each on z_L + z_H (z_L starts as a constant, z_H as the
@@ -62,7 +67,11 @@ class Hierarchical:
 # num_hidden_layers counts every run (one cache slot each), not the layers.
 HIERARCHICAL: dict[str, Hierarchical] = {
     "hrm_text": Hierarchical(
-        ("L_module", "H_module"), "num_layers_per_stack", "H_cycles", "L_cycles", "L_bp_cycles"
+        stacks=("L_module", "H_module"),
+        per_stack="num_layers_per_stack",
+        high="H_cycles",
+        low="L_cycles",
+        grad_cycles="L_bp_cycles",
     ),
 }
 

@@ -39,7 +39,7 @@ WEIGHT_ONLY = frozenset({"dt_proj"})
 ELEMENTWISE = frozenset({"A_log"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class SelectiveScan(Core):
     """Mamba-1's selective scan over `channels` (D) channels with a `state`-wide (N) state each, read
     out once per token; before it a depthwise causal convolution of `conv_kernel` taps over
@@ -78,7 +78,14 @@ def scan_core(mod: Any) -> tuple[AttentionSpec, SelectiveScan]:
     channels, state = int(mod.intermediate_size), int(mod.ssm_state_size)
     conv = mod.conv1d
     core = SelectiveScan(
-        "q", "k", "v", "attn", channels, state, int(conv.weight.shape[0]), int(conv.weight.shape[-1])
+        q="q",
+        k="k",
+        v="v",
+        dst="attn",
+        channels=channels,
+        state=state,
+        conv_channels=int(conv.weight.shape[0]),
+        conv_kernel=int(conv.weight.shape[-1]),
     )
     return AttentionSpec(
         kind="linear", window=None, num_heads=1, num_kv_heads=1, head_dim=state, v_head_dim=channels, chunk=1

@@ -75,7 +75,7 @@ class AttentionSpec:
         return f"{self.kind}{win} h={self.num_heads} d={self.head_dim}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Linear:
     """A weight GEMM y[n, out] = x[n, in] @ W[in, out], run on `tokens_per_token` x n rows.
 
@@ -101,7 +101,7 @@ class Linear:
     tied: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Attention:
     """The attention core: scores = q k^T (QK^T) and out = softmax(scores) v (AV). `bias`: nodes added
     to the scores or the softmax without a matmul (a position bias, per-token sinks): their gradient
@@ -114,7 +114,7 @@ class Attention:
     bias: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Core:
     """A mixer core in place of softmax attention (linear attention, a state-space scan, ...): reads
     nodes q, k, v and writes dst. Each subclass's cost on one sequence is registered in
@@ -126,7 +126,7 @@ class Core:
     dst: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class DeltaRule(Core):
     """Gated delta-rule linear attention (Qwen3-Next, Qwen3.5) in its chunked form, as transformers'
     `torch_chunk_gated_delta_rule` computes it: the sequence is cut into chunks of `chunk` tokens
@@ -142,7 +142,7 @@ class DeltaRule(Core):
     conv_kernel: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class StateSpace(Core):
     """Mamba-2's state-space dual (SSD) mixer in its chunked form, as transformers'
     `mamba2_chunk_scan` torch path computes it: chunks of `chunk` tokens, `heads` heads of
@@ -157,7 +157,7 @@ class StateSpace(Core):
     conv_kernel: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class IndexScores:
     """A sparse-attention indexer's scores (DeepSeek Sparse Attention), run under torch.no_grad:
     per index head q . k over (query, key) pairs, then a weighted sum over the heads; forward only.
@@ -170,7 +170,7 @@ class IndexScores:
     head_dim: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class BlockScores:
     """A block indexer's scores (Qwen4-Exp's QSA, `tuneproof.arch.qwen4_exp`): each query's `heads` index
     heads of `head_dim` against the mean-pooled keys of every whole block of `block` tokens it sees,
@@ -183,7 +183,7 @@ class BlockScores:
     block: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class BlockMix:
     """Learned queries attending over each token's stacked residual states (Inkling 2's block attention
     residual, `tuneproof.arch.inkling`): per token, `queries` query vectors (a parameter, trained
@@ -208,7 +208,7 @@ class Join:
 Step = Linear | Attention | Core | IndexScores | BlockScores | BlockMix | Join
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class LayerShape:
     """One decoder layer.
 
@@ -229,7 +229,7 @@ class LayerShape:
     outside: tuple[Step, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ModelShape:
     """A whole model. `pre_steps` run once before the layers (e.g. Gemma 4's per-layer input
     projection, reading "model:embed"); `head` is the LM head reading "model:final"; `attn_refused`

@@ -43,13 +43,41 @@ def _adapted(
 ) -> list[Step]:
     """`base(x) + adapter(x)` on `src`: the base GEMM, the adapter's two (when this use has one)."""
     b = by_name[base]
-    steps: list[Step] = [Linear(b.name, b.in_features, b.out_features, src, f"{dst}.base", comp, tied=tied)]
+    steps: list[Step] = [
+        Linear(
+            name=b.name,
+            in_features=b.in_features,
+            out_features=b.out_features,
+            src=src,
+            dst=f"{dst}.base",
+            component=comp,
+            tied=tied,
+        )
+    ]
     down, up = by_name.get(f"{adapter}.0"), by_name.get(f"{adapter}.1")
     if down is None or up is None:  # nn.Identity in this slot
         return [*steps, Join(dst, (f"{dst}.base",))]
     side = "mlp" if comp == "mlp" else "attention.proj"
-    steps.append(Linear(down.name, down.in_features, down.out_features, src, f"{dst}.a", side))
-    steps.append(Linear(up.name, up.in_features, up.out_features, f"{dst}.a", f"{dst}.b", side))
+    steps.append(
+        Linear(
+            name=down.name,
+            in_features=down.in_features,
+            out_features=down.out_features,
+            src=src,
+            dst=f"{dst}.a",
+            component=side,
+        )
+    )
+    steps.append(
+        Linear(
+            name=up.name,
+            in_features=up.in_features,
+            out_features=up.out_features,
+            src=f"{dst}.a",
+            dst=f"{dst}.b",
+            component=side,
+        )
+    )
     return [*steps, Join(dst, (f"{dst}.base", f"{dst}.b"))]
 
 
@@ -67,17 +95,64 @@ def shared_block_program(cfg: Any, index: int, units: list[Unit], core: Core) ->
             by_name, f"{_ATTN}.{r}_proj", f"{_ATTN}.linear_{r}_adapter_list.{j}", "cat", r, f"{r}_proj", tied
         )
     o = by_name[f"{_ATTN}.o_proj"]
-    steps.append(Attention("q", "k", "v", "attn"))
-    steps.append(Linear(o.name, o.in_features, o.out_features, "attn", "o", "o_proj", tied=tied))
+    steps.append(Attention(q="q", k="k", v="v", dst="attn"))
+    steps.append(
+        Linear(
+            name=o.name,
+            in_features=o.in_features,
+            out_features=o.out_features,
+            src="attn",
+            dst="o",
+            component="o_proj",
+            tied=tied,
+        )
+    )
     steps += _adapted(
         by_name, f"{_MLP}.gate_up_proj", f"{_MLP}.gate_up_proj_adapter_list.{j}", "o", "gu", "mlp", tied
     )
     down, lin = by_name[f"{_MLP}.down_proj"], by_name["linear"]
-    steps.append(Linear(down.name, down.in_features, down.out_features, "gu", "ffn", "mlp", tied=tied))
-    steps.append(Linear(lin.name, lin.in_features, lin.out_features, "ffn", "shared", "mlp"))
+    steps.append(
+        Linear(
+            name=down.name,
+            in_features=down.in_features,
+            out_features=down.out_features,
+            src="gu",
+            dst="ffn",
+            component="mlp",
+            tied=tied,
+        )
+    )
+    steps.append(
+        Linear(
+            name=lin.name,
+            in_features=lin.in_features,
+            out_features=lin.out_features,
+            src="ffn",
+            dst="shared",
+            component="mlp",
+        )
+    )
     steps.append(Join("m.in", ("in", "shared")))
     i, out = by_name["mamba_decoder.mamba.in_proj"], by_name["mamba_decoder.mamba.out_proj"]
-    steps.append(Linear(i.name, i.in_features, i.out_features, "m.in", "mix", "attention.proj"))
+    steps.append(
+        Linear(
+            name=i.name,
+            in_features=i.in_features,
+            out_features=i.out_features,
+            src="m.in",
+            dst="mix",
+            component="attention.proj",
+        )
+    )
     steps.append(replace(core, q="mix", k="mix", v="mix", dst="m.core"))
-    steps.append(Linear(out.name, out.in_features, out.out_features, "m.core", "m.o", "o_proj"))
+    steps.append(
+        Linear(
+            name=out.name,
+            in_features=out.in_features,
+            out_features=out.out_features,
+            src="m.core",
+            dst="m.o",
+            component="o_proj",
+        )
+    )
     return [*steps, Join("out", ("in", "m.o"))]

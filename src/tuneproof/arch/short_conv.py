@@ -29,7 +29,7 @@ from tuneproof.arch.shape import AttentionSpec, Core
 SHORT_CONV_MIXERS = frozenset({"Lfm2ShortConv", "Lfm2MoeShortConv", "Lfm3ShortConv"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ShortConv(Core):
     """A gated depthwise causal convolution of `conv_kernel` taps over `conv_channels` channels,
     with no state and no score matrix. Reads one node (in_proj's B, C, x) as q, k and v alike
@@ -61,7 +61,7 @@ def short_conv_core(mod: Any) -> tuple[AttentionSpec, ShortConv]:
     K - 1 predecessors, no state crosses a chunk."""
     weight = mod.conv.weight  # (H, 1, K): depthwise
     channels, taps = int(weight.shape[0]), int(weight.shape[-1])
-    core = ShortConv("q", "k", "v", "attn", channels, taps)
+    core = ShortConv(q="q", k="k", v="v", dst="attn", conv_channels=channels, conv_kernel=taps)
     return AttentionSpec(
         kind="linear", window=None, num_heads=1, num_kv_heads=1, head_dim=taps, v_head_dim=channels, chunk=1
     ), core
@@ -83,7 +83,7 @@ def short_conv_note(count: int, label: str, packed: bool) -> str:
     return _CONV_PATHS.format(count=count, label=label, packed=_CONV_PACKED if packed else "")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class DilatedConv(Core):
     """A depthwise causal convolution of `conv_kernel` taps `dilation` apart, left-padded by
     (conv_kernel - 1) x dilation and so computing exactly T outputs (Qwen4-Exp's PLE convolution,

@@ -41,7 +41,16 @@ def ssd_notes(shape: ModelShape, packed: bool) -> list[str]:
         for s in layer.steps:
             if isinstance(s, StateSpace):
                 key = StateSpace(
-                    "", "", "", "", s.heads, s.head_dim, s.state, s.chunk, s.conv_channels, s.conv_kernel
+                    q="",
+                    k="",
+                    v="",
+                    dst="",
+                    heads=s.heads,
+                    head_dim=s.head_dim,
+                    state=s.state,
+                    chunk=s.chunk,
+                    conv_channels=s.conv_channels,
+                    conv_kernel=s.conv_kernel,
                 )
                 groups[key] = groups.get(key, 0) + 1
     return [

@@ -80,7 +80,7 @@ def sublayer_program(
     before `mlps[1]`'s down projection: only the residual add reads it."""
     from tuneproof.arch.mixers import MixerKind, softmax_spec
 
-    mixer = MixerKind(softmax_spec(cfg, None, layer.self_attn[0]))
+    mixer = MixerKind(spec=softmax_spec(cfg, None, layer.self_attn[0]))
     units = [replace(u, kind="router") if u.name in WEIGHT_ONLY else u for u in units]
 
     def part(head: str) -> list[Unit]:
