@@ -8,7 +8,7 @@ from tuneproof.core.deadline import Deadline
 
 def test_fits_status_and_the_cut_line() -> None:
     now = [0.0]
-    d = Deadline(10.0, lambda: now[0], unit="batch")
+    d = Deadline(budget_s=10.0, clock=lambda: now[0], unit="batch")
     assert d.fits(10.0) and not d.fits(10.5) and d.status() == ""
     now[0] = 12.0
     assert d.status() == " (2 s past the 10 s budget; finishing the batch under way)"

@@ -630,12 +630,16 @@ def test_every_verdict_is_the_one_verdict_type_with_its_margin_and_noise(tmp_pat
     (probe,) = read_probes(_write(tmp_path / "p.toml", PROBES))
     better = arm(Style(repeat=0.02, attractor=0.05, refusal=0.02), 2, "tuned")
     worse = judge_arms(better, arm(Style(), 4, "base"), probes=[probe])
-    assert worse.judgement == Verdict(FAIL, "failed: diversity, probe refusal", FINDING)
+    assert worse.judgement == Verdict(
+        outcome=FAIL, reason="failed: diversity, probe refusal", exit_code=FINDING
+    )
     passed = judge_arms(arm(Style(), 4, "base"), better, probes=[probe])
     assert passed.judgement.outcome == PASS and passed.judgement.exit_code == OK
     assert passed.judgement.reason == "every gated metric passed: diversity, probe refusal"
     same = judge_arms(arm(Style(), 4, "base"), arm(Style(), 3, "tuned"))
-    assert same.judgement == Verdict(INCONCLUSIVE, "none failed; not decided: diversity", CANNOT_JUDGE)
+    assert same.judgement == Verdict(
+        outcome=INCONCLUSIVE, reason="none failed; not decided: diversity", exit_code=CANNOT_JUDGE
+    )
     words = [f"prose{i}" for i in range(500)]
     corpus = _write(tmp_path / "c.txt", " ".join(words))
     data = rows(Style(), 2, prompts=10, runs=2, samples=2)  # 40 tuned responses, 2 of them copied

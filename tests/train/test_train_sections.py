@@ -84,7 +84,7 @@ def test_under_a_run_budget_the_report_probe_starts_only_with_room_for_twice_its
     monkeypatch.setattr(probe, "run", lambda *a, **k: started.append(a))
     recipe = from_dict({"run": {"probe_budget_s": 20}}, "test recipe")
     now = [43.0]
-    deadline = Deadline(60.0, lambda: now[0], started=0.0)
+    deadline = Deadline(budget_s=60.0, clock=lambda: now[0], started=0.0)
     got, why = train._probe(resolve("tiny"), recipe, "sdpa", "cpu", [512] * 8, None, deadline)
     assert got is None and not started
     assert why.startswith("17 s of the command's 60 s budget were left, under twice the probe's 20 s")

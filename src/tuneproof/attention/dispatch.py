@@ -166,10 +166,14 @@ class Explanation(NoWarnings):
         hides packing from transformers (read from its source)."""
         if self.isolation is not None:
             if self.isolation["isolated"]:
-                return Verdict("ISOLATED", self.isolation["summary"])
-            return Verdict("ATTEND", self.isolation["summary"], FINDING)
+                return Verdict(outcome="ISOLATED", reason=self.isolation["summary"])
+            return Verdict(outcome="ATTEND", reason=self.isolation["summary"], exit_code=FINDING)
         if self.hidden_packing:
-            return Verdict("ATTEND", f"packed documents attend to each other: {self.hidden_packing}", FINDING)
+            return Verdict(
+                outcome="ATTEND",
+                reason=f"packed documents attend to each other: {self.hidden_packing}",
+                exit_code=FINDING,
+            )
         return None
 
     def render(self, console: Any) -> None:

@@ -365,11 +365,11 @@ def run(
 
     model, spec = plan.model, plan.spec
     if clock is not None:
-        deadline = Deadline(spec.budget_s, clock, unit="batch")
+        deadline = Deadline(budget_s=spec.budget_s, clock=clock, unit="batch")
     elif spec.budget_from_start:
         deadline = Deadline.from_command_start(spec.budget_s, unit="batch")
     else:
-        deadline = Deadline(spec.budget_s, unit="batch")
+        deadline = Deadline(budget_s=spec.budget_s, unit="batch")
     if progress:  # the floor: the models and one batch of every backend, which always run
         progress(
             "building models (the first batch of every backend always runs, later ones inside the budget)"

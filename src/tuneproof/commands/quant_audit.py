@@ -53,8 +53,8 @@ class CheckpointPlan:
 
 def _verdict(findings: list[str], clean: str) -> Verdict:
     if findings:
-        return Verdict("FINDING", "; ".join(findings), FINDING)
-    return Verdict("CLEAN", clean)
+        return Verdict(outcome="FINDING", reason="; ".join(findings), exit_code=FINDING)
+    return Verdict(outcome="CLEAN", reason=clean)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,7 +81,9 @@ class TokensResult(NoWarnings):
     def verdict(self) -> Verdict:
         n = sum(len(r.findings) for r in self.reports)
         if not n and all(r.verdict.exit_code == CANNOT_JUDGE for r in self.reports):
-            return Verdict("UNKNOWN", "no dataset's labels could be modelled", CANNOT_JUDGE)
+            return Verdict(
+                outcome="UNKNOWN", reason="no dataset's labels could be modelled", exit_code=CANNOT_JUDGE
+            )
         return counted(n, ABOUT, CLEAN)
 
     def to_dict(self) -> dict[str, Any]:

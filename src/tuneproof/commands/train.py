@@ -90,7 +90,9 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     deadline = None
     if spec.budget_s is not None:
         deadline = (
-            Deadline.from_command_start(spec.budget_s) if spec.budget_from_start else Deadline(spec.budget_s)
+            Deadline.from_command_start(spec.budget_s)
+            if spec.budget_from_start
+            else Deadline(budget_s=spec.budget_s)
         )
     out = Path(spec.output_dir or spec.recipe.run.output_dir)
     recipe = dataclasses.replace(spec.recipe, run=dataclasses.replace(spec.recipe.run, output_dir=str(out)))

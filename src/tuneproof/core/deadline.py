@@ -1,7 +1,7 @@
 """A command's time budget as a promise: work that would end past it is not started, and what runs past
 it anyway (the floor a result needs) says so as it goes.
 
-`Deadline(budget_s)` starts its clock when made. `fits(seconds)` says whether a piece of work of about
+`Deadline(budget_s=...)` starts its clock when made. `fits(seconds)` says whether a piece of work of about
 that many seconds ends inside the budget; a command asks it before each piece that can be left out (a
 batch, a training step) and, when it cannot, stops with what it has measured, marked as cut
 (`cut_note`). `status()` is appended to progress lines: nothing inside the budget, and past it, by how
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Deadline:
     budget_s: float
     clock: Callable[[], float] = time.monotonic
@@ -32,7 +32,11 @@ class Deadline:
         """A budget counted from the command line's start (`mark_command_start`, called first thing by
         `tuneproof.cli.app.main`), as a user's stopwatch counts a command: torch's and transformers'
         imports are inside it (tens of seconds on a busy machine). Without a mark, from now."""
-        return cls(budget_s, started=_COMMAND_STARTED[0] if _COMMAND_STARTED else time.monotonic(), unit=unit)
+        return cls(
+            budget_s=budget_s,
+            started=_COMMAND_STARTED[0] if _COMMAND_STARTED else time.monotonic(),
+            unit=unit,
+        )
 
     def elapsed(self) -> float:
         return self.clock() - self.started

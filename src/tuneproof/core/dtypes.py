@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class DType:
     short: str  # flags and specs: "bf16"
     torch: str  # torch attribute: "bfloat16"
@@ -23,10 +23,10 @@ class DType:
 
 # ordering rule: the training dtypes first (bf16, fp16), then the reference precisions
 DTYPES: tuple[DType, ...] = (
-    DType("bf16", "bfloat16", "bfloat16", "BF16", 2),
-    DType("fp16", "float16", "float16", "F16", 2),
-    DType("fp32", "float32", "float32", "F32", 4),
-    DType("fp64", "float64", "float64", "F64", 8),
+    DType(short="bf16", torch="bfloat16", config="bfloat16", safetensors="BF16", bytes=2),
+    DType(short="fp16", torch="float16", config="float16", safetensors="F16", bytes=2),
+    DType(short="fp32", torch="float32", config="float32", safetensors="F32", bytes=4),
+    DType(short="fp64", torch="float64", config="float64", safetensors="F64", bytes=8),
 )
 MODEL_DTYPES = ("bf16", "fp16", "fp32")  # what a model is built, trained, merged or attended in
 LOW_PRECISION = ("bf16", "fp16")  # the training dtypes, judged against fp32 truth
@@ -37,14 +37,14 @@ BY_CONFIG = {d.config: d for d in DTYPES}
 # floats, integers and bool (read and copied, never merged or attended in).
 STORED: tuple[DType, ...] = (
     *DTYPES,
-    DType("fp8_e4m3", "float8_e4m3fn", "float8_e4m3fn", "F8_E4M3", 1),
-    DType("fp8_e5m2", "float8_e5m2", "float8_e5m2", "F8_E5M2", 1),
-    DType("int8", "int8", "int8", "I8", 1),
-    DType("uint8", "uint8", "uint8", "U8", 1),
-    DType("int16", "int16", "int16", "I16", 2),
-    DType("int32", "int32", "int32", "I32", 4),
-    DType("int64", "int64", "int64", "I64", 8),
-    DType("bool", "bool", "bool", "BOOL", 1),
+    DType(short="fp8_e4m3", torch="float8_e4m3fn", config="float8_e4m3fn", safetensors="F8_E4M3", bytes=1),
+    DType(short="fp8_e5m2", torch="float8_e5m2", config="float8_e5m2", safetensors="F8_E5M2", bytes=1),
+    DType(short="int8", torch="int8", config="int8", safetensors="I8", bytes=1),
+    DType(short="uint8", torch="uint8", config="uint8", safetensors="U8", bytes=1),
+    DType(short="int16", torch="int16", config="int16", safetensors="I16", bytes=2),
+    DType(short="int32", torch="int32", config="int32", safetensors="I32", bytes=4),
+    DType(short="int64", torch="int64", config="int64", safetensors="I64", bytes=8),
+    DType(short="bool", torch="bool", config="bool", safetensors="BOOL", bytes=1),
 )
 TORCH_BY_SAFETENSORS = {d.safetensors: d.torch for d in STORED}  # "BF16" -> "bfloat16"
 

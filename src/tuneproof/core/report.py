@@ -23,7 +23,7 @@ SERIES_KEY = "tuneproof-series"
 REPORT_JSON = "report.json"
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Plot:
     name: str
     title: str
@@ -70,9 +70,9 @@ def waterfall(totals: tuple[float, float], excess: list[tuple[str, float]], attn
     intended, performed = values[0], values[-1]
     ratio = f"{performed / intended:.2f}x intended" if intended > 0 else "intended is 0"
     return Plot(
-        "flop_waterfall",
-        f"FLOPs of one micro-batch: intended, each named excess, performed ({attn}, width {seq_len})",
-        "waterfall", "", "FLOP", {"flops": {"x": names, "y": values}},
+        name="flop_waterfall",
+        title=f"FLOPs of one micro-batch: intended, each named excess, performed ({attn}, width {seq_len})",
+        kind="waterfall", x_label="", y_label="FLOP", series={"flops": {"x": names, "y": values}},
         note=f"performed {performed:.3g} FLOP = {ratio}; each bar between intended and performed is one "
         "excess, stacked on the ones before it",
     )  # fmt: skip
@@ -89,10 +89,10 @@ def _scaling(probe: dict[str, Any]) -> Plot:
     grid = _grid(widths)
     constant = {"constant part C": {"x": grid, "y": [c for _ in grid]}} if c else {}
     return Plot(
-        "scaling_fit",
-        f"Step time vs width: measured medians and {fit['model'].split(' (')[0]} split into its parts",
-        "lines", "width (tokens)", "seconds",
-        {
+        name="scaling_fit",
+        title=f"Step time vs width: measured medians and {fit['model'].split(' (')[0]} split into its parts",
+        kind="lines", x_label="width (tokens)", y_label="seconds",
+        series={
             measured: {
                 "x": widths, "y": medians,
                 "low": [bars[w][0] for w in widths], "high": [bars[w][1] for w in widths],
@@ -146,9 +146,9 @@ def _kernels(probe: dict[str, Any]) -> Plot:
         names, values = [*names, "idle (no kernel running)"], [*values, idle]
     width = max(p["width"] for p in probe["points"])
     return Plot(
-        "kernel_classes",
-        f"Time by kernel class in one profiled step at width {width} ({kernels['source']})",
-        "bars", "", "ms", {"ms": {"x": names, "y": values}},
+        name="kernel_classes",
+        title=f"Time by kernel class in one profiled step at width {width} ({kernels['source']})",
+        kind="bars", x_label="", y_label="ms", series={"ms": {"x": names, "y": values}},
         note=f"one step's profile at the widest probed width ({width} tokens); shares in report.json",
     )  # fmt: skip
 
@@ -175,7 +175,15 @@ def sampler_plot(samplers: dict[str, dict[str, Any]], used: str | None, length_s
         notes.append(f"this run used {used}")
     note = "; ".join(notes)
     title = "Padding and roots per window by sampler" if len(series) > 1 else "Padding by sampler"
-    return Plot("samplers", f"{title} ({length_set})", "bars", "", "padding fraction", series, note)
+    return Plot(
+        name="samplers",
+        title=f"{title} ({length_set})",
+        kind="bars",
+        x_label="",
+        y_label="padding fraction",
+        series=series,
+        note=note,
+    )
 
 
 # --- plots from a training run ---------------------------------------------------------------------------
@@ -200,7 +208,17 @@ def train_plots(log_history: list[dict[str, Any]], sections: dict[str, Any] | No
         if not note
         else "Loss and TFLOP/s per logging step (no peak: no MFU)"
     )
-    plots = [Plot("training", title, "lines", "step", "loss", series, note)]
+    plots = [
+        Plot(
+            name="training",
+            title=title,
+            kind="lines",
+            x_label="step",
+            y_label="loss",
+            series=series,
+            note=note,
+        )
+    ]
     return plots + section_plots(sections or {}, "the run's own lengths")
 
 

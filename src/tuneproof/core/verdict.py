@@ -15,7 +15,7 @@ from typing import Any, Protocol
 OK, FINDING, USAGE, CANNOT_JUDGE = 0, 1, 2, 3
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Verdict:
     outcome: str
     reason: str
@@ -75,5 +75,5 @@ class Unjudged(NoWarnings):
 def counted(n: int, about: str, clean: str) -> Verdict:
     """FINDINGS (exit 1) with `n` findings `about` what ("before launch"), or CLEAN with `clean`."""
     if n:
-        return Verdict("FINDINGS", f"{n} finding{'s' * (n != 1)} {about}", FINDING)
-    return Verdict("CLEAN", clean, OK)
+        return Verdict(outcome="FINDINGS", reason=f"{n} finding{'s' * (n != 1)} {about}", exit_code=FINDING)
+    return Verdict(outcome="CLEAN", reason=clean, exit_code=OK)

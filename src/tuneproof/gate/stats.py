@@ -63,7 +63,7 @@ def verdict_for(
     outcome: str, reason: str, margin: float | None = None, noise: float | None = None
 ) -> Verdict:
     """A gate verdict: the outcome word, its reason, and the exit code the outcome carries (`EXIT`)."""
-    return Verdict(outcome, reason, EXIT[outcome], margin, noise)
+    return Verdict(outcome=outcome, reason=reason, exit_code=EXIT[outcome], margin=margin, noise=noise)
 
 
 @dataclass(slots=True)

@@ -109,7 +109,7 @@ class TokenReport(NoWarnings):
     @property
     def verdict(self) -> Verdict:
         if not self.findings and len(self.built.unknown) == len(self.built.ids):
-            return Verdict("UNKNOWN", "no example could be modelled", CANNOT_JUDGE)
+            return Verdict(outcome="UNKNOWN", reason="no example could be modelled", exit_code=CANNOT_JUDGE)
         return counted(len(self.findings), ABOUT, CLEAN)
 
     def to_dict(self) -> dict[str, Any]:

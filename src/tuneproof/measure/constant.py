@@ -43,7 +43,13 @@ class ConstantTerm:
         """The constant test as the one verdict type (exit 0: the fit reports it, nothing fails):
         `margin` is |C| beyond the margin line (negative inside it), `noise` the interval's half-width."""
         half = (self.interval[1] - self.interval[0]) / 2 if self.interval else None
-        return Verdict(self.verdict, self.reason, OK, abs(self.c) - self.margin, half)
+        return Verdict(
+            outcome=self.verdict,
+            reason=self.reason,
+            exit_code=OK,
+            margin=abs(self.c) - self.margin,
+            noise=half,
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {

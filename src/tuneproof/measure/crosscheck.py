@@ -65,7 +65,13 @@ class Agreement:
         """As the one verdict type (exit 0: a probe reports its cross-check, it does not fail on it):
         `margin` is |gap| beyond the tolerance (negative inside it), `noise` the interval's half-width."""
         half = (self.interval[1] - self.interval[0]) / 2 if self.interval else None
-        return Verdict(self.outcome, self.reason, OK, abs(self.gap) - self.tolerance, half)
+        return Verdict(
+            outcome=self.outcome,
+            reason=self.reason,
+            exit_code=OK,
+            margin=abs(self.gap) - self.tolerance,
+            noise=half,
+        )
 
 
 def judge_agreement(

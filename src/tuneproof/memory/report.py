@@ -65,9 +65,15 @@ class MemoryReport(NoWarnings):
             return None
         peak, total = self.performed.peak.peak_bytes, self.fit.card.total_bytes
         if self.fit.fits:
-            return Verdict("FITS", f"peak {gib(peak)} of the {self.fit.card.name}'s {gib(total)}", OK)
+            return Verdict(
+                outcome="FITS",
+                reason=f"peak {gib(peak)} of the {self.fit.card.name}'s {gib(total)}",
+                exit_code=OK,
+            )
         return Verdict(
-            "OUT_OF_MEMORY", f"peak {gib(peak)} > the {self.fit.card.name}'s {gib(total)}", FINDING
+            outcome="OUT_OF_MEMORY",
+            reason=f"peak {gib(peak)} > the {self.fit.card.name}'s {gib(total)}",
+            exit_code=FINDING,
         )
 
     def activations_by_component(self) -> dict[str, int]:

@@ -47,8 +47,8 @@ class FingerprintComparison:
         """IDENTICAL (exit 0) or DIFFERENT (exit 1)."""
         d = self.difference
         if d.identical:
-            return Verdict("IDENTICAL", "every tensor has the same dtype, shape and bytes")
-        return Verdict("DIFFERENT", f"{d.num_differing} tensors differ", FINDING)
+            return Verdict(outcome="IDENTICAL", reason="every tensor has the same dtype, shape and bytes")
+        return Verdict(outcome="DIFFERENT", reason=f"{d.num_differing} tensors differ", exit_code=FINDING)
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly what `tuneproof fingerprint --compare A B --json` prints."""

@@ -132,10 +132,10 @@ class Health:
         even where the training cannot be judged."""
         if not self.judged and not self.rank_above_width:
             return Verdict(
-                "CANNOT JUDGE",
-                "the init starts lora_B non-zero: judge it against the adapter saved at step 0 "
+                outcome="CANNOT JUDGE",
+                reason="the init starts lora_B non-zero: judge it against the adapter saved at step 0 "
                 "(the initial adapter)",
-                CANNOT_JUDGE,
+                exit_code=CANNOT_JUDGE,
             )
         what = (
             [] if self.judged else ["whether it trained cannot be judged (the init starts lora_B non-zero)"]
@@ -155,8 +155,10 @@ class Health:
                 f"as if it could)"
             )
         if what:
-            return Verdict("NOT HEALTHY", ", ".join(what), FINDING)
-        return Verdict("HEALTHY", "every adapted module (and every expert) moved from its start")
+            return Verdict(outcome="NOT HEALTHY", reason=", ".join(what), exit_code=FINDING)
+        return Verdict(
+            outcome="HEALTHY", reason="every adapted module (and every expert) moved from its start"
+        )
 
     def summary(self) -> str:
         """The reference run's line: `lora_B non-zero in 205 of 205 adapted modules, median norm 1.708`."""
