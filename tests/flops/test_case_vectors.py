@@ -46,7 +46,7 @@ def test_billed_flops_and_logged_mfu() -> None:
     # 27.1 TFLOP/s x 34.85 s = 9.4e14 FLOP billed; 8.6 % MFU means a ~315 TFLOP/s peak.
     billed = 27.1e12 * 34.85
     assert billed == pytest.approx(9.4e14, rel=0.01)
-    m = Mfu.compute(billed, 2 * billed, 34.85, Peak(315.0, "trainer's peak", "bf16"))
+    m = Mfu.compute(billed, 2 * billed, 34.85, Peak(tflops=315.0, source="trainer's peak", dtype="bf16"))
     assert m.intended == pytest.approx(0.086, abs=0.001)
     assert m.performed == pytest.approx(0.172, abs=0.001)
 

@@ -161,9 +161,13 @@ def test_resolve_peak_policy_and_reasons() -> None:
     assert table.tflops == 312.0 and "A100" in (table.source or "")
     none = resolve_peak(None, "bf16")
     assert none.tflops is None and "no GPU named" in (none.reason or "")
-    measured = resolve_peak("A100", "fp8", measure=lambda: Peak(1.5, "measured peak (x)", "fp8"))
+    measured = resolve_peak(
+        "A100", "fp8", measure=lambda: Peak(tflops=1.5, source="measured peak (x)", dtype="fp8")
+    )
     assert measured.tflops == 1.5 and "no dense fp8 peak known for A100" in (measured.reason or "")
-    unknown = resolve_peak("Voodoo 5", "bf16", measure=lambda: Peak(0.5, "measured peak (x)", "bf16"))
+    unknown = resolve_peak(
+        "Voodoo 5", "bf16", measure=lambda: Peak(tflops=0.5, source="measured peak (x)", dtype="bf16")
+    )
     assert unknown.tflops == 0.5 and "not in the table: measured instead" in (unknown.reason or "")
     with pytest.raises(TuneproofError, match="unknown GPU 'Voodoo 5'"):
         resolve_peak("Voodoo 5", "bf16")
@@ -213,15 +217,21 @@ def test_peak_for_reports_source_note_and_missing_dtypes() -> None:
 def test_resolve_peak_returns_exactly_what_it_says() -> None:
     from tuneproof.hardware.gpus import Peak, resolve_peak
 
-    measured = Peak(1.5, "measured peak (cpu, fp32 GEMM)", "fp32")
+    measured = Peak(tflops=1.5, source="measured peak (cpu, fp32 GEMM)", dtype="fp32")
     assert resolve_peak(None, "bf16", measure=lambda: measured) == Peak(
-        1.5, "measured peak (cpu, fp32 GEMM)", "fp32", "no GPU named: measured instead"
+        tflops=1.5,
+        source="measured peak (cpu, fp32 GEMM)",
+        dtype="fp32",
+        reason="no GPU named: measured instead",
     )
     assert resolve_peak("Voodoo 5", "fp32", measure=lambda: measured) == Peak(
-        1.5, "measured peak (cpu, fp32 GEMM)", "fp32", "GPU 'Voodoo 5' is not in the table: measured instead"
+        tflops=1.5,
+        source="measured peak (cpu, fp32 GEMM)",
+        dtype="fp32",
+        reason="GPU 'Voodoo 5' is not in the table: measured instead",
     )
     assert resolve_peak(None, "torch.bfloat16") == Peak(
-        None, None, "bf16", "no GPU named: give a GPU name or a peak in TFLOP/s"
+        tflops=None, source=None, dtype="bf16", reason="no GPU named: give a GPU name or a peak in TFLOP/s"
     )
     with pytest.raises(TuneproofError) as e:
         resolve_peak(None, "bf16", peak_tflops=-1.0)

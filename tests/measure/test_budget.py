@@ -68,7 +68,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
     def fake_peak(spec):  # type: ignore[no-untyped-def]
         fake.now += PEAK_S
-        return Peak(1.0, "given", "fp32")
+        return Peak(tflops=1.0, source="given", dtype="fp32")
 
     monkeypatch.setattr(probe_mod, "model_steps", fake_steps)
     monkeypatch.setattr(probe_mod, "_profile", fake_profile)

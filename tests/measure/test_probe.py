@@ -354,7 +354,7 @@ def test_analyse_concludes_what_the_measurements_say() -> None:
     timing = _fake_timing(widths)
     table = kernel_table({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "fmha_x", "ts": 0, "dur": 1}]})
     spec = ProbeSpec(widths=widths, mode="lora", batch=2, lora_rank=8)
-    peak = Peak(315.0, "given", "bf16")
+    peak = Peak(tflops=315.0, source="given", dtype="bf16")
     r = analyse(
         TINY, spec, timing, _case_profiles(widths, np.random.default_rng(0)), {8192: [99.0]}, table, peak
     )
@@ -390,7 +390,7 @@ def test_analyse_says_when_the_constant_is_undetermined() -> None:
         _case_profiles(widths, np.random.default_rng(1)),
         {},
         table,
-        Peak(None, None, "fp32", "none"),
+        Peak(tflops=None, source=None, dtype="fp32", reason="none"),
     )
     assert r.fit.constant.verdict == "undetermined" and r.fit.constant_in_model
     assert r.cross.notes[-1].startswith("the constant test is undetermined, so both sides are fitted")
@@ -623,7 +623,7 @@ def test_the_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
         ]
         path.write_text(json.dumps({"traceEvents": ev}))
 
-    peak = Peak(1.0, "given", "fp32")
+    peak = Peak(tflops=1.0, source="given", dtype="fp32")
     monkeypatch.setattr(probe_mod, "model_steps", fake_steps)
     monkeypatch.setattr(probe_mod, "_profile", fake_profile)
     monkeypatch.setattr(probe_mod, "probe_peak", lambda spec: peak)

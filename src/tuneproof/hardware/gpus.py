@@ -258,7 +258,7 @@ def _has(name: str, alias: str) -> bool:
     return re.search(rf"(^|\s){re.escape(normalise_name(alias))}(\s|$)", name) is not None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class GpuMatch:
     """What a GPU name resolved to: the row, the name asked for, and the other rows it could be when
     the name fits only by a family alias ("H100": SXM assumed, PCIe and NVL also match)."""
@@ -308,7 +308,9 @@ def match_gpu(name: str, needed_for: str = "", instead: str | None = None, examp
             if facts is not None:
                 smem = facts.smem_per_block_optin or gpu.smem_per_block_optin
                 gpu = replace(gpu, capability=facts.capability, smem_per_block_optin=smem)
-            return GpuMatch(gpu, name, alternatives, facts.name if facts else None)
+            return GpuMatch(
+                gpu=gpu, asked=name, alternatives=alternatives, device=facts.name if facts else None
+            )
     asked = f"{name!r}" if facts is None else f"{facts.name!r}, this device"
     if any(_has(n, w) for w in NOT_IN_TABLE):
         needed_for = "laptop parts are not in the table (another chip, OEM clocks)" + (
@@ -347,7 +349,7 @@ def capability_of(gpu: str) -> tuple[int, int]:
     return capability
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Peak:
     """An MFU denominator and why it is the one used. `tflops` None means no MFU; `reason` then says why."""
 
@@ -364,15 +366,15 @@ def peak_for(gpu: GpuSpec, dtype: str, variant: str | None = None) -> Peak:
     if value is None:
         why = f": {gpu.absent[d]}" if d in gpu.absent else ""
         return Peak(
-            None,
-            None,
-            d,
-            f"no dense {d} peak known for {gpu.name} (its table has "
+            tflops=None,
+            source=None,
+            dtype=d,
+            reason=f"no dense {d} peak known for {gpu.name} (its table has "
             + ", ".join(f"{k} {v:g}" for k, v in sorted(gpu.peak_tflops.items()))
             + f" TFLOP/s){why}",
         )
     note = f" [note: {gpu.note}]" if gpu.note else ""
-    return Peak(value, f"{variant or gpu.name}: {gpu.source}{note}", d)
+    return Peak(tflops=value, source=f"{variant or gpu.name}: {gpu.source}{note}", dtype=d)
 
 
 def resolve_peak(
@@ -396,7 +398,7 @@ def resolve_peak(
         value = validate.real(
             "peak_tflops", peak_tflops, low=1e-6, high=1e6, hint="pass dense TFLOP/s, e.g. 989"
         )
-        return Peak(value, "user-given peak", d)
+        return Peak(tflops=value, source="user-given peak", dtype=d)
     try:
         found = match_gpu(gpu, "no MFU without a trusted peak", "peak_tflops") if gpu is not None else None
     except TuneproofError:
@@ -404,10 +406,10 @@ def resolve_peak(
             raise
         measured = measure()
         return Peak(
-            measured.tflops,
-            measured.source,
-            measured.dtype,
-            f"GPU {gpu!r} is not in the table: measured instead",
+            tflops=measured.tflops,
+            source=measured.source,
+            dtype=measured.dtype,
+            reason=f"GPU {gpu!r} is not in the table: measured instead",
         )
     table = peak_for(found.gpu, d, found.note) if found is not None else None
     if table is not None and table.tflops is not None:
@@ -415,6 +417,11 @@ def resolve_peak(
     why = table.reason if table is not None else "no GPU named"
     if measure is not None:
         measured = measure()
-        return Peak(measured.tflops, measured.source, measured.dtype, f"{why}: measured instead")
+        return Peak(
+            tflops=measured.tflops,
+            source=measured.source,
+            dtype=measured.dtype,
+            reason=f"{why}: measured instead",
+        )
     fix = "give a GPU name or a peak in TFLOP/s" if table is None else "give the peak in TFLOP/s"
-    return Peak(None, None, d, f"{why or ''}: {fix}")
+    return Peak(tflops=None, source=None, dtype=d, reason=f"{why or ''}: {fix}")

@@ -46,7 +46,7 @@ class MeasuredPeak(Unjudged):
         return f"measured peak ({self.size}^3 GEMM on {self.device}, median of {self.runs} runs)"
 
     def as_peak(self) -> Peak:
-        return Peak(self.tflops, self.source, self.dtype)
+        return Peak(tflops=self.tflops, source=self.source, dtype=self.dtype)
 
     def to_dict(self) -> dict[str, object]:
         return {
