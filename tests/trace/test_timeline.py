@@ -74,7 +74,11 @@ def test_overlapping_streams_fixture_by_hand() -> None:
 
 
 def test_touching_kernels_do_not_overlap() -> None:
-    spans = [Span(0, 5, "a", "gemm"), Span(5, 9, "b", "gemm"), Span(9, 10, "c", "communication")]
+    spans = [
+        Span(start_us=0, end_us=5, stream="a", cls="gemm"),
+        Span(start_us=5, end_us=9, stream="b", cls="gemm"),
+        Span(start_us=9, end_us=10, stream="c", cls="communication"),
+    ]
     tl = sweep(spans)
     assert tl.compute_compute_overlap_ms == 0.0 and tl.comm_compute_overlap_ms == 0.0
     assert tl.union_ms == pytest.approx(0.010) and tl.idle_ms == 0.0

@@ -267,7 +267,7 @@ def _document(s: _Stream, add: Callable[[list[Any]], None]) -> tuple[dict[str, A
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Trace:
     """One profiler trace, read once and handed to every analysis (the kernel table, probe's cross-check,
     explain's device), as HolisticTraceAnalysis parses one `Trace` for all its analyzers.
@@ -288,7 +288,7 @@ class Trace:
         """A whole Chrome-trace document already in memory (`json.load`'s dict): its events unfiltered."""
         events = document.get("traceEvents") or []
         meta = {k: v for k, v in document.items() if k != "traceEvents"}
-        return cls(source, list(events), meta, len(events))
+        return cls(source=source, events=list(events), meta=meta, read_events=len(events))
 
     @property
     def rank(self) -> str | None:
@@ -320,7 +320,7 @@ def read_trace(p: Path) -> Trace:
         raise unreadable(p, e) from None
     if not found:
         raise TuneproofError(f"trace {p} has no traceEvents list", "pass a PyTorch profiler Chrome trace")
-    return Trace(str(p), c.events, meta, c.count, c.runtime)
+    return Trace(source=str(p), events=c.events, meta=meta, read_events=c.count, runtime=c.runtime)
 
 
 def trace_files(paths: list[Path]) -> list[Path]:

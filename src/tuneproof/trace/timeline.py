@@ -27,7 +27,7 @@ from tuneproof.core.errors import TuneproofError
 NON_COMPUTE = ("communication", "memory")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Span:
     start_us: float
     end_us: float
@@ -35,7 +35,7 @@ class Span:
     cls: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Timeline:
     """The overlap-aware account of one rank's kernels (see the module docstring for each term)."""
 
@@ -94,7 +94,7 @@ def spans_of(events: Sequence[dict[str, Any]], classes: Sequence[str]) -> list[S
             (args.get("device", e.get("pid")), stream) if stream is not None else (e.get("pid"), e.get("tid"))
         )
         ts = float(e["ts"])
-        out.append(Span(ts, ts + float(e["dur"]), key, cls))
+        out.append(Span(start_us=ts, end_us=ts + float(e["dur"]), stream=key, cls=cls))
     return out
 
 
@@ -159,7 +159,7 @@ def sweep(spans: Sequence[Span]) -> Timeline:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RankSkew:
     """Union busy time across ranks: the slowest and fastest rank and their ratio."""
 
@@ -191,4 +191,10 @@ def rank_skew(ranks: Sequence[str], timelines: Sequence[Timeline]) -> RankSkew |
     busy = [t.union_ms for t in timelines]
     hi = max(range(len(busy)), key=busy.__getitem__)
     lo = min(range(len(busy)), key=busy.__getitem__)
-    return RankSkew(list(ranks), busy, ranks[hi], ranks[lo], busy[hi] / busy[lo] if busy[lo] else None)
+    return RankSkew(
+        ranks=list(ranks),
+        union_ms=busy,
+        slowest=ranks[hi],
+        fastest=ranks[lo],
+        max_over_min=busy[hi] / busy[lo] if busy[lo] else None,
+    )
