@@ -452,7 +452,15 @@ def test_the_packed_row_shortcuts_equal_the_ledger_on_whole_packed_batches(attn:
         for _ in range(8):
             docs = tuple(rng.randint(1, 300) for _ in range(rng.randint(2, 6)))
             rows = Rows(sum(docs), (docs,) * 2)
-            read = BatchRead(2, rows.width, rows.docs, rows, "position_ids restarts", None, True)
+            read = BatchRead(
+                batch=2,
+                width=rows.width,
+                docs=rows.docs,
+                seen=rows,
+                documents_from="position_ids restarts",
+                padding_from=None,
+                apart=True,
+            )
             direct = flop_report(shape, replace(step, seq_len=rows.width, batch=2, documents=rows.docs))
             assert ledger.micro_batch(read) == pytest.approx(
                 (direct.intended.total, direct.performed.total), rel=1e-9

@@ -431,15 +431,15 @@ def _datasets(value: Any, where: str) -> list[DatasetRef]:
                 )
         out.append(
             DatasetRef(
-                item["path"],
-                str(kind) if kind else "text",
-                local,
-                field_name,
-                looks_local(item["path"]),
-                tuple(roles) if roles is not None else None,
-                eos["train_on_eos"],
-                eos["train_on_eot"],
-                _message_keys(item, where),
+                path=item["path"],
+                kind=str(kind) if kind else "text",
+                local=local,
+                field=field_name,
+                meant_local=looks_local(item["path"]),
+                roles_to_train=tuple(roles) if roles is not None else None,
+                train_on_eos=eos["train_on_eos"],
+                train_on_eot=eos["train_on_eot"],
+                message_keys=_message_keys(item, where),
             )
         )
     return out

@@ -41,7 +41,7 @@ SOURCES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class BatchRead:
     """One micro-batch: `docs` (per row, its real documents), `seen` (what the kernel runs),
     `documents_from` (the key the documents were read from; None: one document per row), `padding_from`
@@ -81,7 +81,14 @@ class BatchRead:
         rows = lengths if lengths is not None else (width,) * batch
         docs = tuple((int(n),) for n in rows)
         padded = any(n < width for n in rows)
-        return cls(batch, width, docs, Rows(width, docs), None, "attention mask" if padded else None)
+        return cls(
+            batch=batch,
+            width=width,
+            docs=docs,
+            seen=Rows(width, docs),
+            documents_from=None,
+            padding_from="attention mask" if padded else None,
+        )
 
 
 def read_batch(
@@ -110,7 +117,14 @@ def read_batch(
     packed = any(len(row) > 1 for row in docs)
     if not packed:
         seen_docs = docs if mask is not None else tuple((width,) for _ in range(rows))
-        return BatchRead(rows, width, docs, Rows(width, seen_docs), None, padding_from)
+        return BatchRead(
+            batch=rows,
+            width=width,
+            docs=docs,
+            seen=Rows(width, seen_docs),
+            documents_from=None,
+            padding_from=padding_from,
+        )
     why = _why_not_apart(attn, source, rows, mask2d, cache, batch, hidden)
     apart = not why
     if apart:  # the kernel sees the documents, and padding only where a mask or position 0s tell it
@@ -118,7 +132,16 @@ def read_batch(
     else:
         seen_rows = lengths if mask is not None else [width] * rows
         seen = Rows(width, tuple((n,) for n in seen_rows))
-    return BatchRead(rows, width, docs, seen, SOURCES[source], padding_from, apart, why)
+    return BatchRead(
+        batch=rows,
+        width=width,
+        docs=docs,
+        seen=seen,
+        documents_from=SOURCES[source],
+        padding_from=padding_from,
+        apart=apart,
+        why_not_apart=why,
+    )
 
 
 def _real_lengths(

@@ -16,7 +16,15 @@ def from_recipe(path: Path) -> Run:
     datasets: tuple[DatasetRef, ...] = ()
     if r.data.path != TINY:
         p = Path(r.data.path)
-        datasets = (DatasetRef(r.data.path, "text", p if p.exists() else None, r.data.text_field, True),)
+        datasets = (
+            DatasetRef(
+                path=r.data.path,
+                kind="text",
+                local=p if p.exists() else None,
+                field=r.data.text_field,
+                meant_local=True,
+            ),
+        )
     linear = r.lora.targets == "all-linear"
     return Run(
         source=str(path),

@@ -36,7 +36,7 @@ class ModelPart:
     name: str = TINY
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class DataPart:
     path: str = TINY
     text_field: str = "text"
@@ -44,7 +44,7 @@ class DataPart:
     assistant_only_loss: bool = True  # chat rows: the loss on the assistant's turns only (TRL's SFTTrainer)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class LoraPart:
     r: int = 16
     alpha: float = 32.0
@@ -53,7 +53,7 @@ class LoraPart:
     rslora: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class OptimPart:
     lr: float = 2e-4
     schedule: str = "cosine"
@@ -66,7 +66,7 @@ class OptimPart:
     seed: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RunPart:
     attention: str = "auto"
     output_dir: str = "tuneproof-run"
@@ -75,7 +75,7 @@ class RunPart:
     probe_budget_s: float = 20.0  # timing seconds for the report's scaling fit after training; 0: no probe
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Recipe:
     model: ModelPart = field(default_factory=ModelPart)
     data: DataPart = field(default_factory=DataPart)

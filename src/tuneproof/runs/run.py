@@ -27,7 +27,7 @@ def attn_base(attn: str) -> str:
     return attn.split(":", 1)[0].split("@", 1)[0].strip()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class DatasetRef:
     path: str
     kind: str  # Axolotl's `type` (chat_template, alpaca, completion, ...) or "text"
