@@ -308,7 +308,9 @@ def test_the_padding_warning_starts_just_above_ten_percent() -> None:
     run: Any = None  # no micro-batches given: only the padding rule runs
 
     def warned(tokens: int) -> bool:
-        step = StepFlops(1, 1.0, 1.0, 1.0, tokens, 1000, 0)
+        step = StepFlops(
+            step=1, intended=1.0, performed=1.0, seconds=1.0, tokens=tokens, slots=1000, micro_batches=0
+        )
         return any("padding" in line for line in first_step_warnings(run, step, []))
 
     assert not warned(900)  # exactly 10 %: not above it
@@ -363,7 +365,9 @@ def test_flop_advice_is_given_only_when_its_excess_is_material(monkeypatch) -> N
     import tuneproof.train.advice as cb
 
     run = _tiny_run()
-    step = cb.StepFlops(1, 1.0, 1.0, 1.0, 287, 288, 1)
+    step = cb.StepFlops(
+        step=1, intended=1.0, performed=1.0, seconds=1.0, tokens=287, slots=288, micro_batches=1
+    )
     pending = [BatchRead.padded(2, 144, (144, 143))]
     lines = cb.first_step_warnings(run, step, pending)
     cpu_only = "" if torch.cuda.is_available() else " on a CUDA device (it has no backward on the CPU)"
@@ -385,7 +389,15 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
         tokens = sum(sum(rows) for _, _, rows in batches)
         slots = sum(b * w for b, w, _ in batches)
         pending = [BatchRead.padded(b, w, tuple(rows)) for b, w, rows in batches]
-        return StepFlops(1, 0.0, 0.0, 1.0, tokens, slots, len(batches)), pending
+        return StepFlops(
+            step=1,
+            intended=0.0,
+            performed=0.0,
+            seconds=1.0,
+            tokens=tokens,
+            slots=slots,
+            micro_batches=len(batches),
+        ), pending
 
     collator = padding_line(*step([(2, 128, [60, 64]), (2, 128, [70, 72])]), bucketed=True)
     assert collator == (
@@ -409,7 +421,10 @@ def test_the_padding_warning_names_its_source_the_collator_or_the_length_spread(
         "(tuneproof.train.bucketing.use_bucketing) or pack; 22 points of it past each micro-batch's longest "
         "row: the collator pads to a multiple (pad_to_multiple_of; Axolotl pads to 64)"
     )
-    no_mask = StepFlops(1, 0.0, 0.0, 1.0, 100, 128, 1), [BatchRead.padded(2, 64)]  # every row full
+    no_mask = (
+        StepFlops(step=1, intended=0.0, performed=0.0, seconds=1.0, tokens=100, slots=128, micro_batches=1),
+        [BatchRead.padded(2, 64)],
+    )  # every row full
     assert padding_line(*no_mask, bucketed=False) == (
         "22 % of the first step's token slots are padding: bucket by length "
         "(tuneproof.train.bucketing.use_bucketing) or pack"
@@ -426,11 +441,15 @@ def test_padding_the_collator_adds_gets_no_advice_to_bucket() -> None:
 
     run = _tiny_run()
     rows = [60, 62]  # one length spread of 2, padded to 128 by a multiple-of-64 collator
-    step = StepFlops(1, 0.0, 0.0, 1.0, sum(rows), 2 * 128, 1)
+    step = StepFlops(
+        step=1, intended=0.0, performed=0.0, seconds=1.0, tokens=sum(rows), slots=2 * 128, micro_batches=1
+    )
     lines = first_step_warnings(run, step, [BatchRead.padded(2, 128, tuple(rows))])
     assert any("past each micro-batch's longest row" in x for x in lines)
     assert not any(BUCKET_ADVICE in x for x in lines), lines
-    spread = StepFlops(1, 0.0, 0.0, 1.0, 128 + 20, 2 * 128, 1)  # the same width, one row of 20: a spread
+    spread = StepFlops(
+        step=1, intended=0.0, performed=0.0, seconds=1.0, tokens=128 + 20, slots=2 * 128, micro_batches=1
+    )  # the same width, one row of 20: a spread
     lines = first_step_warnings(run, spread, [BatchRead.padded(2, 128, (128, 20))])
     assert any(BUCKET_ADVICE in x for x in lines), lines
 

@@ -31,7 +31,7 @@ class EffectContext:
     performed: dict[int, Performed]  # layer index -> what the path computes for this batch
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Effect:
     """One performed-only effect: `apply` turns the walk state before it into the state after it;
     `why` explains the line. `per_attention_group` splits the line per attention geometry."""
@@ -73,55 +73,59 @@ def _delta_why(ctx: EffectContext, layers: tuple[int, ...]) -> str:
 
 EFFECTS: tuple[Effect, ...] = (
     Effect(
-        "activation checkpointing recompute",
-        lambda s, c: replace(s, recompute=True),
-        lambda c, _: "each decoder layer's forward runs again in the backward (real tokens, intended pairs)",
+        name="activation checkpointing recompute",
+        apply=lambda s, c: replace(s, recompute=True),
+        why=lambda c, _: (
+            "each decoder layer's forward runs again in the backward (real tokens, intended pairs)"
+        ),
     ),
     Effect(
-        "input gradients forced by checkpointing",
-        lambda s, c: replace(s, input_grads=True),
-        lambda c, _: (
+        name="input gradients forced by checkpointing",
+        apply=lambda s, c: replace(s, input_grads=True),
+        why=lambda c, _: (
             "transformers' checkpointing calls enable_input_require_grads(): frozen first-layer "
             "GEMMs compute input gradients nobody needs"
         ),
     ),
     Effect(
-        "experts run densely: every token through every expert",
-        lambda s, c: replace(s, dense_experts=True),
-        lambda c, _: (
+        name="experts run densely: every token through every expert",
+        apply=lambda s, c: replace(s, dense_experts=True),
+        why=lambda c, _: (
             "this family's experts module runs a batched matmul of every token with every expert and "
             "weights the outputs by the router (zero for experts not chosen): num_experts / top_k times "
             "the routed work"
         ),
     ),
     Effect(
-        "padding: GEMMs on pad tokens",
-        lambda s, c: replace(s, tokens=c.run.padded_tokens, padded=True),
-        _pad_why,
+        name="padding: GEMMs on pad tokens",
+        apply=lambda s, c: replace(s, tokens=c.run.padded_tokens, padded=True),
+        why=_pad_why,
     ),
     Effect(
-        "{kind} attention ({count} layers, {label}): {attn}",
-        lambda s, c: replace(s, pairs=tuple(c.performed[layer.index].pairs for layer in c.shape.layers)),
-        lambda c, layers: c.performed[layers[0]].why,
+        name="{kind} attention ({count} layers, {label}): {attn}",
+        apply=lambda s, c: replace(
+            s, pairs=tuple(c.performed[layer.index].pairs for layer in c.shape.layers)
+        ),
+        why=lambda c, layers: c.performed[layers[0]].why,
         per_attention_group=True,
     ),
     Effect(
-        "sparse-attention indexer scores every key",
-        lambda s, c: replace(s, index_square=True),
-        lambda c, _: (
+        name="sparse-attention indexer scores every key",
+        apply=lambda s, c: replace(s, index_square=True),
+        why=lambda c, _: (
             "the indexer's torch matmuls score each query against all keys of its row (the full square "
             "per index head) and mask afterwards; top-k selection needs only the causal triangle"
         ),
     ),
     Effect(
-        "fused attention backward recomputes QK^T",
-        lambda s, c: replace(s, fused=PATHS[c.run.attn].fused_backward),
-        lambda c, _: f"{c.run.attn} kernels keep no score matrix, so the backward recomputes it",
+        name="fused attention backward recomputes QK^T",
+        apply=lambda s, c: replace(s, fused=PATHS[c.run.attn].fused_backward),
+        why=lambda c, _: f"{c.run.attn} kernels keep no score matrix, so the backward recomputes it",
     ),
     # after recompute: the deltas a recompute forms again are billed here, where they belong
     Effect(
-        "LoRA on fused experts: W + A@B formed every forward",
-        lambda s, c: replace(s, expert_deltas=True),
-        _delta_why,
+        name="LoRA on fused experts: W + A@B formed every forward",
+        apply=lambda s, c: replace(s, expert_deltas=True),
+        why=_delta_why,
     ),
 )

@@ -56,7 +56,7 @@ PASSES = ("forward", "recompute", "backward")
 TOKEN_FREE_COMPONENTS = ("lora.experts",)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Row:
     layer: int | None  # None for model-level GEMMs (LM head, per-layer input projection)
     component: str
@@ -72,7 +72,7 @@ class Ledger:
 
     def add(self, layer: int | None, component: str, pass_: str, flops: float) -> None:
         if flops:
-            self.rows.append(Row(layer, component, pass_, float(flops)))
+            self.rows.append(Row(layer=layer, component=component, pass_=pass_, flops=float(flops)))
 
     @property
     def total(self) -> float:
@@ -131,7 +131,7 @@ def trained_whole(lin: Linear, run: RunSpec) -> bool:
     return run.mode == "lora" and peft_matches(lin.name, run.lora_modules_to_save)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class WalkState:
     """What one walk of the layer programs counts. The intended ledger is one state, the performed
     ledger another; `tuneproof.flops.effects` moves from the first to the second one named effect

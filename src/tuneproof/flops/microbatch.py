@@ -24,7 +24,7 @@ from tuneproof.runs.step import Rows, RunSpec
 ROW_UNIFORM_PATHS = ("eager", "sdpa")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class StepFlops:
     """One optimizer step: FLOPs summed over its micro-batches, and its wall time."""
 
@@ -228,7 +228,15 @@ def price_step(ledger: MicroBatchLedger, step: int, reads: list[BatchRead], seco
         performed += p
         tokens += read.tokens
         slots += read.slots
-    return StepFlops(step, intended, performed, seconds, tokens, slots, len(reads))
+    return StepFlops(
+        step=step,
+        intended=intended,
+        performed=performed,
+        seconds=seconds,
+        tokens=tokens,
+        slots=slots,
+        micro_batches=len(reads),
+    )
 
 
 def median_width(counts: dict[int, int]) -> int:

@@ -25,7 +25,7 @@ class Excess:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Mfu:
     """MFU against a dense peak of `dtype`. `intended`/`performed` are None when no peak is known,
     and `reason` says why."""
@@ -43,17 +43,39 @@ class Mfu:
         dtype = peak.dtype if peak else "bf16"
         tflops, source = (peak.tflops, peak.source) if peak else (None, None)
         if step_time_s is None:
-            return cls(None, None, tflops, source, dtype, "no step time given", None)
+            return cls(
+                intended=None,
+                performed=None,
+                peak_tflops=tflops,
+                peak_source=source,
+                dtype=dtype,
+                reason="no step time given",
+                step_time_s=None,
+            )
         if peak is None or peak.tflops is None:
             reason = peak.reason if peak else "no peak: give a GPU name or a peak in TFLOP/s"
-            return cls(None, None, None, None, dtype, reason, step_time_s)
+            return cls(
+                intended=None,
+                performed=None,
+                peak_tflops=None,
+                peak_source=None,
+                dtype=dtype,
+                reason=reason,
+                step_time_s=step_time_s,
+            )
         denom = step_time_s * peak.tflops * 1e12
         return cls(
-            intended / denom, performed / denom, peak.tflops, peak.source, dtype, peak.reason, step_time_s
+            intended=intended / denom,
+            performed=performed / denom,
+            peak_tflops=peak.tflops,
+            peak_source=peak.source,
+            dtype=dtype,
+            reason=peak.reason,
+            step_time_s=step_time_s,
         )
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class FlopReport:
     shape: ModelShape
     run: RunSpec
@@ -207,7 +229,16 @@ def flop_report(
             "peak too low for this work (is it the time of one micro-batch step, on this GPU?)"
         )
     attention = {label: ctx.performed[idxs[0]].mask for label, idxs in shape.attention_groups().items()}
-    return FlopReport(shape, run, intended, ledger, excess, mfu, attention, notes)
+    return FlopReport(
+        shape=shape,
+        run=run,
+        intended=intended,
+        performed=ledger,
+        excess=excess,
+        mfu=mfu,
+        attention=attention,
+        notes=notes,
+    )
 
 
 def positions_notes(model: ResolvedModel, seq_len: int) -> tuple[str, ...]:
