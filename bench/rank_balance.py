@@ -21,7 +21,7 @@ from tuneproof.data import BucketBatchSampler, synthetic_lengths
 from tuneproof.data.ranks import StepCost, rank_utilisation
 from tuneproof.data.stats import plan_stats, random_plan
 
-CASE_FIT = StepCost(6.87e-4, 8.85e-8)
+CASE_FIT = StepCost(a=6.87e-4, b=8.85e-8)
 ISSUE = {(1, 2): 61.7, (1, 8): 26.2, (4, 2): 70.3, (4, 8): 38.8, (16, 2): 80.0, (16, 8): 56.3}
 RANK_WINDOW = 16
 

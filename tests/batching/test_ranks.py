@@ -11,7 +11,7 @@ from tuneproof.data import BucketBatchSampler, PackedBatchSampler, synthetic_len
 from tuneproof.data.ranks import StepCost, micro_batch_seconds, rank_utilisation, use_of
 from tuneproof.data.stats import plan_stats
 
-CASE_FIT = StepCost(6.87e-4, 8.85e-8)  # docs/reference-run.md, seconds per sequence
+CASE_FIT = StepCost(a=6.87e-4, b=8.85e-8)  # docs/reference-run.md, seconds per sequence
 
 
 def test_utilisation_by_hand() -> None:
@@ -44,7 +44,7 @@ BAD_FITS = [((-1e-4, 1e-8), "a is -0.0001"), ((1e-4, float("nan")), "b is nan"),
 @pytest.mark.parametrize(("terms", "needle"), BAD_FITS)
 def test_a_bad_fit_is_refused(terms: tuple[float, float], needle: str) -> None:
     with pytest.raises(TuneproofError, match=needle):
-        StepCost(*terms)
+        StepCost(a=terms[0], b=terms[1])
 
 
 def test_the_case_fit_on_the_shipped_lengths_synchronous_beats_interleaved() -> None:
@@ -94,17 +94,19 @@ def test_the_run_use_records_how_it_was_dealt_and_one_micro_batch_is_dealt_to_ev
     assert (single.work_s, single.wall_s, single.steps) == (4.0, 2.0, 1)
     from tuneproof.data.ranks import RankUse
 
-    assert use_of(np.zeros(0), 2, 1) == RankUse(2, 1, "step", 0, 0, 0.0, 0.0)  # nothing planned, said so
+    assert use_of(np.zeros(0), 2, 1) == RankUse(
+        ranks=2, grad_accum=1, sync="step", steps=0, syncs=0, work_s=0.0, wall_s=0.0
+    )  # nothing planned, said so
 
 
 def test_rank_utilisation_forwards_sync_and_capacity_and_checks_its_arguments() -> None:
     lengths = np.array([1, 3, 3, 1, 4, 4])
     plan = [np.array([0]), np.array([1]), np.array([2]), np.array([3])]
-    cost = StepCost(1.0, 0.0)
+    cost = StepCost(a=1.0, b=0.0)
     assert rank_utilisation(plan, lengths, 2, 2, cost).wall_s == 4.0  # synced per window
     assert rank_utilisation(plan, lengths, 2, 2, cost, sync="micro").wall_s == 6.0  # per micro-batch
     packed = [np.array([0, 1]), np.array([4, 5])]  # documents of 1 + 3 and 4 + 4 tokens
-    quad = StepCost(0.0, 1.0)
+    quad = StepCost(a=0.0, b=1.0)
     assert rank_utilisation(packed, lengths, 1, 1, quad, capacity=8).work_s == 1 + 9 + 16 + 16  # per document
     assert rank_utilisation(packed, lengths, 1, 1, quad).work_s == 2 * 9 + 2 * 16  # padded rows
     for args, needle in (((0, 1, "step"), "ranks must be >= 1"), ((1, 0, "step"), "grad_accum must be >= 1"),

@@ -62,7 +62,7 @@ def test_plan_json_is_the_projection_result(monkeypatch, capsys) -> None:
 
     out, printed = _command(monkeypatch, capsys, area, ["plan", "--fit", CASE_FIT_TEXT, "--ranks", "2"])
     assert out == _as_json(printed)
-    spec = area.ProjectionSpec(ranks=2, fit=StepCost(*CASE_FIT))
+    spec = area.ProjectionSpec(ranks=2, fit=StepCost(a=CASE_FIT[0], b=CASE_FIT[1]))
     assert out == _as_json(area.run(area.prepare(spec)))
 
 
@@ -76,7 +76,9 @@ def test_buckets_json_is_the_buckets_result(monkeypatch, capsys) -> None:
     assert out == _as_json(printed)
     from tuneproof.arch import resolve
 
-    spec = area.BucketsSpec(sweep=(1, 64), model=resolve("tiny"), ranks=2, cost=StepCost(*CASE_FIT))
+    spec = area.BucketsSpec(
+        sweep=(1, 64), model=resolve("tiny"), ranks=2, cost=StepCost(a=CASE_FIT[0], b=CASE_FIT[1])
+    )
     alone = _as_json(area.run(area.prepare(spec)))
 
     def untimed(d: dict[str, Any]) -> dict[str, Any]:

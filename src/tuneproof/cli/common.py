@@ -271,7 +271,7 @@ def step_fit(text: str, flag: str) -> Any:
         )
     a, b, *c = values
     try:
-        return StepCost(a, b, c[0] if c else 0.0)
+        return StepCost(a=a, b=b, c=c[0] if c else 0.0)
     except TuneproofError as e:
         raise TuneproofError(f"{flag}: {e.what}", e.hint) from None
 

@@ -27,10 +27,10 @@ CASE_FIT_TEXT = ",".join(f"{x:.2e}".replace("e-0", "e-") for x in CASE_FIT)  # a
 def case_cost() -> Any:
     from tuneproof.data.ranks import StepCost
 
-    return StepCost(*CASE_FIT)
+    return StepCost(a=CASE_FIT[0], b=CASE_FIT[1])
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class SamplerResult:
     name: str
     stats: PlanStats
@@ -163,7 +163,9 @@ def _compare(
         if ranks > 1:
             use = rank_utilisation(plan, lengths, ranks, grad_accum, step_cost,
                                    capacity=capacity if packed else None)  # fmt: skip
-        results.append(SamplerResult(name, stats, seconds, attn_flops, use))
+        results.append(
+            SamplerResult(name=name, stats=stats, plan_seconds=seconds, attention=attn_flops, ranks=use)
+        )
     rows = []
     for width in sweep:
         plan, seconds = _timed(

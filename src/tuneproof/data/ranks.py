@@ -11,7 +11,7 @@ waits for the slowest, so
     utilisation = work done / (R x the slowest rank's work), summed over synchronisations,
 
 and the run's wall time is the sum of the slowest ranks' times. A micro-batch's time comes from a
-step-cost model: `StepCost(a, b, c, batch)`, t = c + (rows / batch) x (a*w + b*w^2) at padded width w
+step-cost model: `StepCost(a=, b=, c=, batch=)`, t = c + (rows / batch) x (a*w + b*w^2) at padded width w
 (a fit per sequence has batch 1; a probe's fit has the probe's batch), or any callable of (widths,
 rows). Packed rows (`capacity` given) cost the sum over their documents (document masks: no
 attention across documents, no padding).
@@ -32,7 +32,7 @@ from tuneproof.data.batch_plan import Plan
 SYNCS = ("step", "micro")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class StepCost:
     """Seconds of one micro-batch: c + (rows / batch) x (a*w + b*w^2) at padded width w."""
 
@@ -85,7 +85,7 @@ def micro_batch_seconds(
     return seconds[ro]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RankUse:
     ranks: int
     grad_accum: int
@@ -139,7 +139,9 @@ def use_of(seconds: np.ndarray, ranks: int, grad_accum: int, sync: str = "step")
     """`rank_utilisation` from each micro-batch's seconds in run order."""
     n = seconds.size
     if n == 0:
-        return RankUse(ranks, grad_accum, sync, 0, 0, 0.0, 0.0)
+        return RankUse(
+            ranks=ranks, grad_accum=grad_accum, sync=sync, steps=0, syncs=0, work_s=0.0, wall_s=0.0
+        )
     per_rank = -(-n // ranks)
     dealt = seconds[np.arange(per_rank * ranks) % n].reshape(per_rank, ranks)  # round x rank
     steps = -(-per_rank // grad_accum)
@@ -150,4 +152,12 @@ def use_of(seconds: np.ndarray, ranks: int, grad_accum: int, sync: str = "step")
         sums = np.zeros((steps, ranks))
         np.add.at(sums, window, dealt)
         slowest = sums.max(axis=1)
-    return RankUse(ranks, grad_accum, sync, steps, slowest.size, float(dealt.sum()), float(slowest.sum()))
+    return RankUse(
+        ranks=ranks,
+        grad_accum=grad_accum,
+        sync=sync,
+        steps=steps,
+        syncs=slowest.size,
+        work_s=float(dealt.sum()),
+        wall_s=float(slowest.sum()),
+    )

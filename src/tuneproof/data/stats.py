@@ -21,7 +21,7 @@ import numpy as np
 from tuneproof.data.batch_plan import Plan
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class PlanStats:
     num_batches: int
     padding_fraction: float
@@ -49,7 +49,9 @@ def plan_stats(
     """Stats of a plan. `capacity`: packed rows of a fixed token capacity (padding = unused capacity)."""
     plan = Plan.from_batches(batches)
     if not len(plan):
-        return PlanStats(0, 0.0, 0.0, None, 0.0)
+        return PlanStats(
+            num_batches=0, padding_fraction=0.0, zero_pad_share=0.0, roots_per_window=None, length_mix=0.0
+        )
     # per stored micro-batch, then taken in run order (a run may repeat or skip stored ones)
     ro = np.arange(plan.starts.size - 1) if plan.run_order is None else plan.run_order
     starts = plan.starts[:-1]
@@ -83,11 +85,11 @@ def plan_stats(
     s2 = np.bincount(window, weights=x * x, minlength=num_windows)
     var = np.maximum(s2 / cnt - (s1 / cnt) ** 2, 0.0)
     return PlanStats(
-        len(plan),
-        1.0 - real / slots if slots else 0.0,
-        float(zero.mean()),
-        roots_pw,
-        float(np.sqrt(var).mean()),
+        num_batches=len(plan),
+        padding_fraction=1.0 - real / slots if slots else 0.0,
+        zero_pad_share=float(zero.mean()),
+        roots_per_window=roots_pw,
+        length_mix=float(np.sqrt(var).mean()),
     )
 
 

@@ -44,7 +44,7 @@ class StepModel:
         samples = Samples.of(widths, seconds)
         with_c = fit.constant_in_model
         require_growth(fit, widths, source)
-        cost = StepCost(fit.a, fit.b, fit.c if with_c else 0.0, batch)
+        cost = StepCost(a=fit.a, b=fit.b, c=fit.c if with_c else 0.0, batch=batch)
         replicates = []
         if samples.resamplable:
             rng = np.random.default_rng([seed, 7])
@@ -53,7 +53,7 @@ class StepModel:
                 coef = nonneg(samples.widths, med, with_c)
                 c, a, b = [float(v) for v in coef] if with_c else [0.0, *(float(v) for v in coef)]
                 if a > 0 or b > 0:
-                    replicates.append(StepCost(a, b, c, batch))
+                    replicates.append(StepCost(a=a, b=b, c=c, batch=batch))
         span = (int(samples.widths.min()), int(samples.widths.max()))
         few = min(k.size for k in samples.kept)
         why = (
