@@ -69,7 +69,7 @@ def run(head_dim: int, sliding: bool, cap: tuple[int, int]) -> None:
 if __name__ == "__main__":
     cap = torch.cuda.get_device_capability()
     print(f"{torch.cuda.get_device_name()} (sm_{cap[0]}{cap[1]}), torch {torch.__version__}")
-    with RecompileGuard((T,), num_variants=2):
+    with RecompileGuard(widths=(T,), num_variants=2):
         for head_dim, sliding in ((256, True), (512, False)):
             print(f"head_dim {head_dim}, {'sliding window ' + str(WINDOW) if sliding else 'causal'}, T={T}")
             run(head_dim, sliding, cap)

@@ -154,7 +154,7 @@ def test_without_guard_more_than_8_widths_fall_back_silently() -> None:
 
 @pytest.mark.slow
 def test_guard_sized_for_the_widths_stays_compiled() -> None:
-    with RecompileGuard(tuple(WIDTHS)) as guard:
+    with RecompileGuard(widths=tuple(WIDTHS)) as guard:
         assert torch._dynamo.config.recompile_limit == guard.limit >= len(WIDTHS)
         messages = _run_widths(WIDTHS)
     assert not any(EAGER_FLEX_WARNING in m for m in messages)
@@ -163,7 +163,7 @@ def test_guard_sized_for_the_widths_stays_compiled() -> None:
 
 @pytest.mark.slow
 def test_guard_too_small_raises_instead_of_falling_back() -> None:
-    guard = RecompileGuard(tuple(WIDTHS[:2]), margin=0)
+    guard = RecompileGuard(widths=tuple(WIDTHS[:2]), margin=0)
     with guard, pytest.raises(TuneproofError, match="uncompiled eager"), loud_recompile_errors():
         _run_widths(WIDTHS)
     assert torch._dynamo.config.recompile_limit == 8

@@ -195,9 +195,9 @@ def test_the_explainer_says_what_keeps_packed_documents_apart_on_every_path(caps
 
 
 def test_an_isolation_summary_names_the_documents() -> None:
-    three = Isolation("sdpa", (10, 10, 10), (0.0, 0.0, 0.5), 1e-3)
+    three = Isolation(attn="sdpa", docs=(10, 10, 10), diffs=(0.0, 0.0, 0.5), tolerance=1e-3)
     assert three.summary().startswith("document 3 attends to documents 1-2 (max |dlogit| 0.5")
-    four = Isolation("sdpa", (10, 10, 10, 10), (0.0, 0.2, 0.0, 0.5), 1e-3)
+    four = Isolation(attn="sdpa", docs=(10, 10, 10, 10), diffs=(0.0, 0.2, 0.0, 0.5), tolerance=1e-3)
     assert four.summary().startswith(
         "documents 2 and 4 attend to the documents before them (max |dlogit| 0.5"
     )

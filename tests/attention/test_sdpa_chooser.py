@@ -125,7 +125,7 @@ def test_the_chooser_agrees_with_the_sources_on_every_case_of_the_grid() -> None
     cases = mismatches = 0
     first = None
     for cap, d_qk, d_v, dtype, mask, dropout, grad, (hq, hkv), cudnn, cuda in grid():
-        stack = Stack((2, 13), cuda, cudnn, True)
+        stack = Stack(torch=(2, 13), cuda=cuda, cudnn=cudnn, frontend_d256=True)
         call = sdpa_call(cap, dtype, d_qk, d_v, mask, dropout, grad, hq, hkv, stack)
         got, refused = choose(call)
         heads = (call.heads, call.kv_heads, call.enable_gqa)
@@ -147,7 +147,16 @@ def test_the_grid_reaches_every_backend_and_every_gate() -> None:
     reasons = ""
     for cap, d_qk, d_v, dtype, mask, dropout, grad, (hq, hkv), cudnn, cuda in grid():
         call = sdpa_call(
-            cap, dtype, d_qk, d_v, mask, dropout, grad, hq, hkv, Stack((2, 13), cuda, cudnn, True)
+            cap,
+            dtype,
+            d_qk,
+            d_v,
+            mask,
+            dropout,
+            grad,
+            hq,
+            hkv,
+            Stack(torch=(2, 13), cuda=cuda, cudnn=cudnn, frontend_d256=True),
         )
         got, refused = choose(call)
         seen.add(got)
@@ -206,7 +215,18 @@ def test_the_cudnn_preference_reads_the_version_and_the_cuda_build() -> None:
         assert got.backend == want, (cudnn, cuda, cap, got.refused)
     # CUDA 12.x builds prefer cuDNN only on minor 0 or 3 of majors 9 and 10 (a 10.1 part, say)
     for cuda, want in (((12, 8), "efficient"), ((13, 0), "cudnn")):
-        call = sdpa_call((10, 1), "bf16", 128, 128, True, 0.0, False, 8, 8, Stack((2, 13), cuda, 92301, True))
+        call = sdpa_call(
+            (10, 1),
+            "bf16",
+            128,
+            128,
+            True,
+            0.0,
+            False,
+            8,
+            8,
+            Stack(torch=(2, 13), cuda=cuda, cudnn=92301, frontend_d256=True),
+        )
         got, refused = choose(call)
         assert got == want, refused
         assert want == "cudnn" or "on CUDA 12.8 builds only on minor 0 or 3" in refused["cudnn"]

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from tuneproof.attention.stack import Stack
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Context:
     """What the explanation is about: the run, and the device. `capability`: (major, minor) or its text
     ("9.0", "sm_90"); None: this machine's CPU. For a card by name or a profiler trace, take the
@@ -126,7 +126,7 @@ class Context:
         return "cpu" if self.capability is None else f"cuda sm_{self.capability[0]}{self.capability[1]}"
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class LayerExplanation:
     layer_type: str
     head_dim: int
@@ -147,7 +147,7 @@ class LayerExplanation:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Explanation(NoWarnings):
     context: Context
     layers: list[LayerExplanation]
@@ -254,7 +254,7 @@ def predict_sdpa_cpu(ctx: Context, spec: AttentionSpec) -> tuple[str, dict[str, 
     return backend, refused, R.sdpa_kernel(backend, spec.head_dim) + " (" + R.SOURCES["cpu"] + ")"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Prediction:
     """What the rules predict for one attention geometry: is a mask materialised and why, the backend
     chosen, why each higher-priority backend was refused, and the kernel that runs. Unpacks as
@@ -278,7 +278,11 @@ def predict(ctx: Context, spec: AttentionSpec, stack: Stack | None = None) -> Pr
     if ctx.attn == "flash_attention_2" and spec.kind == "chunked" and spec.chunk and ctx.seq_len > spec.chunk:
         why = f"width {ctx.seq_len} > chunk {spec.chunk}: {mask_reason}"
         return Prediction(
-            mask, mask_reason, "refused", {"flash_attention_2": why}, "none: transformers raises"
+            mask_materialised=mask,
+            mask_reason=mask_reason,
+            backend="refused",
+            refused={"flash_attention_2": why},
+            kernel="none: transformers raises",
         )
     if own is not None:
         kernel = own.on(ctx.capability)
@@ -287,11 +291,18 @@ def predict(ctx: Context, spec: AttentionSpec, stack: Stack | None = None) -> Pr
             kernel = kernel.replace(
                 "varlen kernels (flash_attn_varlen_func)", "dense kernels (flash_attn_func)"
             )
-        return Prediction(mask, mask_reason, own.backend, {}, kernel)
+        return Prediction(
+            mask_materialised=mask, mask_reason=mask_reason, backend=own.backend, refused={}, kernel=kernel
+        )
     if ctx.capability is None:
-        return Prediction(mask, mask_reason, *predict_sdpa_cpu(ctx, spec))
+        backend, refused, kernel = predict_sdpa_cpu(ctx, spec)
+        return Prediction(
+            mask_materialised=mask, mask_reason=mask_reason, backend=backend, refused=refused, kernel=kernel
+        )
     backend, refused, kernel = predict_sdpa_cuda(ctx, spec, mask, stack)
-    return Prediction(mask, mask_reason, backend, refused, kernel)
+    return Prediction(
+        mask_materialised=mask, mask_reason=mask_reason, backend=backend, refused=refused, kernel=kernel
+    )
 
 
 def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
@@ -316,20 +327,12 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
             source = "live"
         layers.append(
             LayerExplanation(
-                spec.kind,
-                spec.head_dim,
-                spec.num_heads,
-                spec.num_kv_heads,
-                len(idxs),
-                mask,
-                mask_reason,
-                backend,
-                refused,
-                kernel,
-                source,
-                sum(isinstance(s, Attention) for i in idxs for s in shape.layers[i].steps),
+                layer_type=spec.kind, head_dim=spec.head_dim, num_heads=spec.num_heads,
+                num_kv_heads=spec.num_kv_heads, num_layers=len(idxs), mask_materialised=mask,
+                mask_reason=mask_reason, backend=backend, refused=refused, kernel=kernel, source=source,
+                attention_calls=sum(isinstance(s, Attention) for i in idxs for s in shape.layers[i].steps),
             )
-        )
+        )  # fmt: skip
     from tuneproof.attention.mixer_notes import mixer_notes
 
     notes = (
@@ -370,7 +373,15 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
         hidden = detection.blind(ctx.attn)
         advice.insert(0, f"{detection.fix()}: on {ctx.attn} the documents of a row attend to each other "
                       "with this model")  # fmt: skip
-    return Explanation(ctx, layers, advice, notes, options, hidden_packing=hidden, stack=stack)
+    return Explanation(
+        context=ctx,
+        layers=layers,
+        advice=advice,
+        notes=notes,
+        kernel_options=options,
+        hidden_packing=hidden,
+        stack=stack,
+    )
 
 
 LIVE_HINT = "; 'tuneproof explain --packed --live' runs the proof"  # left out where it has just run

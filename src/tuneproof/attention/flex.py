@@ -106,7 +106,7 @@ def graphs_needed(widths: Iterable[int], num_variants: int = 1) -> int:
     return len(set(widths)) * max(1, num_variants)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class RecompileGuard:
     """Raises dynamo's recompile limit to cover the run's distinct widths and makes hitting it an error.
 
@@ -230,7 +230,7 @@ def enable_flex(
             choices[p] = choice
             options.update(choice.options)
     previous = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    guard = RecompileGuard(widths, num_variants=len(variants))
+    guard = RecompileGuard(widths=widths, num_variants=len(variants))
     handle = None
     model.set_attn_implementation("flex_attention")
     try:

@@ -30,7 +30,7 @@ RECURRENT_KINDS = ("linear", "none")  # tuneproof.arch.shape kinds whose mixer c
 TOLERANCE = {"float32": 1e-3, "float64": 1e-8, "bfloat16": 6e-2, "float16": 1e-2}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Isolation:
     """Per document (numbered from 1), the largest |logit| difference packed vs alone."""
 
@@ -238,7 +238,8 @@ def check_isolation(
 
         detection = packed_detection(str(getattr(config, "model_type", "")))
         why = detection.blind(attn) if detection is not None else ""
-    return Isolation(attn, docs, diffs, tol * scale, leak, note, layer, kind, why)
+    return Isolation(attn=attn, docs=docs, diffs=diffs, tolerance=tol * scale, leak=leak, note=note,
+                     layer=layer, layer_kind=kind, why=why)  # fmt: skip
 
 
 def _compare(

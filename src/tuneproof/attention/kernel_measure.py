@@ -33,7 +33,7 @@ CompileStep = Callable[[int, str, str, dict[str, int]], None]  # raises Triton's
 CACHE_FILE = "flex-smem.json"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Measurement:
     fits: bool
     required: int | None  # bytes Triton asked for, when it refused
@@ -93,15 +93,17 @@ def measure(
         table = {}  # a damaged cache is a miss
     if key in table and isinstance(table[key], dict):
         hit = table[key]
-        return Measurement(bool(hit.get("fits")), hit.get("required"), hit.get("limit"), cached=True)
+        return Measurement(
+            fits=bool(hit.get("fits")), required=hit.get("required"), limit=hit.get("limit"), cached=True
+        )
     try:
         (compile_step or compile_flex)(head_dim, dtype, pass_, options)
-        result = Measurement(True, None, None)
+        result = Measurement(fits=True, required=None, limit=None)
     except Exception as e:  # Triton and inductor raise several types; only the resource error is an answer
         parsed = parse_out_of_resource(str(e))
         if parsed is None:
             raise
-        result = Measurement(False, parsed[0], parsed[1])
+        result = Measurement(fits=False, required=parsed[0], limit=parsed[1])
     table[key] = {"fits": result.fits, "required": result.required, "limit": result.limit}
     try:
         from tuneproof.core.io import atomic_write_bytes
@@ -142,7 +144,14 @@ def choose_measured(
             log.append(f"{shown}: compiled and ran for head_dims {dims}")
             reason = f"measured on the device ({pass_}): " + "; ".join(log)
             limit = next((r.limit for r in results if r.limit), estimated.smem_limit)
-            return KernelChoice(dict(opts), reason, estimated.smem_bytes, limit, list(log), "measured")
+            return KernelChoice(
+                options=dict(opts),
+                reason=reason,
+                smem_bytes=estimated.smem_bytes,
+                smem_limit=limit,
+                attempts=list(log),
+                source="measured",
+            )
         worst = max(failed, key=lambda r: r.required or 0)
         log.append(f"{shown}: needs {worst.required:,} B > {worst.limit:,} B")
     raise TuneproofError(

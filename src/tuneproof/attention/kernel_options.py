@@ -172,7 +172,7 @@ def caveats(
 CANDIDATES = ((64, 64), (64, 32), (32, 64), (32, 32), (32, 16), (16, 32), (16, 16))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class KernelChoice:
     """kernel_options to pass (empty = keep torch's defaults) and why."""
 
@@ -208,20 +208,20 @@ def choose_kernel_options(
     )
     if need <= limit:
         return KernelChoice(
-            {},
-            f"{default} needs {need:,} B <= {limit:,} B per block ({where}): keep torch's defaults",
-            need,
-            limit,
+            options={},
+            reason=f"{default} needs {need:,} B <= {limit:,} B per block ({where}): keep torch's defaults",
+            smem_bytes=need,
+            smem_limit=limit,
         )
     for m, n, st in fitting_order((bm, bn), stages):
         got = estimate(m, n, head_dim, dtype, st)
         if got <= limit:
             return KernelChoice(
-                triton_options(pass_, m, n, st, warps),
-                f"{default} needs {need:,} B > {limit:,} B per block ({where}); {m}x{n} x {st} "
+                options=triton_options(pass_, m, n, st, warps),
+                reason=f"{default} needs {need:,} B > {limit:,} B per block ({where}); {m}x{n} x {st} "
                 f"stage{'s' * (st > 1)} needs {got:,} B",
-                got,
-                limit,
+                smem_bytes=got,
+                smem_limit=limit,
             )
     raise TuneproofError(
         f"no flex block size fits {limit:,} B for head_dim {head_dim} {dtype} {pass_}",
@@ -341,7 +341,12 @@ def choose_for_head_dims(
     }
     if all(not c.options for c in per.values()):
         worst = max(per.values(), key=lambda c: c.smem_bytes)
-        return KernelChoice({}, "; ".join(c.reason for c in per.values()), worst.smem_bytes, worst.smem_limit)
+        return KernelChoice(
+            options={},
+            reason="; ".join(c.reason for c in per.values()),
+            smem_bytes=worst.smem_bytes,
+            smem_limit=worst.smem_limit,
+        )
     limit = next(iter(per.values())).smem_limit
     estimate = smem_fwd if pass_ == "fwd" else smem_bwd
     cap = (int(capability[0]), int(capability[1])) if capability is not None else (8, 0)
@@ -353,10 +358,10 @@ def choose_for_head_dims(
         if need <= limit:
             over = [c.reason for c in per.values() if c.options]
             return KernelChoice(
-                triton_options(pass_, m, n, st, 4),
-                f"{'; '.join(over)}; one setting for head_dims {dims}: {m}x{n} x {st} stage{'s' * (st > 1)} "
-                f"needs at most {need:,} B",
-                need,
-                limit,
+                options=triton_options(pass_, m, n, st, 4),
+                reason=f"{'; '.join(over)}; one setting for head_dims {dims}: "
+                f"{m}x{n} x {st} stage{'s' * (st > 1)} needs at most {need:,} B",
+                smem_bytes=need,
+                smem_limit=limit,
             )
     raise TuneproofError(f"no flex block size fits {limit:,} B for head_dims {dims}", "use another backend")

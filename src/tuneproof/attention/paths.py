@@ -185,7 +185,7 @@ class Kernel:
         return self.cpu if capability is None else self.cuda
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class AttentionPath:
     """One attention implementation (transformers' `attn_implementation` name).
 
@@ -216,8 +216,8 @@ PATHS: dict[str, AttentionPath] = {
     p.name: p
     for p in (
         AttentionPath(
-            "eager",
-            _eager_pairs,
+            name="eager",
+            performed=_eager_pairs,
             fused_backward=False,
             backward_on_cpu=True,
             probe=True,
@@ -226,8 +226,8 @@ PATHS: dict[str, AttentionPath] = {
             square_bytes=_eager_square,
         ),
         AttentionPath(
-            "sdpa",
-            _sdpa_pairs,
+            name="sdpa",
+            performed=_sdpa_pairs,
             fused_backward=True,
             backward_on_cpu=True,
             probe=True,
@@ -236,8 +236,8 @@ PATHS: dict[str, AttentionPath] = {
             square_bytes=_sdpa_square,
         ),
         AttentionPath(
-            "flash_attention_2",
-            _flash_pairs,
+            name="flash_attention_2",
+            performed=_flash_pairs,
             fused_backward=True,
             backward_on_cpu=False,
             probe=False,
@@ -245,8 +245,8 @@ PATHS: dict[str, AttentionPath] = {
             kernel=Kernel("flash_attention_2", _FLASH_KERNEL, _FLASH_KERNEL),
         ),
         AttentionPath(
-            "flex_attention",
-            _flex_pairs,
+            name="flex_attention",
+            performed=_flex_pairs,
             fused_backward=True,
             backward_on_cpu=False,
             probe=True,

@@ -22,7 +22,7 @@ from tuneproof.attention.stack import Stack
 from tuneproof.core.dtypes import LOW_PRECISION
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class SdpaCall:
     """One `scaled_dot_product_attention` call as SDPA's chooser sees it."""
 
@@ -64,8 +64,9 @@ def sdpa_call(
     up to 256 (use_gqa_in_sdpa), dropout only in training."""
     gqa = kv_heads != heads and not mask and d_qk == d_v <= 256
     return SdpaCall(
-        capability, dtype, d_qk, d_v, mask, dropout if training else 0.0, training, heads,
-        kv_heads if gqa else heads, gqa, stack, batch,
+        capability=capability, dtype=dtype, d_qk=d_qk, d_v=d_v, mask=mask,
+        dropout=dropout if training else 0.0, training=training, heads=heads,
+        kv_heads=kv_heads if gqa else heads, enable_gqa=gqa, stack=stack, batch=batch,
     )  # fmt: skip
 
 

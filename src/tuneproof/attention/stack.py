@@ -34,7 +34,7 @@ CUDNN_TEXT = re.compile(r"\s*(\d+)\.(\d+)(?:\.(\d+))?\s*|\s*(\d{4,6})\s*")
 CUDA_TEXT = re.compile(r"\s*(\d+)\.(\d+)(?:\.\d+)?\s*")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Stack:
     """torch (major, minor); the CUDA build (None: a CPU build); the runtime cuDNN as torch reports it
     (9.23.1 -> 92301; None: no cuDNN); the compiled cudnn-frontend >= 1.24; and where each came from."""
@@ -146,4 +146,4 @@ def stack_for(live: bool, cudnn: int | None = None, cuda: tuple[int, int] | None
         got_cudnn, sources["cudnn"] = shipped_cudnn, f"assumed {why['cudnn']}"
     # the compiled frontend is not exposed to Python: always the release's, said so
     sources["frontend"] = f"assumed {why['frontend']}"
-    return Stack(version, got_cuda, got_cudnn, shipped_d256, sources)
+    return Stack(torch=version, cuda=got_cuda, cudnn=got_cudnn, frontend_d256=shipped_d256, sources=sources)
