@@ -36,7 +36,7 @@ def judge(r: TokenReport, tok: Any, model: ModelFacts) -> None:
         first = next(iter(b.unknown.values()))
         r.lines.append(f"{_n(len(b.unknown), 'example')} not modelled ({first})")
     for text in b.stops:
-        r.findings.append(Finding("trainer_stops", n, f"the trainer stops: {text}"))
+        r.findings.append(Finding(kind="trainer_stops", count=n, text=f"the trainer stops: {text}"))
     _masks(r)
     _truncation(r)
     _stops(r, tok)
@@ -69,12 +69,12 @@ def _masks(r: TokenReport) -> None:
         rows = _rows(empty)
         what = "assistant" if r.rules.assistant_only_loss else "completion"
         r.findings.append(Finding(
-            "assistant_mask_empty", len(rows),
-            f"{len(rows):,} of {_n(len(b.ids), 'example')} have an all-zero {what} mask "
+            kind="assistant_mask_empty", count=len(rows),
+            text=f"{len(rows):,} of {_n(len(b.ids), 'example')} have an all-zero {what} mask "
             f"({rows_text(rows, len(rows))}): no token of theirs trains" + (
                 "; the chat template marks no assistant tokens ({% generation %} ... {% endgeneration %})"
                 if what == "assistant" else ""
-            ), rows,
+            ), rows=rows,
         ))  # fmt: skip
     nothing = (b.trained_before == 0) & known & ~empty
     if nothing.any():
@@ -85,9 +85,9 @@ def _masks(r: TokenReport) -> None:
                 "TRL keeps ShareGPT's roles as they are (human, gpt), so no turn is the 'assistant' it trains"
             )
         r.findings.append(Finding(
-            "nothing_to_train", len(rows),
-            f"{_n(len(rows), 'example')} {'has' if len(rows) == 1 else 'have'} no token to train even before "
-            f"truncation ({rows_text(rows, len(rows))}): {why}", rows,
+            kind="nothing_to_train", count=len(rows),
+            text=f"{_n(len(rows), 'example')} {'has' if len(rows) == 1 else 'have'} no token to train "
+            f"even before truncation ({rows_text(rows, len(rows))}): {why}", rows=rows,
         ))  # fmt: skip
 
 
@@ -115,9 +115,9 @@ def _truncation(r: TokenReport) -> None:
     fate = _fate(r, lost)
     verb = "loses every token it" if len(rows) == 1 else "lose every token they"
     r.findings.append(Finding(
-        "truncated_away", len(rows),
-        f"{_n(len(rows), 'example')} {verb} would train ({tokens:,} tokens) to the length limit "
-        f"{r.rules.max_length} ({rows_text(rows, len(rows))}): {fate}", rows, tokens,
+        kind="truncated_away", count=len(rows),
+        text=f"{_n(len(rows), 'example')} {verb} would train ({tokens:,} tokens) to the length limit "
+        f"{r.rules.max_length} ({rows_text(rows, len(rows))}): {fate}", rows=rows, tokens=tokens,
     ))  # fmt: skip
 
 
@@ -147,9 +147,9 @@ def _stops(r: TokenReport, tok: Any) -> None:
         r.lines.append(f"{r.stop_rows:,} of {_n(kept, 'kept example')} train a stop token ({names})")
     if kept and r.stop_rows == 0 and r.trained:
         r.findings.append(Finding(
-            "eos_untrained", kept,
-            f"no example trains a stop token ({names}): the model never learns to stop"
-            + _why_no_stop(r, tok), (),
+            kind="eos_untrained", count=kept,
+            text=f"no example trains a stop token ({names}): the model never learns to stop"
+            + _why_no_stop(r, tok), rows=(),
         ))  # fmt: skip
 
 
@@ -240,11 +240,12 @@ def _pad(r: TokenReport, tok: Any) -> None:
         )
         return
     r.findings.append(Finding(
-        "pad_is_eos", len(rows),
-        f"the pad token is the stop token {r.stop_names[pad]} (id {pad}) and DataCollatorForLanguageModeling "
-        f"masks every label equal to the pad id: {len(rows):,} examples lose their EOS labels"
+        kind="pad_is_eos", count=len(rows),
+        text=f"the pad token is the stop token {r.stop_names[pad]} (id {pad}) and "
+        f"DataCollatorForLanguageModeling masks every label equal to the pad id: {len(rows):,} examples "
+        "lose their EOS labels"
         + f" ({rows_text(rows, len(rows))}); give the tokenizer a pad token of its own",
-        rows,
+        rows=rows,
     ))  # fmt: skip
 
 
@@ -279,9 +280,9 @@ def _added(r: TokenReport, tok: Any, model: ModelFacts) -> None:
         else ""
     )
     r.findings.append(Finding(
-        "added_tokens", len(used),
-        f"{_n(len(used), 'token')} past the model's {model.rows:,} embedding rows in the data: {names}: "
+        kind="added_tokens", count=len(used),
+        text=f"{_n(len(used), 'token')} past the model's {model.rows:,} embedding rows in the data: {names}: "
         "the embeddings must be resized (resize_token_embeddings), and the new rows start at the old "
         f"rows' mean, never trained{tied}; train the embeddings (modules_to_save) or keep to the model's "
-        "vocabulary", tuple(users),
+        "vocabulary", rows=tuple(users),
     ))  # fmt: skip

@@ -34,7 +34,7 @@ SHOWN = 10  # rows named per finding
 ABOUT, CLEAN = "about the tokens that train", "no finding about the tokens that train"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Finding:
     kind: str
     count: int
@@ -47,7 +47,7 @@ class Finding:
                 "tokens": self.tokens}  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ModelFacts:
     """What the model's folder says about its vocabulary: embedding rows (config vocab_size), tied
     embeddings, and the stop tokens of its generation_config (eos_token_id, an int or a list)."""
@@ -67,7 +67,12 @@ class ModelFacts:
         rows = text.get("vocab_size") if isinstance(text.get("vocab_size"), int) else None
         tied = config.get("tie_word_embeddings", text.get("tie_word_embeddings"))
         stops = [*_ids(generation.get("eos_token_id")), *_ids(config.get("eos_token_id"))]
-        return cls(rows, tied if isinstance(tied, bool) else None, tuple(dict.fromkeys(stops)), str(folder))
+        return cls(
+            rows=rows,
+            tied=tied if isinstance(tied, bool) else None,
+            stop_ids=tuple(dict.fromkeys(stops)),
+            source=str(folder),
+        )
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -84,7 +89,7 @@ def _ids(value: Any) -> list[int]:
     return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class TokenReport(NoWarnings):
     source: str
     rules: LabelRules
@@ -214,7 +219,15 @@ def check(
     tokens = int(sum(built.ids[i].size for i in kept))
     stops = {int(i): str(tok.convert_ids_to_tokens(int(i))) for i in _stop_ids(tok, model)}
     stop_rows = _stop_rows([built.labels[i] for i in kept], np.array(sorted(stops), dtype=np.int64))
-    report = TokenReport(source, rules, built, counts, tokens, stops, stop_rows)
+    report = TokenReport(
+        source=source,
+        rules=rules,
+        built=built,
+        counts=counts,
+        tokens=tokens,
+        stop_names=stops,
+        stop_rows=stop_rows,
+    )
     judge(report, tok, model)
     return report
 

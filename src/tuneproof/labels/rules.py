@@ -131,7 +131,7 @@ class LabelRules:
         return out
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Built:
     """A dataset as a trainer builds it: per example its token ids and labels as the collator receives
     them (empty when dropped), the tokens before truncation, `dropped` (why the trainer drops it; None:
