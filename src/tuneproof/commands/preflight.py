@@ -228,7 +228,7 @@ def trained_tokens(r: Run, tokenizer: Any, folder: Path | None) -> Section:
     from tuneproof.labels.rows import read_rows
     from tuneproof.preflight.batches import MAX_ROWS
 
-    s = Section("trained tokens")
+    s = Section(name="trained tokens")
     model = ModelFacts.from_folder(folder)
     for ds in r.datasets:
         if ds.local is None:
@@ -251,7 +251,7 @@ def trained_tokens(r: Run, tokenizer: Any, folder: Path | None) -> Section:
 
 
 def _lora(r: Run, cov: Any) -> Section:
-    s = Section("lora", data=cov.to_dict(), findings=list(cov.findings))
+    s = Section(name="lora", data=cov.to_dict(), findings=list(cov.findings))
     fams = ", ".join(f"{k} x{v}" for k, v in sorted(cov.families.items()))
     s.lines.append(
         f"{len(cov.adapted)} modules adapted ({fams or 'none'}), rank {r.lora_r}: "

@@ -31,7 +31,7 @@ def base_quantisation(run: Run, config: dict[str, Any]) -> Section | None:
     stored = stored_quantisation(config)
     if stored is None:
         return None
-    s = Section("quantised base", data={"quant_method": stored.method, "fields": stored.fields})
+    s = Section(name="quantised base", data={"quant_method": stored.method, "fields": stored.fields})
     s.lines.append(f"the base is stored quantised ({stored.where}): {stored.describe()}")
     if run.adapter == "qlora" and run.load_in_4bit:
         asked = "adapter: qlora with load_in_4bit"

@@ -120,7 +120,7 @@ def batching(run: Run, lens: np.ndarray, seed: int = 0) -> tuple[Section, float,
     """Padding share, distinct widths and the widths of one epoch's micro-batches under the run's batching."""
     from tuneproof.data.packing import best_fit_decreasing
 
-    s = Section("batches")
+    s = Section(name="batches")
     kept = np.minimum(lens, run.seq_len)
     over = int((lens > run.seq_len).sum())
     if run.kind == "recipe":  # tuneproof train: the bucketing sampler, each batch padded to its longest
@@ -174,7 +174,9 @@ def wall_time(run: Run, widths: list[int], fit: Any) -> Section:
     rows, per = (1, 1) if run.packs_rows else (run.micro_batch, run.micro_batch)
     w = np.array(widths, dtype=np.float64)
     seconds = float(fit(w, np.full(w.size, rows if run.packing else per)).sum()) * run.epochs
-    s = Section("wall time", data={"seconds": seconds, "epochs": run.epochs, "micro_batches": len(widths)})
+    s = Section(
+        name="wall time", data={"seconds": seconds, "epochs": run.epochs, "micro_batches": len(widths)}
+    )
     s.lines.append(
         f"{run.epochs:g} epoch(s), {len(widths):,} micro-batches: {seconds:,.1f} s ({seconds / 3600:.2f} h) "
         "on one device at the fit "
@@ -207,7 +209,7 @@ def step_time(run: Run, fit: Any) -> Section:
     """One micro-batch's seconds at the run's width, when no real lengths give the epoch."""
     rows, width = (1, run.micro_batch * run.seq_len) if run.packs_rows else (run.micro_batch, run.seq_len)
     seconds = float(fit(np.array([width], dtype=np.float64), np.array([rows]))[0])
-    s = Section("wall time", data={"seconds_per_micro_batch": seconds, "width": width, "rows": rows})
+    s = Section(name="wall time", data={"seconds_per_micro_batch": seconds, "width": width, "rows": rows})
     s.lines.append(
         f"{seconds:.3g} s per micro-batch of {rows} x {width} at the fit; an epoch's total needs the real "
         "lengths (a local dataset)"

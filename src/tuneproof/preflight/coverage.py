@@ -42,7 +42,7 @@ class Inventory:
     total_params: int
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Coverage:
     adapted: list[str]
     families: dict[str, int]  # leaf name -> modules adapted
@@ -138,8 +138,9 @@ def coverage(run: Run, inv: Inventory) -> Coverage:
     expert_params = sum(k for _, k in inv.experts)
     params = sum(run.lora_r * (i + o) for _, i, o in adapted)
     cov = Coverage(
-        [n for n, _, _ in adapted], families, towers, params, inv.total_params, experts_hit,
-        len(inv.experts) - len(experts_hit), expert_params, [],
+        adapted=[n for n, _, _ in adapted], families=families, towers=towers, adapter_params=params,
+        total_params=inv.total_params, experts_adapted=experts_hit,
+        experts_left=len(inv.experts) - len(experts_hit), expert_params=expert_params, findings=[],
     )  # fmt: skip
     _findings(run, inv, cov)
     return cov

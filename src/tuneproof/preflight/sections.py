@@ -25,7 +25,7 @@ RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
 FLASH_ATTN_MAX_HEAD_DIM = 256  # flash-attn 2/3: csrc/flash_attn/flash_api.cpp mha_fwd
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Section:
     name: str
     lines: list[str] = field(default_factory=list)
@@ -70,7 +70,7 @@ def ledger(run: Run, model: Any, padding: float | None, real_width: int | None, 
     report.notes.extend(positions_notes(model, spec.seq_len))
     d = report.to_dict()
     intended, performed = d["intended"]["total"], d["performed"]["total"]
-    s = Section("flops", data={"width": width, "rows": rows, "attn": attn, "mode": mode, **d})
+    s = Section(name="flops", data={"width": width, "rows": rows, "attn": attn, "mode": mode, **d})
     where = (
         f"the median micro-batch on the real lengths, {padding:.0%} padding"
         if real_width
@@ -106,7 +106,7 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
     mixed = iso is not None and not iso.isolated
     packed = run.packing and not mixed
     padded = (not run.packing and run.pad_to_seq_len is not True and rows > 1) or mixed
-    s = Section("dispatch")
+    s = Section(name="dispatch")
     if mixed:
         assert iso is not None
         s.lines.append(
@@ -177,7 +177,7 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
 def flex_options(model: Any, target: DeviceTarget, gpu: str | None, run: Run) -> Section:
     from tuneproof.attention.kernel_measure import best_choice
 
-    s = Section("flex")
+    s = Section(name="flex")
     dims = sorted(
         {
             x.attention.head_dim
@@ -213,7 +213,7 @@ def flex_options(model: Any, target: DeviceTarget, gpu: str | None, run: Run) ->
 
 def recompiles(run: Run, widths_seen: int | None) -> Section:
     """How many distinct widths the run will produce, against dynamo's recompile limit."""
-    s = Section("recompile")
+    s = Section(name="recompile")
     attn = run.attn or ""
     if run.packing or run.pad_to_seq_len is True:
         n, why = 1, "packing or pad_to_sequence_len: every row has one width"
@@ -242,7 +242,7 @@ def recompiles(run: Run, widths_seen: int | None) -> Section:
 
 
 def ship(run: Run, config: dict[str, Any]) -> Section:
-    s = Section("ship")
+    s = Section(name="ship")
     stored = stored_quantisation(config)
     if run.adapter == "qlora" or run.load_in_4bit:
         s.lines.append(
@@ -301,7 +301,7 @@ def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Sect
     )
     report = memory_report(plan_memory(spec))
     d = report.to_dict()
-    s = Section("memory", data=d)
+    s = Section(name="memory", data=d)
     s.lines.append(
         f"peak {gib(d['peak_bytes'])} at {d['peak_where']} ({rows} x {width}, {mode}, weights {run.dtype}"
         + (f" {quant}" if quant else "") + (", checkpointing" if run.grad_ckpt else "") + ")"

@@ -53,7 +53,7 @@ def tokens(run: Run, tokenizer: Any, why_not: str | None, model: Any, model_type
     edits = run.tokens
     if not edits.asked:
         return None
-    s = Section("tokens", data={"checked": tokenizer is not None})
+    s = Section(name="tokens", data={"checked": tokenizer is not None})
     if tokenizer is None:
         s.lines.append(
             f"{len(edits.asked)} added or special tokens not checked against the vocabulary: {why_not}"
