@@ -344,7 +344,9 @@ def _tiny_run() -> Any:
 
     shape = resolve("tiny").shape  # sliding window 128, global layers every third
     step = RunSpec(seq_len=1, attn="sdpa", mode="lora", lora_rank=16, lora_targets=("all-linear",))
-    return CallbackState(shape, step, None, "", MicroBatchLedger(shape, step))
+    return CallbackState(
+        shape=shape, step=step, peak_tflops=None, peak_source="", ledger=MicroBatchLedger(shape, step)
+    )
 
 
 def test_the_attention_excess_share_counts_dense_windows_and_lost_causality() -> None:

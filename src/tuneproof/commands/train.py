@@ -149,7 +149,13 @@ def run(
                     stopped=stop.line() if stop is not None and stop.stopped_at else None)  # fmt: skip
         if not plan.main:
             _leave_process_group(owned)
-            return TrainResult(plan.out, adapter_dir, health=None, fingerprint=None, **kept)  # type: ignore[arg-type]
+            return TrainResult(
+                output_dir=plan.out,
+                adapter_dir=adapter_dir,
+                health=None,
+                fingerprint=None,
+                **kept,  # type: ignore[arg-type]
+            )
         result = _save(plan, trainer, callback, folder, adapter_dir, kept)
         facts = _report_facts(trainer) | {"processes": processes}
         del trainer  # the probe builds its own model: free this one's memory first
@@ -319,7 +325,12 @@ def _save(
             plan.out / "adapter_health.json", json.dumps({"summary": health}, indent=2) + "\n"
         )
     return TrainResult(
-        plan.out, adapter_dir, health=health, fingerprint=fingerprint, health_file=health_file, **kept
+        output_dir=plan.out,
+        adapter_dir=adapter_dir,
+        health=health,
+        fingerprint=fingerprint,
+        health_file=health_file,
+        **kept,
     )
 
 

@@ -16,7 +16,7 @@ from tuneproof.flops.microbatch import MicroBatchLedger
 from tuneproof.runs.step import RunSpec
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class CallbackState:
     shape: Any
     step: RunSpec  # the run's step at any width: attention path, mode, adapters, checkpointing
@@ -95,11 +95,11 @@ def read_run(model: Any, args: Any, gpu: str | None, peak_tflops: float | None) 
     eos = getattr(base.config, "eos_token_id", None)
     eos = eos[0] if isinstance(eos, list) and eos else eos
     return CallbackState(
-        resolved.shape,
-        step,
-        tflops,
-        source,
-        ledger,
+        shape=resolved.shape,
+        step=step,
+        peak_tflops=tflops,
+        peak_source=source,
+        ledger=ledger,
         capability=capability,  # type: ignore[arg-type]
         dtype=dtype_name,
         notes=notes,

@@ -11,7 +11,7 @@ from typing import Any
 from tuneproof.core.verdict import Verdict
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class TrainResult:
     """A `tuneproof.core.verdict.Result`. `warnings` is empty: a run's warnings (first-step advice, an
     adapter that did not train everywhere) are Python warnings raised as they happen, most of them

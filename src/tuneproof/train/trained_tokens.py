@@ -99,7 +99,7 @@ class Step:
         return sum(means) / len(means) if means else math.nan
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class AccumulationCheck:
     """The once-per-run check: the steps up to the first logged loss, then `judge(reported)`."""
 
