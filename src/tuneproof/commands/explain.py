@@ -97,8 +97,9 @@ def _memory_notes(shape: Any, ctx: Any, result: Explanation) -> list[str]:
         layer = shape.layers[idxs[0]]
 
         def kept(backend: str, masked: bool, layer: Any = layer) -> int:
-            g = Geometry(ctx.batch, ctx.seq_len, BY_SHORT[ctx.dtype].bytes, run, {layer.index: backend},
-                         {layer.index: masked}, True, ctx.sdpa_dropout)  # fmt: skip
+            g = Geometry(batch=ctx.batch, width=ctx.seq_len, act_bytes=BY_SHORT[ctx.dtype].bytes, run=run,
+                         backends={layer.index: backend}, masked={layer.index: masked}, input_grads=True,
+                         dropout=ctx.sdpa_dropout)  # fmt: skip
             return sum(i.nbytes for i in attention_items(layer, g))
 
         performed, fused = kept(x.backend, x.mask_materialised), kept("flash", False)

@@ -41,7 +41,7 @@ EXTRA_GATED = {"gpt_oss": 3}
 GATED = "gate, up, act"  # how a gated block's item ends
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Item:
     """Bytes one kind of saved tensor takes in one layer (or once for the model), and what it is."""
 
@@ -51,7 +51,7 @@ class Item:
     half: str = "ffn"  # the part of the layer that keeps it: "attn" (freed last in backward) or "ffn"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Geometry:
     """What sizes one step's activations: B, T, the activations' bytes, the mode, which attention
     backend each softmax layer runs (`backends[layer index]`), whether the embedding output carries a
@@ -123,7 +123,9 @@ def norm_items(norms: tuple[Norm, ...], g: Geometry, weights_train: bool, skip_f
             elif weights_train and norm.kind == "rms_offset":
                 nbytes += elements * FP32 + FP32 * norm.width
         half = "attn" if ("input_layernorm" in norm.name or "attn" in norm.name) else "ffn"
-        items.append(Item("norms", nbytes, f"{norm.name}: fp32 input and rsqrt", half))
+        items.append(
+            Item(component="norms", nbytes=nbytes, what=f"{norm.name}: fp32 input and rsqrt", half=half)
+        )
     return items
 
 
@@ -182,7 +184,10 @@ def gemm_items(layer: LayerShape, shape: ModelShape, g: Geometry) -> list[Item]:
             merged = lin.num_experts * lin.in_features * lin.out_features * g.weight_bytes
             items.append(
                 Item(
-                    "adapters", merged, f"{lin.name}: the merged weight W + BA (PEFT target_parameters)", half
+                    component="adapters",
+                    nbytes=merged,
+                    what=f"{lin.name}: the merged weight W + BA (PEFT target_parameters)",
+                    half=half,
                 )
             )
         elif rank:
@@ -201,8 +206,11 @@ def gemm_items(layer: LayerShape, shape: ModelShape, g: Geometry) -> list[Item]:
                 if copy
                 else ""
             )
-            items.append(Item("adapters", copy + rows * rank * a, what, half))
-    items += [Item("projections", v, f"GEMM input {k}", halves[k]) for k, v in srcs.items()]
+            items.append(Item(component="adapters", nbytes=copy + rows * rank * a, what=what, half=half))
+    items += [
+        Item(component="projections", nbytes=v, what=f"GEMM input {k}", half=halves[k])
+        for k, v in srcs.items()
+    ]
     return items + _blocks(layer, g, shape.model_type)
 
 
@@ -220,9 +228,21 @@ def _blocks(layer: LayerShape, g: Geometry, model_type: str) -> list[Item]:
         rows = round(g.tokens * max(widths[src][1] for src in srcs))
         if total == 2 * lin.in_features:
             kept = 3 + EXTRA_GATED.get(model_type, 0)
-            items.append(Item("mlp", kept * rows * lin.in_features * g.act_bytes, f"{lin.name}: {GATED}"))
+            items.append(
+                Item(
+                    component="mlp",
+                    nbytes=kept * rows * lin.in_features * g.act_bytes,
+                    what=f"{lin.name}: {GATED}",
+                )
+            )
         elif lin.src in joins and total == lin.in_features:
-            items.append(Item("mlp", rows * lin.in_features * g.act_bytes, f"{lin.name}: activation input"))
+            items.append(
+                Item(
+                    component="mlp",
+                    nbytes=rows * lin.in_features * g.act_bytes,
+                    what=f"{lin.name}: activation input",
+                )
+            )
     return items
 
 
@@ -238,7 +258,13 @@ def routing_items(layer: LayerShape, shape: ModelShape, g: Geometry) -> list[Ite
     nbytes = (
         n * router.out_features * FP32 + rows * (4 * INDEX + FP32) + rows * shape.hidden_size * g.act_bytes
     )
-    return [Item("experts", nbytes, f"routing: fp32 router probabilities, {k:g} expert outputs per token")]
+    return [
+        Item(
+            component="experts",
+            nbytes=nbytes,
+            what=f"routing: fp32 router probabilities, {k:g} expert outputs per token",
+        )
+    ]
 
 
 def _fused_v(layer: LayerShape, per_token_v: int) -> int:
@@ -268,15 +294,32 @@ def attention_items(layer: LayerShape, g: Geometry) -> list[Item]:
         qkv = bsz * t * (h * d + kv * d + v) * b
         out = bsz * t * h * dv * b  # laid out (B, T, H, d): o_proj's input is a view of it
         lse = bsz * h * t * FP32
-        return [Item("attention", qkv + out + lse, f"{backend}: q, k, v, output, fp32 log-sum-exp", "attn")]
+        return [
+            Item(
+                component="attention",
+                nbytes=qkv + out + lse,
+                what=f"{backend}: q, k, v, output, fp32 log-sum-exp",
+                half="attn",
+            )
+        ]
     scores = bsz * h * t * t
     probs = scores * (FP32 + (b if b != FP32 else 0) + (b if g.softcap else 0))  # softcapping: tanh's output
     if g.dropout > 0:
         probs += scores * (1 + b)  # the dropout mask and the dropped probabilities
     qkv = bsz * t * h * (2 * d + dv) * b  # K and V repeated to every query head
     return [
-        Item("attention", probs, f"{backend}: B x H x T x T probabilities ({bsz} x {h} x {t}^2)", "attn"),
-        Item("attention", qkv, f"{backend}: q, and k and v repeated to {h} heads", "attn"),
+        Item(
+            component="attention",
+            nbytes=probs,
+            what=f"{backend}: B x H x T x T probabilities ({bsz} x {h} x {t}^2)",
+            half="attn",
+        ),
+        Item(
+            component="attention",
+            nbytes=qkv,
+            what=f"{backend}: q, and k and v repeated to {h} heads",
+            half="attn",
+        ),
     ]
 
 
@@ -311,7 +354,7 @@ def mask_items(shape: ModelShape, g: Geometry) -> list[Item]:
             kinds[key] = max(kinds.get(key, 0), 1)
     area = g.batch * g.width * g.width
     return [
-        Item("mask", area * size, f"{kind} mask (B x 1 x T x T, {size} B)")
+        Item(component="mask", nbytes=area * size, what=f"{kind} mask (B x 1 x T x T, {size} B)")
         for (kind, _), size in kinds.items()
     ]
 
@@ -319,15 +362,31 @@ def mask_items(shape: ModelShape, g: Geometry) -> list[Item]:
 def model_items(shape: ModelShape, final: tuple[Norm, ...], g: Geometry, rotary_dim: int) -> list[Item]:
     """Once per step: token ids, rotary tables, the final norm, the LM head's input, the loss."""
     n, v = g.tokens, shape.vocab_size
-    items = [Item("embedding", n * INDEX, "token ids")]
+    items = [Item(component="embedding", nbytes=n * INDEX, what="token ids")]
     items += mask_items(shape, g)
     if rotary_dim:
-        items.append(Item("embedding", 2 * g.width * rotary_dim * g.act_bytes, "rotary cos and sin"))
+        items.append(
+            Item(
+                component="embedding",
+                nbytes=2 * g.width * rotary_dim * g.act_bytes,
+                what="rotary cos and sin",
+            )
+        )
     items += norm_items(final, g, g.run.mode != "lora", False)
     whole = _trains(shape.head, shape, g.run)[0]
     if whole:
-        items.append(Item("lm_head", n * shape.hidden_size * g.act_bytes, "LM head input"))
-    items.append(Item("loss", n * v * FP32 + n * INDEX, f"fp32 log-softmax over B x T x V ({n} x {v})"))
+        items.append(
+            Item(component="lm_head", nbytes=n * shape.hidden_size * g.act_bytes, what="LM head input")
+        )
+    items.append(
+        Item(
+            component="loss",
+            nbytes=n * v * FP32 + n * INDEX,
+            what=f"fp32 log-softmax over B x T x V ({n} x {v})",
+        )
+    )
     if g.logit_softcap:
-        items.append(Item("loss", n * v * g.act_bytes, "the soft-capped logits' tanh output"))
+        items.append(
+            Item(component="loss", nbytes=n * v * g.act_bytes, what="the soft-capped logits' tanh output")
+        )
     return items

@@ -50,7 +50,7 @@ class MemorySpec:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MemoryPlan:
     model: ResolvedModel
     spec: MemorySpec
@@ -79,7 +79,9 @@ def plan_memory(spec: MemorySpec) -> MemoryPlan:
     elif spec.gpu_memory is not None:
         chosen = card("the card", spec.gpu_memory)
     notes = positions_notes(model, spec.run.seq_len)
-    return MemoryPlan(model, spec, chosen, capability, norm_inventory(model), notes)
+    return MemoryPlan(
+        model=model, spec=spec, card=chosen, capability=capability, norms=norm_inventory(model), notes=notes
+    )
 
 
 def _step(plan: MemoryPlan, run: RunSpec, fused: bool = False) -> StepMemory:
@@ -96,8 +98,9 @@ def memory_report(plan: MemoryPlan) -> MemoryReport:
     performed = _step(plan, spec.run)
     intended = _step(plan, spec.run, fused=True)
     report = MemoryReport(
-        plan.model.shape.model_type, spec.run, spec.precision, spec.training, performed, intended,
-        excess_lines(performed, intended, spec.run), notes=list(plan.notes) + _notes(plan, performed),
+        model_type=plan.model.shape.model_type, run=spec.run, precision=spec.precision,
+        training=spec.training, performed=performed, intended=intended,
+        excess=excess_lines(performed, intended, spec.run), notes=list(plan.notes) + _notes(plan, performed),
     )  # fmt: skip
     if plan.card is not None:
         report.fit = _fit(plan, performed, plan.card)
@@ -176,7 +179,14 @@ def _fit(plan: MemoryPlan, performed: StepMemory, chosen: Card) -> Fit:
     if run.batch > 1 and batch:
         options.append((f"micro-batch {min(batch, run.batch - 1)}", peak(batch=min(batch, run.batch - 1))))
     headroom = total - performed.peak.peak_bytes
-    return Fit(chosen, headroom >= 0, headroom, batch, width, tuple(options))
+    return Fit(
+        card=chosen,
+        fits=headroom >= 0,
+        headroom=headroom,
+        largest_batch=batch,
+        largest_width=width,
+        options=tuple(options),
+    )
 
 
 def _largest(fits: Callable[[int], bool], high: int) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 from tuneproof.arch import ResolvedModel
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Norm:
     """One normalisation module: `name` inside its layer, `kind` (module docstring), `width` the
     normalised size, `rows_per_token` how many rows of that width one token brings (1 over the hidden
@@ -91,7 +91,14 @@ def _norms_of(layer: Any, attn: Any, hidden: int) -> tuple[Norm, ...]:
         kind = _kind(module) if name else None
         width = _width(module) if kind else None
         if kind and width and not any(name.startswith(n.name + ".") for n in out):
-            out.append(Norm(name, kind, width, _rows_per_token(name, width, attn, hidden)))
+            out.append(
+                Norm(
+                    name=name,
+                    kind=kind,
+                    width=width,
+                    rows_per_token=_rows_per_token(name, width, attn, hidden),
+                )
+            )
     return tuple(out)
 
 
@@ -117,7 +124,7 @@ def _inventory(model: ResolvedModel) -> NormInventory:
     }
     layers = tuple(per_kind.get(layer_kind(layer), per_kind[kinds[-1]]) for layer in shape.layers)
     final = tuple(
-        Norm(name, kind, width, 1)
+        Norm(name=name, kind=kind, width=width, rows_per_token=1)
         for name, module in meta.named_modules()
         if name and not name.startswith(prefix + ".") and not any(m in name for m in ("vision", "audio"))
         and (kind := _kind(module)) and (width := _width(module))

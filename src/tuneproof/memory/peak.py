@@ -24,7 +24,7 @@ from tuneproof.memory.activations import FP32, Geometry, Item, fused
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class LayerCost:
     """One layer in the walk: what it saves, its parameters' gradient bytes, its temporaries."""
 
@@ -46,7 +46,7 @@ class LayerCost:
         return sum(i.nbytes for i in self.saved if i.half == "attn")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Point:
     """One moment of the step and what is alive then."""
 
@@ -134,7 +134,16 @@ def walk(
     points: list[Point] = []
 
     def at(where: str, grads: int, acts: int, temp: int) -> None:
-        points.append(Point(where, fixed, optimizer_states, grads, acts, temp))
+        points.append(
+            Point(
+                where=where,
+                fixed=fixed,
+                optimizer_states=optimizer_states,
+                gradients=grads,
+                activations=acts,
+                temporaries=temp,
+            )
+        )
 
     acts = before
     for layer, keep in zip(layers, kept, strict=True):

@@ -34,7 +34,7 @@ class MemoryExcess:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Fit:
     """The step on a card: fits or not, headroom, and the largest batch and width that fit."""
 
@@ -46,7 +46,7 @@ class Fit:
     options: tuple[tuple[str, int], ...]  # what else would make the asked step fit: (change, its peak)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class MemoryReport(NoWarnings):
     model_type: str
     run: RunSpec

@@ -54,7 +54,7 @@ NOT_COUNTED = "norm weights and biases (the shape holds GEMMs and embeddings; un
 PER_LAYER_TABLES = "; per-layer embedding tables (Gemma 3n/4's embed_tokens_per_layer): not in the shape"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class States:
     """Bytes per component that live through the step, and the parameter counts they come from."""
 
@@ -127,7 +127,15 @@ def state_bytes(
     else:
         opt = states * trained + (STEP_BYTES * tensors if scalar and step_on_device else 0)
     not_counted = NOT_COUNTED + (PER_LAYER_TABLES if shape.pre_steps else "")
-    return States(weights, adapter_bytes, trained, opt, trainable, tensors, not_counted)
+    return States(
+        weights=weights,
+        adapters=adapter_bytes,
+        gradients=trained,
+        optimizer=opt,
+        trainable=trainable,
+        tensors=tensors,
+        not_counted=not_counted,
+    )
 
 
 def _check_quant(quant: str | None, run: RunSpec) -> None:

@@ -93,7 +93,7 @@ class Training:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class StepMemory:
     """The predicted step on one rank: states, each layer's saved tensors, the model-level ones, the
     peak, the backend of every softmax layer and which have a materialised mask."""
@@ -181,8 +181,8 @@ def _geometry(
         backends = dict.fromkeys(backends, "flash")
         masked = dict.fromkeys(masked, False)
     return Geometry(
-        run.batch, run.seq_len, precision.activation_bytes, run, backends, masked,
-        input_grads=run.mode != "lora" or run.grad_ckpt, dropout=dropout,
+        batch=run.batch, width=run.seq_len, act_bytes=precision.activation_bytes, run=run, backends=backends,
+        masked=masked, input_grads=run.mode != "lora" or run.grad_ckpt, dropout=dropout,
         weight_bytes=BY_SHORT[precision.dtype].bytes,
         softcap=bool(getattr(config, "attn_logit_softcapping", None)),
         logit_softcap=bool(getattr(config, "final_logit_softcapping", None)),
@@ -200,7 +200,11 @@ def _layer_costs(
         if copies:
             gemms = _layer_parameters(layer)
             items.append(
-                Item("weights", gemms * g.act_bytes, "autocast's low-precision copies of the fp32 weights")
+                Item(
+                    component="weights",
+                    nbytes=gemms * g.act_bytes,
+                    what="autocast's low-precision copies of the fp32 weights",
+                )
             )
         widest, extra = _ffn_temps(layer, shape, g)
         kept = 3 if any(item.what.endswith(GATED) for item in items) else 2
@@ -208,7 +212,17 @@ def _layer_costs(
             layer.attention, g, g.backends.get(i, "math"), widest, shape.hidden_size, kept
         )
         flowing = g.tokens * shape.hidden_size * g.act_bytes  # the layer's input: what checkpointing keeps
-        costs.append(LayerCost(i, tuple(items), grads[i], ffn + extra, attn, 0, flowing))
+        costs.append(
+            LayerCost(
+                index=i,
+                saved=tuple(items),
+                gradients=grads[i],
+                ffn_temp=ffn + extra,
+                attn_temp=attn,
+                forward_temp=0,
+                checkpoint_input=flowing,
+            )
+        )
     return costs
 
 
@@ -309,7 +323,11 @@ def step_memory(
     level = model_items(shape, inv.final, g, rotary)
     if precision.weight_copies:  # the LM head's weight, cast for its GEMM and kept for the input's gradient
         head = shape.head.in_features * shape.head.out_features * g.act_bytes
-        level.append(Item("weights", head, "autocast's low-precision copy of the LM head's weight"))
+        level.append(
+            Item(
+                component="weights", nbytes=head, what="autocast's low-precision copy of the LM head's weight"
+            )
+        )
     kept_before = ("embedding", "mask") if run.grad_ckpt else ("embedding",)
     before = sum(i.nbytes for i in level if i.component in kept_before)
     after = sum(i.nbytes for i in level if i.component not in ("embedding", "mask"))
@@ -320,7 +338,16 @@ def step_memory(
         optimizer_temp=_optimizer_temp(states, training.optimizer_impl), checkpointing=run.grad_ckpt,
         accumulating=training.grad_accum > 1,
     )  # fmt: skip
-    return StepMemory(states, tuple(costs), tuple(level), peak, g.backends, g.masked, sharding, why)
+    return StepMemory(
+        states=states,
+        layers=tuple(costs),
+        model_level=tuple(level),
+        peak=peak,
+        backends=g.backends,
+        masked=g.masked,
+        sharding=sharding,
+        why=why,
+    )
 
 
 def _head_share(shape: ModelShape, states: States) -> int:
@@ -339,7 +366,11 @@ def _per_rank(states: States, shape: ModelShape, training: Training) -> tuple[St
     if training.parallel == "none":
         return states, (), 0
     if training.parallel == "ddp":
-        buckets = Item("sharding", states.gradients, "DDP's gradient buckets (a copy of every gradient)")
+        buckets = Item(
+            component="sharding",
+            nbytes=states.gradients,
+            what="DDP's gradient buckets (a copy of every gradient)",
+        )
         return states, (buckets,), buckets.nbytes
     w = training.world_size
     layer = max((_layer_parameters(each) for each in shape.layers), default=0)
@@ -351,8 +382,16 @@ def _per_rank(states: States, shape: ModelShape, training: Training) -> tuple[St
         optimizer=states.optimizer // w,
     )  # fmt: skip
     items = (
-        Item("sharding", gathered, "FSDP2: the current and the prefetched layer's weights, gathered whole"),
-        Item("sharding", grads, "FSDP2: one layer's whole gradients before the reduce-scatter"),
+        Item(
+            component="sharding",
+            nbytes=gathered,
+            what="FSDP2: the current and the prefetched layer's weights, gathered whole",
+        ),
+        Item(
+            component="sharding",
+            nbytes=grads,
+            what="FSDP2: one layer's whole gradients before the reduce-scatter",
+        ),
     )
     return sharded, items, gathered + grads
 
