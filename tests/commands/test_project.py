@@ -15,15 +15,17 @@ from tuneproof.core.errors import TuneproofError
 from tuneproof.data import synthetic_lengths
 from tuneproof.data.ranks import StepCost
 
-CASE = StepModel(StepCost(a=6.87e-4, b=8.85e-8))
+CASE = StepModel(cost=StepCost(a=6.87e-4, b=8.85e-8))
 
 
 def test_a_projection_by_hand() -> None:
     lengths = np.array([10] * 8)
-    (p,) = project(lengths, 2, 2, StepModel(StepCost(a=1.0, b=0.0)), samplers=("ours",), step_overhead_s=0.5)
+    (p,) = project(
+        lengths, 2, 2, StepModel(cost=StepCost(a=1.0, b=0.0)), samplers=("ours",), step_overhead_s=0.5
+    )
     # 4 micro-batches of 2 sequences x 10 tokens x 1 s/token, 2 optimizer steps of 0.5 s overhead
     assert (p.wall_s, p.steps, p.micro_batches, p.tokens, p.utilisation) == (81.0, 2, 4, 80, 1.0)
-    (two,) = project(lengths, 2, 1, StepModel(StepCost(a=1.0, b=0.0)), ranks=2, samplers=("ours",))
+    (two,) = project(lengths, 2, 1, StepModel(cost=StepCost(a=1.0, b=0.0)), ranks=2, samplers=("ours",))
     assert (two.wall_s, two.steps) == (40.0, 2)  # two ranks share the work, nobody waits
 
 
@@ -115,7 +117,13 @@ def test_the_fastest_is_named_only_when_the_projection_can_tell() -> None:
     assert fastest(apart, measured).startswith("the fastest, ours, saves")
     close = [proj("ours", 10.0, (9.0, 11.0)), proj("random", 10.5, (10.0, 12.0))]
     assert fastest(close, measured) == "no sampler named fastest: the intervals overlap (inconclusive)"
-    unmeasured = StepModel(measured.cost, [], (512, 8192), "probe", "2 kept repeat(s) at a width")
+    unmeasured = StepModel(
+        cost=measured.cost,
+        replicates=[],
+        measured=(512, 8192),
+        source="probe",
+        no_interval="2 kept repeat(s) at a width",
+    )
     assert fastest(apart, unmeasured) == "no sampler named fastest: 2 kept repeat(s) at a width"
     assert fastest(apart, CASE).endswith("(under this fit)")
     packed = [proj("packing", 5.0, None), proj("ours", 10.0, None)]

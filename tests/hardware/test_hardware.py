@@ -427,7 +427,9 @@ def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsy
     from tuneproof.commands import peak as area
 
     fake_cuda_device(monkeypatch, "NVIDIA H100 80GB HBM3", (9, 0), 232_448)
-    fake = area.MeasuredPeak(741.75, "cuda", "bf16", 8192, 1.5e-3, 1e-5, 40)
+    fake = area.MeasuredPeak(
+        tflops=741.75, device="cuda", dtype="bf16", size=8192, median_s=1.5e-3, iqr_s=1e-5, runs=40
+    )
     monkeypatch.setattr(
         area, "run", lambda plan, progress=None: area.replace(fake, table=area._table_peak(plan))
     )

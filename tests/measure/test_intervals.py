@@ -155,9 +155,11 @@ def test_a_comparison_inside_its_noise_is_inconclusive_and_without_repeats_says_
 
 
 def test_a_share_in_points_prints_with_its_sign() -> None:
-    d = Derived("comparison_gap", 1.4, (-3.0, 6.2), None, unit="points")
+    d = Derived(
+        name="comparison_gap", value=1.4, interval=(-3.0, 6.2), no_interval_reason=None, unit="points"
+    )
     assert d.text() == "comparison_gap = +1.4 points (95 % interval -3.0 to +6.2 points)"
-    share = Derived("quad_share_4096", 0.587, (0.40, 0.70), None)
+    share = Derived(name="quad_share_4096", value=0.587, interval=(0.40, 0.70), no_interval_reason=None)
     assert share.text() == "quad_share_4096 = 58.7 % (95 % interval 40.0 to 70.0 %)"
 
 
@@ -168,7 +170,13 @@ def test_the_doctors_summary_gives_every_derived_number_with_its_interval(monkey
 
     derived = [
         *_mfu(_times(0)[-1]),
-        Derived("comparison_gap", 1.4, None, "widths [512] have fewer", "points"),
+        Derived(
+            name="comparison_gap",
+            value=1.4,
+            interval=None,
+            no_interval_reason="widths [512] have fewer",
+            unit="points",
+        ),
     ]
     result = SimpleNamespace(derived=derived, to_dict=lambda: {"derived": "..."})
     report = DoctorReport("tiny", sections={"probe": ProbeSection(result, "a note")})

@@ -934,8 +934,8 @@ def test_the_attribution_names_the_share_its_parts_add_up_to() -> None:
     """Bench under load: 'of the profiler's 75.6 % quadratic share, attention 66.7 points; other -5.4,
     gemm -3.0 ...': the parts added up to the unconstrained fit's 57.3 %, not to the 75.6 % printed."""
     cc = CrossCheck(
-        4096,
-        {
+        width=4096,
+        values={
             "quad_share_fit": 0.8,
             "quad_share_kernels": 0.756,
             **{f"quadratic_{c}": 0.0 for c in PROFILE_COLUMNS},
@@ -947,8 +947,8 @@ def test_the_attribution_names_the_share_its_parts_add_up_to() -> None:
             "attention_constant": 0.0,
             "attention_share": 0.8,
         },
-        None,
-        judge_agreement(4.4, None),
+        intervals=None,
+        verdict=judge_agreement(4.4, None),
     )
     assert cc.explanation[0] == (
         "of the profiler's 58.3 % quadratic share (the fit without the sign constraint, whose class parts "

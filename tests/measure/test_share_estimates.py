@@ -100,4 +100,7 @@ def test_no_attribution_means_no_comparison_in_the_summary() -> None:
 def test_derived_json_names_its_unit(unit: str, expected: str) -> None:
     from tuneproof.measure.probe_result import Derived
 
-    assert Derived("x", 0.5, None, "why", unit).to_dict()["x_unit"] == expected
+    assert (
+        Derived(name="x", value=0.5, interval=None, no_interval_reason="why", unit=unit).to_dict()["x_unit"]
+        == expected
+    )

@@ -296,7 +296,7 @@ def run(plan: ProjectionPlan, progress: Progress | None = None) -> ProjectionRes
     s = plan.spec
     overhead = s.step_overhead_s
     if s.fit is not None:
-        model = StepModel(s.fit)
+        model = StepModel(cost=s.fit)
     elif plan.points is not None:
         widths, seconds, batch, said = plan.points
         model = StepModel.from_points(widths, seconds, batch, s.seed, f"points from {s.points}, {said}")

@@ -59,7 +59,13 @@ def run(
     model, spec, out = plan.model, plan.spec, plan.out
     clock = clock or default_clock
     budget = engine.WholeBudget(
-        spec.budget_s, clock, clock(), spec.profiles, spec.over_budget, spec.max_repeats, notice=notice
+        budget_s=spec.budget_s,
+        clock=clock,
+        started=clock(),
+        profiles=spec.profiles,
+        over_budget=spec.over_budget,
+        max_rounds=spec.max_repeats,
+        notice=notice,
     )
     said = None if progress is None else _past_budget(progress, budget, notice)
     steps, timing = engine.time_widths(model, spec, said, budget=budget)

@@ -44,7 +44,7 @@ PEAK_SIZES = 3
 FIT_MARGIN = 1.25  # the budget suggested for a floor that does not fit: the estimate plus a quarter
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Estimate:
     """The whole run, estimated after the first timed round (seconds)."""
 
@@ -99,7 +99,7 @@ class Estimate:
         )
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class WholeBudget:
     """One probe's whole budget on `clock` (started at `started`). `after_first_round` is the
     `time_interleaved` hook; `notice` receives the estimate line as soon as it is known."""
@@ -139,8 +139,9 @@ class WholeBudget:
         timing_elapsed_s += self.clock() - calibrating  # the calibration ran inside the timing's window
         so_far = self.clock() - self.started
         est = Estimate(
-            so_far, round_s, MIN_ROUNDS, profiles_s, self.peak_s, self.budget_s, self.max_rounds, basis,
-            self.profiles,
+            so_far_s=so_far, round_s=round_s, floor_rounds=MIN_ROUNDS, profiles_s=profiles_s,
+            peak_s=self.peak_s, budget_s=self.budget_s, max_rounds=self.max_rounds, profile_basis=basis,
+            profiles=self.profiles,
         )  # fmt: skip
         self.estimate = est
         self.promise_s = max(self.budget_s, est.floor_s)

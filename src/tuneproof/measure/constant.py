@@ -22,7 +22,7 @@ MAX_REPEATS_ADVICE = 1000
 POWER_FACTOR = 1 + 0.8416212335729143 / 1.959963984540054  # 1 + z_0.8 / z_0.975
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ConstantTerm:
     """The fit t = C + A*w + B*w^2 judged against `margin` seconds: present, absent or undetermined."""
 
@@ -94,12 +94,12 @@ def judge_constant(
     (default: `square_law`); `basis` names how the interval was made."""
     if interval is None:
         return ConstantTerm(
-            "undetermined",
-            c,
-            None,
-            margin,
-            None,
-            f"C = {c:.3g} s (unconstrained fit) has no interval (it needs {robust.MIN_FOR_INTERVAL} "
+            verdict="undetermined",
+            c=c,
+            interval=None,
+            margin=margin,
+            repeats_to_decide=None,
+            reason=f"C = {c:.3g} s (unconstrained fit) has no interval (it needs {robust.MIN_FOR_INTERVAL} "
             "kept repeats per width, "
             f"the fewest here is {repeats}): add repeats to test it",
         )
@@ -111,30 +111,24 @@ def judge_constant(
     )
     if lo > margin:
         return ConstantTerm(
-            "present",
-            c,
-            interval,
-            margin,
-            None,
-            f"{where}: per-step overhead that does not scale with width is present (launch- or host-bound)",
-        )
+            verdict="present", c=c, interval=interval, margin=margin, repeats_to_decide=None,
+            reason=f"{where}: per-step overhead that does not scale with width is present "
+            "(launch- or host-bound)",
+        )  # fmt: skip
     if -margin <= lo and hi <= margin:
         return ConstantTerm(
-            "absent",
-            c,
-            interval,
-            margin,
-            None,
-            f"{where}: any constant is too small to matter, so the launch-/host-bound hypothesis is refuted",
-        )
+            verdict="absent", c=c, interval=interval, margin=margin, repeats_to_decide=None,
+            reason=f"{where}: any constant is too small to matter, so the launch-/host-bound hypothesis "
+            "is refuted",
+        )  # fmt: skip
     if hi < -margin:
         return ConstantTerm(
-            "undetermined",
-            c,
-            interval,
-            margin,
-            None,
-            f"{where}: C is negative beyond the noise, so t = C + A*w + B*w^2 does not describe "
+            verdict="undetermined",
+            c=c,
+            interval=interval,
+            margin=margin,
+            repeats_to_decide=None,
+            reason=f"{where}: C is negative beyond the noise, so t = C + A*w + B*w^2 does not describe "
             "these timings",
         )
     decide = to_decide or square_law(repeats, (hi - lo) / 2)
@@ -156,7 +150,8 @@ def judge_constant(
     else:
         advice = "C sits on the margin: repeats alone will not decide it"
     return ConstantTerm(
-        "undetermined", c, interval, margin, n, f"{where}: the interval is too wide to say; {advice}",
+        verdict="undetermined", c=c, interval=interval, margin=margin, repeats_to_decide=n,
+        reason=f"{where}: the interval is too wide to say; {advice}",
         beyond_advice=bool(targets) and n is None,
     )  # fmt: skip
 
@@ -168,8 +163,8 @@ def _below_zero(
     n = decide(margin - abs(c)) if abs(c) < margin else None
     more = f"about {n} repeats per width would tell which" if n else "more repeats would tell which"
     return ConstantTerm(
-        "undetermined", c, interval, margin, n,
-        f"{where}: C is below 0 beyond the noise (no per-step overhead is negative): either a 1-in-40 draw "
-        f"of a negligible constant or timings that t = C + A*w + B*w^2 does not describe; an overhead "
-        f"above the margin is not supported; {more}",
+        verdict="undetermined", c=c, interval=interval, margin=margin, repeats_to_decide=n,
+        reason=f"{where}: C is below 0 beyond the noise (no per-step overhead is negative): either a "
+        f"1-in-40 draw of a negligible constant or timings that t = C + A*w + B*w^2 does not describe; an "
+        f"overhead above the margin is not supported; {more}",
     )  # fmt: skip

@@ -50,7 +50,7 @@ MIN_PROFILES = 2
 MIN_REPEATS = 6  # a 95 % interval of a median needs 6 values (tuneproof.measure.robust)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Agreement:
     """Whether the two instruments agree: the outcome, the gap (points, timer minus profiler) and its
     95 % interval, the tolerance it was judged against, and the reason in words."""
@@ -81,32 +81,41 @@ def judge_agreement(
     disagree, otherwise (or without an interval) inconclusive."""
     if interval is None:
         return Agreement(
-            "inconclusive", gap, None, tolerance, f"gap {gap:+.1f} points with no interval: cannot judge"
+            outcome="inconclusive",
+            gap=gap,
+            interval=None,
+            tolerance=tolerance,
+            reason=f"gap {gap:+.1f} points with no interval: cannot judge",
         )
     lo, hi = interval
     span = f"gap {gap:+.1f} points, 95 % interval [{lo:+.1f}, {hi:+.1f}] vs +-{tolerance:g}"
     if -tolerance <= lo and hi <= tolerance:
         return Agreement(
-            "agree", gap, interval, tolerance, f"{span}: the whole interval is within the tolerance"
+            outcome="agree",
+            gap=gap,
+            interval=interval,
+            tolerance=tolerance,
+            reason=f"{span}: the whole interval is within the tolerance",
         )
     if hi < -tolerance or lo > tolerance:
         return Agreement(
-            "disagree",
-            gap,
-            interval,
-            tolerance,
-            f"{span}: the whole interval is outside the tolerance, beyond both measurements' noise",
+            outcome="disagree",
+            gap=gap,
+            interval=interval,
+            tolerance=tolerance,
+            reason=f"{span}: the whole interval is outside the tolerance, beyond both measurements' noise",
         )
     return Agreement(
-        "inconclusive",
-        gap,
-        interval,
-        tolerance,
-        f"{span}: the interval straddles the tolerance, so the noise allows agreement and disagreement",
+        outcome="inconclusive",
+        gap=gap,
+        interval=interval,
+        tolerance=tolerance,
+        reason=f"{span}: the interval straddles the tolerance, so the noise allows agreement and "
+        "disagreement",
     )
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class CrossCheck:
     """Both instruments at `width`, in shares of step time (0-1), their 95 % intervals, the verdict."""
 
@@ -258,7 +267,8 @@ def cross_check(
         verdict = judge_agreement(gap, term_ci["timer_vs_profiler"], tolerance)
         verdict = _unstable(values, intervals, verdict, notes)
     comparison = Comparison.of(values, term_ci, notes, tolerance)
-    return CrossCheck(int(at), values, intervals, verdict, notes, attributable, comparison)
+    return CrossCheck(width=int(at), values=values, intervals=intervals, verdict=verdict, notes=notes,
+                      attributable=attributable, comparison=comparison)  # fmt: skip
 
 
 # The reference run's comparison, quad share (fit) - attention share (kernels), and its terms, which add
@@ -283,7 +293,7 @@ def comparison_terms(
     return [gap, timer, outside, rest, gap - timer - outside - rest]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Comparison:
     """The reference run's comparison in points: the gap, each term, their 95 % intervals (None with
     `no_interval_reason`), and a verdict on the gap (inside the noise: inconclusive)."""
@@ -308,7 +318,12 @@ class Comparison:
         points = {n: 100 * float(x) for n, x in zip(TERMS, terms, strict=True)}
         gap_ci = intervals["comparison_gap"] if intervals else None
         reason = None if intervals else "; ".join(n for n in notes if "no interval" in n) or "no interval"
-        return cls(points, intervals, judge_agreement(points["comparison_gap"], gap_ci, tolerance), reason)
+        return cls(
+            points=points,
+            intervals=intervals,
+            verdict=judge_agreement(points["comparison_gap"], gap_ci, tolerance),
+            no_interval_reason=reason,
+        )
 
     def interval_text(self, name: str) -> str:
         ci = self.intervals[name] if self.intervals else None
@@ -354,9 +369,9 @@ def _unstable(
     )
     notes.append(f"{shown}: the fit is unstable at these widths")
     return Agreement(
-        "inconclusive",
-        verdict.gap,
-        verdict.interval,
-        verdict.tolerance,
-        f"{shown}: the fit is unstable, cannot judge",
+        outcome="inconclusive",
+        gap=verdict.gap,
+        interval=verdict.interval,
+        tolerance=verdict.tolerance,
+        reason=f"{shown}: the fit is unstable, cannot judge",
     )

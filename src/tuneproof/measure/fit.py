@@ -102,7 +102,7 @@ def shares(coef: np.ndarray, at: np.ndarray, constant: bool) -> np.ndarray:
 # ---- results ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ScalingFit(NoWarnings):
     a: float
     b: float
@@ -340,24 +340,24 @@ def fit_scaling(
                      if ci and not ci[float(x)][0] - slack <= v <= ci[float(x)][1] + slack)  # fmt: skip
     fitted = c + a * w + b * w * w
     return ScalingFit(
-        a,
-        b,
-        c,
-        with_c,
-        w.tolist(),
-        {float(x): float(m) for x, m in zip(w, med, strict=True)},
-        {float(x): int(kk.size) for x, kk in zip(w, s.kept, strict=True)},
-        {float(x): o.tolist() for x, o in zip(w, s.outliers, strict=True)},
-        (med - fitted).tolist(),
-        {float(x): float(v) for x, v in zip(report_at, point, strict=True)},
-        ci,
-        ci_reason,
-        constant,
-        int(sum(kk.size + o.size for kk, o in zip(s.kept, s.outliers, strict=True))),
-        BOOTSTRAP if ci and s.resamplable else 0,
-        ci_method,
-        _model_reason(constant, two_term, float(report_at[-1])),
-        unstable,
+        a=a,
+        b=b,
+        c=c,
+        constant_in_model=with_c,
+        widths=w.tolist(),
+        medians={float(x): float(m) for x, m in zip(w, med, strict=True)},
+        rows={float(x): int(kk.size) for x, kk in zip(w, s.kept, strict=True)},
+        outliers={float(x): o.tolist() for x, o in zip(w, s.outliers, strict=True)},
+        residuals_s=(med - fitted).tolist(),
+        quad_share={float(x): float(v) for x, v in zip(report_at, point, strict=True)},
+        quad_share_ci=ci,
+        ci_reason=ci_reason,
+        constant=constant,
+        num_rows=int(sum(kk.size + o.size for kk, o in zip(s.kept, s.outliers, strict=True))),
+        num_bootstrap=BOOTSTRAP if ci and s.resamplable else 0,
+        ci_method=ci_method,
+        model_reason=_model_reason(constant, two_term, float(report_at[-1])),
+        unstable=unstable,
     )
 
 

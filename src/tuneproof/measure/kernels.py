@@ -37,7 +37,7 @@ def arch_tag(name: str) -> tuple[int, int] | None:
     return int(digits[:-1]), int(digits[-1])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ArchMismatch:
     tag: str
     capability: str
@@ -82,7 +82,7 @@ class ArchMismatch:
         return text
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class KernelTable(Unjudged):
     """Kernel time per class and, on a device, the overlap-aware timeline.
 
@@ -288,9 +288,9 @@ def _table(trace: Trace, top_n: int) -> KernelTable:
     ms, top, unclassified = _sums(rows, top_n)
     if source == "device":
         timeline = sweep(spans_of(device_rows, [cls for _, cls, _ in rows]))
-        table = KernelTable(source, ms, top, idle_ms=timeline.idle_ms, timeline=timeline)
+        table = KernelTable(source=source, ms=ms, top=top, idle_ms=timeline.idle_ms, timeline=timeline)
     else:
-        table = KernelTable(source, ms, top, idle_ms=_idle_ms(cpu))
+        table = KernelTable(source=source, ms=ms, top=top, idle_ms=_idle_ms(cpu))
     table.unclassified = unclassified
     info = meta.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int):
@@ -352,14 +352,14 @@ def _mismatches(rows: list[tuple[str, float]], dev: dict[str, Any], total_ms: fl
             acc[1].append(name)
     return [
         ArchMismatch(
-            f"sm{a}{b}",
-            f"{major}.{minor}",
-            str(dev.get("name", "?")),
-            t,
-            t / total_ms,
-            names,
-            eff / total_ms,
-            gmem / total_ms,
+            tag=f"sm{a}{b}",
+            capability=f"{major}.{minor}",
+            device=str(dev.get("name", "?")),
+            ms=t,
+            share=t / total_ms,
+            examples=names,
+            efficient_share=eff / total_ms,
+            gmem_share=gmem / total_ms,
         )
         for (a, b), (t, names, eff, gmem) in sorted(found.items(), key=lambda kv: -kv[1][0])
     ]

@@ -24,7 +24,7 @@ SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
 IQR_THRESHOLD = 0.1  # adaptive_autorange's stopping rule: IQR / median below this
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MeasuredPeak(Unjudged):
     tflops: float
     device: str
@@ -97,7 +97,15 @@ def measure_peak(
             m = timer.adaptive_autorange(threshold=IQR_THRESHOLD, max_run_time=max_seconds)
             tflops = 2.0 * n**3 / m.median / 1e12
             if best is None or tflops > best.tflops:
-                best = MeasuredPeak(tflops, device, d, n, m.median, m.iqr, len(m.times))
+                best = MeasuredPeak(
+                    tflops=tflops,
+                    device=device,
+                    dtype=d,
+                    size=n,
+                    median_s=m.median,
+                    iqr_s=m.iqr,
+                    runs=len(m.times),
+                )
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev_tf32
     assert best is not None

@@ -61,7 +61,7 @@ def t_quantile(df: int) -> float:
     return float(t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class PooledFit:
     """Least squares of the relative rows with its pooled residual scale (coefficients on w / ref)."""
 
@@ -149,7 +149,16 @@ def fit_rows(widths: np.ndarray, kept: list[np.ndarray], medians: np.ndarray, co
     resid = y - x @ coef
     df = int(y.size - x.shape[1])
     s = math.sqrt(float(resid @ resid) / df) if df > 0 else math.nan
-    return PooledFit(coef, cov_unit, s, df, ref, constant, min(k.size for k in kept), len(widths))
+    return PooledFit(
+        coef=coef,
+        cov_unit=cov_unit,
+        s=s,
+        df=df,
+        ref=ref,
+        constant=constant,
+        rows_per_width=min(k.size for k in kept),
+        num_widths=len(widths),
+    )
 
 
 def fit_medians(widths: np.ndarray, kept: list[np.ndarray], medians: np.ndarray, constant: bool) -> PooledFit:
@@ -177,7 +186,18 @@ def fit_medians(widths: np.ndarray, kept: list[np.ndarray], medians: np.ndarray,
             note = (
                 f"widened {math.sqrt(stat / lack):.2f}x: the medians miss the model by more than their noise"
             )
-    return PooledFit(coef, cov_unit, s, df, ref, constant, int(n.min()), len(widths), True, note)
+    return PooledFit(
+        coef=coef,
+        cov_unit=cov_unit,
+        s=s,
+        df=df,
+        ref=ref,
+        constant=constant,
+        rows_per_width=int(n.min()),
+        num_widths=len(widths),
+        lost_per_width=True,
+        note=note,
+    )
 
 
 def fit(widths: np.ndarray, kept: list[np.ndarray], medians: np.ndarray, constant: bool) -> PooledFit:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from tuneproof.measure.probe import ProbeSpec
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Derived:
     """A number the probe derives from its measurements, with its 95 % interval, or None and the reason.
     `unit`: "share" (0-1, shown as %) or "points" (percentage points)."""
@@ -74,11 +74,15 @@ def mfu_numbers(report: Any, t: Timing) -> list[Derived]:
     for basis in ("intended", "performed"):
         name, value = f"mfu_{m.dtype}_{basis}", getattr(m, basis)
         if value is None:
-            out.append(Derived(name, None, None, f"no MFU: {m.reason}"))
+            out.append(
+                Derived(name=name, value=None, interval=None, no_interval_reason=f"no MFU: {m.reason}")
+            )
             continue
         ci, why = t.median_interval, step_interval_reason(t)
         interval = (value * m.step_time_s / ci[1], value * m.step_time_s / ci[0]) if ci else None
-        out.append(Derived(name, float(value), interval, why, scope=scope))
+        out.append(
+            Derived(name=name, value=float(value), interval=interval, no_interval_reason=why, scope=scope)
+        )
     return out
 
 
@@ -91,21 +95,45 @@ def derived_numbers(result: ProbeResult) -> list[Derived]:
         ci, how = fit.share_ci(w)  # (interval, its method) or (None, why there is none)
         if w in fit.unstable:
             ci, how = None, "unstable: the fit's share lies outside its own interval at these widths"
-        out.append(Derived(f"quad_share_{w:g}", share, ci, None if ci else how))
+        out.append(
+            Derived(
+                name=f"quad_share_{w:g}", value=share, interval=ci, no_interval_reason=None if ci else how
+            )
+        )
     v = cross.verdict
     why = None if v.interval else "; ".join(n for n in cross.notes if "interval" in n) or "no interval"
-    out.append(Derived("cross_check_gap", v.gap, v.interval, why, unit="points"))
+    out.append(
+        Derived(
+            name="cross_check_gap", value=v.gap, interval=v.interval, no_interval_reason=why, unit="points"
+        )
+    )
     if not cross.attributable:  # the section prints no comparison: neither does the summary
         why = "; ".join(n for n in cross.notes if "attribution" in n) or "no attribution by kernel class"
-        out.append(Derived("comparison_gap", None, None, f"no comparison: {why}", "points"))
+        out.append(
+            Derived(
+                name="comparison_gap",
+                value=None,
+                interval=None,
+                no_interval_reason=f"no comparison: {why}",
+                unit="points",
+            )
+        )
     elif cross.comparison is not None:
         c = cross.comparison
         ci = c.intervals["comparison_gap"] if c.intervals else None
-        out.append(Derived("comparison_gap", c.points["comparison_gap"], ci, c.no_interval_reason, "points"))
+        out.append(
+            Derived(
+                name="comparison_gap",
+                value=c.points["comparison_gap"],
+                interval=ci,
+                no_interval_reason=c.no_interval_reason,
+                unit="points",
+            )
+        )
     return out
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class ProbeResult(NoWarnings):
     model: str
     spec: ProbeSpec
@@ -212,7 +240,17 @@ def analyse(
         grad_ckpt=spec.grad_ckpt,
     )
     report = flop_report(model.shape, run, step_time_s=timing.timings[profiled].median_s, peak=peak)
-    return ProbeResult(model.name, spec, timing, fit, kernel_ms, first_table, cross, report, peak)
+    return ProbeResult(
+        model=model.name,
+        spec=spec,
+        timing=timing,
+        fit=fit,
+        kernel_ms=kernel_ms,
+        kernels=first_table,
+        cross=cross,
+        flops=report,
+        peak=peak,
+    )
 
 
 def timing_rows(timing: Interleaved[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ from tuneproof.data.ranks import StepCost
 RESAMPLES = 400
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class StepModel:
     """A step-cost fit with its bootstrap replicates (empty when the fit was given as numbers), and the
     widths it was measured at (None: unknown)."""
@@ -59,7 +59,7 @@ class StepModel:
         why = (
             f"{few} kept repeat(s) at a width: an interval needs more (time longer)" if not replicates else ""
         )
-        return cls(cost, replicates, span, source, why)
+        return cls(cost=cost, replicates=replicates, measured=span, source=source, no_interval=why)
 
 
 def points_batch(points: Path, micro_batch: int) -> tuple[int, str]:

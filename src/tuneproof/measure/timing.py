@@ -116,7 +116,7 @@ class Skip(Exception):
     """Raised by a workload that cannot run (out of memory): its width is dropped with this reason."""
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Interleaved(Generic[K]):
     timings: dict[K, Timing]
     skipped: dict[K, str]
@@ -207,7 +207,15 @@ def time_interleaved(
             stopped = f"every width's median known to +-{100 * target:g} % after {rounds} rounds"
             break
     timings = {k: _timing(times[k], warmup) for k in keys}
-    return Interleaved(timings, skipped, rounds, clock() - start, stopped, target, _notes(timings, target))
+    return Interleaved(
+        timings=timings,
+        skipped=skipped,
+        rounds=rounds,
+        seconds=clock() - start,
+        stopped=stopped,
+        target=target,
+        notes=_notes(timings, target),
+    )
 
 
 def _warm_up(
