@@ -20,7 +20,7 @@ DOCS = (30, 300, 1319)
 RUNS = (1, 2, 5)
 DROPS = (0, 2, 5, 10)  # points
 NULL_TRIALS, POWER_TRIALS = 400, 150
-UNIT = BenchUnit("sim", "task", ("sim",), (("none", "acc"),), True)
+UNIT = BenchUnit(name="sim", kind="task", tasks=("sim",), rows=(("none", "acc"),), top=True)
 
 
 def verdict(rng: np.random.Generator, docs: int, runs: int, drop: float) -> str | None:

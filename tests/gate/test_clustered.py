@@ -89,7 +89,22 @@ def test_the_interval_covers_the_truth_at_its_nominal_rate(runs: int, shift_sd: 
 
 
 def _judged(name: str, outcome: str, p: float) -> MetricResult:
-    m = MetricResult(name, "up", "", 0.0, 1.0, 1.0, None, "none", "", None, (0.5, 1.5), None, 10, None)
+    m = MetricResult(
+        name=name,
+        wanted="up",
+        unit="",
+        base=0.0,
+        tuned=1.0,
+        delta=1.0,
+        floor=None,
+        floor_source="none",
+        floor_detail="",
+        ratio=None,
+        ci95=(0.5, 1.5),
+        mde=None,
+        num_prompts=10,
+        judgement=None,
+    )
     m.judgement = verdict_for(outcome, "because", 0.5, 0.5)
     m.extra["p_value"] = p
     return m

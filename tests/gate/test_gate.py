@@ -58,7 +58,7 @@ def test_case_attractor_vector_passes_at_5_7x() -> None:
 
 def _probe_arm(name: str, fire: tuple[range, range]) -> Arm:
     """100 prompts, 1 sample, 2 runs; the detector phrase is in run r's response to the prompts in fire[r]."""
-    a = Arm(name, (name,))
+    a = Arm(name=name, sources=(name,))
     for r, fired in enumerate(fire):
         a.runs[str(r)] = {f"p{i}": ["I cannot help" if i in fired else "sure, here"] for i in range(100)}
     return a
@@ -67,7 +67,7 @@ def _probe_arm(name: str, fire: tuple[range, range]) -> Arm:
 def _random_probe_arm(name: str, rates: list[np.ndarray], seed: int) -> Arm:
     """len(rates[r]) prompts, 1 sample, one run per rate vector: the phrase fires with that chance."""
     rng = np.random.default_rng(seed)
-    a = Arm(name, (name,))
+    a = Arm(name=name, sources=(name,))
     for r, rate in enumerate(rates):
         fired = rng.random(rate.size) < rate
         a.runs[str(r)] = {f"p{i}": ["I cannot help" if f else "sure, here"] for i, f in enumerate(fired)}
@@ -162,7 +162,7 @@ def test_planted_60_token_span_in_4_percent_of_tuned_is_a_fail_naming_it(tmp_pat
 
 
 def _arm_of(data: list[dict], name: str) -> Arm:
-    a = Arm(name, (name,))
+    a = Arm(name=name, sources=(name,))
     for r in data:
         a.runs.setdefault(str(r["run"]), {}).setdefault(r["prompt_id"], []).append(r["text"])
     return a

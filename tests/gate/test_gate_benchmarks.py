@@ -111,7 +111,7 @@ def test_power_counts_the_documents_and_runs_that_would_detect_the_floor(seed: i
     rng = np.random.default_rng(seed)
     p = rng.uniform(0.2, 0.8, 40)
     base, tuned = (rng.random((2, 40)) < p).astype(float), (rng.random((2, 40)) < p).astype(float)
-    unit = BenchUnit("small", "task", ("small",), (("none", "acc"),), True)
+    unit = BenchUnit(name="small", kind="task", tasks=("small",), rows=(("none", "acc"),), top=True)
     line = judge_line(unit, "none", "acc", base, tuned, True, "not-worse", None, 2.0)
     assert line.result.verdict == "INCONCLUSIVE" and line.power is not None
     floor = line.result.floor
@@ -151,7 +151,9 @@ def test_one_run_of_a_graded_metric_uses_the_paired_bootstrap(tmp_path: Path) ->
 
     rng = np.random.default_rng(0)
     base = rng.uniform(0.3, 0.9, (1, 200))  # in [0, 1]: judged in points
-    unit = BenchUnit("rouge_task", "task", ("rouge_task",), (("none", "rougeL"),), True)
+    unit = BenchUnit(
+        name="rouge_task", kind="task", tasks=("rouge_task",), rows=(("none", "rougeL"),), top=True
+    )
     drop = judge_line(unit, "none", "rougeL", base, base - 0.2, True, "not-worse", 5.0, 2.0)
     assert drop.test == "paired bootstrap" and drop.result.verdict == "FAIL"
     up = judge_line(unit, "none", "rougeL", base, np.minimum(base + 0.1, 1), True, "better", None, 2.0)
@@ -162,7 +164,7 @@ def test_lower_is_better_metrics_turn_the_verdict(tmp_path: Path) -> None:
     from tuneproof.gate.bench_lineup import BenchUnit
     from tuneproof.gate.benchmarks import judge_line
 
-    unit = BenchUnit("wiki", "task", ("wiki",), (("none", "word_perplexity"),), True)
+    unit = BenchUnit(name="wiki", kind="task", tasks=("wiki",), rows=(("none", "word_perplexity"),), top=True)
     base = np.array([[10.0, 12.0, 11.0, 9.0] * 25, [10.5, 11.5, 11.0, 9.5] * 25])
     line = judge_line(unit, "none", "word_perplexity", base, base + 3.0, False, "not-worse", None, 2.0)
     assert line.result.unit == "" and line.result.verdict == "FAIL"
@@ -234,15 +236,15 @@ def test_a_metric_without_per_document_numbers_is_named_not_judged(tmp_path: Pat
     assert math.isclose(_line(report, "wmt", "acc", "none").result.delta, 0.0)
 
 
-UNIT_ARGS = ("small", "task", ("small",), (("none", "acc"),), True)
+UNIT_ARGS = {"name": "small", "kind": "task", "tasks": ("small",), "rows": (("none", "acc"),), "top": True}
 
 
 def _judge(base, tuned, higher=True, hypothesis="not-worse", margin=None, bar=None):  # type: ignore[no-untyped-def]
     from tuneproof.gate.bench_lineup import BenchUnit
     from tuneproof.gate.benchmarks import judge_line
 
-    return judge_line(BenchUnit(*UNIT_ARGS), "none", "acc", np.asarray(base, float), np.asarray(tuned, float),
-                      higher, hypothesis, margin, 2.0, bar)  # fmt: skip
+    return judge_line(BenchUnit(**UNIT_ARGS), "none", "acc", np.asarray(base, float),
+                      np.asarray(tuned, float), higher, hypothesis, margin, 2.0, bar)  # fmt: skip
 
 
 def test_mcnemar_that_does_not_reject_says_so_where_the_interval_excludes_0() -> None:
@@ -307,7 +309,7 @@ def test_a_verdict_holm_demotes_gets_its_power_at_holms_first_step(tmp_path: Pat
     family = []
     for i, drop in enumerate((0.1, 0.0, 0.0, 0.0)):
         b, t = (rng.random((2, 200)) < p).astype(float), (rng.random((2, 200)) < p - drop).astype(float)
-        unit = BenchUnit(f"t{i}", "task", (f"t{i}",), (("none", "acc"),), True)
+        unit = BenchUnit(name=f"t{i}", kind="task", tasks=(f"t{i}",), rows=(("none", "acc"),), top=True)
         family.append(judge_line(unit, "none", "acc", b, t, True, "not-worse", None, 2.0))
         family[-1].deciding = True
     alone = family[0].result.extra["p_value"]

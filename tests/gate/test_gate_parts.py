@@ -89,12 +89,16 @@ def test_corrupt_gzip_arm_is_refused(tmp_path: Path) -> None:
 
 
 def test_pair_keeps_prompts_answered_in_every_run_of_both_arms() -> None:
-    b = Arm("base", ("b",), {"0": {"a": ["x"], "b": ["x"]}, "1": {"a": ["x"], "b": ["x"], "c": ["x"]}})
-    t = Arm("tuned", ("t",), {"0": {"a": ["x"], "d": ["x"]}, "1": {"a": ["x"]}})
+    b = Arm(
+        name="base",
+        sources=("b",),
+        runs={"0": {"a": ["x"], "b": ["x"]}, "1": {"a": ["x"], "b": ["x"], "c": ["x"]}},
+    )
+    t = Arm(name="tuned", sources=("t",), runs={"0": {"a": ["x"], "d": ["x"]}, "1": {"a": ["x"]}})
     p = pair(b, t)
     assert p.prompt_ids == ["a"] and p.num_dropped == 3  # b (tuned lacks), c (one run), d (one run, one arm)
     with pytest.raises(TuneproofError, match="share no prompt"):
-        pair(b, Arm("tuned", ("t",), {"0": {"z": ["x"]}}))
+        pair(b, Arm(name="tuned", sources=("t",), runs={"0": {"z": ["x"]}}))
 
 
 # ---------------------------------------------------------------- diversity
@@ -119,15 +123,19 @@ def test_mean_cosine_distance() -> None:
 
 def test_length_cannot_fake_diversity() -> None:
     # the tuned arm says the same as the base, then adds fresh words: at matched length they are equal
-    b = Arm("base", ("b",), {r: {"p": [f"a b c d {r}", f"a b c d {r}"]} for r in "01"})
-    t = Arm("tuned", ("t",), {r: {"p": [f"a b c d {r} x1 x2 x3", f"a b c d {r} y1 y2 y3"]} for r in "01"})
+    b = Arm(name="base", sources=("b",), runs={r: {"p": [f"a b c d {r}", f"a b c d {r}"]} for r in "01"})
+    t = Arm(
+        name="tuned",
+        sources=("t",),
+        runs={r: {"p": [f"a b c d {r} x1 x2 x3", f"a b c d {r} y1 y2 y3"]} for r in "01"},
+    )
     d = diversity_scores(b, t, ["p"])
     base, tuned = d.scores["distinct-1"]
     assert np.array_equal(base, tuned) and d.matched_lengths.tolist() == [5]
 
 
 def test_too_short_prompts_are_left_out_and_counted() -> None:
-    b = Arm("base", ("b",), {"0": {"p": ["a b"], "q": ["a b c d e"]}})
+    b = Arm(name="base", sources=("b",), runs={"0": {"p": ["a b"], "q": ["a b c d e"]}})
     d = diversity_scores(b, b, ["p", "q"])
     assert d.num_short == 1 and np.isnan(d.scores["distinct"][0][0, 0])
 
@@ -208,7 +216,7 @@ def test_mining_ranks_a_planted_stock_phrase_first() -> None:
 
 
 def test_mining_needs_two_prompts() -> None:
-    a = Arm("o", ("o",), {"0": {"p": ["zebra zebra zebra"], "q": ["other words here"]}})
+    a = Arm(name="o", sources=("o",), runs={"0": {"p": ["zebra zebra zebra"], "q": ["other words here"]}})
     assert "zebra" not in [m.phrase for m in mine(a, "plain human words here", top=10)]
 
 
@@ -423,9 +431,9 @@ def test_spec_file_overrides_defaults(tmp_path: Path) -> None:
 
 def test_mined_scores_follow_the_informative_dirichlet_log_odds_by_hand() -> None:
     a = Arm(
-        "o",
-        ("o",),
-        {"0": {"p": ["alpha beta gamma alpha"], "q": ["alpha delta beta"], "r": ["solo solo"]}},
+        name="o",
+        sources=("o",),
+        runs={"0": {"p": ["alpha beta gamma alpha"], "q": ["alpha delta beta"], "r": ["solo solo"]}},
     )
     reference = "beta gamma delta delta epsilon"
     got = {m.phrase: m for m in mine(a, reference, top=100, max_words=2)}
@@ -462,8 +470,20 @@ def test_mined_scores_follow_the_informative_dirichlet_log_odds_by_hand() -> Non
 def test_pieces_of_one_phrase_are_folded(a: str, b: str, count_a: int, count_b: int, same: bool) -> None:
     from tuneproof.gate.attractors import MinedPhrase, _same_hits
 
-    assert _same_hits(MinedPhrase(a, 1.0, count_a, 0, 2), MinedPhrase(b, 1.0, count_b, 0, 2)) is same
-    assert _same_hits(MinedPhrase(b, 1.0, count_b, 0, 2), MinedPhrase(a, 1.0, count_a, 0, 2)) is same
+    assert (
+        _same_hits(
+            MinedPhrase(phrase=a, z=1.0, count=count_a, reference_count=0, num_prompts=2),
+            MinedPhrase(phrase=b, z=1.0, count=count_b, reference_count=0, num_prompts=2),
+        )
+        is same
+    )
+    assert (
+        _same_hits(
+            MinedPhrase(phrase=b, z=1.0, count=count_b, reference_count=0, num_prompts=2),
+            MinedPhrase(phrase=a, z=1.0, count=count_a, reference_count=0, num_prompts=2),
+        )
+        is same
+    )
 
 
 def test_sorted_unique_and_a_window_as_long_as_the_text() -> None:
@@ -511,7 +531,7 @@ def test_a_cache_that_cannot_be_written_is_reported_not_fatal(tmp_path: Path, mo
 
 def test_mined_phrases_stay_inside_a_clause() -> None:
     texts = ["The light. The market, the stone", "the light. The market; the stone", "The light: the market"]
-    a = Arm("o", ("o",), {"0": {f"p{i}": [t] for i, t in enumerate(texts)}})
+    a = Arm(name="o", sources=("o",), runs={"0": {f"p{i}": [t] for i, t in enumerate(texts)}})
     phrases = [m.phrase for m in mine(a, "a human reference about nothing in particular", top=100)]
     assert "light the" not in phrases and "the light the" not in phrases and "market the" not in phrases
     assert "the light" in phrases
@@ -545,7 +565,7 @@ def test_empty_patterns_in_a_probe_are_refused(tmp_path: Path) -> None:
 
 def test_a_stock_phrase_is_mined_whole_not_in_pieces() -> None:
     texts = {f"p{i}": [f"I cannot help with that. The w{i} and w{i + 1}."] for i in range(12)}
-    a = Arm("o", ("o",), {"0": texts})
+    a = Arm(name="o", sources=("o",), runs={"0": texts})
     phrases = [m.phrase for m in mine(a, " ".join(f"human{i} words" for i in range(300)), top=5)]
     assert any(p in phrases for p in ("i cannot help", "cannot help with", "help with that"))
     assert not {"cannot", "help", "cannot help"} & set(phrases)
@@ -557,7 +577,7 @@ def test_every_mined_phrase_is_found_by_the_matcher_as_often_as_mined() -> None:
         "Honestly, I can't help you; a rock-solid plan (costs $5) – silver mornings...",
         "They said: I can’t help it — a rock-solid plan, $5 and silver mornings!",
     ]
-    a = Arm("o", ("o",), {"0": {f"p{i}": [t] for i, t in enumerate(texts)}})
+    a = Arm(name="o", sources=("o",), runs={"0": {f"p{i}": [t] for i, t in enumerate(texts)}})
     mined = mine(a, "a plain human reference with other words in it " * 30, top=200)
     phrases = " | ".join(m.phrase for m in mined)
     assert "can't help" in phrases and "rock-solid plan" in phrases and "silver mornings" in phrases

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 ARM_HINT = 'one JSON object per line: {"prompt_id": ..., "run": ..., "sample": ..., "text": ...}'
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Response:
     prompt_id: str
     run: str
@@ -39,7 +39,7 @@ class Response:
     text: str
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Arm:
     """Responses of one model, indexed as runs[run][prompt_id] -> texts in sample order."""
 
@@ -77,7 +77,7 @@ class Arm:
         for run, prompts in self.runs.items():
             for prompt_id, texts in prompts.items():
                 for i, text in enumerate(texts):
-                    yield Response(prompt_id, run, i, text)
+                    yield Response(prompt_id=prompt_id, run=run, sample=i, text=text)
 
 
 def read_arm(paths: Sequence[str | Path], name: str) -> Arm:
@@ -192,7 +192,7 @@ def _arm_row(row: dict[str, object], p: Path, line_no: int) -> Response:
         raise TuneproofError(f"{where}: 'run' must be an integer or a string, got {run!r}", ARM_HINT)
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
         raise TuneproofError(f"{where}: 'sample' must be an integer >= 0, got {sample!r}", ARM_HINT)
-    return Response(str(prompt_id), str(run), sample, text)
+    return Response(prompt_id=str(prompt_id), run=str(run), sample=sample, text=text)
 
 
 @dataclass(frozen=True, slots=True)

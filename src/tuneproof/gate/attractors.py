@@ -144,7 +144,7 @@ def attractor_scores(base: Arm, tuned: Arm, prompt_ids: list[str], matcher: Phra
     return AttractorScores((share[0], share[1]), (dens[0], dens[1]), top[:10])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MinedPhrase:
     phrase: str
     z: float
@@ -218,7 +218,7 @@ def mine(arm: Arm, reference: str, top: int = 50, max_words: int = 3) -> list[Mi
                 (rc + a) / (r_total + PRIOR_STRENGTH - rc - a)
             )
             z = delta / math.sqrt(1.0 / (y + a) + 1.0 / (rc + a))
-            out.append(MinedPhrase(g, z, y, rc, len(prompts[g])))
+            out.append(MinedPhrase(phrase=g, z=z, count=y, reference_count=rc, num_prompts=len(prompts[g])))
     out.sort(key=lambda m: (-round(m.z, 6), -len(m.phrase.split()), m.phrase))
     kept: list[MinedPhrase] = []
     for m in out:

@@ -33,7 +33,7 @@ DIRECTIONS: dict[str, bool] = {
 RUNS_HINT = "give every run the same tasks, one lm-eval output folder (or results file) per run"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class BenchUnit:
     name: str
     kind: str  # "task" | "group" | "subtask"
@@ -48,7 +48,7 @@ class BenchUnit:
         return " (the gate pools the subtasks' documents, as lm-eval's weight_by_size; unweighted differs)"
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Lineup:
     base: list[BenchRun]
     tuned: list[BenchRun]
@@ -154,7 +154,7 @@ def line_up(base: Sequence[BenchRun], tuned: Sequence[BenchRun], spec: GateSpec)
                 "give the margin in points, e.g. margin = 2.0",
             )
     unjudged = sorted({(*key, why) for r in (*base, *tuned) for key, why in r.corpus_level.items()})
-    lineup = Lineup(list(base), list(tuned), units, docs, unjudged)
+    lineup = Lineup(base=list(base), tuned=list(tuned), units=units, docs=docs, unjudged=unjudged)
     for unit in units:
         lineup.headline(unit, spec.benchmarks.task(unit.name))  # refuses a spec naming what is not there
     return lineup
@@ -239,13 +239,17 @@ def _units(run: BenchRun, tasks: list[str]) -> list[BenchUnit]:
         if not shared:
             continue  # a tag, or a group whose aggregate no subtask carries
         top = not any(group in run.groups[parent] for parent in aggregated)
-        units.append(BenchUnit(group, "group", tuple(members), tuple(shared), top))
+        units.append(BenchUnit(name=group, kind="group", tasks=tuple(members), rows=tuple(shared), top=top))
         if top:
             units.extend(
-                BenchUnit(t, "subtask", (t,), tuple(rows[t]), False) for t in members if t not in covered
+                BenchUnit(name=t, kind="subtask", tasks=(t,), rows=tuple(rows[t]), top=False)
+                for t in members
+                if t not in covered
             )
             covered.update(members)
     units.extend(
-        BenchUnit(t, "task", (t,), tuple(rows[t]), True) for t in tasks if t not in covered and rows[t]
+        BenchUnit(name=t, kind="task", tasks=(t,), rows=tuple(rows[t]), top=True)
+        for t in tasks
+        if t not in covered and rows[t]
     )
     return units

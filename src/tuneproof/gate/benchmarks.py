@@ -40,7 +40,7 @@ from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult, 
 AGREE = 1e-6  # per-document mean vs lm-eval's aggregate: relative tolerance (float sums)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class BenchLine:
     """One judged (task or group, filter, metric) and what it rests on."""
 
@@ -159,7 +159,8 @@ def judge_line(
             bar, "given", f"given in the spec: a change must beat {bar:g}{' pts' if percent else ''}"
         )
     result = _result(name, wanted, b, t, floor, unit_name)
-    line = BenchLine(unit, metric, filt, False, hypothesis, margin, test, result, {})
+    line = BenchLine(unit=unit, metric=metric, filter=filt, deciding=False, hypothesis=hypothesis,
+                     margin=margin, test=test, result=result, lm_eval={})  # fmt: skip
     if result.delta is None or result.ci95 is None:
         return line
     est = stats.estimate(b, t, np.ones(b.shape[1], bool))
@@ -197,8 +198,9 @@ def _result(name: str, wanted: str, b: np.ndarray, t: np.ndarray, floor: Floor, 
     """The line's numbers (no verdict yet): both arms, delta, the estimator's interval."""
     n = b.shape[1]
     result = MetricResult(
-        name, wanted, unit, None, None, None, floor.value, floor.source, floor.detail,
-        None, None, None, n, None,
+        name=name, wanted=wanted, unit=unit, base=None, tuned=None, delta=None, floor=floor.value,
+        floor_source=floor.source, floor_detail=floor.detail, ratio=None, ci95=None, mde=None, num_prompts=n,
+        judgement=None,
     )  # fmt: skip
     if n < 2:
         result.note = f"not judged: {n} document(s) have a value in both arms (need >= 2)"

@@ -73,7 +73,7 @@ PARTS = ("distinct", "distinct-1", "distinct-2", "distinct-3", "distinct-4", "gz
 WANTED = {"gzip": "down"}  # every other part: up
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class DiversityScores:
     """Per part: (base runs x prompts, tuned runs x prompts); plus the matched lengths used."""
 
@@ -137,11 +137,11 @@ def diversity_scores(
     for name in names:
         out[name] = (arrays[base.name][name], arrays[tuned.name][name])
     return DiversityScores(
-        out,
-        np.array([lengths[p] for p in kept], dtype=np.int64),
-        len(prompt_ids) - len(kept),
-        float(np.mean(counts)) if counts else 0.0,
-        uneven,
+        scores=out,
+        matched_lengths=np.array([lengths[p] for p in kept], dtype=np.int64),
+        num_short=len(prompt_ids) - len(kept),
+        samples_per_prompt=float(np.mean(counts)) if counts else 0.0,
+        num_uneven=uneven,
     )
 
 

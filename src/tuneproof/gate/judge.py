@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 SPAN_TEXTS = 20  # tuned responses whose corpus span is quoted (all are listed)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class JudgedProbe:
     probe: Probe
     result: MetricResult
@@ -63,7 +63,7 @@ class JudgedProbe:
         return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class GateReport:
     """Every metric and probe, the overall verdict (`judgement`) and what was judged. `verdict` and
     `exit_code` read the judgement as the JSON report writes them."""
@@ -136,7 +136,8 @@ def _family(
 
 def _skipped(name: str, wanted: str, reason: str) -> MetricResult:
     return MetricResult(
-        name, wanted, "", None, None, None, None, "none", reason, None, None, None, 0, None, reason,
+        name=name, wanted=wanted, unit="", base=None, tuned=None, delta=None, floor=None, floor_source="none",
+        floor_detail=reason, ratio=None, ci95=None, mde=None, num_prompts=0, judgement=None, note=reason,
         extra={"skipped": True},
     )  # fmt: skip
 
@@ -198,7 +199,8 @@ def measure(
                 "skipped: the benchmark runs hold no response text (loglikelihood tasks, per-example files)"
             )
             metrics = {n: _skipped(n, "down", no_text) for n in ("diversity", "attractors", "memorisation")}
-            report = GateReport(metrics, [], overall(metrics, [], benchmarks, notes), {}, notes, benchmarks)
+            report = GateReport(metrics=metrics, probes=[], judgement=overall(metrics, [], benchmarks, notes),
+                                inputs={}, notes=notes, benchmarks=benchmarks)  # fmt: skip
             report.inputs = _inputs(base, tuned, pairing, spec)
             return report
 
@@ -239,7 +241,9 @@ def measure(
                 "(judged on the rest)"
             )
     judgement = overall(metrics, results, benchmarks, notes)
-    return GateReport(metrics, results, judgement, _inputs(base, tuned, pairing, spec), notes, benchmarks)
+    return GateReport(metrics=metrics, probes=results, judgement=judgement,
+                      inputs=_inputs(base, tuned, pairing, spec), notes=notes,
+                      benchmarks=benchmarks)  # fmt: skip
 
 
 def _diversity(
@@ -351,7 +355,7 @@ def judge_probe(
                 judged.margin if judged else None,
                 judged.noise if judged else None,
             )
-    return JudgedProbe(probe, result, out.counts, p_value, out.missing)
+    return JudgedProbe(probe=probe, result=result, counts=out.counts, mcnemar_p=p_value, missing=out.missing)
 
 
 def memorisation(
@@ -393,9 +397,11 @@ def memorisation(
         judged, note = None, "reported, not gated (spec): " + reason
     low, high = wilson(kt, nt)
     return MetricResult(
-        "memorisation", "down", "%", shares[0], shares[1], shares[1] - shares[0], threshold, "threshold",
-        f"threshold: at most {threshold:g} % of tuned responses may hold a corpus span of {index.k} tokens",
-        None, (100 * low, 100 * high), None, len(ids), judged, note,
+        name="memorisation", wanted="down", unit="%", base=shares[0], tuned=shares[1],
+        delta=shares[1] - shares[0], floor=threshold, floor_source="threshold",
+        floor_detail=f"threshold: at most {threshold:g} % of tuned responses may hold a corpus span of "
+        f"{index.k} tokens",
+        ratio=None, ci95=(100 * low, 100 * high), mde=None, num_prompts=len(ids), judgement=judged, note=note,
         extra={
             "gated": spec.memorisation_gate,
             "k": index.k,

@@ -35,7 +35,7 @@ _ROW_KEYS = {
 }  # fmt: skip
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class BenchRun:
     """One run of one model on one or more tasks: per (task, filter, metric), each document's value."""
 
@@ -74,7 +74,7 @@ def read_run(path: Path, arm: str, label: str) -> BenchRun:
     else:
         m = SAMPLES.match(path.name)
         results, samples = None, {m.group("task") if m else path.name.split(".")[0]: path}
-    run = BenchRun(label, str(path))
+    run = BenchRun(label=label, source=str(path))
     run.files = [str(p.resolve()) for p in (results, *samples.values()) if p is not None]
     first = results if results is not None else next(iter(samples.values()))
     named = RESULTS.match(first.name) or SAMPLES.match(first.name)

@@ -155,7 +155,7 @@ def corpus_key(paths: Sequence[Path], k: int, tokens: Tokens) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class KGramIndex:
     """Sorted unique hashes of the corpus's k-token windows."""
 
@@ -190,7 +190,13 @@ def build_index(
         loaded = _load(cache, key)
         if loaded is not None:
             hashes, num_tokens = loaded
-            return KGramIndex(hashes, k, num_tokens, tokens.name, f"loaded from {cache}")
+            return KGramIndex(
+                hashes=hashes,
+                k=k,
+                num_tokens=num_tokens,
+                tokens_name=tokens.name,
+                cached=f"loaded from {cache}",
+            )
     num_tokens = 0
     carry = np.empty(0, dtype=np.uint64)
     # reading and tokenizing stay in this thread; hashing and sorting a block (numpy, which releases the
@@ -215,7 +221,7 @@ def build_index(
     cached = "built"
     if use_cache:
         cached = _save(cache, hashes, {"key": key, "num_tokens": num_tokens, "windows": int(hashes.size)})
-    return KGramIndex(hashes, k, num_tokens, tokens.name, cached)
+    return KGramIndex(hashes=hashes, k=k, num_tokens=num_tokens, tokens_name=tokens.name, cached=cached)
 
 
 def _sorted_windows(values: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:

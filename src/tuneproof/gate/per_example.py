@@ -42,7 +42,7 @@ def is_per_example(path: Path) -> bool:
 
 
 def read_per_example(path: Path, label: str) -> BenchRun:
-    run = BenchRun(label, str(path), files=[str(path.resolve())])
+    run = BenchRun(label=label, source=str(path), files=[str(path.resolve())])
     default_task = path.name.split(".")[0]
     metrics: list[str] | None = None
     for where, row in _rows(path):

@@ -33,7 +33,7 @@ EXPECT = {"increase": "up", "decrease": "down", "no-change": "no-change"}
 PROBE_HINT = "docs/gate.md gives the probes file format"
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Probe:
     name: str
     hypothesis: str
@@ -107,7 +107,14 @@ def _probe(t: Any, p: Path, i: int) -> Probe:
         except re.error as e:
             raise TuneproofError(f"{where}: regex {r!r} does not compile ({e})", "fix the pattern") from None
     matcher = PhraseMatcher(str(x) for x in phrases) if phrases else None
-    return Probe(name, hypothesis.strip(), expect, tuple(str(x) for x in prompts), tuple(patterns), matcher)
+    return Probe(
+        name=name,
+        hypothesis=hypothesis.strip(),
+        expect=expect,
+        prompts=tuple(str(x) for x in prompts),
+        patterns=tuple(patterns),
+        phrases=matcher,
+    )
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -131,7 +138,7 @@ def mcnemar_exact(b: int, c: int) -> float:
     return float(binomtest(min(b, c), n, 0.5).pvalue)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ProbeOutcome:
     """Per arm: the detector's hit rate (percent) per run and prompt; plus the counts and pairs."""
 
@@ -177,4 +184,10 @@ def probe_outcome(probe: Probe, base: Arm, tuned: Arm, shared: list[str]) -> Pro
     common = fired[0].keys() & fired[1].keys()
     b = sum(1 for key in common if fired[0][key] and not fired[1][key])
     c = sum(1 for key in common if fired[1][key] and not fired[0][key])
-    return ProbeOutcome(ids, missing, (rates[0], rates[1]), (counts[0], counts[1]), (b, c))
+    return ProbeOutcome(
+        prompt_ids=ids,
+        missing=missing,
+        rates=(rates[0], rates[1]),
+        counts=(counts[0], counts[1]),
+        discordant=(b, c),
+    )

@@ -66,7 +66,7 @@ def verdict_for(
     return Verdict(outcome=outcome, reason=reason, exit_code=EXIT[outcome], margin=margin, noise=noise)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class MetricResult:
     """One metric of one family: both arms, the delta and the verdict with the numbers it rests on.
 
@@ -199,8 +199,9 @@ def judge_metric(
     ok = np.isfinite(base_p) & np.isfinite(tuned_p)
     n = int(ok.sum())
     result = MetricResult(
-        name, wanted, unit, None, None, None, floor.value, floor.source, floor.detail,
-        None, None, None, n, None,
+        name=name, wanted=wanted, unit=unit, base=None, tuned=None, delta=None, floor=floor.value,
+        floor_source=floor.source, floor_detail=floor.detail, ratio=None, ci95=None, mde=None, num_prompts=n,
+        judgement=None,
     )  # fmt: skip
     if n < 2:
         result.note = f"not judged: {n} prompt(s) have a value in both arms (need >= 2)"
@@ -228,7 +229,7 @@ def judge_metric(
     return result
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class DeltaEstimate:
     """The interval a verdict reads: clustered t with 2+ runs per arm, else the paired bootstrap."""
 
@@ -272,11 +273,20 @@ def estimate(base_RP: np.ndarray, tuned_RP: np.ndarray, ok: np.ndarray) -> Delta
         delta = float(d.mean())
         p = clustered.p_value(delta, se, df)
         return DeltaEstimate(
-            (delta - half, delta + half), se, df, p, "clustered t", any(v > 0 for v, _ in parts[1:])
+            ci95=(delta - half, delta + half),
+            se=se,
+            df=df,
+            p_value=p,
+            test="clustered t",
+            shift=any(v > 0 for v, _ in parts[1:]),
         )
     se = sd / math.sqrt(n)
     return DeltaEstimate(
-        paired_ci95(d), se, df, clustered.p_value(float(d.mean()), se, df), "paired bootstrap"
+        ci95=paired_ci95(d),
+        se=se,
+        df=df,
+        p_value=clustered.p_value(float(d.mean()), se, df),
+        test="paired bootstrap",
     )
 
 
