@@ -55,7 +55,16 @@ def _jobs(base: Path, out: Path, whole: bool = False) -> list[ShardJob]:
         infos = tuple(sorted(shard.tensors.values(), key=lambda t: t.begin))
         names = frozenset(i.name for i in infos if whole and i.name.endswith("q_proj.weight"))
         entries = [(i.name, i.dtype, i.shape) for i in infos]
-        jobs.append(ShardJob(shard.path, out / shard.path.name, infos, entries, shard.metadata, names))
+        jobs.append(
+            ShardJob(
+                source=shard.path,
+                out=out / shard.path.name,
+                tensors=infos,
+                entries=entries,
+                metadata=shard.metadata,
+                whole=names,
+            )
+        )
     return jobs
 
 

@@ -99,7 +99,9 @@ def run(plan: RecordPlan | ComparePlan, progress: Progress | None = None) -> Rec
     if isinstance(plan, ComparePlan):
         return compare(plan, progress)
     taken = fingerprint(plan.checkpoint, mib_steps(progress, "hashing MiB", plan.checkpoint.nbytes))
-    result = Fingerprint(taken.digest, taken.tensors, taken.total_bytes, str(plan.source))
+    result = Fingerprint(
+        digest=taken.digest, tensors=taken.tensors, total_bytes=taken.total_bytes, source=str(plan.source)
+    )
     if plan.out is not None:
         atomic_write_json(plan.out, result.to_json())
     return Recorded(result, plan.out)
@@ -151,4 +153,6 @@ def compare(plan: ComparePlan, progress: Progress | None = None) -> FingerprintC
         charac = characterise(a.checkpoint, b.checkpoint, diff.comparable)
     elif diff.comparable:
         why_not = NOT_CHARACTERISED
-    return FingerprintComparison(str(a.path), str(b.path), diff, charac, why_not)
+    return FingerprintComparison(
+        a=str(a.path), b=str(b.path), difference=diff, characterisation=charac, why_not=why_not
+    )

@@ -59,7 +59,9 @@ def run(
     base, folder, allow = merge_plan.base, merge_plan.adapter.folder, merge_plan.allow_base_mismatch
     checking = mib_steps(progress, "checking base identity, MiB", base.nbytes)
     if ident is not None:
-        check = IdentityCheck(folder, allow, known=ident, warnings=list(identity_warnings or []))
+        check = IdentityCheck(
+            adapter_dir=folder, allow_mismatch=allow, known=ident, warnings=list(identity_warnings or [])
+        )
     else:
         check = identity_check(base, folder, allow, checking)
     try:

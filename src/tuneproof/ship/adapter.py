@@ -42,7 +42,7 @@ _KEY = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Module:
     """One adapted module: `path` is its key prefix in the adapter file."""
 
@@ -61,7 +61,7 @@ class Module:
     rounds_delta: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Adapter:
     folder: Path
     config: dict[str, Any]
@@ -166,7 +166,9 @@ def read_adapter(folder: Path, base_config: dict[str, Any] | None = None) -> Ada
 
 def _from_keys(folder: Path, config: dict[str, Any], header: Header) -> Adapter:
     parts: dict[str, dict[str, TensorInfo]] = {}
-    adapter = Adapter(folder, config, header, [], dora=bool(config.get("use_dora")))
+    adapter = Adapter(
+        folder=folder, config=config, header=header, modules=[], dora=bool(config.get("use_dora"))
+    )
     for name, info in header.tensors.items():
         m = _KEY.match(name)
         if m is None:
@@ -214,8 +216,8 @@ def _from_keys(folder: Path, config: dict[str, Any], header: Header) -> Adapter:
                     fields=("base",),
                 )
             module = Module(
-                path, kind, a, b, rank, _scaling(config, rank, alpha), None, num_experts=experts,
-                rounds_delta=True,
+                path=path, kind=kind, a=a, b=b, rank=rank, scaling=_scaling(config, rank, alpha), target=None,
+                num_experts=experts, rounds_delta=True,
             )  # fmt: skip
         else:
             rank = a.shape[0]
@@ -226,8 +228,8 @@ def _from_keys(folder: Path, config: dict[str, Any], header: Header) -> Adapter:
                 )
             target = stripped + ".weight"
             module = Module(
-                path, kind, a, b, rank, _scaling(config, rank, alpha), target,
-                fan_in_fan_out=bool(config.get("fan_in_fan_out")) and kind == "linear",
+                path=path, kind=kind, a=a, b=b, rank=rank, scaling=_scaling(config, rank, alpha),
+                target=target, fan_in_fan_out=bool(config.get("fan_in_fan_out")) and kind == "linear",
                 rounds_delta=kind == "embedding",
             )  # fmt: skip
         adapter.modules.append(module)
@@ -325,14 +327,14 @@ def _resolved(name: str, layer: Any, adapter_name: str, mine: Module) -> Module:
     stripped = _strip(name)
     if isinstance(layer, ParamWrapper) and layer.num_experts > 1:
         return Module(
-            name, "experts", mine.a, mine.b, int(layer.r[adapter_name]), scaling,
-            f"{stripped}.{layer.parameter_name}", num_experts=int(layer.num_experts),
+            path=name, kind="experts", a=mine.a, b=mine.b, rank=int(layer.r[adapter_name]), scaling=scaling,
+            target=f"{stripped}.{layer.parameter_name}", num_experts=int(layer.num_experts),
             experts_out_first=bool(layer._did_swap_in_out_features), rounds_delta=True,
         )  # fmt: skip
     target = f"{stripped}.{layer.parameter_name}" if isinstance(layer, ParamWrapper) else f"{stripped}.weight"
     return Module(
-        name, mine.kind if mine.kind == "embedding" else "linear", mine.a, mine.b,
-        int(layer.r[adapter_name]), scaling, target,
+        path=name, kind=mine.kind if mine.kind == "embedding" else "linear", a=mine.a, b=mine.b,
+        rank=int(layer.r[adapter_name]), scaling=scaling, target=target,
         fan_in_fan_out=bool(getattr(layer, "fan_in_fan_out", False)),
         rounds_delta=mine.kind == "embedding" or isinstance(layer, ParamWrapper),
     )  # fmt: skip

@@ -33,7 +33,7 @@ class Side:
     checkpoint: Checkpoint | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class FingerprintComparison:
     a: str
     b: str

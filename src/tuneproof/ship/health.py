@@ -31,7 +31,7 @@ from tuneproof.ship.serving import Facts, notes
 from tuneproof.ship.tensors import Checkpoint, read_tensor
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ModuleHealth:
     path: str
     kind: str
@@ -63,7 +63,7 @@ class ModuleHealth:
         return self.a_norm if self.kind == "embedding" else self.b_norm
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class FamilyCoverage:
     family: str
     matrices: int
@@ -71,7 +71,7 @@ class FamilyCoverage:
     share: float  # of all parameters
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Health:
     modules: list[ModuleHealth]
     judged: bool
@@ -227,8 +227,9 @@ def module_health(
     if trained is False:
         idle = tuple(range(module.num_experts)) if module.kind == "experts" else ()
     return ModuleHealth(
-        module.path, module.kind, module.rank, module.scaling, float(a.norm()), float(b.norm()), delta_norm,
-        trained, judged_on, module.num_experts, idle, target=module.target, finite=finite,
+        path=module.path, kind=module.kind, rank=module.rank, scaling=module.scaling, a_norm=float(a.norm()),
+        b_norm=float(b.norm()), delta_norm=delta_norm, trained=trained, judged_on=judged_on,
+        num_experts=module.num_experts, idle_experts=idle, target=module.target, finite=finite,
         width=min(int(a.shape[-1]), int(b.shape[0])),
     )  # fmt: skip
 
@@ -276,10 +277,10 @@ def check_adapter(
                 init_f.close()
     judged = judge_zero or initial_adapter is not None
     health = Health(
-        modules,
-        judged,
-        None if judged else f"init_lora_weights={adapter.init!r} starts B non-zero",
-        adapter.init,
+        modules=modules,
+        judged=judged,
+        why_unjudged=None if judged else f"init_lora_weights={adapter.init!r} starts B non-zero",
+        init=adapter.init,
         resolved_with_base=adapter.resolved_with_base,
         base_name=adapter.config.get("base_model_name_or_path"),
         adapter_dir=Path(adapter_dir),
@@ -324,10 +325,10 @@ def coverage(model: Any, adapter: Adapter) -> list[FamilyCoverage]:
             continue
         out.append(
             FamilyCoverage(
-                family,
-                sum(p.matrices for p in mine),
-                sum(p.matrices for p in mine if p.name in targets),
-                sum(p.numel for p in mine) / total,
+                family=family,
+                matrices=sum(p.matrices for p in mine),
+                adapted=sum(p.matrices for p in mine if p.name in targets),
+                share=sum(p.numel for p in mine) / total,
             )
         )
     return out
@@ -401,12 +402,18 @@ def live_health(model: Any) -> Health:
             a, b = _whole(layer.lora_embedding_A[name]), _whole(layer.lora_embedding_B[name])
             kind = "embedding"
         module = Module(
-            path, kind, None, None, int(layer.r[name]), float(layer.scaling[name]), None,  # type: ignore[arg-type]
+            path=path, kind=kind, a=None, b=None,  # type: ignore[arg-type]
+            rank=int(layer.r[name]), scaling=float(layer.scaling[name]), target=None,
             num_experts=int(layer.num_experts) if kind == "experts" else 1,
         )  # fmt: skip
         modules.append(module_health(module, a.cpu(), b.cpu(), None, init in ZERO_B_INITS))
     judged = init in ZERO_B_INITS
-    return Health(modules, judged, None if judged else f"init_lora_weights={init!r} starts B non-zero", init)
+    return Health(
+        modules=modules,
+        judged=judged,
+        why_unjudged=None if judged else f"init_lora_weights={init!r} starts B non-zero",
+        init=init,
+    )
 
 
 def _whole(weight: Any) -> Any:

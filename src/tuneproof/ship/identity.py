@@ -33,7 +33,7 @@ ALGORITHM = "sha256"
 FINGERPRINT_NAME = "base_fingerprint.json"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Fingerprint:
     digest: str
     tensors: dict[str, tuple[str, tuple[int, ...], str]]  # name -> (dtype, shape, sha256)
@@ -74,7 +74,9 @@ def fingerprint(folder: Path | Checkpoint, progress: Callable[[int], None] | Non
                     if progress:
                         progress(len(piece))
                 tensors[info.name] = (info.dtype, info.shape, h.hexdigest())
-    return Fingerprint(overall(tensors), tensors, checkpoint.nbytes, str(checkpoint.folder))
+    return Fingerprint(
+        digest=overall(tensors), tensors=tensors, total_bytes=checkpoint.nbytes, source=str(checkpoint.folder)
+    )
 
 
 def read_fingerprint(path: Path) -> Fingerprint:
@@ -102,10 +104,10 @@ def read_fingerprint(path: Path) -> Fingerprint:
         raise TuneproofError(
             f"{path} was edited: its digest does not match its tensor list", "write it again from the model"
         )
-    return Fingerprint(digest, tensors, total, str(data.get("source", "")))
+    return Fingerprint(digest=digest, tensors=tensors, total_bytes=total, source=str(data.get("source", "")))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Difference:
     changed: list[str]  # same name, dtype and shape, other bytes
     reshaped: list[str]  # same name, other shape
@@ -141,11 +143,11 @@ def diff_fingerprints(a: Fingerprint, b: Fingerprint) -> Difference:
         elif ha != hb:
             changed.append(name)
     return Difference(
-        changed,
-        reshaped,
-        sorted(a.tensors.keys() - b.tensors.keys()),
-        sorted(b.tensors.keys() - a.tensors.keys()),
-        retyped,
+        changed=changed,
+        reshaped=reshaped,
+        only_a=sorted(a.tensors.keys() - b.tensors.keys()),
+        only_b=sorted(b.tensors.keys() - a.tensors.keys()),
+        retyped=retyped,
     )
 
 
@@ -163,7 +165,7 @@ SVD_Q = 8  # singular values estimated per difference (torch.svd_lowrank's q)
 CAST = "a cast"  # the note of a tensor that differs from A only by its dtype's rounding
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MatrixChange:
     name: str
     shape: tuple[int, ...]
@@ -211,12 +213,21 @@ def characterise(
                 raw_a, raw_b = read_tensor(ia, fa), read_tensor(ib, fb)
             if torch.equal(raw_a.to(raw_b.dtype), raw_b):
                 note = f"{CAST} ({retyped}): B is A rounded to {ib.dtype}"
-                result.changes.append(MatrixChange(name, ia.shape, 0, 0.0, 0.0, note=note))
+                result.changes.append(
+                    MatrixChange(name=name, shape=ia.shape, rank=0, top_share=0.0, relative=0.0, note=note)
+                )
                 continue
         if not floats or len(ia.shape) < 2:
             what = "not a float matrix" + (f" ({retyped})" if retyped else "")
             result.changes.append(
-                MatrixChange(name, ia.shape, None, math.nan, math.nan, note=f"{what}: bytes differ")
+                MatrixChange(
+                    name=name,
+                    shape=ia.shape,
+                    rank=None,
+                    top_share=math.nan,
+                    relative=math.nan,
+                    note=f"{what}: bytes differ",
+                )
             )
             continue
         with a_shard[name].path.open("rb") as fa, b_shard[name].path.open("rb") as fb:
@@ -240,14 +251,21 @@ def characterise(
                 vecs.append((u[:, 0] if side == 0 else v[:, 0]).clone())
         if not ranks:
             result.changes.append(
-                MatrixChange(name, ia.shape, 0, 0.0, relative, note="bytes differ, values equal")
+                MatrixChange(
+                    name=name,
+                    shape=ia.shape,
+                    rank=0,
+                    top_share=0.0,
+                    relative=relative,
+                    note="bytes differ, values equal",
+                )
             )
             continue
         q = min(SVD_Q, *d.shape[-2:])
         saturated = max(ranks) >= q and q < min(d.shape[-2:])  # all q estimated values count: rank >= q
         change = MatrixChange(
-            name, ia.shape, max(ranks), min(shares), relative, rank_at_least=saturated,
-            note=f"{retyped}, compared in fp32" if retyped else "",
+            name=name, shape=ia.shape, rank=max(ranks), top_share=min(shares), relative=relative,
+            rank_at_least=saturated, note=f"{retyped}, compared in fp32" if retyped else "",
         )  # fmt: skip
         result.changes.append(change)
         if vecs and change.top_share >= TOP_SHARE_RANK1:

@@ -94,7 +94,7 @@ def meta_model(config: dict[str, Any]) -> Any:
         ) from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ParamInfo:
     name: str
     shape: tuple[int, ...]
@@ -112,7 +112,15 @@ def parameters(model: Any) -> list[ParamInfo]:
             continue
         seen.add(id(p))
         shape = tuple(p.shape)
-        out.append(ParamInfo(name, shape, family_of(name, len(shape)), p.numel(), matrices(name, shape)))
+        out.append(
+            ParamInfo(
+                name=name,
+                shape=shape,
+                family=family_of(name, len(shape)),
+                numel=p.numel(),
+                matrices=matrices(name, shape),
+            )
+        )
     return out
 
 

@@ -24,7 +24,7 @@ from tuneproof.ship.identity import (
 from tuneproof.ship.tensors import Checkpoint, TensorInfo, iter_chunks, open_checkpoint
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Identity:
     """What is known about the base being the one the adapter was trained on."""
 
@@ -55,7 +55,7 @@ def compare(recorded: Fingerprint, current: Fingerprint, base: Checkpoint) -> Id
     """The base's fingerprint against the recorded one; a difference is characterised when the recorded
     base's folder is still there, unchanged."""
     diff = diff_fingerprints(recorded, current)
-    ident = Identity(True, diff.identical, diff, recorded_source=recorded.source)
+    ident = Identity(recorded=True, same=diff.identical, difference=diff, recorded_source=recorded.source)
     if not diff.identical and diff.changed:
         source = Path(recorded.source)
         if source.is_dir() and source.resolve() != base.folder.resolve():
@@ -83,7 +83,7 @@ class BaseDiffers(Exception):
     """A tensor of the base read during the merge is not the recorded one (the merge stops there)."""
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class IdentityCheck:
     """The base's identity as a merge needs it: known before any weight is read (`known`: nothing was
     recorded, or the layout already differs, or the caller checked it), or taken from the very bytes the
@@ -114,7 +114,12 @@ class IdentityCheck:
         if self.known is not None:
             return self.known, self.warnings
         assert self.recorded is not None
-        current = Fingerprint(overall(self.digests), dict(self.digests), base.nbytes, str(base.folder))
+        current = Fingerprint(
+            digest=overall(self.digests),
+            tensors=dict(self.digests),
+            total_bytes=base.nbytes,
+            source=str(base.folder),
+        )
         ident = compare(self.recorded, current, base)
         return ident, judge_identity(ident, self.allow_mismatch, self.adapter_dir)
 
@@ -125,7 +130,7 @@ def identity_check(
     """How a merge checks its base: by the bytes it reads, when a fingerprint is recorded and the base has
     the recorded tensors, dtypes and shapes; otherwise here and now (nothing recorded: a warning; another
     layout: the full comparison, refused unless allowed), before any weight is merged."""
-    check = IdentityCheck(Path(adapter_dir), allow_mismatch)
+    check = IdentityCheck(adapter_dir=Path(adapter_dir), allow_mismatch=allow_mismatch)
     recorded_path = Path(adapter_dir) / FINGERPRINT_NAME
     if recorded_path.is_file():
         check.recorded = _recorded(recorded_path)

@@ -29,7 +29,7 @@ MERGE_DTYPES = {s: BY_SHORT[s].safetensors for s in MODEL_DTYPES}  # what --dtyp
 BASE_MUTATING_INITS = ("pissa", "olora", "corda", "loftq", "lora_ga")
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class MergePlan:
     base: Checkpoint
     adapter: Adapter
@@ -114,8 +114,9 @@ def plan(
     _refuse_variants(adapter)
     model = meta_model(config)
     result = MergePlan(
-        checkpoint, adapter, model, Path(out), MERGE_DTYPES[dtype] if dtype else None, config=config,
-        allow_base_mismatch=allow_base_mismatch, import_seconds=imported,
+        base=checkpoint, adapter=adapter, model=model, out=Path(out),
+        dtype=MERGE_DTYPES[dtype] if dtype else None, config=config, allow_base_mismatch=allow_base_mismatch,
+        import_seconds=imported,
     )  # fmt: skip
     stored = set(checkpoint.tensors)
     for module in adapter.modules:

@@ -41,7 +41,7 @@ RECORD_NAME = "tuneproof_merge.json"
 BOUND_AFTER_S = 1.0  # a stream shorter than this is bound by nothing worth naming
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MergeResult:
     out: Path
     merged_tensors: int
@@ -125,9 +125,10 @@ def write(
         raise
     adapted = len(merge_plan.targets)
     return MergeResult(
-        out, adapted, len(merge_plan.base.tensors) - adapted, len(merge_plan.adapter.modules),
-        sum(written.values()), ident, merge_plan.dtype, [*merge_plan.notes, *identity_warnings],
-        timings=pipeline.timings, plan_seconds=merge_plan.seconds, import_seconds=merge_plan.import_seconds,
+        out=out, merged_tensors=adapted, copied_tensors=len(merge_plan.base.tensors) - adapted,
+        modules=len(merge_plan.adapter.modules), bytes_written=sum(written.values()), identity=ident,
+        dtype=merge_plan.dtype, warnings=[*merge_plan.notes, *identity_warnings], timings=pipeline.timings,
+        plan_seconds=merge_plan.seconds, import_seconds=merge_plan.import_seconds,
     )  # fmt: skip
 
 
@@ -138,7 +139,16 @@ def _jobs(merge_plan: MergePlan, tmp: Path) -> list[ShardJob]:
         infos = tuple(sorted(shard.tensors.values(), key=lambda t: t.begin))
         entries = [(i.name, _out_dtype(merge_plan, i), i.shape) for i in infos]
         whole = frozenset(i.name for i in infos if i.name in merge_plan.targets)
-        jobs.append(ShardJob(shard.path, tmp / shard.path.name, infos, entries, shard.metadata, whole))
+        jobs.append(
+            ShardJob(
+                source=shard.path,
+                out=tmp / shard.path.name,
+                tensors=infos,
+                entries=entries,
+                metadata=shard.metadata,
+                whole=whole,
+            )
+        )
     return jobs
 
 

@@ -163,7 +163,7 @@ def linearize(model: Any) -> int:
 # --- before quantising -----------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class QuantCoverage:
     family: str
     matrices: int = 0
@@ -195,7 +195,7 @@ def config_dtype(config: dict[str, Any]) -> str | None:
     return None
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class RecipeAudit:
     engine: Engine
     families: dict[str, QuantCoverage]
@@ -210,7 +210,7 @@ class RecipeAudit:
         return CONFIG_DTYPE_BYTES.get(self.dtype or "")
 
     def family(self, name: str) -> QuantCoverage:
-        return self.families.get(name) or QuantCoverage(name)
+        return self.families.get(name) or QuantCoverage(family=name)
 
 
 def audit_recipe(recipe: QuantRecipe, config: dict[str, Any], eng: Engine) -> RecipeAudit:
@@ -236,7 +236,7 @@ def audit_recipe(recipe: QuantRecipe, config: dict[str, Any], eng: Engine) -> Re
             return isinstance(module, torch.nn.Linear)
         return is_match(name, module, targets)
 
-    families = {f: QuantCoverage(f) for f in FAMILIES}
+    families = {f: QuantCoverage(family=f) for f in FAMILIES}
     params = parameters(model)
     total = sum(p.numel for p in params)
     used: set[str] = set()
@@ -262,8 +262,8 @@ def audit_recipe(recipe: QuantRecipe, config: dict[str, Any], eng: Engine) -> Re
             if any(is_match(name, m, [t]) for name, m in modules.items()):
                 used.add(t)
     result = RecipeAudit(
-        eng, {k: v for k, v in families.items() if v.matrices}, total, linearized_modules=linearized,
-        dtype=config_dtype(config),
+        engine=eng, families={k: v for k, v in families.items() if v.matrices}, total_numel=total,
+        linearized_modules=linearized, dtype=config_dtype(config),
     )  # fmt: skip
     result.unmatched_targets = [t for t in targets if recipe.kind != "modelopt" and t not in used]
     for fam in result.families.values():
@@ -288,7 +288,7 @@ _QUANT_SUFFIX = re.compile(
 _PACKED_LEAVES = ("weight_packed",)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class StoredFamily:
     family: str
     quantised_tensors: int = 0
@@ -309,7 +309,7 @@ def _stored_quantised(name: str, leaf: str, owner: str, dtype: str, tensors: Any
     return leaf == "weight" and dtype not in FLOAT_DTYPES and scaled
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class CheckpointAudit:
     method: str  # what the config says: compressed-tensors format, ModelOpt algo, or "none found"
     scheme: str | None
@@ -327,7 +327,7 @@ def audit_checkpoint(
 ) -> CheckpointAudit:
     method, scheme, ignore, kind = _declared(config, modelopt)
     tensors = checkpoint.tensors
-    families = {f: StoredFamily(f) for f in FAMILIES}
+    families = {f: StoredFamily(family=f) for f in FAMILIES}
     suffixed = sorted(n for n in tensors if _QUANT_SUFFIX.search(n))
     plain_quantisable = 0
     for name, info in tensors.items():
@@ -350,7 +350,16 @@ def audit_checkpoint(
             plain_quantisable += info.numel
     total = checkpoint.nbytes
     kept = {k: v for k, v in families.items() if v.quantised_tensors or v.plain_tensors}
-    result = CheckpointAudit(method, scheme, kept, total, None, "", suffixed, audited=_audited(kind, method))
+    result = CheckpointAudit(
+        method=method,
+        scheme=scheme,
+        families=kept,
+        total_bytes=total,
+        expected_bytes=None,
+        expected_why="",
+        suffixed=suffixed,
+        audited=_audited(kind, method),
+    )
     per = BYTES_PER_WEIGHT.get((scheme or "").upper())
     if per is not None:
         result.expected_bytes = int(

@@ -33,7 +33,7 @@ class Group:
     scheme: str  # preset name ("NVFP4") or a short description of the weights' args
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class QuantRecipe:
     source: Path
     kind: str  # "llm-compressor" | "compressed-tensors" | "modelopt"
@@ -157,7 +157,7 @@ def _from_modifiers(path: Path, modifiers: list[dict[str, Any]], kind: str) -> Q
                 groups += [Group(_strings(t, f"{path}: scheme {s}"), str(s)) for s, t in scheme.items()]
             else:
                 groups.append(Group(targets, str(scheme) if scheme else "?"))
-    return _check_patterns(QuantRecipe(path, kind, tuple(groups), tuple(ignore)))
+    return _check_patterns(QuantRecipe(source=path, kind=kind, groups=tuple(groups), ignore=tuple(ignore)))
 
 
 def _check_modifier(path: Path, mod: dict[str, Any]) -> None:
@@ -217,7 +217,9 @@ def _from_config_groups(path: Path, data: dict[str, Any], ignore: Any, kind: str
             else str(name)
         )
         groups.append(Group(_strings(group.get("targets"), f"{path}: {name}.targets"), desc))
-    return _check_patterns(QuantRecipe(path, kind, tuple(groups), _strings(ignore, f"{path}: ignore")))
+    return _check_patterns(
+        QuantRecipe(source=path, kind=kind, groups=tuple(groups), ignore=_strings(ignore, f"{path}: ignore"))
+    )
 
 
 def _from_modelopt(path: Path, data: dict[str, Any]) -> QuantRecipe:
@@ -229,10 +231,10 @@ def _from_modelopt(path: Path, data: dict[str, Any]) -> QuantRecipe:
         )
     # ModelOpt's quantizers attach to nn.Linear modules (without a per-architecture plugin)
     return QuantRecipe(
-        path,
-        "modelopt",
-        (Group(("Linear",), algo),),
-        _strings(q.get("exclude_modules"), f"{path}: exclude_modules"),
+        source=path,
+        kind="modelopt",
+        groups=(Group(("Linear",), algo),),
+        ignore=_strings(q.get("exclude_modules"), f"{path}: exclude_modules"),
     )
 
 

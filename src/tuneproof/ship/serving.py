@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Facts:
     model_type: str | None  # None: no base config given
     moe: bool
@@ -19,7 +19,7 @@ class Facts:
     embedding_lora: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Rule:
     name: str
     applies: Callable[[Facts], bool]
@@ -29,45 +29,45 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule(
-        "fused-experts",
-        lambda f: f.fused_expert_lora,
-        "LoRA on fused experts (target_parameters): merge before serving. vLLM before 0.11.2 cannot apply "
-        "it, and later builds have loaded such adapters and applied them to nothing, without a word",
-        "PEFT docs package_reference/lora.md; vllm #41754, PR #41384, #55193",
+        name="fused-experts",
+        applies=lambda f: f.fused_expert_lora,
+        note="LoRA on fused experts (target_parameters): merge before serving. vLLM before 0.11.2 cannot "
+        "apply it, and later builds have loaded such adapters and applied them to nothing, without a word",
+        source="PEFT docs package_reference/lora.md; vllm #41754, PR #41384, #55193",
     ),
     Rule(
-        "gemma4-moe",
-        lambda f: f.moe and (f.model_type or "").startswith("gemma4"),
-        "Gemma 4 MoE: vLLM 0.19.1 refused LoRA on Gemma 4 (fixed by PR #39291), needed get_expert_mapping "
-        "for its experts (0.25.0), and some builds wire expert deltas nowhere; merge before serving, or run "
-        "a parity probe against PEFT",
-        "vllm #40693, #53470, #41754",
+        name="gemma4-moe",
+        applies=lambda f: f.moe and (f.model_type or "").startswith("gemma4"),
+        note="Gemma 4 MoE: vLLM 0.19.1 refused LoRA on Gemma 4 (fixed by PR #39291), needed "
+        "get_expert_mapping for its experts (0.25.0), and some builds wire expert deltas nowhere; merge "
+        "before serving, or run a parity probe against PEFT",
+        source="vllm #40693, #53470, #41754",
     ),
     Rule(
-        "gemma3n",
-        lambda f: (f.model_type or "").startswith("gemma3n"),
-        "vLLM: Gemma3nForConditionalGeneration does not support LoRA; merge before serving",
-        "vllm #21746",
+        name="gemma3n",
+        applies=lambda f: (f.model_type or "").startswith("gemma3n"),
+        note="vLLM: Gemma3nForConditionalGeneration does not support LoRA; merge before serving",
+        source="vllm #21746",
     ),
     Rule(
-        "dora",
-        lambda f: f.dora,
-        "DoRA: vLLM does not load DoRA adapters (and tuneproof merge refuses them); merge with PEFT",
-        "vllm/lora/peft_helper.py 'vLLM does not yet support DoRA'",
+        name="dora",
+        applies=lambda f: f.dora,
+        note="DoRA: vLLM does not load DoRA adapters (and tuneproof merge refuses them); merge with PEFT",
+        source="vllm/lora/peft_helper.py 'vLLM does not yet support DoRA'",
     ),
     Rule(
-        "modules-to-save",
-        lambda f: f.modules_to_save,
-        "modules_to_save: vLLM only serves adapters without them ('vLLM only supports modules_to_save "
+        name="modules-to-save",
+        applies=lambda f: f.modules_to_save,
+        note="modules_to_save: vLLM only serves adapters without them ('vLLM only supports modules_to_save "
         "being None'); merge before serving",
-        "vllm/lora/peft_helper.py; vllm #9280",
+        source="vllm/lora/peft_helper.py; vllm #9280",
     ),
     Rule(
-        "patterns",
-        lambda f: f.patterns,
-        "rank_pattern / alpha_pattern: the vLLM PEFTHelper versions on record scale every module by the "
+        name="patterns",
+        applies=lambda f: f.patterns,
+        note="rank_pattern / alpha_pattern: the vLLM PEFTHelper versions on record scale every module by the "
         "global r, which mis-scales the patterned ones; merge, or run a parity probe",
-        "vllm/lora/peft_helper.py (archived versions; current behaviour unverified)",
+        source="vllm/lora/peft_helper.py (archived versions; current behaviour unverified)",
     ),
 )
 

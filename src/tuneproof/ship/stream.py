@@ -27,7 +27,7 @@ DONE = object()  # the end of a queue
 READ, CHANGE, WRITE = "read", "change", "write"  # the stages, for errors
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ShardJob:
     """One shard: read from `source`, written to `out` with `entries` (name, dtype, shape) in its header."""
 
@@ -39,7 +39,7 @@ class ShardJob:
     whole: frozenset[str] = frozenset()  # tensors read as one piece
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Piece:
     job: int  # index of its shard's ShardJob
     info: TensorInfo
@@ -241,7 +241,7 @@ class Pipeline:
                 self.digest(
                     info, h.hexdigest()
                 )  # before the last piece goes on: a differing tensor stops here
-            self.read_q.put(Piece(k, info, start - n, data, last, in_ring=bool(n)))
+            self.read_q.put(Piece(job=k, info=info, start=start - n, data=data, last=last, in_ring=bool(n)))
             if last:
                 return True
 

@@ -38,7 +38,7 @@ SINGLE_NAME = "model.safetensors"
 COPY_CHUNK = 8 * 2**20
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class TensorInfo:
     name: str
     dtype: str
@@ -121,7 +121,7 @@ def _entry(path: Path, name: str, entry: Any, start: int, size: int) -> TensorIn
         raise _corrupt(path, f"{name} holds {end - begin} bytes, its {dtype} shape {shape} needs {want}")
     if start + end > size:
         raise _corrupt(path, f"{name} ends at byte {start + end}, past the end of the file ({size} bytes)")
-    return TensorInfo(name, dtype, tuple(shape), start + begin, start + end)
+    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), begin=start + begin, end=start + end)
 
 
 def _corrupt(path: Path, why: str) -> TuneproofError:
@@ -130,7 +130,7 @@ def _corrupt(path: Path, why: str) -> TuneproofError:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Checkpoint:
     """A model folder's safetensors: one file, or shards listed by `model.safetensors.index.json`."""
 
@@ -157,7 +157,7 @@ def open_checkpoint(folder: Path, what: str = "model folder") -> Checkpoint:
     folder = Path(folder)
     if not folder.is_dir():
         if folder.is_file() and folder.suffix == ".safetensors":
-            return Checkpoint(folder.parent, (read_header(folder),), {})
+            return Checkpoint(folder=folder.parent, shards=(read_header(folder),), index_metadata={})
         raise TuneproofError(f"{what} {folder} is not a folder", "pass the folder holding the safetensors")
     index = folder / INDEX_NAME
     if index.is_file():
@@ -178,7 +178,11 @@ def open_checkpoint(folder: Path, what: str = "model folder") -> Checkpoint:
                     f"{index} names shard {name!r}, which is not in {folder}", "copy the missing shard"
                 )
             shards.append(read_header(shard_path))
-        checkpoint = Checkpoint(folder, tuple(shards), {k: v for k, v in data.items() if k != "weight_map"})
+        checkpoint = Checkpoint(
+            folder=folder,
+            shards=tuple(shards),
+            index_metadata={k: v for k, v in data.items() if k != "weight_map"},
+        )
         held = checkpoint.shard_of()
         for tensor, file in weight_map.items():
             if tensor not in held or held[tensor].path.name != file:
@@ -201,7 +205,7 @@ def open_checkpoint(folder: Path, what: str = "model folder") -> Checkpoint:
             f"{folder} holds {len(files)} safetensors files and no {INDEX_NAME}",
             "add the index or pass one file",
         )
-    return Checkpoint(folder, (read_header(files[0]),), {})
+    return Checkpoint(folder=folder, shards=(read_header(files[0]),), index_metadata={})
 
 
 def read_exact(f: IO[bytes], offset: int, into: memoryview, name: str) -> None:
