@@ -110,7 +110,16 @@ def test_the_fastest_is_named_only_when_the_projection_can_tell() -> None:
     from tuneproof.commands.plan import Projection, fastest
 
     def proj(name: str, wall: float, ci: tuple[float, float] | None) -> Projection:
-        return Projection(name, wall, ci, 10, 10, 100, 1.0, 1.0)
+        return Projection(
+            sampler=name,
+            wall_s=wall,
+            wall_s_ci95=ci,
+            steps=10,
+            micro_batches=10,
+            tokens=100,
+            utilisation=1.0,
+            epochs=1.0,
+        )
 
     measured = StepModel.from_points(*_points([512, 2048, 8192]), batch=2)
     apart = [proj("ours", 10.0, (9.0, 11.0)), proj("random", 20.0, (18.0, 22.0))]

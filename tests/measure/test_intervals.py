@@ -179,7 +179,7 @@ def test_the_doctors_summary_gives_every_derived_number_with_its_interval(monkey
         ),
     ]
     result = SimpleNamespace(derived=derived, to_dict=lambda: {"derived": "..."})
-    report = DoctorReport("tiny", sections={"probe": ProbeSection(result, "a note")})
+    report = DoctorReport(model="tiny", sections={"probe": ProbeSection(result, "a note")})
     monkeypatch.setattr(ProbeSection, "render", lambda self, console: None)  # the probe's own tables
     console = Console(record=True, width=200)
     report.render(console)
@@ -191,5 +191,5 @@ def test_the_doctors_summary_gives_every_derived_number_with_its_interval(monkey
     assert summary["comparison_gap_interval"] is None
     assert summary["comparison_gap_no_interval_reason"] == "widths [512] have fewer"
     assert summary["mfu_fp32_performed_interval"] == list(derived[1].interval or ())
-    skipped = DoctorReport("tiny", sections={"probe": SkippedSection("no probe here")})
+    skipped = DoctorReport(model="tiny", sections={"probe": SkippedSection("no probe here")})
     assert skipped.summary() == [] and skipped.to_dict()["summary"] == {}

@@ -73,7 +73,7 @@ class Diff:
         return cls(worst, total / max(count, 1))
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class BackendResult:
     """One backend at one width on one random batch."""
 
@@ -107,7 +107,7 @@ class BackendResult:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class WidthVerdict:
     """Which backend is closest to the truth at one width, and what that rests on.
 
@@ -154,25 +154,41 @@ def judge_width(width: int, errors: dict[str, list[float]]) -> WidthVerdict:
     means = {b: sum(e) / len(e) for b, e in errors.items() if e}
     if not means:
         return WidthVerdict(
-            width, "inconclusive", None, (), None, None, {}, "no backend is measurable on this criterion"
+            width=width,
+            outcome="inconclusive",
+            choice=None,
+            tied=(),
+            margin=None,
+            noise=None,
+            errors={},
+            reason="no backend is measurable on this criterion",
         )
     ranked = sorted(means, key=lambda b: means[b])
     best = ranked[0]
     if len(ranked) == 1:
-        return WidthVerdict(width, "inconclusive", best, (), None, None, means, "only one backend measured")
+        return WidthVerdict(
+            width=width,
+            outcome="inconclusive",
+            choice=best,
+            tied=(),
+            margin=None,
+            noise=None,
+            errors=means,
+            reason="only one backend measured",
+        )
     runner = ranked[1]
     margin = means[runner] - means[best]
     noise = paired_halfwidth([r - b for r, b in zip(errors[runner], errors[best], strict=True)])
     if noise is None:
         return WidthVerdict(
-            width,
-            "inconclusive",
-            best,
-            (),
-            margin,
-            None,
-            means,
-            f"{best} has the smallest error, but one batch gives no spread: use 2 or more samples",
+            width=width,
+            outcome="inconclusive",
+            choice=best,
+            tied=(),
+            margin=margin,
+            noise=None,
+            errors=means,
+            reason=f"{best} has the smallest error, but one batch gives no spread: use 2 or more samples",
         )
     tied = []
     for other in ranked[1:]:
@@ -182,28 +198,29 @@ def judge_width(width: int, errors: dict[str, list[float]]) -> WidthVerdict:
             tied.append(other)
     if tied:
         return WidthVerdict(
-            width,
-            "tied",
-            best,
-            tuple(tied),
-            margin,
-            noise,
-            means,
-            f"{best} and {', '.join(tied)} are tied: their paired difference is inside its own 95 % interval",
+            width=width,
+            outcome="tied",
+            choice=best,
+            tied=tuple(tied),
+            margin=margin,
+            noise=noise,
+            errors=means,
+            reason=f"{best} and {', '.join(tied)} are tied: their paired difference is inside its own 95 % "
+            "interval",
         )
     return WidthVerdict(
-        width,
-        "closest",
-        best,
-        (),
-        margin,
-        noise,
-        means,
-        f"{best} is closest: {margin:.3g} below {runner}, beyond the paired noise of +-{noise:.3g}",
+        width=width,
+        outcome="closest",
+        choice=best,
+        tied=(),
+        margin=margin,
+        noise=noise,
+        errors=means,
+        reason=f"{best} is closest: {margin:.3g} below {runner}, beyond the paired noise of +-{noise:.3g}",
     )
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Adjudication(NoWarnings):
     dtype: str
     device: str
@@ -404,7 +421,15 @@ def run(
         if deadline.cut:
             break
     notes = _notes(spec, results) + ([deadline.cut] if deadline.cut else [])
-    return Adjudication(spec.dtype, spec.device, spec.criterion, spec.samples, results, notes, deadline.cut)
+    return Adjudication(
+        dtype=spec.dtype,
+        device=spec.device,
+        criterion=spec.criterion,
+        samples=spec.samples,
+        results=results,
+        notes=notes,
+        cut=deadline.cut,
+    )
 
 
 def _one_batch(
@@ -433,7 +458,17 @@ def _one_batch(
         loss, logits, g = _run(models[b], ids, backward=want_grads and not no_bwd)
         note = f"forward only: {b} has no backward on CPU" if (no_bwd and want_grads) else None
         gd = Diff.of_many(g, t_grads) if g is not None and t_grads is not None else None
-        out.append(BackendResult(b, width, sample, abs(loss - t_loss), Diff.of(logits, t_logits), gd, note))
+        out.append(
+            BackendResult(
+                backend=b,
+                width=width,
+                sample=sample,
+                loss_diff=abs(loss - t_loss),
+                logits=Diff.of(logits, t_logits),
+                grads=gd,
+                grads_note=note,
+            )
+        )
     return out
 
 

@@ -34,7 +34,7 @@ class MiningSpec:
         validate.integer("top", self.top, low=1, high=100_000)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MiningPlan:
     spec: MiningSpec
     arm: Arm
@@ -42,7 +42,7 @@ class MiningPlan:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class MiningResult:
     phrases: list[MinedPhrase]
     out: Path | None
@@ -73,7 +73,7 @@ def prepare(spec: MiningSpec) -> MiningPlan:
             f"the reference holds {words} words: over-representation against so little human text is weak "
             f"evidence (give {MIN_REFERENCE_WORDS:,} words or more)"
         )
-    return MiningPlan(spec, arm, text, warnings)
+    return MiningPlan(spec=spec, arm=arm, reference=text, warnings=warnings)
 
 
 def run(plan: MiningPlan, progress: Progress | None = None) -> MiningResult:
@@ -89,7 +89,7 @@ def run(plan: MiningPlan, progress: Progress | None = None) -> MiningResult:
         from tuneproof.core.io import atomic_write_text
 
         atomic_write_text(out, "".join(m.phrase + "\n" for m in phrases))
-    return MiningResult(phrases, out, warnings)
+    return MiningResult(phrases=phrases, out=out, warnings=warnings)
 
 
 def render_mined(result: MiningResult, console: Console) -> None:

@@ -40,7 +40,7 @@ class BucketsSpec:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class BucketsPlan:
     spec: BucketsSpec
     lengths: np.ndarray
@@ -58,7 +58,7 @@ def prepare(spec: BucketsSpec) -> BucketsPlan:
     check_fills_one_step(int(lengths.size), spec.micro_batch, spec.grad_accum, spec.ranks)
     problem = spec.model.positions_problem(int(lengths.max()), "the longest length") if spec.model else None
     warnings = [problem] if problem else []  # bucketing only counts widths: noted, not refused
-    return BucketsPlan(spec, lengths, roots, warnings)
+    return BucketsPlan(spec=spec, lengths=lengths, roots=roots, warnings=warnings)
 
 
 def run(plan: BucketsPlan, progress: Progress | None = None) -> BucketsResult:
@@ -68,11 +68,12 @@ def run(plan: BucketsPlan, progress: Progress | None = None) -> BucketsResult:
                              shape, s.attn, s.seed, s.ranks, s.cost)  # fmt: skip
     cost = s.cost if s.cost is not None else case_cost()
     attn = s.attn if shape is not None else None
-    return BucketsResult(results, rows, int(plan.lengths.size), s.micro_batch, s.grad_accum, s.ranks, cost,
-                         attn, plan.warnings)  # fmt: skip
+    return BucketsResult(samplers=results, sweep=rows, num_lengths=int(plan.lengths.size),
+                         micro_batch=s.micro_batch, grad_accum=s.grad_accum, ranks=s.ranks, cost=cost,
+                         attn=attn, warnings=plan.warnings)  # fmt: skip
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class BucketsResult:
     samplers: list[SamplerResult]
     sweep: list[dict[str, Any]]

@@ -132,7 +132,7 @@ def memory_section(model: ResolvedModel) -> MemorySection | SkippedSection:
     return MemorySection(rows)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class DoctorReport(NoWarnings):
     """Every section's result. `written` lists what `run` wrote (report.json, a report folder), which
     the text names first; `to_dict()` is the report itself (what `--json` prints and report.json holds)."""
@@ -317,7 +317,7 @@ def explain_section(shape: ModelShape) -> ExplainSection:
     )
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class BucketsSection:
     """Batching choices on the shipped synthetic long-tail set (20,000 lengths, ~5 per root)."""
 
@@ -360,7 +360,7 @@ def buckets_section(shape: ModelShape) -> BucketsSection:
     results, sweep = compare(lengths, roots, BATCH, GRAD_ACCUM, sweep=(1, 16, 256), shape=shape, attn="sdpa")
     sampler = BucketBatchSampler(lengths, BATCH, GRAD_ACCUM)
     widths = {"exact": len(sampler.widths()), "multiple_of_64": len(sampler.widths(64))}
-    return BucketsSection(results, sweep, int(lengths.size), widths)
+    return BucketsSection(results=results, sweep=sweep, num_lengths=int(lengths.size), widths=widths)
 
 
 @dataclass(slots=True)

@@ -38,7 +38,7 @@ class ExplainSpec:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ExplainPlan:
     """What `run` explains: a model's shape under a context, and the notes found on the way in."""
 
@@ -66,7 +66,11 @@ def prepare(spec: ExplainSpec) -> ExplainPlan:
         ctx = replace(ctx, dropout=model.attention_dropout if ctx.training else 0.0)
     problem = model.positions_problem(ctx.seq_len, "seq_len")
     return ExplainPlan(
-        model.shape, ctx, (problem,) if problem else (), model if spec.live else None, model.name
+        shape=model.shape,
+        context=ctx,
+        notes=(problem,) if problem else (),
+        live=model if spec.live else None,
+        name=model.name,
     )
 
 

@@ -51,7 +51,7 @@ class RecordPlan:
     out: Path | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Recorded:
     """A fingerprint taken, and where it was written (None: nowhere). Nothing is judged."""
 
@@ -104,7 +104,7 @@ def run(plan: RecordPlan | ComparePlan, progress: Progress | None = None) -> Rec
     )
     if plan.out is not None:
         atomic_write_json(plan.out, result.to_json())
-    return Recorded(result, plan.out)
+    return Recorded(fingerprint=result, out=plan.out)
 
 
 def recorded_lines(r: Recorded) -> list[str]:

@@ -28,7 +28,7 @@ class FitSpec:
             validate.integers("at", self.at)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class FitPlan:
     widths: np.ndarray
     seconds: np.ndarray
@@ -40,7 +40,13 @@ class FitPlan:
 def prepare(spec: FitSpec) -> FitPlan:
     """Read and check the points (every row's units, before any fitting)."""
     widths, seconds = read_points(spec.points)
-    return FitPlan(widths, seconds, [float(x) for x in spec.at or ()], spec.seed, str(spec.points))
+    return FitPlan(
+        widths=widths,
+        seconds=seconds,
+        at=[float(x) for x in spec.at or ()],
+        seed=spec.seed,
+        source=str(spec.points),
+    )
 
 
 def run(plan: FitPlan, progress: Progress | None = None) -> ScalingFit:

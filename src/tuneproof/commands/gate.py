@@ -44,7 +44,7 @@ class GateCommandSpec:
     out: Path | None = None  # also write the JSON report here
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class GatePlan:
     """Every input read and checked: what `run` measures."""
 
@@ -120,8 +120,9 @@ def prepare(request: GateCommandSpec) -> GatePlan:
     pairing = check_inputs(base, tuned, spec, given, attractors is not None, probes, bool(request.embedder))
     _distinct_arms(request.base, request.tuned)  # before the tokenizer and the embedder load
     return GatePlan(
-        base, tuned, pairing, spec, given, attractors, request.corpus, probes,
-        _tokens(request), _embedder(request.embedder), request.out,
+        base=base, tuned=tuned, pairing=pairing, spec=spec, given=given, attractors=attractors,
+        corpus=request.corpus, probes=probes, tokens=_tokens(request), embed=_embedder(request.embedder),
+        out=request.out,
         warnings=[note for note in [pairing.note()] if note],
     )  # fmt: skip
 

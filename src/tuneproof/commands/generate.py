@@ -26,7 +26,7 @@ class GeneratePlan:
     out: Path
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class GenerateResult:
     """An arm written to `out` (and its sidecar `meta` beside it); nothing is judged."""
 
@@ -69,7 +69,7 @@ def run(plan: GeneratePlan, progress: Progress | None = None) -> GenerateResult:
     data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
     atomic_write_bytes(plan.out, gzip.compress(data, mtime=0) if plan.out.suffix == ".gz" else data)
     atomic_write_json(meta_path(plan.out), meta)
-    return GenerateResult(meta, plan.out, len(rows))
+    return GenerateResult(meta=meta, out=plan.out, num_responses=len(rows))
 
 
 def render_generated(result: GenerateResult, console: Console) -> None:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 SAMPLERS = PLAN_SAMPLERS
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Projection:
     sampler: str
     wall_s: float
@@ -165,8 +165,10 @@ def _project_one(
     micro = sum(-(-x.shape[1] // ranks) for x in features)
     extrapolated = _extrapolated_share(features, model) if model.measured else 0.0
     cost_usd = gpu_hour_cost * ranks * point / 3600 if gpu_hour_cost is not None else None
-    return Projection(name, point, ci, steps, micro, tokens, work / (ranks * busy) if busy else 1.0,
-                      epochs, cost_usd, extrapolated, widest)  # fmt: skip
+    return Projection(sampler=name, wall_s=point, wall_s_ci95=ci, steps=steps, micro_batches=micro,
+                      tokens=tokens, utilisation=work / (ranks * busy) if busy else 1.0, epochs=epochs,
+                      cost_usd=cost_usd,
+                      extrapolated_share=extrapolated, widest=widest)  # fmt: skip
 
 
 def _features(plan: Plan, lengths: np.ndarray, batch: int, capacity: int | None) -> np.ndarray:
@@ -262,7 +264,7 @@ class ProjectionSpec:
             validate.real("probe_budget_s", self.probe_budget_s, low=0.0, low_open=True, high=86_400.0)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ProjectionPlan:
     spec: ProjectionSpec
     lengths: np.ndarray
@@ -288,7 +290,7 @@ def prepare(spec: ProjectionSpec) -> ProjectionPlan:
     if spec.probe is not None:
         probe = probe_spec(spec.probe, spec.attn, spec.mode, spec.micro_batch, spec.probe_budget_s, spec.seed,
                            lengths)  # fmt: skip
-    return ProjectionPlan(spec, lengths, points, probe)
+    return ProjectionPlan(spec=spec, lengths=lengths, points=points, probe=probe)
 
 
 def run(plan: ProjectionPlan, progress: Progress | None = None) -> ProjectionResult:
@@ -313,11 +315,13 @@ def run(plan: ProjectionPlan, progress: Progress | None = None) -> ProjectionRes
     overhead = overhead or 0.0
     projections = _projections(plan.lengths, s.micro_batch, s.grad_accum, model, s.ranks, s.epochs,
                                s.samplers, s.seed, overhead, s.gpu_hour_cost)  # fmt: skip
-    return ProjectionResult(projections, model, int(plan.lengths.size), s.micro_batch, s.grad_accum, s.ranks,
-                            s.epochs, overhead, source)  # fmt: skip
+    return ProjectionResult(projections=projections, model=model, num_lengths=int(plan.lengths.size),
+                            micro_batch=s.micro_batch, grad_accum=s.grad_accum, ranks=s.ranks,
+                            epochs=s.epochs, step_overhead_s=overhead,
+                            step_overhead_source=source)  # fmt: skip
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class ProjectionResult:
     projections: list[Projection]
     model: StepModel

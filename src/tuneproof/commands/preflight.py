@@ -39,7 +39,7 @@ class PreflightSpec:
         object.__setattr__(self, "run_file", Path(self.run_file))  # a str is taken as the path it names
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class PreflightPlan:
     run: Run
     model: Any  # ResolvedModel
@@ -156,7 +156,7 @@ def _plan(run: Run, gpu: str | None, fit: Any) -> PreflightPlan:
             f"{run.source}: {problem}", "lower sequence_len, or extend the model's context first"
         )
     config = model.source if isinstance(model.source, dict) else {}
-    return PreflightPlan(run, model, config, folder, target, gpu, fit)
+    return PreflightPlan(run=run, model=model, config=config, folder=folder, target=target, gpu=gpu, fit=fit)
 
 
 def _target(gpu: str | None) -> DeviceTarget:

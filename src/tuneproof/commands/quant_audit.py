@@ -35,7 +35,7 @@ class AuditSpec:
     engine: str | None = None  # quant.engine's spec; None: the installed llm-compressor, else the fused view
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RecipePlan:
     recipe: QuantRecipe
     model_config: dict[str, Any]
@@ -43,7 +43,7 @@ class RecipePlan:
     engine: quant.Engine
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class CheckpointPlan:
     folder: Path
     checkpoint: Checkpoint
@@ -57,7 +57,7 @@ def _verdict(findings: list[str], clean: str) -> Verdict:
     return Verdict(outcome="CLEAN", reason=clean)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RecipeReport:
     recipe: QuantRecipe
     audits: list[quant.RecipeAudit]  # the assumed engine's first; the other view's when they disagree
@@ -133,7 +133,12 @@ def prepare(spec: AuditSpec) -> RecipePlan | CheckpointPlan:
             "pass the unquantised base's config.json, or audit this checkpoint with {checkpoint} DIR",
             fields=("config", "checkpoint"),
         )
-    return RecipePlan(recipe, model_config, str(spec.config), quant.engine(spec.engine, recipe))
+    return RecipePlan(
+        recipe=recipe,
+        model_config=model_config,
+        config=str(spec.config),
+        engine=quant.engine(spec.engine, recipe),
+    )
 
 
 def _prepare_checkpoint(spec: AuditSpec) -> CheckpointPlan:
@@ -151,7 +156,9 @@ def _prepare_checkpoint(spec: AuditSpec) -> CheckpointPlan:
     checkpoint = open_checkpoint(folder, "checkpoint")
     # only its quantization_config is read: a checkpoint's sizes are in its headers
     model_config = load_config_dict(folder) if (folder / "config.json").is_file() else None
-    return CheckpointPlan(folder, checkpoint, model_config, quant.read_modelopt(folder))
+    return CheckpointPlan(
+        folder=folder, checkpoint=checkpoint, model_config=model_config, modelopt=quant.read_modelopt(folder)
+    )
 
 
 def run(
@@ -166,7 +173,7 @@ def run(
         other = quant.audit_recipe(plan.recipe, plan.model_config, quant.other_view(plan.engine))
         if other.family("experts").covered_matrices != audits[0].family("experts").covered_matrices:
             audits.append(other)
-    return RecipeReport(plan.recipe, audits, plan.config)
+    return RecipeReport(recipe=plan.recipe, audits=audits, config=plan.config)
 
 
 def recipe_lines(r: RecipeReport) -> list[str]:

@@ -49,7 +49,7 @@ class TokensSpec:
         return self.source.suffix.lower() in RUN_SUFFIXES
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class Job:
     name: str  # the dataset's path as written
     rows: list[dict[str, Any]] | None
@@ -57,7 +57,7 @@ class Job:
     why_not: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class TokensPlan:
     source: str
     jobs: list[Job]
@@ -66,7 +66,7 @@ class TokensPlan:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(kw_only=True, slots=True)
 class TokensResult(NoWarnings):
     source: str
     reports: list[TokenReport]
@@ -122,8 +122,10 @@ def prepare(spec: TokensSpec) -> TokensPlan:
         raise TuneproofError("a dataset needs its {tokenizer}", TOKENIZER_HINT, fields=("tokenizer",))
     tok = _tokenizer(spec.tokenizer)
     rows = read_rows(spec.source, spec.limit)
-    job = Job(str(spec.source), rows, spec.rules)
-    return TokensPlan(str(spec.source), [job], tok, ModelFacts.from_folder(spec.tokenizer))
+    job = Job(name=str(spec.source), rows=rows, rules=spec.rules)
+    return TokensPlan(
+        source=str(spec.source), jobs=[job], tokenizer=tok, model=ModelFacts.from_folder(spec.tokenizer)
+    )
 
 
 def _needs(rules: LabelRules | None) -> None:
@@ -180,15 +182,23 @@ def _from_run(spec: TokensSpec) -> TokensPlan:
                 f"{run.source}: dataset {ds.path} not found", "fix its path (from the folder you run in)"
             )
         if ds.local is None:
-            jobs.append(Job(ds.path, None, None, "not a local file (nothing is downloaded)"))
+            jobs.append(
+                Job(name=ds.path, rows=None, rules=None, why_not="not a local file (nothing is downloaded)")
+            )
             continue
         rules, why_not = rules_for(run, ds)
         _needs(rules)
         rows = read_rows(ds.local, spec.limit) if rules is not None else None
-        jobs.append(Job(ds.path, rows, rules, why_not))
+        jobs.append(Job(name=ds.path, rows=rows, rules=rules, why_not=why_not))
     if not jobs:
         raise TuneproofError(f"{run.source} lists no datasets", "add the run's datasets")
-    return TokensPlan(run.source, jobs, tok, ModelFacts.from_folder(base), [f"tokenizer from {folder}"])
+    return TokensPlan(
+        source=run.source,
+        jobs=jobs,
+        tokenizer=tok,
+        model=ModelFacts.from_folder(base),
+        notes=[f"tokenizer from {folder}"],
+    )
 
 
 def run(plan: TokensPlan, progress: Progress | None = None) -> TokensResult:
@@ -202,4 +212,4 @@ def run(plan: TokensPlan, progress: Progress | None = None) -> TokensResult:
             continue
         say(f"{job.name}: {len(job.rows):,} rows")
         reports.append(check(job.rows, plan.tokenizer, job.rules, plan.model, job.name))
-    return TokensResult(plan.source, reports, skipped, plan.notes)
+    return TokensResult(source=plan.source, reports=reports, skipped=skipped, notes=plan.notes)

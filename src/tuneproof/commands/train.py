@@ -63,7 +63,7 @@ class TrainSpec:
             validate.real("budget_s", self.budget_s, low=0.0, low_open=True, high=1e7, hint="seconds")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class TrainPlan:
     """Everything `prepare` checked and decided; `run` loads the weights and trains."""
 
@@ -121,8 +121,9 @@ def prepare(spec: TrainSpec) -> TrainPlan:
     data = records if chat else tokenise(records, recipe, tokenizer)
     check_lora_targets(recipe, folder)
     return TrainPlan(
-        recipe, out, spec.resume, spec.quiet, main, cuda, attention, data, tokenizer, folder, args,
-        owns_group, deadline,
+        recipe=recipe, out=out, resume=spec.resume, quiet=spec.quiet, main=main, cuda=cuda,
+        attention=attention, data=data, tokenizer=tokenizer, folder=folder, args=args, owns_group=owns_group,
+        deadline=deadline,
     )  # fmt: skip
 
 
