@@ -146,6 +146,47 @@ def test_every_spec_is_frozen_and_keyword_only() -> None:
     assert loose == []
 
 
+def _dataclass_decorators(node: ast.ClassDef) -> list[ast.expr]:
+    """`@dataclass`, `@dataclass(...)` and `@dataclasses.dataclass(...)` on `node`."""
+    found = []
+    for d in node.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        if (isinstance(target, ast.Name) and target.id == "dataclass") or (
+            isinstance(target, ast.Attribute) and target.attr == "dataclass"
+        ):
+            found.append(d)
+    return found
+
+
+def test_every_dataclass_of_four_or_more_fields_is_keyword_only() -> None:
+    """The rule of the specs, for every record of four or more fields (its own annotations, ClassVar
+    aside): built by position, two swapped fields of one type pass silently, and a field added or moved
+    shifts every caller's arguments without a word."""
+    positional = []
+    for m, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef) or not (decorators := _dataclass_decorators(node)):
+                continue
+            fields = [
+                n
+                for n in node.body
+                if isinstance(n, ast.AnnAssign)
+                and isinstance(n.target, ast.Name)
+                and "ClassVar" not in ast.unparse(n.annotation)
+            ]
+            keyword_only = any(
+                isinstance(d, ast.Call)
+                and any(
+                    k.arg == "kw_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in d.keywords
+                )
+                for d in decorators
+            )
+            if len(fields) >= 4 and not keyword_only:
+                positional.append(f"{m}.{node.name}")
+    assert positional == []
+
+
 def test_no_two_classes_share_a_name() -> None:
     homes: dict[str, list[str]] = defaultdict(list)
     for m, node in _classes():
