@@ -73,7 +73,7 @@ KNOWN = (
 def test_unknown_gpu_gives_no_fallback() -> None:
     """Each caller says what the name was for: the peak (MFU) or the capability (dispatch); a fresh-eyes
     trial saw `explain --gpu foo` answer 'no MFU', though explain computes none."""
-    from tuneproof.attention.target import device_target
+    from tuneproof.hardware.card import card
     from tuneproof.hardware.gpus import resolve_peak
 
     name = "NVIDIA GeForce RTX 3070 Ti"
@@ -87,7 +87,7 @@ def test_unknown_gpu_gives_no_fallback() -> None:
         "or give peak_tflops)"
     )
     with pytest.raises(TuneproofError) as e:
-        device_target(None, name)
+        card(name)
     assert e.value.message == (
         f"unknown GPU '{name}' (gpu): its compute capability is not known (use one of: {KNOWN}; "
         "or give capability, e.g. 9.0)"
@@ -344,7 +344,7 @@ def test_flops_cli_prints_the_assumed_variant(capsys) -> None:
 
 
 def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
-    from tuneproof.attention.target import device_target
+    from tuneproof.hardware.card import card
     from tuneproof.hardware.gpus import device_smem_limit, match_gpu, resolve_peak
 
     fake_cuda_device(monkeypatch, "NVIDIA H200", (9, 0), 232_448)
@@ -352,13 +352,13 @@ def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
     assert (m.gpu.name, m.gpu.capability, m.gpu.smem_per_block_optin) == ("H200 SXM", (9, 0), 232_448)
     assert m.note == "auto (NVIDIA H200) -> H200 SXM"
     assert resolve_peak("auto", "bf16").source == f"auto (NVIDIA H200) -> H200 SXM: {m.gpu.source}"
-    assert device_smem_limit() == 232_448 and device_target(None, " Auto ").capability == (9, 0)
+    assert device_smem_limit() == 232_448 and card(" Auto ").capability == (9, 0)
     # the device's own numbers win over the table's
     fake_cuda_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
     assert lookup_gpu("auto").smem_per_block_optin == 101_000
     # a card the table lacks: its capability still comes from the device; its peak is refused
     fake_cuda_device(monkeypatch, "NVIDIA GeForce RTX 3070 Ti", (8, 6), 101_376)
-    assert device_target(None, "auto").capability == (8, 6)
+    assert card("auto").capability == (8, 6)
     with pytest.raises(TuneproofError) as e:
         resolve_peak("auto", "bf16")
     assert e.value.message.startswith("unknown GPU 'NVIDIA GeForce RTX 3070 Ti', this device (gpu): no MFU")
@@ -369,14 +369,14 @@ def test_auto_picks_the_devices_row_and_reads_its_limit(monkeypatch) -> None:
 
 def test_auto_on_rocm_has_no_cuda_capability(monkeypatch) -> None:
     """ROCm's torch reports gfx942 as (9, 4) (the recorded MI250 trace says 9.0): not a CUDA capability."""
-    from tuneproof.attention.target import device_target
+    from tuneproof.hardware.card import card
     from tuneproof.hardware.gpus import capability_of
 
     fake_cuda_device(monkeypatch, "AMD Instinct MI300X", (9, 4), 65_536, hip="6.2")
     assert lookup_gpu("auto").name == "MI300X" and lookup_gpu("auto").capability is None
     rocm = r"auto \(AMD Instinct MI300X\) \(gpu\) is a ROCm GPU: it has no CUDA compute capability"
     with pytest.raises(TuneproofError, match=rocm):
-        device_target(None, "auto")
+        card("auto")
     with pytest.raises(
         TuneproofError, match=r"MI300X \(gpu\) is a ROCm GPU: it has no CUDA compute capability"
     ):
@@ -407,15 +407,15 @@ def test_a_traces_limit_reads_as_the_devices_does(monkeypatch) -> None:
     card, and an int like `device_smem_limit`'s."""
     from pathlib import Path
 
-    from tuneproof.attention.target import trace_target
     from tuneproof.commands import kernels
+    from tuneproof.hardware.card import of_trace
     from tuneproof.trace.read import load_trace
 
     data = Path(__file__).parent.parent / "data"
     for trace in (data / "hta" / "ns_resolution_rank-0.json.gz", data / "case_sm120.json.gz"):
         t = kernels.run(kernels.prepare(kernels.KernelsSpec(trace=trace)))
         name = (t.device or {})["description"].split(" (")[0]
-        assert trace_target(load_trace(trace)).smem_limit == lookup_gpu(name).smem_per_block_optin, name
+        assert of_trace(load_trace(trace)).smem_limit == lookup_gpu(name).smem_per_block_optin, name
 
 
 def test_peak_sets_the_cards_datasheet_beside_the_measurement(monkeypatch, capsys) -> None:

@@ -48,6 +48,8 @@ class GpuSpec:
     source: str
     note: str | None = None
     absent: dict[str, str] = field(default_factory=dict)  # dtype -> why the table has no peak for it
+    memory_gib: tuple[int, ...] = ()  # the datasheet's memory in GiB (several where it ships in several)
+    memory_source: str = ""  # the datasheet the memory comes from
 
 
 # Ordering rule: more specific names first (an "h100 pcie" must match before "h100"); the first row
@@ -63,6 +65,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
         source="NVIDIA H100 datasheet (PCIe column, dense = sparse/2); torchtitan tools/utils.py "
         "get_peak_flops",
+        memory_gib=(80,),
+        memory_source="NVIDIA H100 datasheet, PCIe column: 80 GB HBM2e",
     ),
     GpuSpec(
         name="H100 NVL",
@@ -72,6 +76,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"bf16": 835.0, "fp16": 835.0, "fp8": 1670.0},
         source="torchtitan tools/utils.py get_peak_flops (835e12)",
         note="Lightning lists 1978.8 for H100 NVL: a sparse or pair figure; not used",
+        memory_gib=(94,),
+        memory_source="NVIDIA H100 datasheet, NVL column: 94 GB HBM3",
     ),
     GpuSpec(
         name="H100 SXM",
@@ -80,6 +86,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM90_100,
         peak_tflops={"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
         source="NVIDIA H100 datasheet (SXM column); torchtitan get_peak_flops; torchao roofline_utils",
+        memory_gib=(80,),
+        memory_source="NVIDIA H100 datasheet, SXM column: 80 GB HBM3",
     ),
     GpuSpec(
         name="GH200",
@@ -88,6 +96,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM90_100,
         peak_tflops={"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
         source="NVIDIA GH200 datasheet (same Hopper die and clocks as H100 SXM)",
+        memory_gib=(96, 144),
+        memory_source="NVIDIA GH200 datasheet: 96 GB HBM3 or 144 GB HBM3e",
     ),
     GpuSpec(
         name="H200 NVL",
@@ -96,6 +106,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM90_100,
         peak_tflops={"bf16": 835.0, "fp16": 835.0, "fp8": 1670.0},
         source="NVIDIA H200 datasheet (NVL column); nanochat get_peak_flops (836e12)",
+        memory_gib=(141,),
+        memory_source="NVIDIA H200 datasheet: 141 GB HBM3e",
     ),
     GpuSpec(
         name="H200 SXM",
@@ -104,6 +116,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM90_100,
         peak_tflops={"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
         source="NVIDIA H200 datasheet (SXM column); torchtitan get_peak_flops",
+        memory_gib=(141,),
+        memory_source="NVIDIA H200 datasheet: 141 GB HBM3e",
     ),
     GpuSpec(
         name="GB200",
@@ -114,6 +128,8 @@ GPUS: tuple[GpuSpec, ...] = (
         source="NVIDIA DGX GB200 page (5 PF sparse BF16 per GPU); torchtitan, nanochat, verl",
         note="contested: NVIDIA's DGX GB200 page (via torchtitan) says 2,500 dense BF16 per GPU; torchao "
         "lists 2250 (the B200 figure); NVL72 totals support 2500",
+        memory_gib=(186,),
+        memory_source="NVIDIA GB200 NVL72 datasheet: 13.4 TB HBM3e over 72 GPUs",
     ),
     GpuSpec(
         name="B200",
@@ -122,6 +138,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM90_100,
         peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp4": 9000.0},
         source="NVIDIA Blackwell architecture technical brief (dense = sparse/2); torchao gpu_name_to_specs",
+        memory_gib=(180,),
+        memory_source="NVIDIA DGX B200 datasheet: 1,440 GB over 8 GPUs",
     ),
     GpuSpec(
         name="RTX PRO 6000 Blackwell Max-Q",
@@ -131,6 +149,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"bf16": 438.9, "fp16": 438.9},
         source="RTX Blackwell PRO GPU Architecture v1.1, Table 4 (via NeMo Automodel _DEVICE_FLOPS, PR "
         "#3598)",
+        memory_gib=(96,),
+        memory_source="NVIDIA RTX PRO 6000 Blackwell datasheet: 96 GB GDDR7",
     ),
     GpuSpec(
         name="RTX PRO 6000 Blackwell",
@@ -140,6 +160,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"bf16": 503.8, "fp16": 503.8},
         source="RTX Blackwell PRO GPU Architecture v1.1, Table 4 (via NeMo Automodel _DEVICE_FLOPS, PR "
         "#3598)",
+        memory_gib=(96,),
+        memory_source="NVIDIA RTX PRO 6000 Blackwell datasheet: 96 GB GDDR7",
     ),
     GpuSpec(
         name="RTX 5090",
@@ -149,6 +171,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"bf16": 209.5, "fp16": 209.5, "fp8": 419.0, "fp4": 1676.0},
         source="NVIDIA RTX Blackwell GPU architecture whitepaper (FP32 accumulate); torchao "
         "gpu_name_to_specs",
+        memory_gib=(32,),
+        memory_source="NVIDIA GeForce RTX 5090 specifications: 32 GB GDDR7",
     ),
     GpuSpec(
         name="RTX 4090",
@@ -158,6 +182,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"bf16": 165.2, "fp16": 165.2, "fp8": 330.3},
         source="NVIDIA Ada Lovelace architecture whitepaper, Appendix A (FP32 accumulate); nanochat",
         note="Lightning lists 82.6 (non-tensor rate) and some tables 330 (FP16 accumulate); not used",
+        memory_gib=(24,),
+        memory_source="NVIDIA GeForce RTX 4090 specifications: 24 GB GDDR6X",
     ),
     GpuSpec(
         name="L40S",
@@ -166,6 +192,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM86_89_120,
         peak_tflops={"bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
         source="NVIDIA L40S datasheet (dense = sparse/2); nanochat, verl _DEVICE_FLOPS",
+        memory_gib=(48,),
+        memory_source="NVIDIA L40S datasheet: 48 GB GDDR6",
     ),
     GpuSpec(
         name="L4",
@@ -174,6 +202,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM86_89_120,
         peak_tflops={"bf16": 121.0, "fp16": 121.0, "fp8": 242.0},
         source="NVIDIA L4 datasheet (dense = sparse/2); Lightning _CUDA_FLOPS (Ada whitepaper)",
+        memory_gib=(24,),
+        memory_source="NVIDIA L4 datasheet: 24 GB GDDR6",
     ),
     GpuSpec(
         name="A10G",
@@ -183,6 +213,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"bf16": 125.0, "fp16": 125.0},
         source="NVIDIA A10 datasheet (Lightning _CUDA_FLOPS['a10g'])",
         note="no NVIDIA A10G datasheet exists; this is the A10 figure, the A10G may run lower clocks",
+        memory_gib=(24,),
+        memory_source="AWS G5 instance specifications: 24 GB per A10G",
     ),
     GpuSpec(
         name="A10",
@@ -191,6 +223,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM86_89_120,
         peak_tflops={"bf16": 125.0, "fp16": 125.0},
         source="NVIDIA A10 datasheet (BF16/FP16 tensor 125 dense, 250 with sparsity)",
+        memory_gib=(24,),
+        memory_source="NVIDIA A10 datasheet: 24 GB GDDR6",
     ),
     GpuSpec(
         name="A100",
@@ -199,6 +233,8 @@ GPUS: tuple[GpuSpec, ...] = (
         smem_per_block_optin=SMEM_SM80,
         peak_tflops={"bf16": 312.0, "fp16": 312.0, "tf32": 156.0},
         source="NVIDIA A100 datasheet; torchtitan get_peak_flops; Lightning _CUDA_FLOPS",
+        memory_gib=(40, 80),
+        memory_source="NVIDIA A100 datasheet: 40 GB HBM2 or 80 GB HBM2e",
     ),
     GpuSpec(
         name="T4",
@@ -208,6 +244,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"fp16": 65.0},
         source="NVIDIA T4 datasheet (mixed precision FP16/FP32 tensor 65 TFLOPS)",
         absent={"bf16": "Turing (sm_75) has no BF16 tensor cores: the T4 datasheet lists FP16, INT8, INT4"},
+        memory_gib=(16,),
+        memory_source="NVIDIA T4 datasheet: 16 GB GDDR6",
     ),
     GpuSpec(
         name="V100 PCIe",
@@ -217,6 +255,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"fp16": 112.0},
         source="NVIDIA V100 datasheet (PCIe column: tensor 112 TFLOPS, FP16 in, FP32 accumulate)",
         absent={"bf16": "Volta (sm_70) has no BF16 tensor cores: the V100 datasheet lists FP16 only"},
+        memory_gib=(16, 32),
+        memory_source="NVIDIA V100 datasheet: 16 or 32 GB HBM2",
     ),
     GpuSpec(
         name="V100 SXM2",
@@ -226,6 +266,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"fp16": 125.0},
         source="NVIDIA V100 datasheet (SXM2 column: tensor 125 TFLOPS, FP16 in, FP32 accumulate)",
         absent={"bf16": "Volta (sm_70) has no BF16 tensor cores: the V100 datasheet lists FP16 only"},
+        memory_gib=(16, 32),
+        memory_source="NVIDIA V100 datasheet: 16 or 32 GB HBM2",
     ),
     GpuSpec(
         name="MI300X",
@@ -235,6 +277,8 @@ GPUS: tuple[GpuSpec, ...] = (
         peak_tflops={"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
         source="AMD Instinct MI300X data sheet (dense matrix BF16/FP16 1307.4, FP8 2614.9; sparsity doubles)",
         note="ROCm, gfx942: no CUDA compute capability; the shared-memory figure is LDS per workgroup",
+        memory_gib=(192,),
+        memory_source="AMD Instinct MI300X data sheet: 192 GB HBM3",
     ),
 )
 

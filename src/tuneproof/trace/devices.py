@@ -10,8 +10,10 @@ its warp is 64 wide (CUDA warps are 32) or the trace's runtime calls are hip* on
 arch-mismatch rule applies only to CUDA.
 
 `limits` keeps the trace's own numbers (`sharedMemPerBlockOptin`, `numSms`, `totalGlobalMem`, ...):
-later code uses them over hardware/gpus.py's tables (`attention.target.trace_target` sizes flex's kernel
-options by `sharedMemPerBlockOptin`).
+later code uses them over hardware/gpus.py's tables (`hardware.card.of_trace` sizes flex's kernel
+options by `sharedMemPerBlockOptin`). This module is the one reader of a trace's device properties:
+`device_record` (the device most kernels ran on, for the kernel table) and `used_devices` (every device
+the kernels ran on, for the card).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from tuneproof.core.errors import TuneproofError
 from tuneproof.trace.read import DEVICE_CATS, Trace
 
 LIMIT_KEYS = (
@@ -141,3 +144,49 @@ def device_info(trace: Trace, source: str) -> dict[str, Any]:
             out["arch"] = None
             out["description"] = f"{name} (compute capability not in the trace)"
     return out
+
+
+def printable(text: object) -> str:
+    """A name from a file, safe to print: control characters (an ANSI escape) dropped."""
+    return "".join(c for c in str(text) if c.isprintable())
+
+
+def used_devices(trace: Trace, where: str) -> list[dict[str, Any]]:
+    """The deviceProperties entries (today's field names) of the devices the trace's kernels ran on
+    (every entry when no kernel row names its device); refused when a kernel's device has no entry, when
+    one id is listed twice, or when nothing is CUDA."""
+    info = device_info(trace, "device")
+    if info.get("platform") != "cuda":
+        raise TuneproofError(
+            f"{{trace}} {where}: {printable(info['description'])}: no CUDA compute capability to explain for",
+            "give a trace recorded on a CUDA device, or name the card",
+            fields=("trace",),
+        )
+    raw = trace.meta.get("deviceProperties") or trace.meta.get("computeProperties") or []
+    listed = [e for e in raw if isinstance(e, dict)]
+    entries: dict[str, dict[str, Any]] = {
+        str(e.get("id")): {OLD_KEYS.get(str(k), str(k)): v for k, v in e.items()} for e in listed
+    }
+    if len(entries) < len(listed):
+        raise TuneproofError(
+            f"{{trace}} {where}: its deviceProperties list one device id twice: which card ran what is "
+            "unknown",
+            "give the trace torch.profiler wrote, or name the card ({gpu})",
+            fields=("trace", "gpu"),
+        )
+    used = {  # kernel rows that name their device ("0" and 0 alike)
+        str(e["args"]["device"])
+        for e in trace.events
+        if str(e.get("cat", "")).lower() == "kernel"
+        and isinstance(e.get("args"), dict)
+        and e["args"].get("device") is not None
+    }
+    missing = sorted(d for d in used if d not in entries)
+    if missing:
+        raise TuneproofError(
+            f"{{trace}} {where}: kernels ran on device {', '.join(missing)}, which its deviceProperties do "
+            "not describe",
+            "give a trace whose deviceProperties list every device it ran on, or name the card ({gpu})",
+            fields=("trace", "gpu"),
+        )
+    return [entries[d] for d in sorted(used)] if used else list(entries.values())

@@ -6,13 +6,14 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tuneproof.attention.kernel_measure import best_choice
-from tuneproof.attention.target import DeviceTarget, device_target, trace_target
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
+from tuneproof.hardware.card import CPU, card, of_trace
 from tuneproof.trace.read import load_trace
 
 DATA = Path(__file__).parent.parent / "data"
@@ -32,17 +33,17 @@ def _trace_like(tmp_path: Path, source: Path, **changes: object) -> Path:
 
 
 def test_real_traces_give_their_cards_capability_and_limit() -> None:
-    h800 = trace_target(load_trace(H800))
+    h800 = of_trace(load_trace(H800))
     assert (h800.capability, h800.smem_limit) == ((9, 0), 232_448)
     assert h800.smem_source == "trace deepseek_v3_train_h800.json.gz, NVIDIA H800: sharedMemPerBlockOptin"
-    v100 = trace_target(load_trace(V100))
+    v100 = of_trace(load_trace(V100))
     assert (v100.capability, v100.smem_limit) == ((7, 0), 98_304)
     assert "Tesla V100" in (v100.smem_source or "")
 
 
 def test_the_traces_limit_decides_the_estimate(tmp_path) -> None:
     """A 9.0 card whose trace says 101,376 B per block (not the table's 232,448 B) gets smaller tiles."""
-    small = trace_target(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=101_376)))
+    small = of_trace(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=101_376)))
     assert small.capability == (9, 0) and small.smem_limit == 101_376
     table = best_choice({512}, "bf16", (9, 0), "fwd")
     traced = best_choice({512}, "bf16", (9, 0), "fwd", smem_limit_bytes=small.smem_limit)
@@ -70,20 +71,19 @@ def test_explain_with_a_trace_prints_the_limit_and_sizes_flex_by_it(tmp_path, ca
 @pytest.mark.parametrize("value", [None, 0, -5, 1, 49_151, 232_449, "101376", True, 1e30, 101376.5, 2**31])
 def test_a_trace_without_a_valid_limit_takes_the_table_and_says_why(tmp_path, value: object) -> None:
     """Valid: an integer from 48 KiB (every CUDA card since Fermi) to the capability's own maximum."""
-    t = trace_target(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=value)))
+    t = of_trace(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=value)))
     assert (t.capability, t.smem_limit) == ((9, 0), 232_448)
     assert t.smem_source == (
         f"the capability 9.0 table; the trace gives no valid sharedMemPerBlockOptin (device 0: {value!r}; "
         "valid: 49,152 to 232,448 B)"
     )
     assert (
-        trace_target(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=49_152))).smem_limit
-        == 49_152
+        of_trace(load_trace(_trace_like(tmp_path, H800, sharedMemPerBlockOptin=49_152))).smem_limit == 49_152
     )
 
 
 def test_the_real_trace_without_the_field_names_the_table() -> None:
-    t = trace_target(load_trace(DATA / "zoo_sm90.json.gz"))
+    t = of_trace(load_trace(DATA / "zoo_sm90.json.gz"))
     assert t.smem_limit == 232_448 and (t.smem_source or "").startswith("the capability 9.0 table; the trace")
 
 
@@ -99,32 +99,30 @@ def _two_devices(tmp_path: Path, second: dict[str, object], kernels_on: tuple[in
 
 
 def test_a_trace_over_several_devices_is_judged_on_all_it_ran_on(tmp_path) -> None:
-    smaller = trace_target(load_trace(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 101_376})))
+    smaller = of_trace(load_trace(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 101_376})))
     assert smaller.smem_limit == 101_376  # options that fit every device the kernels ran on
     assert (smaller.smem_source or "").endswith("sharedMemPerBlockOptin (the smallest of devices 0, 1)")
-    idle = trace_target(
-        load_trace(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 1_000}, kernels_on=(0,)))
-    )
+    idle = of_trace(load_trace(_two_devices(tmp_path, {"sharedMemPerBlockOptin": 1_000}, kernels_on=(0,))))
     assert idle.smem_limit == 232_448  # a listed device no kernel ran on does not count
     with pytest.raises(TuneproofError, match=r"ran kernels on devices of capability 9.0 and 12.0: one "):
-        trace_target(load_trace(_two_devices(tmp_path, {"computeMajor": 12, "computeMinor": 0})))
+        of_trace(load_trace(_two_devices(tmp_path, {"computeMajor": 12, "computeMinor": 0})))
     with pytest.raises(TuneproofError, match=r"kernels ran on device 3, which its deviceProperties do not"):
-        trace_target(load_trace(_two_devices(tmp_path, {}, kernels_on=(0, 3))))
+        of_trace(load_trace(_two_devices(tmp_path, {}, kernels_on=(0, 3))))
     with pytest.raises(TuneproofError, match=r"list one device id twice: which card ran what is unknown"):
-        trace_target(load_trace(_two_devices(tmp_path, {"id": 0, "sharedMemPerBlockOptin": 101_376})))
+        of_trace(load_trace(_two_devices(tmp_path, {"id": 0, "sharedMemPerBlockOptin": 101_376})))
     named = json.loads(_two_devices(tmp_path, {}).read_text())  # device ids as strings, or null
     named["traceEvents"] = [
         {**e, "args": {"device": d}} for e, d in zip(named["traceEvents"], ["0", None], strict=True)
     ]
     (tmp_path / "named.json").write_text(json.dumps(named))
-    assert trace_target(load_trace(tmp_path / "named.json")).smem_limit == 232_448
+    assert of_trace(load_trace(tmp_path / "named.json")).smem_limit == 232_448
 
 
 def test_a_malformed_capability_or_name_in_a_trace(tmp_path) -> None:
     with pytest.raises(TuneproofError) as e:
-        trace_target(load_trace(_trace_like(tmp_path, H800, computeMajor=9.5)))
+        of_trace(load_trace(_trace_like(tmp_path, H800, computeMajor=9.5)))
     assert "NVIDIA H800 has computeMajor 9.5, computeMinor 0: not a compute capability" in e.value.message
-    escaped = trace_target(load_trace(_trace_like(tmp_path, H800, name="NVIDIA \x1b[31mH800")))
+    escaped = of_trace(load_trace(_trace_like(tmp_path, H800, name="NVIDIA \x1b[31mH800")))
     assert "\x1b" not in (escaped.smem_source or "") and "NVIDIA [31mH800" in (escaped.smem_source or "")
 
 
@@ -153,14 +151,14 @@ def test_explain_still_explains_where_no_flex_option_fits_the_card(capsys) -> No
 )
 def test_a_trace_from_no_cuda_device_is_refused(path: Path, message: str) -> None:
     with pytest.raises(TuneproofError) as e:
-        trace_target(load_trace(path))
+        of_trace(load_trace(path))
     assert message in e.value.message and "no CUDA compute capability to explain for" in e.value.message
 
 
 def test_a_trace_from_a_capability_without_rules_names_the_trace(tmp_path) -> None:
     pascal = _trace_like(tmp_path, V100, computeMajor=6, computeMinor=1, name="Tesla P40")
     with pytest.raises(TuneproofError) as e:
-        trace_target(load_trace(pascal))
+        of_trace(load_trace(pascal))
     assert e.value.fields == ("trace", "capability")
     assert e.value.message.startswith(
         "trace trace.json ran on Tesla P40 (compute capability 6.1), a capability tuneproof has no rules for"
@@ -169,21 +167,21 @@ def test_a_trace_from_a_capability_without_rules_names_the_trace(tmp_path) -> No
 
 def test_one_device_source_at_a_time_and_the_named_rows_limit(monkeypatch) -> None:
     with pytest.raises(TuneproofError, match=r"gpu and trace together \(give one of them\)"):
-        device_target(None, "H100", H800)
+        card("H100", trace=H800)
     with pytest.raises(TuneproofError, match=r"capability and gpu and trace together"):
-        device_target("9.0", "H100", H800)
-    assert device_target(None, None) == DeviceTarget()
-    table = DeviceTarget((9, 0), 232_448, "the capability 9.0 table")
-    assert device_target("sm_90", None) == device_target(None, " 9.0 ") == table  # a capability as a GPU
-    assert device_target(None, "sm_90a") == table  # arch-specific (a) and family (f) suffixes
+        card("H100", capability="9.0", trace=H800)
+    assert card(None) == CPU
+    table = ((9, 0), 232_448, "the capability 9.0 table")
+    assert _device(card(None, capability="sm_90")) == _device(card(" 9.0 ")) == table  # a capability as a GPU
+    assert _device(card("sm_90a")) == table  # arch-specific (a) and family (f) suffixes
     for bad, message in [
         ("99.9", "unknown gpu '99.9'"),
         ("sm_75x", "unknown gpu 'sm_75x'"),
         (" ", "gpu is empty"),
     ]:
         with pytest.raises(TuneproofError, match=message):
-            device_target(None, bad)
-    row = device_target(None, "L4")
+            card(bad)
+    row = card("L4")
     assert (row.capability, row.smem_limit, row.smem_source) == (
         (8, 9),
         101_376,
@@ -195,12 +193,33 @@ def test_auto_takes_the_devices_own_limit(monkeypatch) -> None:
     from fakes import fake_cuda_device
 
     fake_cuda_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
-    t = device_target(None, "auto")
+    t = card("auto")
     assert (t.capability, t.smem_limit) == ((8, 9), 101_000)
     assert t.smem_source == "this device: torch's shared_memory_per_block_optin"
     fake_cuda_device(monkeypatch, "Tesla T4", (7, 5), None)  # torch without the field: the table's limit
-    assert device_target(None, "auto") == DeviceTarget(
+    assert _device(card("auto")) == (
         (7, 5),
         65_536,
         "the capability 7.5 table; torch reports no shared_memory_per_block_optin for this device",
     )
+
+
+def _device(c: Any) -> tuple[Any, ...]:
+    """What the dispatch and flex's options read of a card."""
+    return (c.capability, c.smem_limit, c.smem_source)
+
+
+def test_a_named_card_holds_its_memory_and_auto_this_devices(monkeypatch) -> None:
+    from fakes import fake_cuda_device
+
+    assert card("H100").total_bytes == 80 * 2**30 and "datasheet" in str(card("H100").memory_source)
+    assert card("A100 80GB").name == "A100 80GB" and card("A100 40GB").total_bytes == 40 * 2**30
+    ambiguous = card("A100")  # the dispatch needs no size; the memory ledger refuses to guess it
+    assert ambiguous.capability == (8, 0) and ambiguous.total_bytes is None
+    with pytest.raises(TuneproofError, match="ships with 40 GB or 80 GB"):
+        ambiguous.memory()
+    assert card(None, capability="9.0").total_bytes is None  # a capability names no memory
+    given = card("A100", memory_gib=40)
+    assert (given.name, given.total_bytes, given.capability) == ("A100", 40 * 2**30, (8, 0))
+    fake_cuda_device(monkeypatch, "NVIDIA GeForce RTX 4090", (8, 9), 101_000)
+    assert card("auto").name == "NVIDIA GeForce RTX 4090" and card("auto").row.name == "RTX 4090"
