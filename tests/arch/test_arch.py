@@ -81,17 +81,18 @@ def test_bad_configs(cfg: dict, fragment: str) -> None:
 
 
 def test_refused_attention_implementations_are_data() -> None:
-    from tuneproof.attention.dispatch import Context, explain
-    from tuneproof.flops import RunSpec, flop_report
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
+    from tuneproof.flops import Step, flop_report
 
     gemma2 = from_config(config_dict("gemma2"))
     assert "softcapping" in gemma2.attn_refused["sdpa"]
     assert "sinks" in from_config(config_dict("gpt_oss")).attn_refused["sdpa"]
     assert from_config(config_dict("llama")).attn_refused == {}
-    report = flop_report(gemma2, RunSpec(seq_len=32, attn="sdpa"))
+    report = flop_report(gemma2, Step(seq_len=32, attn="sdpa"))
     assert any("will not run sdpa for gemma2" in n for n in report.notes)
-    assert not flop_report(gemma2, RunSpec(seq_len=32, attn="eager")).notes
-    assert "will not run sdpa" in explain(gemma2, Context(seq_len=32, batch=1)).notes[0]
+    assert not flop_report(gemma2, Step(seq_len=32, attn="eager")).notes
+    assert "will not run sdpa" in explain(gemma2, context(seq_len=32, batch=1)).notes[0]
 
 
 def test_every_family_has_a_tiny_config_in_the_parity_tests() -> None:

@@ -76,8 +76,9 @@ def test_zaya_layers_are_softmax_attention_on_convolved_q_and_k() -> None:
 
 
 def test_explain_says_the_cca_convolutions_run_in_torch() -> None:
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(_config(["hybrid", "hybrid"])).shape
-    notes = explain(shape, Context(seq_len=64, batch=1, attn="sdpa"), live=False).notes
+    notes = explain(shape, context(seq_len=64, batch=1, attn="sdpa"), live=False).notes
     assert any(n.startswith("2 layers use ZAYA's compressed convolutional attention") for n in notes)

@@ -65,7 +65,7 @@ def test_the_31b_null_fields_are_transformers_own() -> None:
 def test_gemma4_31b_dense_is_accepted() -> None:
     shape = resolve(GEMMA4_31B).shape
     assert shape.model_type == "gemma4_text" and shape.num_layers == 60
-    assert all(lin.num_experts == 1 for lin in shape.linears())  # dense: no routed experts
+    assert all(lin.num_experts == 1 for lin in shape.linears)  # dense: no routed experts
     kinds = {(layer.attention.window, layer.attention.head_dim) for layer in shape.layers}
     assert kinds == {(1024, 256), (None, 512)}  # sliding layers, and full layers with global_head_dim
     assert 25e9 < parameter_estimate(GEMMA4_31B["text_config"]) < 35e9
@@ -180,11 +180,11 @@ def test_fields_of_the_new_mixers_are_checked(fields: dict, fragment: str) -> No
 
 
 def test_a_batch_past_a_million_rows_is_refused() -> None:
-    from tuneproof.flops import RunSpec
+    from tuneproof.flops import Step
 
-    RunSpec(seq_len=8, batch=1 << 20)
+    Step(seq_len=8, batch=1 << 20)
     with pytest.raises(TuneproofError, match="batch"):
-        RunSpec(seq_len=8, batch=(1 << 20) + 1)
+        Step(seq_len=8, batch=(1 << 20) + 1)
 
 
 # The trial's nonsense sizes of the newer mixers, each once exit 0 (DeepSeek-V3.2 with negative FLOPs)

@@ -8,7 +8,7 @@ import pytest
 
 from tuneproof.arch import resolve
 from tuneproof.arch.shape import Attention
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 
 def _diffllama_config() -> object:
@@ -58,7 +58,7 @@ def test_a_diffllama_layer_runs_two_attention_calls_on_the_same_q_and_k() -> Non
 @pytest.mark.parametrize("length", [8, 24, 40])
 def test_diffllama_attention_flops_match_flop_counter_on_transformers_own_module(length: int) -> None:
     shape = resolve(_diffllama_config()).shape
-    run = RunSpec(seq_len=length, batch=1, attn="eager", mode="full")
+    run = Step(seq_len=length, batch=1, attn="eager", mode="full")
     ledger = flop_report(shape, run).performed
     rows = [r for r in ledger.rows if r.layer == 0 and r.component.startswith("attention.")]
     forward = sum(r.flops for r in rows if r.pass_ == "forward")
@@ -70,8 +70,9 @@ def test_diffllama_attention_flops_match_flop_counter_on_transformers_own_module
 
 
 def test_explainer_says_diffllama_runs_each_kernel_twice() -> None:
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(_diffllama_config()).shape
-    notes = explain(shape, Context(attn="sdpa", seq_len=64, batch=1), live=False).notes
+    notes = explain(shape, context(attn="sdpa", seq_len=64, batch=1), live=False).notes
     assert any("twice" in n and "DiffLlamaAttention" in n for n in notes)

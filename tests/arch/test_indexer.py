@@ -18,7 +18,7 @@ from tuneproof.arch.indexer import (
 )
 from tuneproof.arch.shape import AttentionSpec, IndexScores, Linear
 from tuneproof.attention.paths import PATHS, intended_for, performed_for
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 from tuneproof.runs.step import Rows
 
 INDEXED = AttentionSpec(
@@ -90,7 +90,7 @@ def test_indexer_projections_and_scores_are_forward_only_rows() -> None:
     shape = _shape("deepseek_v32")
     frozen = [s for s in shape.layers[0].steps if isinstance(s, Linear) and s.no_grad]
     assert sorted(s.name.rpartition(".")[2] for s in frozen) == ["weights_proj", "wk", "wq_b"]
-    report = flop_report(shape, RunSpec(seq_len=37, batch=2, mode="lora", lora_rank=4))
+    report = flop_report(shape, Step(seq_len=37, batch=2, mode="lora", lora_rank=4))
     for ledger in (report.intended, report.performed):
         indexer = [r for r in ledger.rows if r.component.startswith("attention.indexer")]
         assert indexer and all(r.pass_ == "forward" for r in indexer)
@@ -110,7 +110,7 @@ def test_indexer_projections_and_scores_are_forward_only_rows() -> None:
 
 def test_lora_on_the_indexer_runs_its_adapter_forward_only() -> None:
     shape = _shape("deepseek_v32")
-    run = RunSpec(seq_len=37, batch=2, mode="lora", lora_rank=4, lora_targets=("wq_b",))
+    run = Step(seq_len=37, batch=2, mode="lora", lora_rank=4, lora_targets=("wq_b",))
     lora = [r for r in flop_report(shape, run).performed.rows if r.component == "lora"]
     assert lora and all(r.pass_ == "forward" for r in lora)
 
@@ -147,9 +147,10 @@ def test_axk2_gated_norm_gemms_gate_the_block_after_them() -> None:
 
 
 def test_the_dispatch_explainer_notes_the_indexer_and_the_dense_mask() -> None:
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
-    result = explain(_shape("deepseek_v32"), Context(seq_len=64, batch=2, attn="sdpa"), live=False)
+    result = explain(_shape("deepseek_v32"), context(seq_len=64, batch=2, attn="sdpa"), live=False)
     assert any("flash-mla" in n and "indexer" in n for n in result.notes)
     # every DeepSeek-V3.2 layer runs its own indexer: once "61 run their own indexer, the others reuse"
     assert any("each runs its own indexer)" in n for n in result.notes)

@@ -12,7 +12,7 @@ import pytest
 
 from tuneproof.arch import resolve
 from tuneproof.arch.shape import BlockMix, Linear
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 TINY_INKLING2 = dict(
     model_type="inkling2_text", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
@@ -67,7 +67,7 @@ def test_inkling2_ledger_matches_flop_counter(
     cfg = {**TINY_INKLING2, "n_layers_per_attn_res_block": block}
     shape = resolve(cfg).shape
     names = list(targets) or linear_targets(shape)
-    run = RunSpec(
+    run = Step(
         seq_len=37, batch=2, attn="eager", mode=mode, lora_rank=4, grad_ckpt=ckpt, lora_targets=tuple(names)
     )
     ledger = flop_report(shape, run).performed
@@ -118,7 +118,7 @@ def test_inkling_ledger_matches_flop_counter(
     cfg = {**TINY_INKLING, "n_shared_experts": shared}
     shape = resolve(cfg).shape
     names = list(targets) or linear_targets(shape)
-    run = RunSpec(
+    run = Step(
         seq_len=37, batch=2, attn="eager", mode=mode, lora_rank=4, grad_ckpt=ckpt, lora_targets=tuple(names)
     )
     ledger = flop_report(shape, run).performed
@@ -163,7 +163,7 @@ def test_inkling2_loop_ledger_matches_flop_counter(
     cfg = {**TINY_INKLING2_LOOP, "loop_num_passes": passes}
     shape = resolve(cfg).shape
     names = list(targets) or linear_targets(shape)
-    run = RunSpec(
+    run = Step(
         seq_len=37, batch=2, attn="eager", mode=mode, lora_rank=4, grad_ckpt=ckpt, lora_targets=tuple(names)
     )
     ledger = flop_report(shape, run).performed

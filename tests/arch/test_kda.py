@@ -84,11 +84,12 @@ def test_kda_layers_are_read_from_the_tiny_build(family: str) -> None:
 
 
 def test_explainer_names_the_kda_kernels_and_the_shared_state_of_packed_rows() -> None:
+    from contexts import context
     from tiny_models import shrunk_config
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(shrunk_config("kimi_linear")).shape
-    plain = " ".join(explain(shape, Context(seq_len=512, batch=1), live=False).notes)
+    plain = " ".join(explain(shape, context(seq_len=512, batch=1), live=False).notes)
     assert "chunk_kda" in plain and "chunk_kimi_delta_attention" in plain and "gated delta" not in plain
-    packed = " ".join(explain(shape, Context(seq_len=512, batch=1, packed=True), live=False).notes)
+    packed = " ".join(explain(shape, context(seq_len=512, batch=1, packed=True), live=False).notes)
     assert "share one recurrent state" in packed and "share one" not in plain

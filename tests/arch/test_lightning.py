@@ -48,14 +48,15 @@ def test_lightning_blocks_are_not_padded_and_have_no_convolution() -> None:
 
 
 def test_minimax_lightning_layers_are_read_and_explained() -> None:
+    from contexts import context
     from tiny_models import shrunk_config
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(shrunk_config("minimax")).shape
     assert [layer.attention.kind for layer in shape.layers] == ["full", "linear"]
     (core,) = (s for s in shape.layers[1].steps if isinstance(s, Lightning))
     assert core.block == BLOCK  # tests/tiny_models.py shrinks the block to 16
-    plain = " ".join(explain(shape, Context(seq_len=512, batch=1), live=False).notes)
+    plain = " ".join(explain(shape, context(seq_len=512, batch=1), live=False).notes)
     assert "no kernel" in plain and "block loop" in plain and "gated delta" not in plain
-    packed = " ".join(explain(shape, Context(seq_len=512, batch=1, packed=True), live=False).notes)
+    packed = " ".join(explain(shape, context(seq_len=512, batch=1, packed=True), live=False).notes)
     assert "share one decayed key-value state" in packed

@@ -15,7 +15,7 @@ from tuneproof.arch.mixers import DELTA_CHUNK, delta_rule_backward, delta_rule_f
 from tuneproof.arch.shape import AttentionSpec, DeltaRule, StateSpace
 from tuneproof.attention.paths import PATHS, chunk_pieces, intended_for, performed_for
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 from tuneproof.runs.step import Rows
 
 CONFIGS = Path(__file__).parent.parent / "data" / "configs"
@@ -86,11 +86,11 @@ def test_qwen3_next_layers_are_linear_and_full_in_its_published_pattern() -> Non
     shape = resolve(CONFIGS / "qwen3-next-80b-a3b.json").shape
     kinds = [layer.attention.kind for layer in shape.layers]
     assert kinds[:4] == ["linear", "linear", "linear", "full"] and kinds.count("full") == len(kinds) // 4
-    assert shape.mixer_groups() and all(shape.layers[i].attention.kind == "full" for g in
-                                        shape.attention_groups().values() for i in g)  # fmt: skip
-    report = flop_report(shape, RunSpec(seq_len=4096, mode="lora", lora_rank=8))
+    assert shape.mixer_groups and all(shape.layers[i].attention.kind == "full" for g in
+                                        shape.attention_groups.values() for i in g)  # fmt: skip
+    report = flop_report(shape, Step(seq_len=4096, mode="lora", lora_rank=8))
     # linear in T: the linear-attention rows double with the width, softmax attention quadruples
-    wide = flop_report(shape, RunSpec(seq_len=8192, mode="lora", lora_rank=8))
+    wide = flop_report(shape, Step(seq_len=8192, mode="lora", lora_rank=8))
     lin = report.intended.where(component_prefix="linear_attention")
     assert wide.intended.where(component_prefix="linear_attention") == pytest.approx(2 * lin, rel=0.01)
 
@@ -109,17 +109,18 @@ def test_llama4_chunked_layers_and_dense_experts_have_their_lines() -> None:
     shape = resolve(CONFIGS / "llama-4-scout.json").shape
     assert {layer.attention.kind for layer in shape.layers} == {"chunked", "full"}
     assert {layer.attention.chunk for layer in shape.layers if layer.attention.chunk} == {8192}
-    report = flop_report(shape, RunSpec(seq_len=16384, mode="lora"))
+    report = flop_report(shape, Step(seq_len=16384, mode="lora"))
     names = [e.name for e in report.excess]
     assert "experts run densely: every token through every expert" in names
     assert any(n.startswith("chunked attention") for n in names)
 
 
 def test_explainer_names_the_delta_rule_paths_and_the_packed_fallback() -> None:
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(CONFIGS / "qwen3-next-80b-a3b.json").shape
-    packed = explain(shape, Context(seq_len=512, batch=1, packed=True), live=False)
+    packed = explain(shape, context(seq_len=512, batch=1, packed=True), live=False)
     text = " ".join(packed.notes)
     assert "chunk_gated_delta_rule" in text and "without flash-linear-attention transformers raises" in text
 
@@ -131,9 +132,9 @@ def test_a_rank_above_every_expert_matrix_is_refused_for_target_parameters() -> 
     shape = resolve(config_dict("qwen3_moe")).shape  # experts: 64 -> 2x32 and 32 -> 64
     experts = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
     run = dict(seq_len=16, mode="lora", lora_targets=("q_proj",), lora_target_parameters=experts)
-    flop_report(shape, RunSpec(**run, lora_rank=64))  # q_proj 64 -> 64 holds rank 64
+    flop_report(shape, Step(**run, lora_rank=64))  # q_proj 64 -> 64 holds rank 64
     with pytest.raises(TuneproofError, match="lora_rank"):
-        flop_report(shape, RunSpec(seq_len=16, mode="lora", lora_targets=(), lora_target_parameters=experts,
+        flop_report(shape, Step(seq_len=16, mode="lora", lora_targets=(), lora_target_parameters=experts,
                                    lora_rank=65))  # fmt: skip
 
 
@@ -153,10 +154,11 @@ def test_a_layer_weight_no_gemm_accounts_for_is_refused_not_counted_as_nothing(
 
 
 def test_explain_refuses_flash_for_chunked_layers_past_the_chunk() -> None:
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(CONFIGS / "llama-4-scout.json").shape
-    layers = explain(shape, Context(seq_len=16384, batch=1, attn="flash_attention_2"), live=False).layers
+    layers = explain(shape, context(seq_len=16384, batch=1, attn="flash_attention_2"), live=False).layers
     chunked = next(x for x in layers if x.layer_type == "chunked")
     full = next(x for x in layers if x.layer_type == "full")
     assert chunked.backend == "refused" and "16384 > chunk 8192" in chunked.refused["flash_attention_2"]
@@ -174,9 +176,9 @@ def test_lora_on_mamba_out_proj_is_refused_as_peft_refuses_it_and_all_linear_lea
 
     shape = resolve(shrunk_config("mamba2")).shape
     with pytest.raises(TuneproofError, match="PEFT refuses LoRA on out_proj"):
-        flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4, lora_targets=("out_proj",)))
-    every = flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4)).performed
-    named = flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4, lora_targets=("in_proj",)))
+        flop_report(shape, Step(seq_len=32, mode="lora", lora_rank=4, lora_targets=("out_proj",)))
+    every = flop_report(shape, Step(seq_len=32, mode="lora", lora_rank=4)).performed
+    named = flop_report(shape, Step(seq_len=32, mode="lora", lora_rank=4, lora_targets=("in_proj",)))
     assert every.total == named.performed.total  # all-linear here is in_proj alone: out_proj is left out
     assert lora_targets(shape) == ["mixer.in_proj"]
 
@@ -212,6 +214,6 @@ def test_lora_on_mamba_dt_proj_says_its_weight_is_a_raw_matmul_and_names_the_mod
 
     shape = resolve(shrunk_config("mamba")).shape
     with pytest.raises(TuneproofError) as refused:
-        flop_report(shape, RunSpec(seq_len=32, mode="lora", lora_rank=4, lora_targets=("dt_proj",)))
+        flop_report(shape, Step(seq_len=32, mode="lora", lora_rank=4, lora_targets=("dt_proj",)))
     assert "applies dt_proj as a raw matmul with its weight" in refused.value.message
     assert refused.value.hint.endswith("this model's module names: in_proj, x_proj")

@@ -77,14 +77,15 @@ def test_inference_mode_runs_whole_chunks_then_a_per_token_loop() -> None:
 
 
 def test_the_tiny_xlstm_reads_its_mlstm_cell_and_the_explainer_names_the_paths() -> None:
+    from contexts import context
     from tiny_models import shrunk_config
     from tuneproof.arch import resolve
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(shrunk_config("xlstm")).shape
     core = next(s for s in shape.layers[0].steps if isinstance(s, MLstm))
     assert (core.heads, core.key_dim, core.value_dim, core.chunk, core.mode) == (8, 8, 16, 16, "inference")
-    text = " ".join(explain(shape, Context(seq_len=64, batch=1), live=False).notes)
+    text = " ".join(explain(shape, context(seq_len=64, batch=1), live=False).notes)
     assert "mlstm_chunkwise_native_autograd" in text and "mlstm_recurrent_step_native" in text
     assert "xlstm" in text and "gated delta rule" not in text
 

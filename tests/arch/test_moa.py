@@ -9,7 +9,7 @@ import pytest
 from tiny_models import shrunk_config
 from tuneproof.arch import resolve
 from tuneproof.arch.shape import Linear
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 MIXER_ROWS = ("router", "q_proj", "attention.", "o_proj")
 
@@ -51,7 +51,7 @@ def test_jetmoe_query_and_output_projections_are_routed_experts() -> None:
 def test_moa_flops_match_flop_counter_on_transformers_own_attention(length: int) -> None:
     cfg = shrunk_config("jetmoe")
     ledger = flop_report(
-        resolve(cfg).shape, RunSpec(seq_len=length, batch=1, attn="eager", mode="full")
+        resolve(cfg).shape, Step(seq_len=length, batch=1, attn="eager", mode="full")
     ).performed
     rows = [r for r in ledger.rows if r.layer == 0 and r.component.startswith(MIXER_ROWS)]
     forward = sum(r.flops for r in rows if r.pass_ == "forward")
@@ -60,10 +60,11 @@ def test_moa_flops_match_flop_counter_on_transformers_own_attention(length: int)
 
 
 def test_explainer_names_the_routed_attention_projections() -> None:
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(shrunk_config("jetmoe")).shape
-    notes = explain(shape, Context(attn="sdpa", seq_len=64, batch=1), live=False).notes
+    notes = explain(shape, context(attn="sdpa", seq_len=64, batch=1), live=False).notes
     assert any("JetMoeParallelExperts" in n for n in notes)
 
 

@@ -17,11 +17,11 @@ import pytest
 
 from tuneproof.arch import cache, resolve
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 CONFIGS = Path(__file__).parent.parent / "data" / "configs"
 FILES = sorted(p for p in CONFIGS.glob("*.json") if p.name != "params.json")
-RUNS = (RunSpec(seq_len=4096, mode="full", grad_ckpt=True), RunSpec(seq_len=1000, mode="lora", batch=2))
+RUNS = (Step(seq_len=4096, mode="full", grad_ckpt=True), Step(seq_len=1000, mode="lora", batch=2))
 
 
 @pytest.fixture
@@ -187,11 +187,11 @@ def test_a_warm_command_imports_neither_torch_nor_transformers(cache_folder: Pat
 _WARM_FAMILIES = """
 import json, sys
 from tuneproof.arch import resolve
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 hits = {}
 for path in sys.argv[1:]:
     model = resolve(path)
-    flop_report(model.shape, RunSpec(seq_len=64, mode="full"))
+    flop_report(model.shape, Step(seq_len=64, mode="full"))
     hits[path] = model._config is None
 loaded = sorted(m for m in ("torch", "transformers") if m in sys.modules)
 print(json.dumps({"hits": hits, "loaded": loaded}))

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from tuneproof.arch import resolve
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 TINY_CPMANT = dict(
     model_type="cpmant", hidden_size=64, num_attention_heads=4, dim_head=16, dim_ff=96, num_hidden_layers=2,
@@ -23,7 +23,7 @@ def test_the_layers_attend_bidirectionally_over_the_prompt_and_the_row() -> None
     assert shape.prefix_tokens == 5
     spec = shape.layers[0].attention
     assert (spec.kind, spec.prefix, spec.head_dim) == ("bidirectional", 5, 16)
-    run = RunSpec(seq_len=37, batch=3, attn="eager", mode="forward", lengths=(37, 20, 7))
+    run = Step(seq_len=37, batch=3, attn="eager", mode="forward", lengths=(37, 20, 7))
     report = flop_report(shape, run)
     qk_per_pair = 2 * 4 * 16
     intended = report.intended.where(component_prefix="attention.qk", layers={0})
@@ -42,7 +42,7 @@ def test_cpmant_ledger_matches_flop_counter(prompt: int, mode: str, targets: tup
     cfg = {**TINY_CPMANT, "prompt_length": prompt}
     shape = resolve(cfg).shape
     counted = counted_flops(build_model(cfg), 2, 37, mode, targets=list(targets))
-    run = RunSpec(
+    run = Step(
         seq_len=37, batch=2, attn="eager", mode=mode, lora_rank=4, lora_targets=targets or ("all-linear",)
     )
     assert flop_report(shape, run).performed.total == pytest.approx(counted, rel=1e-9)
@@ -54,7 +54,7 @@ def test_cpmant_ledger_matches_flop_counter(prompt: int, mode: str, targets: tup
 def test_every_attention_path_runs_the_models_own_matmuls() -> None:
     shape = resolve({**TINY_CPMANT, "prompt_length": 5}).shape
     totals = {
-        attn: flop_report(shape, RunSpec(seq_len=37, batch=2, attn=attn, mode="full")).performed.total
+        attn: flop_report(shape, Step(seq_len=37, batch=2, attn=attn, mode="full")).performed.total
         for attn in ("eager", "sdpa", "flex_attention")
     }
     assert len(set(totals.values())) == 1, totals  # no fused-kernel recompute, no block rounding

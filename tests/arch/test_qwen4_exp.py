@@ -12,7 +12,7 @@ import pytest
 from tuneproof.arch import resolve
 from tuneproof.arch.shape import BlockScores
 from tuneproof.attention.pairs import block_selected_pairs, visible_blocks
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 TINY_QWEN4_EXP = dict(
     model_type="qwen4_exp_text", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -48,7 +48,7 @@ def test_qwen4_exp_ledger_matches_flop_counter(
     shape = resolve(cfg).shape
     targets = linear_targets(shape)
     counted = _counted(cfg, mode, ckpt, lengths, targets)
-    run = RunSpec(
+    run = Step(
         seq_len=37, batch=2, attn="eager", mode=mode, lora_rank=4, grad_ckpt=ckpt,
         lora_targets=tuple(targets), lengths=tuple(lengths) if lengths else None,
     )  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from tuneproof.arch import resolve
 from tuneproof.arch.coverage import refusal
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 from tuneproof.measure.model import parameter_estimate
 
 CONFIGS = Path(__file__).parent.parent / "data" / "configs"
@@ -44,7 +44,7 @@ def test_published_config_resolves_and_both_ledgers_are_sane(path: Path) -> None
         return
     model = resolve(path)
     for mode in ("full", "lora"):
-        report = flop_report(model.shape, RunSpec(seq_len=4096, mode=mode))
+        report = flop_report(model.shape, Step(seq_len=4096, mode=mode))
         intended, performed = report.intended.total, report.performed.total
         assert intended > 0 and performed > 0, (mode, intended, performed)
         assert performed >= intended, (mode, intended, performed)

@@ -133,12 +133,13 @@ def test_rwkv_costs_its_projections_and_recomputes_its_gated_value_gemm() -> Non
     ],
 )
 def test_explainer_names_the_kernels_and_the_torch_loop(model_type: str, words: tuple[str, ...]) -> None:
+    from contexts import context
     from tiny_models import shrunk_config
     from tuneproof.arch import resolve
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(shrunk_config(model_type)).shape
-    text = " ".join(explain(shape, Context(seq_len=64, batch=1), live=False).notes)
+    text = " ".join(explain(shape, context(seq_len=64, batch=1), live=False).notes)
     assert all(w in text for w in words) and "gated delta rule" not in text
-    packed = " ".join(explain(shape, Context(seq_len=64, batch=1, packed=True), live=False).notes)
+    packed = " ".join(explain(shape, context(seq_len=64, batch=1, packed=True), live=False).notes)
     assert "packed" in packed

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tuneproof.arch import resolve
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 TINY_DORY = dict(
     model_type="dory", hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
@@ -35,7 +35,7 @@ def test_looped_ledger_matches_flop_counter(loops: int, mode: str) -> None:
 
     cfg = {**TINY_DORY, "n_recurrent_loops": loops}
     counted = counted_flops(build_model(cfg), 2, 37, mode)
-    run = RunSpec(seq_len=37, batch=2, attn="eager", mode=mode)
+    run = Step(seq_len=37, batch=2, attn="eager", mode=mode)
     ours = flop_report(resolve(cfg).shape, run).performed.total
     assert ours == pytest.approx(counted, rel=1e-3), (ours / counted, loops, mode)
 
@@ -47,7 +47,7 @@ def test_the_ledger_header_says_how_many_times_the_layers_run() -> None:
 
     console = Console(record=True, width=200)
     render_report(
-        flop_report(resolve({**TINY_DORY, "n_recurrent_loops": 3}).shape, RunSpec(seq_len=37)), console
+        flop_report(resolve({**TINY_DORY, "n_recurrent_loops": 3}).shape, Step(seq_len=37)), console
     )
     assert "4 layers, run 8 times with the loops" in console.export_text()
 
@@ -82,7 +82,7 @@ def test_hrm_ledger_matches_flop_counter_and_needs_its_frozen_runs(mode: str, ck
     shape = resolve(TINY_HRM).shape
     targets = linear_targets(shape)
     counted = counted_flops(build_model(TINY_HRM), 2, 37, mode, grad_ckpt=ckpt, targets=targets)
-    run = RunSpec(
+    run = Step(
         seq_len=37, batch=2, attn="eager", mode=mode, grad_ckpt=ckpt, lora_rank=4, lora_targets=tuple(targets)
     )
     assert flop_report(shape, run).performed.total == pytest.approx(counted, rel=1e-9)

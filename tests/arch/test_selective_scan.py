@@ -109,15 +109,16 @@ def test_jamba_costs_its_scan_beside_attention_and_experts() -> None:
 
 
 def test_explainer_says_the_torch_scan_is_sequential_and_names_the_kernels() -> None:
+    from contexts import context
     from tiny_models import shrunk_config
     from tuneproof.arch import resolve
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(shrunk_config("mamba")).shape
-    text = " ".join(explain(shape, Context(seq_len=64, batch=1), live=False).notes)
+    text = " ".join(explain(shape, context(seq_len=64, batch=1), live=False).notes)
     assert "mamba_inner_fn" in text and "selective_scan_fn" in text and "causal_conv1d_fn" in text
     assert "sequential in T" in text and "gated delta rule" not in text
-    packed = " ".join(explain(shape, Context(seq_len=64, batch=1, packed=True), live=False).notes)
+    packed = " ".join(explain(shape, context(seq_len=64, batch=1, packed=True), live=False).notes)
     assert "share one recurrent state" in packed
 
 

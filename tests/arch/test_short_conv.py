@@ -72,10 +72,11 @@ def test_a_conv_layer_is_a_costed_short_convolution() -> None:
 def test_explain_names_the_conv_kernels_and_the_torch_fallback() -> None:
     from transformers import Lfm2Config
 
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
     cfg = Lfm2Config(**SIZES, num_hidden_layers=3, layer_types=["conv", "full_attention", "conv"])
-    notes = explain(resolve(cfg).shape, Context(seq_len=64, batch=1, attn="sdpa"), live=False).notes
+    notes = explain(resolve(cfg).shape, context(seq_len=64, batch=1, attn="sdpa"), live=False).notes
     conv = [n for n in notes if "short-convolution" in n]
     assert len(conv) == 1 and conv[0].startswith("2 short-convolution layers")
     assert "causal_conv1d_fn" in conv[0] and "F.conv1d" in conv[0]

@@ -73,7 +73,7 @@ def test_nemotron_h_mlp_and_moe_layers_have_no_mixer_and_read_the_layer_input() 
         assert first.src == "mid" and first.name.startswith("mixer.")
     assert shape.layers[1].steps != shape.layers[3].steps  # MoE experts and router vs a plain MLP
     assert any(s.num_experts == 4 for s in shape.layers[1].steps if isinstance(s, Linear))
-    assert list(shape.mixer_groups()) == [shape.layers[0].attention.label]  # FFN layers in no group
+    assert list(shape.mixer_groups) == [shape.layers[0].attention.label]  # FFN layers in no group
 
 
 def test_falcon_h1_runs_attention_and_the_ssd_mixer_side_by_side_on_the_layer_input() -> None:
@@ -122,9 +122,9 @@ def test_zamba2_runs_the_shared_block_at_each_use_with_that_uses_adapters_and_co
 )
 def test_the_explainer_names_mamba_ssms_kernels_for_every_ssd_core(model_type: str, cores: int) -> None:
     from tiny_models import shrunk_config
-    from tuneproof.attention.mixer_notes import linear_attention_notes
+    from tuneproof.attention.mixer_notes import mixer_notes
 
-    notes = linear_attention_notes(resolve(shrunk_config(model_type)).shape, False)
+    notes = mixer_notes(resolve(shrunk_config(model_type)).shape, False)
     ssd = [n for n in notes if "Mamba-2 SSD" in n]
     assert len(ssd) == 1 and ssd[0].startswith(f"{cores} Mamba-2 SSD cores")
     assert "mamba_split_conv1d_scan_combined" in ssd[0] and "mamba2_chunk_scan (chunks of 16 tokens" in ssd[0]

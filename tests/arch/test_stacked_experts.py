@@ -9,7 +9,7 @@ import pytest
 from tiny_models import shrunk_config
 from tuneproof.arch import resolve
 from tuneproof.arch.shape import Linear
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 
 def test_dbrx_stacked_weights_are_read_as_routed_experts() -> None:
@@ -54,7 +54,7 @@ def test_dbrx_expert_flops_match_flop_counter_on_transformers_own_loop(tokens: i
         out.sum().backward()
 
     ledger = flop_report(
-        resolve(cfg).shape, RunSpec(seq_len=tokens, batch=1, attn="eager", mode="full")
+        resolve(cfg).shape, Step(seq_len=tokens, batch=1, attn="eager", mode="full")
     ).performed
     rows = [r for r in ledger.rows if r.layer == 0 and r.component == "experts"]
     assert sum(r.flops for r in rows if r.pass_ == "forward") == forward.get_total_flops()

@@ -72,10 +72,11 @@ def test_the_router_classifier_is_a_gemm_lora_never_wraps() -> None:
 def test_explainer_counts_two_attention_calls_per_layer_and_no_differential_attention() -> None:
     """LongCat's two attention sub-layers were once reported as DiffLlama's differential attention
     (the note counted Attention steps per layer)."""
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(_config(zero=0, layers=3)).shape
-    result = explain(shape, Context(attn="sdpa", seq_len=64, batch=1), live=False)
+    result = explain(shape, context(attn="sdpa", seq_len=64, batch=1), live=False)
     assert not any("differential" in n for n in result.notes)
     assert [(x.num_layers, x.attention_calls) for x in result.layers] == [(3, 6)]
 

@@ -12,7 +12,7 @@ import pytest
 from tiny_models import build_model, config_dict, counted_flops
 from tuneproof.arch import from_config
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 TOL = 0.005
 MOE = ("qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gemma4_text")
@@ -27,12 +27,12 @@ def _both(model_type: str) -> tuple[str, ...]:
     return (prefix + "gate_up_proj", prefix + "down_proj")
 
 
-def _run(**kw: object) -> RunSpec:
+def _run(**kw: object) -> Step:
     options: dict = dict(seq_len=37, batch=2, attn="eager", mode="lora", lora_rank=4, lora_targets=())
-    return RunSpec(**{**options, **kw})  # type: ignore[arg-type]
+    return Step(**{**options, **kw})  # type: ignore[arg-type]
 
 
-def _ratio(model_type: str, run: RunSpec) -> float:
+def _ratio(model_type: str, run: Step) -> float:
     cfg = config_dict(model_type)
     counted = counted_flops(
         build_model(cfg), run.batch, run.seq_len, "lora", lora_rank=run.lora_rank, grad_ckpt=run.grad_ckpt,

@@ -21,8 +21,8 @@ import torch
 
 from tiny_models import shrunk_config
 from tuneproof.arch import resolve
-from tuneproof.memory.step import Precision, Training, step_memory
-from tuneproof.runs.step import RunSpec
+from tuneproof.memory.step import step_memory
+from tuneproof.runs.step import Precision, Step, Training
 
 FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite",
@@ -60,7 +60,7 @@ def _tolerate_frozen() -> dict[str, Any]:
     return saved
 
 
-def _model(family: str, attn: str, mode: str, ckpt: bool) -> tuple[Any, Any, RunSpec]:
+def _model(family: str, attn: str, mode: str, ckpt: bool) -> tuple[Any, Any, Step]:
     from transformers import AutoModelForCausalLM
 
     config = shrunk_config(family)
@@ -70,7 +70,7 @@ def _model(family: str, attn: str, mode: str, ckpt: bool) -> tuple[Any, Any, Run
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn).float().train()
         if ckpt:
             model.gradient_checkpointing_enable()
-        run = RunSpec(seq_len=WIDTH, batch=BATCH, attn=attn, mode=mode, grad_ckpt=ckpt)
+        run = Step(seq_len=WIDTH, batch=BATCH, attn=attn, mode=mode, grad_ckpt=ckpt)
         if mode == "lora":
             from peft import LoraConfig, get_peft_model
 
@@ -108,7 +108,9 @@ def measured_and_predicted(family: str, attn: str, mode: str, ckpt: bool) -> tup
             setattr(torch.Tensor, n, f)
     total = next(v for k, v in per_device.items() if str(getattr(k, "value", k)) == "Total")
     resolved, norms = _resolved(family)
-    got = step_memory(resolved, run, FP32_RUN, LOOP_ADAMW, norms=norms)
+    got = step_memory(
+        resolved, dataclasses.replace(run, precision=FP32_RUN, training=LOOP_ADAMW), norms=norms
+    )
     return total, got.peak.peak_bytes, got.peak.where
 
 
@@ -175,14 +177,16 @@ def test_saved_activations_under_bf16_autocast(family: str, mode: str, weights: 
     torch.manual_seed(0)
     dtype = torch.bfloat16 if weights == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").to(dtype).train()
-    run = RunSpec(seq_len=WIDTH, batch=BATCH, attn="sdpa", mode=mode, lora_rank=8)
+    run = Step(seq_len=WIDTH, batch=BATCH, attn="sdpa", mode=mode, lora_rank=8)
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear", lora_dropout=0.0))
     ids = torch.randint(3, config.vocab_size, (BATCH, WIDTH))
     resolved, norms = _resolved(family)
-    got = step_memory(resolved, run, Precision(dtype=weights, autocast="bf16"), norms=norms)
+    got = step_memory(
+        resolved, dataclasses.replace(run, precision=Precision(dtype=weights, autocast="bf16")), norms=norms
+    )
     assert got.activations == pytest.approx(_saved_bytes(model, ids), rel=0.03)
 
 
@@ -208,8 +212,10 @@ def test_lora_on_bf16_weights_without_autocast_keeps_fp32_input_copies() -> None
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(input_ids=ids, labels=ids, use_cache=False).loss.detach()
     resolved, norms = _resolved("llama")
-    run = RunSpec(seq_len=WIDTH, batch=BATCH, attn="sdpa", mode="lora", lora_rank=8)
-    got = step_memory(resolved, run, Precision(dtype="bf16", autocast=None), norms=norms)
+    run = Step(seq_len=WIDTH, batch=BATCH, attn="sdpa", mode="lora", lora_rank=8)
+    got = step_memory(
+        resolved, dataclasses.replace(run, precision=Precision(dtype="bf16", autocast=None)), norms=norms
+    )
     assert got.activations == pytest.approx(sum(seen.values()), rel=0.03)
 
 
@@ -232,5 +238,26 @@ def test_a_decoder_whose_layers_run_more_than_the_run_is_refused(family: str, wh
 
     model = resolve(shrunk_config(family))
     with pytest.raises(TuneproofError) as refused:
-        step_memory(model, RunSpec(seq_len=WIDTH, batch=BATCH, attn="eager", mode="full"))
+        step_memory(model, Step(seq_len=WIDTH, batch=BATCH, attn="eager", mode="full"))
     assert f"does not follow {why} yet" in refused.value.message
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "llama"])
+def test_all_linear_from_the_config_alone_is_what_peft_adapts(family: str) -> None:
+    """`tuneproof memory --lora-targets all-linear` from a config, with no PEFT model to read back,
+    predicts what PEFT's all-linear really adapts: on Mixtral and Qwen3-MoE the fused experts (gate_up_proj
+    at rank 2r) and the router too (left out before issue 47: 0.82x and 0.88x of MemTracker's peak)."""
+    measured, read_back, _ = measured_and_predicted(family, "sdpa", "lora", False)
+    resolved, norms = _resolved(family)
+    step = Step(
+        seq_len=WIDTH,
+        batch=BATCH,
+        attn="sdpa",
+        mode="lora",
+        lora_rank=8,
+        precision=FP32_RUN,
+        training=LOOP_ADAMW,
+    )
+    from_config = step_memory(resolved, step, norms=norms).peak.peak_bytes
+    assert from_config == read_back
+    assert from_config == pytest.approx(measured, rel=0.02)

@@ -12,6 +12,7 @@ checked on the way in, and fields taken from transformers' defaults are named in
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from tuneproof.arch import cache
 from tuneproof.arch.coverage import refusal
 from tuneproof.arch.families import FAMILIES, SUPPORTED_MODEL_TYPES, Family, family_of
 from tuneproof.arch.locate import locate_config
-from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Op
 from tuneproof.arch.values import check_values as _check_values
 from tuneproof.arch.values import config_fields
 from tuneproof.core.errors import TuneproofError
@@ -37,8 +38,8 @@ __all__ = [
     "LayerShape",
     "Linear",
     "ModelShape",
+    "Op",
     "ResolvedModel",
-    "Step",
     "from_config",
     "load_config_dict",
     "resolve",
@@ -102,6 +103,11 @@ class ResolvedModel:
         if limit is None or tokens <= limit:
             return None
         return f"{what} {tokens} exceeds the model's max_position_embeddings {limit}"
+
+    def positions_notes(self, seq_len: int) -> tuple[str, ...]:
+        """A width over the model's positions is counted as asked (context extension), with this note."""
+        problem = self.positions_problem(seq_len, "seq_len")
+        return (f"{problem}: the ledger counts it as asked (context extension?)",) if problem else ()
 
 
 MAX_CONFIG_BYTES = 16 << 20  # a config.json is kilobytes; a bigger file is something else
@@ -265,6 +271,8 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
         raise TuneproofError(
             f"transformers cannot build a {model_type} causal LM from this config: {first}", _FIX
         ) from None
+    if text is not config:  # a wrapper's text model: its layers sit where the class a trainer loads puts them
+        shape = dataclasses.replace(shape, layers_path=_trained_layers_path(config))
     model = ResolvedModel(
         name=name, shape=shape, notes=notes, max_positions=_max_positions(text), source=source
     )
@@ -272,6 +280,18 @@ def resolve(config: str | Path | dict[str, Any] | Any) -> ResolvedModel:
     if key is not None:
         cache.store(key, cache.Entry(shape, notes, model.max_positions))
     return model
+
+
+def _trained_layers_path(config: Any) -> str:
+    """Where the decoder layers of a multimodal wrapper's text model sit in the model a trainer loads
+    (AutoModelForCausalLM of the wrapper's config): under `model.language_model` in a
+    ...ForConditionalGeneration (Gemma 3 and 4, Mistral 3), at `model.layers` where the auto class maps the
+    wrapper to its text model's CausalLM (Llama 4, Qwen 3.5). PEFT matches targets on those paths."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    loaded = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    wrapped = loaded is not None and getattr(loaded, "__name__", "").endswith("ForConditionalGeneration")
+    return "model.language_model.layers" if wrapped else "model.layers"
 
 
 def _max_positions(text: Any) -> int | None:

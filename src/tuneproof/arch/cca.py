@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tuneproof.arch.shape import Attention, Core, Join, Linear, Step
+from tuneproof.arch.shape import Attention, Core, Join, Linear, Op
 
 if TYPE_CHECKING:  # program imports mixers, which imports this module
     from tuneproof.arch.program import Unit
@@ -86,13 +86,13 @@ def cca_core(mod: Any) -> CcaConv:
 _COMPONENTS = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj_current": "v_proj", "v_proj_delayed": "v_proj"}
 
 
-def cca_steps(units: list[Unit], hidden: int, core: Core) -> list[Step]:
+def cca_steps(units: list[Unit], hidden: int, core: Core) -> list[Op]:
     """The layer's mixer program: the four projections read the layer input; the convolutions read
     q and k; the attention's q and k read the convolutions and both projections (the residuals), its
     v both value halves; o_proj reads the attention."""
     assert isinstance(core, CcaConv)
     by_leaf = {u.leaf: u for u in units}
-    steps: list[Step] = []
+    steps: list[Op] = []
     for leaf, component in _COMPONENTS.items():
         u = by_leaf[leaf]
         steps.append(

@@ -32,7 +32,7 @@ from tuneproof.arch.program import Unit, ffn_steps, mixer_steps, norm_gate_steps
 from tuneproof.arch.qwen4_exp import QWEN4_EXP_LAYERS, qwen4_exp_program, stream_mix
 from tuneproof.arch.recurrent import BLOCK_DIAGONAL, GATED_FFN
 from tuneproof.arch.schedule import layer_schedule, stack_names, stack_size
-from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.shape import AttentionSpec, Join, LayerShape, Linear, ModelShape, Op
 from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_program
 from tuneproof.arch.sublayers import SUBLAYERED, layer_count, sublayer_program
 from tuneproof.core.errors import TuneproofError
@@ -147,7 +147,8 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
     out: list[Unit] = []
     for name, mod in layer.named_modules():
         if isinstance(mod, nn.Linear):
-            # a subclass that routes (Llama 4's Llama4Router returns a tuple) is not one PEFT can wrap
+            # a subclass that routes (Llama 4's Llama4Router returns a tuple): PEFT's all-linear wraps it
+            # (isinstance), and lora.Linear then adds to the tuple, so the first forward fails
             routes = type(mod) is not nn.Linear and re.search(r"(router|gate)$", name) is not None
             out.append(
                 Unit(
@@ -155,6 +156,7 @@ def _units(layer: Any, hidden: int) -> list[Unit]:
                     in_features=mod.in_features,
                     out_features=mod.out_features,
                     kind="router" if routes else "linear",
+                    wrap_fails=routes,
                 )
             )
             continue
@@ -287,7 +289,7 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
     hidden = int(cfg.hidden_size)
     prefixes, layers = _stacked_layers(model, cfg)
     parallel = _parallel(cfg)
-    programs: dict[tuple[Any, ...], tuple[AttentionSpec, tuple[Step, ...], bool]] = {}
+    programs: dict[tuple[Any, ...], tuple[AttentionSpec, tuple[Op, ...], bool]] = {}
     shapes: list[LayerShape] = []
     variants: list[LayerShape] = []  # other programs of some layers (Inkling 2 Loop's first pass)
     for i, layer in enumerate(layers):
@@ -317,7 +319,7 @@ def read_constructed(cfg: Any, model_type: str) -> tuple[ModelShape, bool]:
         model_type=model_type, hidden_size=hidden, vocab_size=int(cfg.vocab_size), tie_word_embeddings=tied,
         layers=tuple(shapes), head=head, pre_steps=pre, attn_refused=refused, checkpointing=ckpt,
         post_steps=post, schedule=order.runs, run_reads=order.reads, no_grad_runs=order.no_grad,
-        variants=tuple(variants),
+        variants=tuple(variants), layers_path=prefixes[0],
     )  # fmt: skip
     return shape, moe
 
@@ -421,7 +423,7 @@ def _norm_gates(layer: Any, units: list[Unit]) -> tuple[list[Unit], list[Unit]]:
     return before, [u for u in inside if u not in before]
 
 
-def _with_norm_gates(steps: list[Step], before: list[Unit], after: list[Unit]) -> list[Step]:
+def _with_norm_gates(steps: list[Op], before: list[Unit], after: list[Unit]) -> list[Op]:
     """The layer program with its gated norms' GEMMs on the layer input (before the mixer) and on the
     residual after the mixer ("mid", before the feed-forward block)."""
     if after:
@@ -432,7 +434,7 @@ def _with_norm_gates(steps: list[Step], before: list[Unit], after: list[Unit]) -
 
 def _layer_program(
     cfg: Any, layer: Any, hidden: int, mixer: MixerKind, parallel: bool, use: int | None = None
-) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
+) -> tuple[AttentionSpec, tuple[Op, ...], bool]:
     units = _units(layer, hidden)
     _check_accounted(cfg, layer, units, mixer)
     if type(layer).__name__ in SUBLAYERED:  # two attention and MLP sub-layers (LongCat-Flash)
@@ -471,14 +473,14 @@ def _layer_program(
 
 def _model_level(
     model: Any, prefixes: tuple[str, ...], hidden: int, vocab: int
-) -> tuple[Linear, tuple[Step, ...], tuple[Step, ...]]:
+) -> tuple[Linear, tuple[Op, ...], tuple[Op, ...]]:
     """The LM head (the model's own `get_output_embeddings()`) and the other GEMMs outside the decoder
     layers: those registered before the layers run once on the embeddings (Gemma 4's per-layer
     input projection), those after them run on the final hidden states before the head, in order
     (ModernBERT's prediction-head dense)."""
     head_module = model.get_output_embeddings()
-    pre: list[Step] = []
-    post: list[Step] = []
+    pre: list[Op] = []
+    post: list[Op] = []
     head: Linear | None = None
     after_layers = False
     for name, mod in model.named_modules():

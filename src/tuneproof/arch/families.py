@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, Join, LayerShape, Linear, ModelShape, Op
 from tuneproof.core.errors import TuneproofError
 
 Reader = Callable[[Any, "Family"], ModelShape]
@@ -104,7 +104,7 @@ def _spec(
     )
 
 
-def _attention_steps(hidden: int, spec: AttentionSpec, prefix: str = "self_attn") -> list[Step]:
+def _attention_steps(hidden: int, spec: AttentionSpec, prefix: str = "self_attn") -> list[Op]:
     q_out = spec.num_heads * spec.head_dim
     kv_out = spec.num_kv_heads * spec.head_dim
     return [
@@ -145,9 +145,7 @@ def _attention_steps(hidden: int, spec: AttentionSpec, prefix: str = "self_attn"
     ]
 
 
-def _mlp_steps(
-    hidden: int, inter: int, src: str, dst: str, prefix: str, component: str = "mlp"
-) -> list[Step]:
+def _mlp_steps(hidden: int, inter: int, src: str, dst: str, prefix: str, component: str = "mlp") -> list[Op]:
     """Gated MLP: down(act(gate(x)) * up(x))."""
     g, u, a = f"{dst}.gate", f"{dst}.up", f"{dst}.act"
     return [
@@ -181,7 +179,7 @@ def _mlp_steps(
 
 def _moe_steps(
     hidden: int, inter: int, num_experts: int, top_k: int, src: str, prefix: str, fam: Family
-) -> list[Step]:
+) -> list[Op]:
     """Routed experts stored as fused 3-D parameters (gate_up (E, 2I, H), down (E, H, I)).
 
     The router's weights scale the experts' outputs, so the MoE output depends on both."""
@@ -219,7 +217,7 @@ def _moe_steps(
     ]
 
 
-def _shape(cfg: Any, fam: Family, layers: list[LayerShape], pre: tuple[Step, ...] = ()) -> ModelShape:
+def _shape(cfg: Any, fam: Family, layers: list[LayerShape], pre: tuple[Op, ...] = ()) -> ModelShape:
     head = Linear(
         name="lm_head",
         in_features=cfg.hidden_size,
@@ -313,7 +311,7 @@ def read_gemma4(cfg: Any, fam: Family) -> ModelShape:
     modes = list(cfg.kv_sharing_modes)
     first_shared = n - cfg.num_kv_shared_layers
     ple = cfg.hidden_size_per_layer_input or 0
-    pre: tuple[Step, ...] = ()
+    pre: tuple[Op, ...] = ()
     if ple:
         pre = (
             Linear(name="per_layer_model_projection", in_features=hidden, out_features=n * ple,
@@ -325,7 +323,7 @@ def read_gemma4(cfg: Any, fam: Family) -> ModelShape:
         lc = cfg.per_layer_config[i]
         spec = _spec(cfg, i, fam, head_dim=lc.head_dim, kv_heads=lc.num_key_value_heads)
         k_eq_v = bool(cfg.attention_k_eq_v) and spec.kind == "full"
-        steps: list[Step] = [
+        steps: list[Op] = [
             Linear(name="self_attn.q_proj", in_features=hidden, out_features=spec.num_heads * spec.head_dim,
                    src="in", dst="q", component="q_proj")
         ]  # fmt: skip

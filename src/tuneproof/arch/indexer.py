@@ -107,7 +107,7 @@ _NOTE = (
 def indexed_attention_notes(shape: ModelShape) -> list[str]:
     """What runs for each indexed-attention geometry (the dispatch explainer's note)."""
     notes = []
-    for label, idxs in shape.attention_groups().items():
+    for label, idxs in shape.attention_groups.items():
         if shape.layers[idxs[0]].attention.kind != "indexed":
             continue
         scored = sum(1 for i in idxs if any(isinstance(s, IndexScores) for s in shape.layers[i].steps))

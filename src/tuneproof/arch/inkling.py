@@ -52,7 +52,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tuneproof.arch.schedule import PASSES
-from tuneproof.arch.shape import Attention, AttentionSpec, BlockMix, Join, LayerShape, Linear, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, BlockMix, Join, LayerShape, Linear, Op
 from tuneproof.arch.short_conv import ShortConv
 from tuneproof.core.errors import TuneproofError
 
@@ -82,7 +82,7 @@ def boundaries(cfg: Any, before: int) -> list[int]:
     return [j for j in range(before) if j % every == 0]
 
 
-def _mix(states: list[str], src: str, dst: str, queries: int, hidden: int) -> list[Step]:
+def _mix(states: list[str], src: str, dst: str, queries: int, hidden: int) -> list[Op]:
     """A block attention residual: `queries` learned queries over the `states` and `src`."""
     kv = f"{dst}.kv"
     return [
@@ -103,10 +103,10 @@ def _linear(by_name: dict[str, Unit], name: str, src: str, dst: str, component: 
     )
 
 
-def _kv(by_name: dict[str, Unit], role: str, src: str, conv: ShortConv | None) -> list[Step]:
+def _kv(by_name: dict[str, Unit], role: str, src: str, conv: ShortConv | None) -> list[Op]:
     """k_proj or v_proj: the linear, then its short convolution (static: a depthwise conv; dynamic:
     taps projected from the same input by `sconv.weight_proj`, applied elementwise)."""
-    steps: list[Step] = [_linear(by_name, f"{role}_proj.linear", src, f"{role}.lin", f"{role}_proj")]
+    steps: list[Op] = [_linear(by_name, f"{role}_proj.linear", src, f"{role}.lin", f"{role}_proj")]
     if conv is not None:
         return [*steps, replace(conv, q=f"{role}.lin", k=f"{role}.lin", v=f"{role}.lin", dst=role)]
     taps = _linear(by_name, f"{role}_proj.sconv.weight_proj", src, f"{role}.taps", "attention.proj")
@@ -115,10 +115,10 @@ def _kv(by_name: dict[str, Unit], role: str, src: str, conv: ShortConv | None) -
 
 def _attention(
     by_name: dict[str, Unit], layer: Any, spec: AttentionSpec, srcs: tuple[str, str, str], conv: int | None
-) -> list[Step]:
+) -> list[Op]:
     """The attention module on its q, k and v inputs; writes "o"."""
     q_in, k_in, v_in = srcs
-    steps: list[Step] = [_linear(by_name, "q_proj.linear", q_in, "q", "q_proj")]
+    steps: list[Op] = [_linear(by_name, "q_proj.linear", q_in, "q", "q_proj")]
     static = (
         None
         if conv is None
@@ -152,7 +152,7 @@ def ffn_source(layer: Any) -> str:
 
 
 def inkling_layers(
-    cfg: Any, index: int, layer: Any, units: list[Unit], ffn: list[Step], spec: AttentionSpec
+    cfg: Any, index: int, layer: Any, units: list[Unit], ffn: list[Op], spec: AttentionSpec
 ) -> tuple[LayerShape, LayerShape | None]:
     """Layer `index`'s program (module docstring), and for a looped layer of Inkling 2 Loop the program
     its module runs on the first pass, before any message (its weights tied to the layer's); `ffn` is
@@ -197,7 +197,7 @@ def _message_blocks(cfg: Any) -> list[int]:
     return [j for j in boundaries(cfg, end) if j >= start][1:]
 
 
-def _snapshot(cfg: Any, index: int) -> list[Step]:
+def _snapshot(cfg: Any, index: int) -> list[Op]:
     """After the looped section's last layer: what the next pass's messages read (the section's block
     states but its first, and its output), kept apart from the next pass's own."""
     if cfg.model_type not in PASSES or index != _section(cfg)[1] - 1:
@@ -206,10 +206,10 @@ def _snapshot(cfg: Any, index: int) -> list[Step]:
     return [*blocks, Join("model:loop.out", ("out",))]
 
 
-def _gate(by_name: dict[str, Unit], gate: str, src: str, dst: str) -> list[Step]:
+def _gate(by_name: dict[str, Unit], gate: str, src: str, dst: str) -> list[Op]:
     """A message gate (`Inkling2LoopMessageGate`): down_proj on [norm(src), norm(message)], then the
     forget and message gates' projections, mixed elementwise with src and the message."""
-    steps: list[Step] = [Join(f"{dst}.cat", (src, "msg"))]
+    steps: list[Op] = [Join(f"{dst}.cat", (src, "msg"))]
     for name, reads in (
         ("down_proj", f"{dst}.cat"),
         ("forget_gate_proj", f"{dst}.d"),
@@ -247,10 +247,10 @@ def _bank(rel: Any, owner: str, src: str, heads: int) -> Linear:
 
 
 def _inkling(
-    cfg: Any, index: int, layer: Any, by_name: dict[str, Unit], ffn: list[Step], spec: AttentionSpec
-) -> list[Step]:
+    cfg: Any, index: int, layer: Any, by_name: dict[str, Unit], ffn: list[Op], spec: AttentionSpec
+) -> list[Op]:
     attn = layer.self_attn
-    steps: list[Step] = [_linear(by_name, "q_proj", "in", "q", "q_proj")]
+    steps: list[Op] = [_linear(by_name, "q_proj", "in", "q", "q_proj")]
     for role in "kv":
         steps.append(_linear(by_name, f"{role}_proj", "in", f"{role}.lin", f"{role}_proj"))
         steps.append(_conv(attn, f"{role}_sconv", f"{role}.lin", role))
@@ -276,15 +276,15 @@ def _inkling2(
     index: int,
     layer: Any,
     by_name: dict[str, Unit],
-    ffn: list[Step],
+    ffn: list[Op],
     spec: AttentionSpec,
     messages: bool = False,
-) -> list[Step]:
+) -> list[Op]:
     """An Inkling 2 layer; with `messages`, its q, k, v and MLP inputs gated by the "msg" node."""
     _, full = INKLING_LAYERS[type(layer).__name__]
     hidden = int(cfg.hidden_size)
     states = [f"L{j}:in" for j in boundaries(cfg, index)]
-    steps: list[Step] = []
+    steps: list[Op] = []
     src = "in"
     if index > 0:
         steps += _mix(states, "in", "a.in", 3 if full else 1, hidden)
@@ -319,7 +319,7 @@ def inkling_spec(layer: Any) -> AttentionSpec:
     )  # fmt: skip
 
 
-def final_mix(cfg: Any, num_layers: int, head: Linear) -> tuple[tuple[Step, ...], Linear]:
+def final_mix(cfg: Any, num_layers: int, head: Linear) -> tuple[tuple[Op, ...], Linear]:
     """`final_input` after the last layer: one learned query over every block state and the last
     layer's output, read by the final norm and the LM head."""
     states = [f"L{j}:in" for j in boundaries(cfg, num_layers)]

@@ -35,7 +35,7 @@ from tuneproof.arch.recurrent import (
 )
 from tuneproof.arch.selective_scan import ELEMENTWISE, SCAN_MIXERS, WEIGHT_ONLY, SelectiveScan, scan_core
 from tuneproof.arch.selective_scan import selective_scan_costs as _scan_costs
-from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, StateSpace, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, Core, DeltaRule, Join, Op, StateSpace
 from tuneproof.arch.shared_blocks import SHARED_BLOCK_LAYERS, shared_block_mixer
 from tuneproof.arch.short_conv import (
     SHORT_CONV_MIXERS,
@@ -88,7 +88,7 @@ class MixerKind:
     indexer: IndexScores | None = None  # a sparse-attention indexer's scores before the attention
     # a mixer whose dataflow is not projections -> core -> output projection builds its own steps
     # from its GEMM units, the layer's hidden size and its core (RG-LRU: `recurrent.rglru_steps`)
-    program: Callable[[list[Any], int, Core], list[Step]] | None = None
+    program: Callable[[list[Any], int, Core], list[Op]] | None = None
     # a second mixer child and its core, run beside this one on the layer input (`PARALLEL_MIXERS`)
     side: tuple[str, Core] | None = None
 
@@ -101,7 +101,7 @@ class MixerKind:
         """The layer holds no token mixer, only a feed-forward or MoE block (`FFN_ONLY_TYPES`)."""
         return self.spec.kind == "none"
 
-    def core_steps(self, q: str, k: str, v: str, dst: str) -> list[Step]:
+    def core_steps(self, q: str, k: str, v: str, dst: str) -> list[Op]:
         if self.delta is not None:
             from dataclasses import replace
 
@@ -110,7 +110,7 @@ class MixerKind:
             return [self.indexer, Attention(q=q, k=k, v=v, dst=dst)]
         if self.calls == 1:
             return [Attention(q=q, k=k, v=v, dst=dst)]
-        calls: list[Step] = [Attention(q=q, k=k, v=v, dst=f"{dst}.{i}") for i in range(self.calls)]
+        calls: list[Op] = [Attention(q=q, k=k, v=v, dst=f"{dst}.{i}") for i in range(self.calls)]
         return [*calls, Join(dst, tuple(f"{dst}.{i}" for i in range(self.calls)))]
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuneproof.arch.program import Unit
-from tuneproof.arch.shape import Join, Linear, ModelShape, Step
+from tuneproof.arch.shape import Join, Linear, ModelShape, Op
 
 # Attention modules that are a mixture of attention heads, by class name (JetMoeAttention.forward).
 MOA_MIXERS = frozenset({"JetMoeAttention"})
@@ -51,7 +51,7 @@ def is_moa(layer: Any) -> bool:
     return found is not None and type(found[1]).__name__ in MOA_MIXERS
 
 
-def moa_steps(units: list[Unit], hidden: int, top_k: int, core: list[Step]) -> list[Step]:
+def moa_steps(units: list[Unit], hidden: int, top_k: int, core: list[Op]) -> list[Op]:
     """The MoA layer program: router and `kv_proj` on the layer input, the routed query projection
     (top_k rows per token), the attention `core` (reading mix.q, mix.k, mix.v, writing attn), the
     routed output projection, and the gates from the router scaling it into "mid"."""

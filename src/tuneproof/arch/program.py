@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tuneproof.arch.mixers import MixerKind
-from tuneproof.arch.shape import AttentionSpec, Join, Linear, Step
+from tuneproof.arch.shape import AttentionSpec, Join, Linear, Op
 from tuneproof.core.errors import TuneproofError
 
 
@@ -33,6 +33,7 @@ class Unit:
     num_experts: int = 1
     dense: bool = False
     no_grad: bool = False  # inside a module whose forward runs under torch.no_grad (a DSA indexer)
+    wrap_fails: bool = False  # an nn.Linear subclass PEFT wraps but whose wrapped forward fails
 
     @property
     def parent(self) -> str:
@@ -63,7 +64,7 @@ def _stem(leaf: str) -> str:
     return re.sub(r"(_[ab])?_proj.*$", "", leaf)
 
 
-def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Step]:
+def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Op]:
     """Projections in, the mixer core, the output projection; "mid" is the residual after it."""
     if mixer.side is not None:
         return parallel_mixer_steps(units, hidden, spec, mixer)
@@ -76,7 +77,7 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
             f"the mixer's projections {[u.name for u in units]} have no output projection to the hidden size",
             "this mixer is not one tuneproof can read",
         )
-    steps: list[Step] = []
+    steps: list[Op] = []
     written: dict[str, str] = {}  # unit name -> node
     feeds: dict[str, list[str]] = {"q": [], "k": [], "v": []}
     for i, u in enumerate(units):
@@ -129,7 +130,7 @@ def mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: Mixe
     return steps
 
 
-def parallel_mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Step]:
+def parallel_mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mixer: MixerKind) -> list[Op]:
     """Two mixers side by side on the layer input (`mixers.PARALLEL_MIXERS`, Falcon-H1): each child's
     projections, core and output projection as `mixer_steps` builds them, its nodes prefixed with the
     child's name; "mid" is the residual plus both outputs."""
@@ -137,7 +138,7 @@ def parallel_mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mi
     side_child, core = mixer.side
     side = [u for u in units if u.name.split(".")[0] == side_child]
     main = [u for u in units if u not in side]
-    steps: list[Step] = []
+    steps: list[Op] = []
     groups = (("main", main, replace(mixer, side=None)), (side_child, side, MixerKind(spec=spec, delta=core)))
     for prefix, group, kind in groups:
         for s in mixer_steps(group, hidden, spec, kind)[:-1]:  # its own "mid" join left out
@@ -146,7 +147,7 @@ def parallel_mixer_steps(units: list[Unit], hidden: int, spec: AttentionSpec, mi
     return steps
 
 
-def _prefixed(step: Step, prefix: str) -> Step:
+def _prefixed(step: Op, prefix: str) -> Op:
     """`step` with every node but the layer input renamed into `prefix`'s namespace."""
 
     def n(node: str) -> str:
@@ -168,11 +169,11 @@ def _component(leaf: str) -> str:
     return leaf if leaf in _COMPONENTS else "attention.proj"
 
 
-def norm_gate_steps(units: list[Unit], node: str) -> list[Step]:
+def norm_gate_steps(units: list[Unit], node: str) -> list[Op]:
     """The GEMMs inside a norm module (A.X-K2's gated RMSNorm, transformers models/axk2/modeling_axk2.py
     AXK2GatedRMSNorm: y = norm(x), y * sigmoid(fc2(silu(fc1(y))))): a chain on the normed `node`, whose
     output then stands for `node` (the block after the norm reads the gated value)."""
-    steps: list[Step] = []
+    steps: list[Op] = []
     src = node
     for u in units:
         dst = f"norm.{u.name}"
@@ -193,10 +194,10 @@ def norm_gate_steps(units: list[Unit], node: str) -> list[Step]:
     return [*steps, Join(node, (node, src))] if steps else []
 
 
-def ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> list[Step]:
+def ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> list[Op]:
     """The feed-forward block: per parent module, the projection writing the hidden size reads the
     others; experts run on top_k rows per token; routers and gates read the block input."""
-    steps: list[Step] = []
+    steps: list[Op] = []
     outputs: list[str] = []
     for idxs in _blocks(units, hidden):
         members = [units[i] for i in idxs]
@@ -218,7 +219,7 @@ def ffn_steps(units: list[Unit], hidden: int, top_k: int | None, src: str) -> li
                     dense=u.dense,
                 )
                 if expert
-                else {"adaptable": u.kind == "linear"}
+                else {"adaptable": u.kind == "linear", "wrap_fails": u.wrap_fails}
             )
             component = _ffn_component(u)
             if j == last and reads:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuneproof.arch.mixers import MixerKind
 from tuneproof.arch.program import mixer_steps
-from tuneproof.arch.shape import Attention, AttentionSpec, BlockScores, Join, Linear, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, BlockScores, Join, Linear, Op
 from tuneproof.arch.short_conv import DilatedConv
 from tuneproof.core.errors import TuneproofError
 
@@ -63,11 +63,11 @@ def _lin(u: Unit, src: str, dst: str, component: str, **kw: Any) -> Linear:
     )
 
 
-def _streams(by_name: dict[str, Unit], owner: str, src: str, dst: str) -> list[Step]:
+def _streams(by_name: dict[str, Unit], owner: str, src: str, dst: str) -> list[Op]:
     """A gated residual's GEMMs on the streams `src`: the block input `dst`, the injection `dst`.w."""
     down, up, inject = (by_name.get(f"{owner}.{n}") for n in _HC)
     assert down is not None and up is not None
-    steps: list[Step] = [
+    steps: list[Op] = [
         _lin(down, src, f"{dst}.d", "hyper_connection"),
         _lin(up, f"{dst}.d", f"{dst}.u", "hyper_connection"),
         Join(dst, (src, f"{dst}.u")),
@@ -77,7 +77,7 @@ def _streams(by_name: dict[str, Unit], owner: str, src: str, dst: str) -> list[S
     return steps
 
 
-def _ple(by_name: dict[str, Unit], layer: Any) -> list[Step]:
+def _ple(by_name: dict[str, Unit], layer: Any) -> list[Op]:
     """The PLE layer on the streams "in": writes "x", the streams plus its output."""
     key, value = by_name["ple.key_proj"], by_name["ple.value_proj"]
     conv = layer.ple.conv1d
@@ -100,7 +100,7 @@ def _ple(by_name: dict[str, Unit], layer: Any) -> list[Step]:
     ]
 
 
-def _qsa(by_name: dict[str, Unit], attn: Any) -> list[Step]:
+def _qsa(by_name: dict[str, Unit], attn: Any) -> list[Op]:
     """QSA attention on the block input "a.x", writing "o"."""
     index = by_name["self_attn.indexer.index_qk_proj"]
     indexer = attn.indexer
@@ -111,7 +111,7 @@ def _qsa(by_name: dict[str, Unit], attn: Any) -> list[Step]:
         head_dim=int(indexer.index_head_dim),
         block=int(indexer.compress_ratio),
     )
-    steps: list[Step] = [
+    steps: list[Op] = [
         _lin(index, "a.x", "idx", "attention.indexer_proj", no_grad=True),  # only a selection leaves it
         scores,
     ]
@@ -121,13 +121,13 @@ def _qsa(by_name: dict[str, Unit], attn: Any) -> list[Step]:
     return [*steps, _lin(by_name["self_attn.o_proj"], "o.in", "o", "o_proj")]
 
 
-def _renamed(steps: list[Step], node: str) -> list[Step]:
+def _renamed(steps: list[Op], node: str) -> list[Op]:
     """The mixer's steps reading `node` where they read the layer input."""
 
     def n(x: str) -> str:
         return node if x == "in" else x
 
-    out: list[Step] = []
+    out: list[Op] = []
     for s in steps:
         if isinstance(s, Join):
             out.append(Join(s.dst, tuple(n(x) for x in s.srcs)))
@@ -139,14 +139,14 @@ def _renamed(steps: list[Step], node: str) -> list[Step]:
 
 
 def qwen4_exp_program(
-    cfg: Any, layer: Any, units: list[Unit], ffn: list[Step], mixer: MixerKind | None
-) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
+    cfg: Any, layer: Any, units: list[Unit], ffn: list[Op], mixer: MixerKind | None
+) -> tuple[AttentionSpec, tuple[Op, ...], bool]:
     """One layer's program (module docstring); `ffn` is the MoE's program reading "m.x" and writing
     "ffn"; `mixer` the delta rule of a linear-attention layer (None: QSA). Checkpointing's recompute
     re-runs the whole layer: the MoE's output is multiplied by the injection weights, which saves it."""
     by_name = {u.name: u for u in units}
     hidden = int(cfg.hidden_size)
-    steps: list[Step] = _ple(by_name, layer) if layer.ple is not None else [Join("x", ("in",))]
+    steps: list[Op] = _ple(by_name, layer) if layer.ple is not None else [Join("x", ("in",))]
     steps += _streams(by_name, "attn_hyper_connection", "x", "a.x")
     if mixer is None:
         spec = qsa_spec(cfg, layer.self_attn)
@@ -168,7 +168,7 @@ def qwen4_exp_program(
     return spec, tuple(steps), False
 
 
-def stream_mix(post: tuple[Step, ...], head: Linear) -> tuple[tuple[Step, ...], Linear]:
+def stream_mix(post: tuple[Op, ...], head: Linear) -> tuple[tuple[Op, ...], Linear]:
     """`hyper_connection_mixer` after the last layer: its down and up projections (the model-level GEMMs
     after the layers, `construct._model_level`) and the streams they mix, read by the LM head."""
     last = post[-1]

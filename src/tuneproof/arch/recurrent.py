@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tuneproof.arch.shape import AttentionSpec, Core, Join, Linear, Step
+from tuneproof.arch.shape import AttentionSpec, Core, Join, Linear, Op
 
 # Recurrent blocks that run `RecurrentGemmaRglru` after a depthwise convolution, by class name: the
 # cost below is checked against FlopCounterMode on that module and on the family's tiny build.
@@ -124,7 +124,7 @@ def wkv_core(mod: Any) -> tuple[AttentionSpec, Wkv]:
     ), Wkv(q="q", k="k", v="v", dst="attn", width=width)
 
 
-def rglru_steps(units: list[Any], hidden: int, core: Core) -> list[Step]:
+def rglru_steps(units: list[Any], hidden: int, core: Core) -> list[Op]:
     """The recurrent block's dataflow (`RecurrentGemmaRecurrentBlock.forward`): linear_y and linear_x
     read the layer input; the convolution and recurrence read linear_x only; the two gate GEMMs read
     the convolution's output (their weights are 3-D parameters: no LoRA adapter runs on them); the
@@ -132,7 +132,7 @@ def rglru_steps(units: list[Any], hidden: int, core: Core) -> list[Step]:
     `tuneproof.arch.construct` reads them (the gates with kind "block")."""
     by_leaf = {u.leaf: u for u in units if u.kind != "block"}
     y, x, out = by_leaf["linear_y"], by_leaf["linear_x"], by_leaf["linear_out"]
-    steps: list[Step] = [
+    steps: list[Op] = [
         Linear(
             name=y.name,
             in_features=y.in_features,

@@ -99,6 +99,9 @@ class Linear:
     no_grad: bool = False
     # its weight is another layer's (Zamba2's shared block, reused): FLOPs run here, parameters there
     tied: bool = False
+    # an nn.Linear subclass that returns more than a tensor (Llama 4's and PhiMoE's routers): PEFT's
+    # all-linear wraps it, and the wrapped module's first forward fails (`tuneproof.arch.targets`)
+    wrap_fails: bool = False
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -205,7 +208,7 @@ class Join:
     srcs: tuple[str, ...]
 
 
-Step = Linear | Attention | Core | IndexScores | BlockScores | BlockMix | Join
+Op = Linear | Attention | Core | IndexScores | BlockScores | BlockMix | Join
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -222,11 +225,11 @@ class LayerShape:
 
     index: int
     attention: AttentionSpec
-    steps: tuple[Step, ...]
+    steps: tuple[Op, ...]
     recompute_stops_early: bool = False
     # steps the model runs before calling this layer's module, outside its checkpoint (never recomputed):
     # Inkling 2 Loop's message retrieval
-    outside: tuple[Step, ...] = ()
+    outside: tuple[Op, ...] = ()
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -241,14 +244,14 @@ class ModelShape:
     tie_word_embeddings: bool
     layers: tuple[LayerShape, ...]
     head: Linear
-    pre_steps: tuple[Step, ...] = field(default=())
+    pre_steps: tuple[Op, ...] = field(default=())
     # attention implementations transformers refuses for this model, with the reason
     attn_refused: dict[str, str] = field(default_factory=dict)
     # False: the model class does not support gradient checkpointing (supports_gradient_checkpointing)
     checkpointing: bool = True
     # GEMMs after the last layer and before the head (ModernBERT's prediction head dense), reading
     # "model:final"; the head then reads the last one's output
-    post_steps: tuple[Step, ...] = field(default=())
+    post_steps: tuple[Op, ...] = field(default=())
     # positions in `layers` in the order the model runs them, when a layer runs more than once (a
     # looped decoder's middle section, `tuneproof.arch.schedule`); () runs each layer once in order
     schedule: tuple[int, ...] = field(default=())
@@ -262,6 +265,9 @@ class ModelShape:
     # positions len(layers) + i: a looped section whose first pass runs its modules otherwise (Inkling 2
     # Loop's first pass, before any message exists)
     variants: tuple[LayerShape, ...] = field(default=())
+    # the decoder layers' module path in the model transformers builds (`model.layers.{i}` holds layer i):
+    # PEFT matches target_modules on full paths
+    layers_path: str = "model.layers"
 
     @property
     def prefix_tokens(self) -> int:
@@ -280,6 +286,7 @@ class ModelShape:
         every = self.layers + self.variants
         return tuple(every[i] for i in self.schedule) if self.schedule else self.layers
 
+    @property
     def attention_groups(self) -> dict[str, list[int]]:
         """Softmax-attention layer indices per distinct attention geometry, in first-seen order
         (linear-attention layers have no pairs and no mask: `mixer_groups` lists them)."""
@@ -289,6 +296,7 @@ class ModelShape:
                 groups.setdefault(layer.attention.label, []).append(layer.index)
         return groups
 
+    @property
     def mixer_groups(self) -> dict[str, list[int]]:
         """Linear-attention layer indices per geometry (layers with no mixer are in neither list)."""
         groups: dict[str, list[int]] = {}
@@ -300,8 +308,21 @@ class ModelShape:
     @property
     def has_experts(self) -> bool:
         """Some layer holds routed experts (fused 3-D expert parameters)."""
-        return any(lin.num_experts > 1 for lin in self.linears())
+        return any(lin.num_experts > 1 for lin in self.linears)
 
+    @property
+    def own_weights(self) -> list[tuple[int | None, Linear]]:
+        """Every GEMM that holds a weight of its own, with its layer index (None outside the layers): the
+        layers' programs, not their other programs (a looped section's variants reuse those weights), and
+        no tied weight (the LM head that is the embedding, a shared block's reuse)."""
+        out: list[tuple[int | None, Linear]] = [(None, s) for s in self.pre_steps if isinstance(s, Linear)]
+        for layer in self.layers:
+            out.extend((layer.index, s) for s in layer.steps if isinstance(s, Linear))
+        out.extend((None, s) for s in self.post_steps if isinstance(s, Linear))
+        out.append((None, self.head))
+        return [(i, lin) for i, lin in out if not lin.tied]
+
+    @property
     def linears(self) -> list[Linear]:
         out = [s for s in self.pre_steps if isinstance(s, Linear)]
         for layer in self.layers:
@@ -317,7 +338,7 @@ class ModelShape:
         The LM head counts once, whether tied or not, and so does a block shared by several layers.
         """
         total = 0.0
-        for lin in self.linears():
+        for lin in self.linears:
             if lin.tied:
                 continue
             copies = lin.tokens_per_token if active else lin.num_experts

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tuneproof.arch.shape import Attention, Core, Join, Linear, Step
+from tuneproof.arch.shape import Attention, Core, Join, Linear, Op
 
 # Layer classes holding a shared transformer block, by class name.
 SHARED_BLOCK_LAYERS = frozenset({"Zamba2HybridLayer"})
@@ -40,10 +40,10 @@ def shared_block_mixer(cfg: Any, layer: Any) -> tuple[Any, Core]:
 
 def _adapted(
     by_name: dict[str, Unit], base: str, adapter: str, src: str, dst: str, comp: str, tied: bool
-) -> list[Step]:
+) -> list[Op]:
     """`base(x) + adapter(x)` on `src`: the base GEMM, the adapter's two (when this use has one)."""
     b = by_name[base]
-    steps: list[Step] = [
+    steps: list[Op] = [
         Linear(
             name=b.name,
             in_features=b.in_features,
@@ -81,7 +81,7 @@ def _adapted(
     return [*steps, Join(dst, (f"{dst}.base", f"{dst}.b"))]
 
 
-def shared_block_program(cfg: Any, index: int, units: list[Unit], core: Core) -> list[Step]:
+def shared_block_program(cfg: Any, index: int, units: list[Unit], core: Core) -> list[Op]:
     """Layer `index`'s program (module docstring): the shared block with use `j`'s adapters, the
     layer's linear, the Mamba-2 layer on the input plus it; "out" is the Mamba-2 residual."""
     from dataclasses import replace
@@ -89,7 +89,7 @@ def shared_block_program(cfg: Any, index: int, units: list[Unit], core: Core) ->
     j = list(cfg.hybrid_layer_ids).index(index)
     tied = j >= int(cfg.num_mem_blocks)  # uses past the first of each block reuse its weights
     by_name = {u.name: u for u in units}
-    steps: list[Step] = [Join("cat", ("in", "model:embed"))]  # concat with the embeddings
+    steps: list[Op] = [Join("cat", ("in", "model:embed"))]  # concat with the embeddings
     for r in "qkv":
         steps += _adapted(
             by_name, f"{_ATTN}.{r}_proj", f"{_ATTN}.linear_{r}_adapter_list.{j}", "cat", r, f"{r}_proj", tied

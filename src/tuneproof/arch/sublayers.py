@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from tuneproof.arch.program import Unit, ffn_steps, mixer_steps
-from tuneproof.arch.shape import Attention, AttentionSpec, Core, Join, Linear, Step
+from tuneproof.arch.shape import Attention, AttentionSpec, Core, Join, Linear, Op
 
 # Decoder layer classes built of sub-layers, by class name -> the config field counting the layers
 # of the stack (the ModuleList length). Source: LongcatFlashConfig.num_hidden_layers (a property:
@@ -52,14 +52,14 @@ def real_expert_slots(cfg: Any, top_k: int) -> float:
     return top_k * routed / (routed + zero)
 
 
-def _renamed(steps: list[Step], prefix: str, keep: dict[str, str]) -> list[Step]:
+def _renamed(steps: list[Op], prefix: str, keep: dict[str, str]) -> list[Op]:
     """The steps with every node prefixed (a sub-layer's own nodes), except those in `keep`, which
     are mapped to the given names (the nodes the sub-layer reads from or writes to outside)."""
 
     def node(n: str) -> str:
         return keep.get(n, f"{prefix}{n}")
 
-    out: list[Step] = []
+    out: list[Op] = []
     for s in steps:
         if isinstance(s, Linear):
             out.append(replace(s, src=node(s.src), dst=node(s.dst)))
@@ -73,7 +73,7 @@ def _renamed(steps: list[Step], prefix: str, keep: dict[str, str]) -> list[Step]
 
 def sublayer_program(
     cfg: Any, layer: Any, units: list[Unit], hidden: int, top_k: int | None
-) -> tuple[AttentionSpec, tuple[Step, ...], bool]:
+) -> tuple[AttentionSpec, tuple[Op, ...], bool]:
     """The program of one LongCat-Flash layer (module docstring): attention 0, MoE and MLP 0 on its
     residual, attention 1, MLP 1; out = the last residual + MLP 1 + the MoE. Both attention
     sub-layers share one geometry (the same MLA class and config). Checkpointing's recompute stops
@@ -86,7 +86,7 @@ def sublayer_program(
     def part(head: str) -> list[Unit]:
         return [u for u in units if u.name.startswith(head + ".")]
 
-    steps: list[Step] = []
+    steps: list[Op] = []
     for i, src in enumerate(("in", "s0.mlp")):
         attn = mixer_steps(part(f"self_attn.{i}"), hidden, mixer.spec, mixer)
         steps += _renamed(attn, f"a{i}.", {"in": src})

@@ -11,6 +11,7 @@ from typing import Any
 
 from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
+from tuneproof.arch.targets import LoraTargets
 from tuneproof.attention.paths import path
 from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES, torch_dtype
 from tuneproof.core.errors import TuneproofError
@@ -139,13 +140,30 @@ def peft_target_regex(targets: list[str]) -> str:
 
 
 def lora_targets(shape: ModelShape) -> list[str]:
-    """Every nn.Linear LoRA adapts under "all-linear" (not the LM head, nor the modules PEFT refuses
-    on Mamba models), as module paths relative to a layer (or the model)."""
-    from tuneproof.flops.ledger import lora_adapts
+    """Every nn.Linear LoRA adapts under "all-linear" and runs with (not the LM head, nor the modules
+    PEFT refuses on Mamba models, nor a router whose wrapped forward fails), as module paths relative to
+    a layer (or the model)."""
+    from tuneproof.arch.targets import LoraTargets, adaptation
 
+    found = adaptation(shape, LoraTargets(modules=("all-linear",)))
+    broken = {lin.name for lin in shape.linears if lin.wrap_fails}
     return sorted(
-        {lin.name for lin in shape.linears() if lora_adapts(shape.model_type, lin, ("all-linear",))}
+        {name for (_, name), place in found.places.items() if place.how == "module" and name not in broken}
     )
+
+
+def apply_peft(model: Any, lora: LoraTargets) -> Any:
+    """PEFT's LoRA of `lora` (the step's targets in PEFT's words) on `model`: what it adapts is PEFT's own
+    resolution, which the ledgers' (`tuneproof.arch.targets.adaptation`) equals."""
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(lora_dropout=0.0, **lora.peft_config())
+    with warnings.catch_warnings():  # PEFT 0.21 reads transformers 5's deprecated is_gradient_checkpointing
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=".*rank_pattern.*did not match", category=UserWarning)
+        return get_peft_model(model, config)
 
 
 def apply_lora(model: Any, targets: list[str], rank: int, target_parameters: tuple[str, ...] = ()) -> Any:

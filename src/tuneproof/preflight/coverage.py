@@ -2,25 +2,22 @@
 (AutoModelForCausalLM of the published config, vision and audio towers included), with what share of
 the parameters, and which routed experts are left out.
 
-Matching follows the trainer: a list of names matches a module whose full name equals one or ends with
-"." + one (PEFT target_modules); a string is a regex that must match the whole name (PEFT and Axolotl:
-re.fullmatch); Axolotl's lora_target_linear adds the last name part of every nn.Linear but the output
-embedding (axolotl/loaders/adapter.py find_all_linear_names). target_parameters name 3-D expert
-parameters the same way.
+Matching is PEFT's own, from the one home of what a LoRA adapts (`tuneproof.arch.targets`: lists by
+name or '.'-suffix, a regex by re.fullmatch, all-linear, PEFT's conversion of v4 expert names on
+transformers 5's fused MoE models), with Axolotl's lora_target_linear adding the last name part of every
+nn.Linear but the output embedding (axolotl/loaders/adapter.py find_all_linear_names).
 
-The module inventory (names, shapes, parameter counts) comes from the model built on the meta device
-and is cached per config, beside the shape cache.
+The module inventory (names, shapes, parameter counts) is `tuneproof.arch.inventory`'s: the model built
+on the meta device, cached per config.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from tuneproof.arch.targets import peft_matches
+from tuneproof.arch.inventory import Inventory
+from tuneproof.arch.targets import LoraTargets, peft_matches
 from tuneproof.runs.run import Run
 
 TOWERS = (
@@ -33,13 +30,6 @@ TOWERS = (
     "embed_vision",
     "embed_audio",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Inventory:
-    linears: tuple[tuple[str, int, int], ...]  # (full name, in_features, out_features)
-    experts: tuple[tuple[str, int], ...]  # 3-D parameters (routed experts): (full name, numel)
-    total_params: int
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,87 +58,37 @@ class Coverage:
         }
 
 
-def inventory(config: dict[str, Any]) -> Inventory:
-    """The model's nn.Linear modules and 3-D parameters, from the cache or a meta-device build."""
-    from tuneproof.arch import cache
+def coverage(run: Run, inv: Inventory, model_type: str, asked: LoraTargets) -> Coverage:
+    """What the run's targets (`asked`, in PEFT's words) adapt in `inv` (PEFT's own resolution,
+    `tuneproof.arch.targets`, on the model the trainer loads, towers included), and the findings: no
+    module adapted, towers adapted by a broad target, routed experts left out."""
+    from tuneproof.arch.targets import resolve_names
 
-    key = cache.key_for(config)
-    path = cache.entry_path(key).with_name(f"modules-{key[:32]}.json") if key else None
-    if path is not None and path.is_file():
-        try:
-            raw = json.loads(path.read_text())
-            return Inventory(
-                tuple(map(tuple, raw["linears"])), tuple(map(tuple, raw["experts"])), raw["total"]
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a damaged entry is a miss
-    inv = _build(config)
-    if path is not None:
-        from tuneproof.core.io import atomic_write_bytes
-
-        body = {"linears": inv.linears, "experts": inv.experts, "total": inv.total_params}
-        with contextlib.suppress(Exception):  # an unwritable cache costs the next run its speed only
-            atomic_write_bytes(path, json.dumps(body).encode())
-    return inv
-
-
-def _build(config: dict[str, Any]) -> Inventory:
-    import torch
-    from transformers import AutoConfig
-
-    from tuneproof.arch.construct import meta_model
-
-    data = {k: v for k, v in config.items() if k != "quantization_config"}  # the layout, not the storage
-    cfg = AutoConfig.for_model(**data)
-    model = meta_model(cfg)
-    linears = tuple(
-        (name, int(m.in_features), int(m.out_features))
-        for name, m in model.named_modules()
-        if isinstance(m, torch.nn.Linear)
+    linears = [n for n, _, _ in inv.linears if n.rpartition(".")[2] != "lm_head"]
+    rule = resolve_names(
+        asked, model_type, linears, [f"{n}.weight" for n in linears] + [n for n, _ in inv.experts]
     )
-    experts = tuple(
-        (name, int(p.numel())) for name, p in model.named_parameters() if p.dim() == 3 and "expert" in name
-    )  # routed experts' fused weights (a conv1d's 3-D weight is no expert)
-    total = sum(int(p.numel()) for p in model.parameters())
-    return Inventory(linears, experts, total)
-
-
-def _suffix(name: str, targets: tuple[str, ...]) -> bool:
-    return peft_matches(name, targets)
-
-
-def coverage(run: Run, inv: Inventory) -> Coverage:
-    """What the run's targets adapt in `inv`, and the findings: no module adapted, towers adapted by a
-    broad target, routed experts left out."""
-    targets = run.targets
-    if run.target_linear:
-        names = {n.rpartition(".")[2] for n, _, _ in inv.linears if n.rpartition(".")[2] != "lm_head"}
-        targets = (*targets, *sorted(names))
-    pattern = re.compile(run.target_regex) if run.target_regex else None
-    adapted = [
-        (n, i, o)
-        for n, i, o in inv.linears
-        if n.rpartition(".")[2] != "lm_head" and (_suffix(n, targets) or (pattern and pattern.fullmatch(n)))
-    ]
+    adapted = [(n, i, o) for n, i, o in inv.linears if n.rpartition(".")[2] != "lm_head" and rule.module(n)]
     families: dict[str, int] = {}
     for n, _, _ in adapted:
         families[n.rpartition(".")[2]] = families.get(n.rpartition(".")[2], 0) + 1
     towers = sum(1 for n, _, _ in adapted if any(t in n for t in TOWERS))
-    experts_hit = [n for n, _ in inv.experts if _suffix(n, run.target_parameters)]
+    experts_hit = [n for n, _ in inv.experts if rule.parameter(n)]
     expert_params = sum(k for _, k in inv.experts)
-    params = sum(run.lora_r * (i + o) for _, i, o in adapted)
+    params = sum(rule.targets.rank_of(n) * (i + o) for n, i, o in adapted)
     cov = Coverage(
         adapted=[n for n, _, _ in adapted], families=families, towers=towers, adapter_params=params,
         total_params=inv.total_params, experts_adapted=experts_hit,
         experts_left=len(inv.experts) - len(experts_hit), expert_params=expert_params, findings=[],
     )  # fmt: skip
-    _findings(run, inv, cov)
+    _findings(run, inv, cov, rule.targets.modules)
     return cov
 
 
-def _findings(run: Run, inv: Inventory, cov: Coverage) -> None:
+def _findings(run: Run, inv: Inventory, cov: Coverage, applied: tuple[str, ...]) -> None:
+    """`applied`: the target_modules names as PEFT applies them (after its conversion)."""
     names = [n for n, _, _ in inv.linears]
-    missing = [t for t in run.targets if not any(peft_matches(n, (t,)) for n in names)]
+    missing = [t for t in run.targets if t in applied and not any(peft_matches(n, (t,)) for n in names)]
     if missing and (cov.adapted or cov.experts_adapted):
         cov.findings.append(f"LoRA: target(s) {', '.join(missing)} match no module of this model")
     if not cov.adapted and not cov.experts_adapted:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuneproof.arch.targets import peft_matches
+from tuneproof.arch.targets import pattern_value, peft_matches
+from tuneproof.core.dtypes import BY_SHORT, MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
 from tuneproof.ship.tensors import Header, TensorInfo, read_header
 
@@ -40,6 +41,8 @@ _KEY = re.compile(
     r"^(?P<path>.+?)\.(?:(?P<ab>lora_A|lora_B)\.weight|(?P<emb>lora_embedding_A|lora_embedding_B)"
     r"|(?P<dora>lora_magnitude_vector)(?:\.weight)?|(?P<bias>lora_B\.bias)|(?P<copy>base_layer\.weight))$"
 )
+
+MODEL_SAFETENSORS = {BY_SHORT[d].safetensors for d in MODEL_DTYPES}  # what LoRA factors are stored in
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -195,7 +198,7 @@ def _from_keys(folder: Path, config: dict[str, Any], header: Header) -> Adapter:
         else:
             a, b, kind = ab["lora_embedding_A"], ab["lora_embedding_B"], "embedding"
         for t in (a, b):
-            if len(t.shape) != 2 or t.dtype not in ("F32", "F16", "BF16"):
+            if len(t.shape) != 2 or t.dtype not in MODEL_SAFETENSORS:
                 raise TuneproofError(
                     f"{header.path}: {t.name} is {t.dtype} {list(t.shape)}, not a float matrix "
                     "(a 1-D or empty factor is what DeepSpeed ZeRO-3 / FSDP save when shards were not "
@@ -240,15 +243,9 @@ def _rank_alpha(config: dict[str, Any], module: str) -> tuple[int, float]:
     """r and alpha for a module, with rank_pattern / alpha_pattern matched as PEFT's
     `get_pattern_key` does (`(.*\\.)?(key)$`, first key in order wins)."""
 
-    def pick(patterns: dict[str, Any] | None, default: Any) -> Any:
-        for key, value in (patterns or {}).items():
-            if re.match(rf"(.*\.)?({key})$", module):
-                return value
-        return default
-
-    return int(pick(config.get("rank_pattern"), config["r"])), float(
-        pick(config.get("alpha_pattern"), config["lora_alpha"])
-    )
+    rank = pattern_value(module, (config.get("rank_pattern") or {}).items(), config["r"])
+    alpha = pattern_value(module, (config.get("alpha_pattern") or {}).items(), config["lora_alpha"])
+    return int(rank), float(alpha)
 
 
 def _scaling(config: dict[str, Any], rank: int, alpha: float) -> float:
