@@ -54,7 +54,7 @@ def test_nothing_measurable() -> None:
 
 def test_paired_interval() -> None:
     assert paired_halfwidth([1.0]) is None
-    assert paired_halfwidth([1.0, 3.0]) == pytest.approx(12.706 * (2**0.5) / (2**0.5))
+    assert paired_halfwidth([1.0, 3.0]) == pytest.approx(12.7062047 * (2**0.5) / (2**0.5))  # t(1 df)
     assert paired_halfwidth([2.0, 2.0, 2.0]) == 0.0
 
 

@@ -17,10 +17,11 @@ from scipy.stats import t as student
 
 from fakes import A, B
 from tuneproof.cli.app import main
+from tuneproof.core.quantiles import t_quantile
 from tuneproof.measure import fit_scaling, read_points
 from tuneproof.measure.constant import judge_constant
 from tuneproof.measure.fit import nonneg, share_interval, shares
-from tuneproof.measure.pooled import fit_medians, fit_rows, t_quantile
+from tuneproof.measure.pooled import fit_medians, fit_rows
 
 DATA = Path(__file__).parent.parent / "data"
 WIDTHS = (2048.0, 8192.0, 16384.0)

@@ -157,12 +157,12 @@ def _sparse_checkpoint(
     folder: Path, tensors: dict[str, tuple[str, list[int]]], config: dict | None, modelopt: dict | None = None
 ) -> Path:
     """A safetensors file whose header is real and whose data is a hole: auditing it must not read data."""
-    from tuneproof.ship.tensors import DTYPE_BITS
+    from tuneproof.core.dtypes import SAFETENSORS_BITS
 
     folder.mkdir()
     header, offset = {}, 0
     for name, (dtype, shape) in tensors.items():
-        size = (int(__import__("math").prod(shape)) * DTYPE_BITS[dtype] + 7) // 8
+        size = (int(__import__("math").prod(shape)) * SAFETENSORS_BITS[dtype] + 7) // 8
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header).encode()

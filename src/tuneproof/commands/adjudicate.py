@@ -32,6 +32,7 @@ from tuneproof.core.deadline import Deadline
 from tuneproof.core.dtypes import LOW_PRECISION, torch_dtype
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
+from tuneproof.core.quantiles import t_quantile
 from tuneproof.core.verdict import NoWarnings
 
 if TYPE_CHECKING:
@@ -44,10 +45,6 @@ CRITERIA = {
     "loss": "|loss - fp32 truth loss|",
 }
 GRADS = ("auto", "on", "off")
-# two-sided 95 % Student-t quantiles for 1..30 degrees of freedom; 1.96 beyond
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +142,7 @@ def paired_halfwidth(diffs: list[float]) -> float | None:
         return None
     mean = sum(diffs) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
-    return t * sd / math.sqrt(n)
+    return t_quantile(n - 1) * sd / math.sqrt(n)
 
 
 def judge_width(width: int, errors: dict[str, list[float]]) -> WidthVerdict:

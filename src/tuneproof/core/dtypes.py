@@ -18,7 +18,13 @@ class DType:
     torch: str  # torch attribute: "bfloat16"
     config: str  # transformers config `torch_dtype`: "bfloat16"
     safetensors: str  # safetensors header: "BF16"
-    bytes: int
+    bytes: int  # bytes per element (a packed sub-byte type: its whole bytes, 1)
+    bits: int | None = None  # bits per element where they are not 8 x bytes (sub-byte floats)
+
+    @property
+    def bit_size(self) -> int:
+        """Bits per element (safetensors/src/tensor.rs `Dtype::bitsize`)."""
+        return self.bits if self.bits is not None else 8 * self.bytes
 
 
 # ordering rule: the training dtypes first (bf16, fp16), then the reference precisions
@@ -47,6 +53,21 @@ STORED: tuple[DType, ...] = (
     DType(short="bool", torch="bool", config="bool", safetensors="BOOL", bytes=1),
 )
 TORCH_BY_SAFETENSORS = {d.safetensors: d.torch for d in STORED}  # "BF16" -> "bfloat16"
+# The rest of what a safetensors header can name (safetensors/src/tensor.rs `Dtype`): read from headers
+# and copied byte for byte, never read as numbers here; the sub-byte floats packed.
+PACKED: tuple[DType, ...] = (
+    DType(short="fp8_e8m0", torch="float8_e8m0fnu", config="float8_e8m0fnu", safetensors="F8_E8M0", bytes=1),
+    DType(short="e8m0", torch="float8_e8m0fnu", config="float8_e8m0fnu", safetensors="E8M0", bytes=1),
+    DType(short="uint16", torch="uint16", config="uint16", safetensors="U16", bytes=2),
+    DType(short="uint32", torch="uint32", config="uint32", safetensors="U32", bytes=4),
+    DType(short="uint64", torch="uint64", config="uint64", safetensors="U64", bytes=8),
+    DType(
+        short="fp4", torch="float4_e2m1fn_x2", config="float4_e2m1fn_x2", safetensors="F4", bytes=1, bits=4
+    ),
+    DType(short="fp6_e2m3", torch="", config="", safetensors="F6_E2M3", bytes=1, bits=6),
+    DType(short="fp6_e3m2", torch="", config="", safetensors="F6_E3M2", bytes=1, bits=6),
+)
+SAFETENSORS_BITS = {d.safetensors: d.bit_size for d in (*STORED, *PACKED)}  # "BF16" -> 16, "F4" -> 4
 
 # The precisions a throughput peak is quoted for (the GPU table's columns, plus fp32 for a measured
 # peak): tf32 is a matmul mode over fp32 tensors, fp8/fp4 the tensor cores' low-precision formats.

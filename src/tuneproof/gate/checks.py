@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.gate.arms import Arm, Pairing, pair
+from tuneproof.gate.metrics import ATTRACTORS, DIVERSITY, METRIC_FAMILIES
 from tuneproof.gate.probes import Probe, probe_prompts
 from tuneproof.gate.spec import GateSpec
 
@@ -45,9 +46,9 @@ def parse_floors(values: Sequence[str]) -> dict[str, float]:
 
 def floor_names(spec: GateSpec, attractors: bool, probes: Sequence[Probe]) -> list[str]:
     """The metrics that need a floor to be judged: the gated headline of each family, and each probe."""
-    names = ["diversity"] if spec.diversity.gate is not False else []
+    names = [DIVERSITY.name] if spec.diversity.gate is not False else []
     if attractors and spec.attractors.gate is not False:
-        names.append("attractors")
+        names.append(ATTRACTORS.name)
     return names + [f"probe:{p.name}" for p in probes]
 
 
@@ -114,7 +115,7 @@ def _known_floors(given: Mapping[str, float], probes: Sequence[Probe], no_divers
                 "take no given floor)",
                 fields=("floors",),
             )
-        if no_diversity and name.split(".")[0] == "diversity":
+        if no_diversity and name.split(".")[0] == DIVERSITY.name:
             raise TuneproofError(
                 f"{{floors}} {name}=... is for diversity, which is not measured beside benchmark runs",
                 "leave it out, or set gate = true under [diversity] in the spec to measure it",
@@ -138,7 +139,4 @@ def _benchmarks(base: Arm, tuned: Arm, spec: GateSpec) -> Lineup | None:
 
 
 def _part_names() -> dict[str, tuple[str, ...]]:
-    from tuneproof.gate.diversity import PARTS
-    from tuneproof.gate.spec import ATTRACTOR_PARTS
-
-    return {"diversity": PARTS, "attractors": ATTRACTOR_PARTS}
+    return {f.name: f.parts for f in METRIC_FAMILIES.values() if f.parts}

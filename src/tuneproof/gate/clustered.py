@@ -35,15 +35,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tuneproof.core.quantiles import t_quantile
+
 ALPHA = 0.05
 POWER = 0.80
 RUN_SHIFT_ALPHA = 0.05
-
-
-def t_crit(df: float, alpha: float = ALPHA) -> float:
-    from scipy import stats as sps  # scipy.stats costs a second to import: only where a verdict is made
-
-    return float(sps.t.ppf(1 - alpha / 2, max(df, 1.0)))
 
 
 def run_variance(*arms_RD: np.ndarray) -> float:
@@ -104,7 +100,7 @@ def mde(se: float, df: float, bar: float | None = None) -> float:
     ALPHA, and the estimate beyond `bar` where one must be beaten."""
     from scipy import stats as sps
 
-    return max(bar or 0.0, t_crit(df) * se) + float(sps.t.ppf(POWER, max(df, 1.0))) * se
+    return max(bar or 0.0, t_quantile(df, 1 - ALPHA) * se) + float(sps.t.ppf(POWER, max(df, 1.0))) * se
 
 
 def power(effect: float, se: float, df: float, bar: float | None = None, alpha: float = ALPHA) -> float:
@@ -113,7 +109,7 @@ def power(effect: float, se: float, df: float, bar: float | None = None, alpha: 
     bar is called half the time at best."""
     from scipy import stats as sps
 
-    threshold = max(bar or 0.0, t_crit(df, alpha) * se)
+    threshold = max(bar or 0.0, t_quantile(df, 1 - alpha) * se)
     if se <= 0:
         return 1.0 if abs(effect) > threshold else alpha if effect == 0 else 0.0
     return float(sps.t.sf((threshold - abs(effect)) / se, df))

@@ -23,6 +23,7 @@ from tuneproof.gate.checks import check_inputs
 from tuneproof.gate.diversity import WANTED as DIVERSITY_WANTED
 from tuneproof.gate.diversity import Embedder, diversity_scores
 from tuneproof.gate.memorise import KGramIndex, build_index, query, span_text
+from tuneproof.gate.metrics import ATTRACTORS, DIVERSITY, MEMORISATION, METRIC_FAMILIES
 from tuneproof.gate.probes import EXPECT, Probe, mcnemar_exact, probe_outcome, wilson
 from tuneproof.gate.spec import GateSpec
 from tuneproof.gate.stats import FAIL, INCONCLUSIVE, PASS, Floor, MetricResult, verdict_for
@@ -165,6 +166,10 @@ def judge_arms(
     )  # fmt: skip
 
 
+NO_CORPUS = "skipped: no training corpus given"
+NO_LIST = "skipped: no attractor list given (tuneproof attractors mine makes one)"
+
+
 def measure(
     base: Arm,
     tuned: Arm,
@@ -198,34 +203,32 @@ def measure(
             no_text = (
                 "skipped: the benchmark runs hold no response text (loglikelihood tasks, per-example files)"
             )
-            metrics = {n: _skipped(n, "down", no_text) for n in ("diversity", "attractors", "memorisation")}
+            metrics = {n: _skipped(n, "down", no_text) for n in METRIC_FAMILIES}
             report = GateReport(metrics=metrics, probes=[], judgement=overall(metrics, [], benchmarks, notes),
                                 inputs={}, notes=notes, benchmarks=benchmarks)  # fmt: skip
             report.inputs = _inputs(base, tuned, pairing, spec)
             return report
 
     if diversity_asked:
-        say("diversity")
-        metrics = {"diversity": _diversity(base, tuned, ids, spec, embed, given, notes)}
+        say(DIVERSITY.name)
+        metrics = {DIVERSITY.name: _diversity(base, tuned, ids, spec, embed, given, notes)}
     else:
         why = "skipped beside benchmark runs (gate = true under [diversity] in the spec measures them)"
-        metrics = {"diversity": _skipped("diversity", "up", why)}
+        metrics = {DIVERSITY.name: _skipped(DIVERSITY.name, DIVERSITY.wanted, why)}
     if attractors is None:
-        metrics["attractors"] = _skipped(
-            "attractors",
-            spec.attractors.wanted or "down",
-            "skipped: no attractor list given (tuneproof attractors mine makes one)",
+        metrics[ATTRACTORS.name] = _skipped(
+            ATTRACTORS.name, spec.attractors.wanted or ATTRACTORS.wanted, NO_LIST
         )
     else:
-        say("attractors")
-        metrics["attractors"] = _attractors(base, tuned, ids, spec, attractors, given)
+        say(ATTRACTORS.name)
+        metrics[ATTRACTORS.name] = _attractors(base, tuned, ids, spec, attractors, given)
 
     if not corpus:
-        metrics["memorisation"] = _skipped("memorisation", "down", "skipped: no training corpus given")
+        metrics[MEMORISATION.name] = _skipped(MEMORISATION.name, MEMORISATION.wanted, NO_CORPUS)
     else:
         index = build_index(corpus, spec.k, tokens, progress=say)
-        say("memorisation: querying")
-        metrics["memorisation"] = memorisation(base, tuned, ids, index, tokens or Tokens(), spec)
+        say(f"{MEMORISATION.name}: querying")
+        metrics[MEMORISATION.name] = memorisation(base, tuned, ids, index, tokens or Tokens(), spec)
 
     for arm in (base, tuned):
         empty = sum(1 for r in arm.responses() if not r.text.strip())
@@ -260,7 +263,7 @@ def _diversity(
     if spec.diversity.wanted:
         wanted[spec.diversity.metric] = spec.diversity.wanted
     family = _family(
-        "diversity",
+        DIVERSITY.name,
         div.scores,
         spec.diversity.metric,
         wanted,
@@ -301,9 +304,9 @@ def _attractors(
 ) -> MetricResult:
     matcher, sha = attractors
     scores = attractor_scores(base, tuned, ids, matcher)
-    direction = spec.attractors.wanted or "down"
+    direction = spec.attractors.wanted or ATTRACTORS.wanted
     family = _family(
-        "attractors",
+        ATTRACTORS.name,
         {"share": scores.share, "per_1k_words": scores.per_1k_words},
         spec.attractors.metric,
         {"share": direction, "per_1k_words": direction},
@@ -397,8 +400,8 @@ def memorisation(
         judged, note = None, "reported, not gated (spec): " + reason
     low, high = wilson(kt, nt)
     return MetricResult(
-        name="memorisation", wanted="down", unit="%", base=shares[0], tuned=shares[1],
-        delta=shares[1] - shares[0], floor=threshold, floor_source="threshold",
+        name=MEMORISATION.name, wanted=MEMORISATION.wanted, unit=MEMORISATION.unit, base=shares[0],
+        tuned=shares[1], delta=shares[1] - shares[0], floor=threshold, floor_source="threshold",
         floor_detail=f"threshold: at most {threshold:g} % of tuned responses may hold a corpus span of "
         f"{index.k} tokens",
         ratio=None, ci95=(100 * low, 100 * high), mde=None, num_prompts=len(ids), judgement=judged, note=note,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from tuneproof.gate.metrics import ATTRACTORS, DIVERSITY, MEMORISATION
 from tuneproof.gate.probes import wilson
 from tuneproof.gate.stats import FAIL, PASS, MetricResult, ratio_text
 
@@ -141,16 +142,16 @@ def _metrics(report: GateReport, console: Console) -> None:
 
 
 def _inputs(report: GateReport, console: Console) -> None:
-    div = report.metrics["diversity"].extra
+    div = report.metrics[DIVERSITY.name].extra
     if div.get("matched_tokens_median") is not None:
         console.print(
             f"diversity at matched length: median {div['matched_tokens_median']:.0f} tokens per response, "
             f"{div['samples_per_prompt']:.1f} samples per prompt and run"
         )
-    att = report.metrics["attractors"].extra
+    att = report.metrics[ATTRACTORS.name].extra
     if "list_sha256" in att:
         console.print(f"attractors: {att['num_phrases']} phrases, list sha256 {att['list_sha256'][:16]}...")
-    mem = report.metrics["memorisation"].extra
+    mem = report.metrics[MEMORISATION.name].extra
     if "k" in mem:
         console.print(
             f"memorisation: spans of {mem['k']} tokens ({escape(mem['tokens'])}) against a corpus of "
@@ -208,7 +209,7 @@ def render_gate(report: GateReport, console: Console) -> None:
         )
         render_benchmarks(report.benchmarks, console)
     if all(m.extra.get("skipped") for m in report.metrics.values()) and report.benchmarks is not None:
-        console.print(f"response metrics: {escape(report.metrics['diversity'].reason)}")
+        console.print(f"response metrics: {escape(report.metrics[DIVERSITY.name].reason)}")
     else:
         console.print(_header(report))
         _metrics(report, console)

@@ -42,12 +42,11 @@ from typing import Any
 
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
-from tuneproof.gate.diversity import PARTS as DIVERSITY_PARTS
 from tuneproof.gate.inputs import read_toml
 from tuneproof.gate.memorise import DEFAULT_K
+from tuneproof.gate.metrics import ATTRACTORS, DIVERSITY, MEMORISATION, METRIC_FAMILIES
 from tuneproof.gate.stats import DEFAULT_FLOOR_K
 
-ATTRACTOR_PARTS = ("share", "per_1k_words")
 SPEC_HINT = "docs/gate.md gives the spec format"
 
 
@@ -123,8 +122,8 @@ class GateSpec:
         validate.real("threshold", self.threshold, low=0, high=100)
         validate.integer("k", self.k, low=4, high=4096)
         for name, fam, parts in (
-            ("diversity", self.diversity, DIVERSITY_PARTS),
-            ("attractors", self.attractors, ATTRACTOR_PARTS),
+            (DIVERSITY.name, self.diversity, DIVERSITY.parts),
+            (ATTRACTORS.name, self.attractors, ATTRACTORS.parts),
         ):
             if fam.metric not in parts:
                 raise TuneproofError(
@@ -141,18 +140,18 @@ def read_spec(path: str | Path) -> GateSpec:
         _known(
             data,
             "the spec",
-            ("floor_k", "practical_floor", "diversity", "attractors", "memorisation", "benchmarks"),
+            ("floor_k", "practical_floor", *METRIC_FAMILIES, "benchmarks"),
         )
         spec = GateSpec()
         if "floor_k" in data:
             spec = replace(spec, floor_k=data["floor_k"])
         if "practical_floor" in data:
             spec = replace(spec, practical_floor=_bool(data["practical_floor"], "practical_floor"))
-        if "diversity" in data:
-            spec = replace(spec, diversity=_family(data["diversity"], spec.diversity, "diversity"))
-        if "attractors" in data:
-            spec = replace(spec, attractors=_family(data["attractors"], spec.attractors, "attractors"))
-        mem = data.get("memorisation", {})
+        if DIVERSITY.name in data:
+            spec = replace(spec, diversity=_family(data[DIVERSITY.name], spec.diversity, DIVERSITY.name))
+        if ATTRACTORS.name in data:
+            spec = replace(spec, attractors=_family(data[ATTRACTORS.name], spec.attractors, ATTRACTORS.name))
+        mem = data.get(MEMORISATION.name, {})
         _known(mem, "[memorisation]", ("gate", "threshold", "k"))
         spec = replace(
             spec,

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from tuneproof.core.quantiles import t_quantile
 from tuneproof.core.verdict import CANNOT_JUDGE, FINDING, OK, Verdict
 from tuneproof.gate import clustered
 
@@ -269,7 +270,7 @@ def estimate(base_RP: np.ndarray, tuned_RP: np.ndarray, ok: np.ndarray) -> Delta
             parts.append((shift * (1 / runs[0] + 1 / runs[1]), clustered.shift_df(runs)))
         se = math.sqrt(sum(v for v, _ in parts))
         df = clustered.satterthwaite(parts)
-        half = clustered.t_crit(df) * se
+        half = t_quantile(df, 1 - clustered.ALPHA) * se
         delta = float(d.mean())
         p = clustered.p_value(delta, se, df)
         return DeltaEstimate(

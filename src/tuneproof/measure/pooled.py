@@ -50,15 +50,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tuneproof.core.quantiles import t_quantile
+
 CONFIDENCE = 0.95
 POWER = 0.80
 MEDIAN_VARIANCE = math.pi / 2  # var(median of n) ~ (pi / 2) sigma^2 / n for normal noise
-
-
-def t_quantile(df: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)

@@ -19,19 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tuneproof.core.dtypes import TORCH_BY_SAFETENSORS
+from tuneproof.core.dtypes import BY_SAFETENSORS, SAFETENSORS_BITS, TORCH_BY_SAFETENSORS
 from tuneproof.core.errors import TuneproofError
 
-# bytes per element of every safetensors dtype (safetensors/src/tensor.rs `Dtype::bitsize`); the
-# sub-byte types (F4, F6_*) are listed for reading headers and copying; their byte size is the packed one
-DTYPE_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "E8M0": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64,
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-}  # fmt: skip
-FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+FLOAT_DTYPES = tuple(BY_SAFETENSORS)  # the floats a merge reads as numbers
 MAX_HEADER = 100 * 2**20  # the safetensors library's own limit (`N_MAX_HEADER`)
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -109,14 +100,14 @@ def _entry(path: Path, name: str, entry: Any, start: int, size: int) -> TensorIn
     if not isinstance(entry, dict):
         raise _corrupt(path, f"entry {name!r} is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in DTYPE_BITS:
+    if dtype not in SAFETENSORS_BITS:
         raise _corrupt(path, f"{name} has unknown dtype {dtype!r}")
     if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
         raise _corrupt(path, f"{name} has a bad shape {shape!r}")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
         raise _corrupt(path, f"{name} has bad data_offsets {offsets!r}")
     begin, end = offsets
-    want = (math.prod(shape) * DTYPE_BITS[dtype] + 7) // 8
+    want = (math.prod(shape) * SAFETENSORS_BITS[dtype] + 7) // 8
     if not 0 <= begin <= end or end - begin != want:
         raise _corrupt(path, f"{name} holds {end - begin} bytes, its {dtype} shape {shape} needs {want}")
     if start + end > size:
@@ -261,7 +252,7 @@ class ShardWriter:
         offset = 0
         self.sizes: list[tuple[str, int]] = []
         for name, dtype, shape in entries:
-            size = (math.prod(shape) * DTYPE_BITS[dtype] + 7) // 8
+            size = (math.prod(shape) * SAFETENSORS_BITS[dtype] + 7) // 8
             header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
             self.sizes.append((name, size))
             offset += size
