@@ -2,7 +2,8 @@
 
 Front door (imports stay light: heavy modules load when first used):
 
-    from tuneproof import resolve, RunSpec, flop_report, resolve_peak
+    from tuneproof import resolve, Step, flop_report, resolve_peak
+    from tuneproof import TuneproofCallback   # transformers' Trainer callback (loads transformers)
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from tuneproof.core.lazy import lazy
 from tuneproof.core.version import __version__ as __version__
 
 _EXPORTS = {
-    "RunSpec": "tuneproof.runs.step",
+    "Run": "tuneproof.runs.run",
+    "RunSpec": "tuneproof.runs.step",  # Step's name before issue 47: library callers' code keeps working
+    "Step": "tuneproof.runs.step",
+    "TuneproofCallback": "tuneproof.train.callback",
     "flop_report": "tuneproof.flops",
     "from_config": "tuneproof.arch",
     "lookup_gpu": "tuneproof.hardware.gpus",

@@ -9,11 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from transformers import TrainerCallback
 
-from tuneproof.data.collate import RowsDataset
+from trainers import tiny_trainer as _trainer
 from tuneproof.flops.microbatch import MicroBatchLedger
 from tuneproof.runs.batch import BatchRead
 from tuneproof.train.callback import TuneproofCallback
@@ -38,67 +37,6 @@ class CountEachStep(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
         self._mode.__exit__(None, None, None)
         self.counts.append(int(self._mode.get_total_flops()))
-
-
-def _trainer(  # type: ignore[no-untyped-def]
-    tmp_path: Path,
-    accum: int,
-    bucketed: bool,
-    callbacks: list[Any],
-    logging_steps: int = 1,
-    model: Any = None,
-    grad_ckpt: bool = False,
-):
-    """A Trainer of 3 steps on random rows; `model` defaults to a tiny llama with LoRA on three
-    linears."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast, Trainer, TrainingArguments
-
-    from tiny_models import config_dict
-    from tuneproof.arch import resolve
-    from tuneproof.measure.model import build_model
-    from tuneproof.train.bucketing import use_bucketing
-
-    if model is None:
-        model = build_model(resolve(config_dict("llama", pad_token_id=0)), "eager")
-        model = get_peft_model(
-            model, LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], lora_dropout=0.0)
-        )
-    rng = np.random.default_rng(0)
-    rows = [{"input_ids": rng.integers(1, 200, n).tolist()} for n in rng.integers(5, 48, 48)]
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=3,
-        gradient_accumulation_steps=accum,
-        max_steps=3,
-        learning_rate=1e-3,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=logging_steps,
-        use_cpu=True,
-        seed=1,
-        disable_tqdm=True,
-        remove_unused_columns=False,
-        gradient_checkpointing=grad_ckpt,
-    )
-    from tokenizers import Tokenizer, models
-
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel({"<pad>": 0}, "<pad>")), pad_token="<pad>"
-    )
-    collator = DataCollatorWithPadding(tok)
-
-    def with_labels(features: list[dict]) -> dict:
-        batch = collator(features)
-        batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-        return batch
-
-    trainer = Trainer(model=model, args=args, train_dataset=RowsDataset(rows), data_collator=with_labels)
-    if bucketed:
-        use_bucketing(trainer)
-    for cb in callbacks:
-        trainer.add_callback(cb)
-    return trainer
 
 
 @pytest.mark.parametrize("accum", [1, 4])
@@ -148,13 +86,13 @@ def test_without_a_peak_the_mfus_are_left_out_with_the_reason(tmp_path: Path) ->
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_the_cached_row_ledger_equals_the_ledger_on_whole_batches(attn: str) -> None:
     from tuneproof.arch import resolve
-    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.flops import Step, flop_report
 
     gemma4 = "examples/gemma4-26b-a4b-like/config.json"
     experts = ("experts.gate_up_proj", "experts.down_proj")  # merged once per micro-batch, not per row
     for config, params in (("tiny", ()), (gemma4, ()), (gemma4, experts)):
         shape = resolve(config).shape
-        step = RunSpec(
+        step = Step(
             seq_len=1, attn=attn, mode="lora", lora_rank=8, grad_ckpt=True,
             lora_targets=("self_attn.q_proj",), lora_target_parameters=params,
         )  # fmt: skip
@@ -270,14 +208,15 @@ def test_lora_on_fused_experts_is_read_into_the_ledger(tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
     from tiny_models import build_model, config_dict
-    from tuneproof.train.read_run import _lora
+    from tuneproof.runs.trainer import lora_of
 
     params = ["mlp.experts.gate_up_proj", "down_proj"]
     model = build_model(config_dict("qwen3_moe", pad_token_id=0))  # experts eager: the counter sees them
     model = get_peft_model(
         model, LoraConfig(r=2, target_modules=["q_proj"], target_parameters=params, lora_dropout=0.0)
     )
-    assert _lora(model)[:3] == (
+    found = lora_of(model)
+    assert (found.rank, found.targets, found.parameters) == (
         2,
         ("self_attn.q_proj",),
         ("mlp.experts.down_proj", "mlp.experts.gate_up_proj"),
@@ -285,7 +224,7 @@ def test_lora_on_fused_experts_is_read_into_the_ledger(tmp_path: Path) -> None:
     ours, counter = TuneproofCallback(), CountEachStep()
     trainer = _trainer(tmp_path, 2, False, [counter, ours], model=model, grad_ckpt=True)
     trainer.train()
-    assert ours._run is not None and ours._run.step.lora_target_parameters == _lora(model)[2]
+    assert ours._run is not None and ours._run.step.lora_target_parameters == found.parameters
     assert len(ours.history) == len(counter.counts) == 3
     for step, counted in zip(ours.history, counter.counts, strict=True):
         assert abs(step.performed / counted - 1) < TOL, (step, counted)
@@ -339,11 +278,11 @@ def test_the_typical_micro_batch_is_a_real_one_at_the_median_width(tmp_path: Pat
 
 def _tiny_run() -> Any:
     from tuneproof.arch import resolve
-    from tuneproof.runs.step import RunSpec
+    from tuneproof.runs.step import Step
     from tuneproof.train.read_run import CallbackState
 
     shape = resolve("tiny").shape  # sliding window 128, global layers every third
-    step = RunSpec(seq_len=1, attn="sdpa", mode="lora", lora_rank=16, lora_targets=("all-linear",))
+    step = Step(seq_len=1, attn="sdpa", mode="lora", lora_rank=16, lora_targets=("all-linear",))
     return CallbackState(
         shape=shape, step=step, peak_tflops=None, peak_source="", ledger=MicroBatchLedger(shape, step)
     )
@@ -461,13 +400,13 @@ def test_the_packed_row_shortcuts_equal_the_ledger_on_whole_packed_batches(attn:
     """A full packed row is priced as a padded row of its width (eager, SDPA: the full square) or as
     its documents alone (flash varlen) only where that reproduces the ledger; flex keeps the ledger."""
     from tuneproof.arch import resolve
-    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.flops import Step, flop_report
     from tuneproof.runs.step import Rows
 
     expected = {"eager": "square", "sdpa": "square", "flash_attention_2": "documents"}
     for config in ("tiny", "examples/gemma4-26b-a4b-like/config.json"):
         shape = resolve(config).shape
-        step = RunSpec(seq_len=1, attn=attn, mode="lora", lora_rank=8, grad_ckpt=True)
+        step = Step(seq_len=1, attn=attn, mode="lora", lora_rank=8, grad_ckpt=True)
         ledger = MicroBatchLedger(shape, step)
         rng = random.Random(0)
         for _ in range(8):

@@ -326,12 +326,12 @@ def test_a_moe_under_all_linear_is_priced_at_the_ranks_peft_created(tmp_path: Pa
     from peft import LoraConfig, get_peft_model
 
     from tiny_models import build_model, config_dict
-    from tuneproof.train.read_run import _lora
+    from tuneproof.runs.trainer import lora_of
 
     model = build_model(config_dict("qwen3_moe", pad_token_id=0))
     with pytest.warns(RuntimeWarning):  # PEFT's own: its rank_pattern key matches no module on some layers
         model = get_peft_model(model, LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.0))
-    adapters = _lora(model)
+    adapters = lora_of(model)
     assert adapters.rank == 4 and ("mlp.experts.gate_up_proj", 8) in adapters.ranks
     assert "mlp.gate.weight" in adapters.parameters
     ours = TuneproofCallback()

@@ -9,8 +9,9 @@ from dataclasses import replace
 import pytest
 
 from tiny_models import build_model, config_dict
-from tuneproof.memory.step import Precision, Training, step_memory
-from tuneproof.train.memory_check import PART, memory_metrics, optimizer_impl, predicted_peak
+from tuneproof.memory.step import step_memory
+from tuneproof.runs.step import Precision, Training
+from tuneproof.train.memory_check import PART, memory_metrics, predicted_peak
 from tuneproof.train.read_run import read_run
 
 
@@ -20,12 +21,15 @@ def test_the_prediction_is_the_ledger_for_the_widest_micro_batch_seen() -> None:
     model = get_peft_model(build_model(config_dict("llama")), LoraConfig(r=4, target_modules="all-linear"))
     args = types.SimpleNamespace(bf16=True, optim="adamw_torch", gradient_accumulation_steps=4)
     run = read_run(model, args, None, None)
-    assert predicted_peak(run, args) is None  # before any step
+    assert predicted_peak(run) is None  # before any step
     run.widths_seen = {64: [3, types.SimpleNamespace(batch=2)], 256: [1, types.SimpleNamespace(batch=4)]}
-    got, what = predicted_peak(run, args)
+    got, what = predicted_peak(run)
     want = step_memory(
-        run.resolved, replace(run.step, seq_len=256, batch=4), Precision(dtype="fp32", autocast="bf16"),
-        Training(optimizer_impl="foreach", grad_accum=4),
+        run.resolved,
+        replace(
+            run.step, seq_len=256, batch=4, precision=Precision(dtype="fp32", autocast="bf16"),
+            training=Training(optimizer_impl="foreach", grad_accum=4),
+        ),
     ).peak.peak_bytes  # fmt: skip
     assert (got, what) == (want, "B=4 x T=256")
 
@@ -38,6 +42,17 @@ def test_a_peak_that_parts_from_the_prediction_is_warned_about() -> None:
     assert memory_metrics(7, None) == ({"memory_peak_measured": 7.0}, None)
 
 
-@pytest.mark.parametrize(("optim", "impl"), [("adamw_torch_fused", "fused"), ("adamw_torch", "foreach")])
+@pytest.mark.parametrize(
+    ("optim", "impl"),
+    [("adamw_torch_fused", "fused"), ("adamw_torch", "foreach"), ("adamw_bnb_8bit", "fused")],
+)
 def test_the_trainers_optimizer_names_its_implementation(optim: str, impl: str) -> None:
-    assert optimizer_impl(types.SimpleNamespace(optim=optim)) == impl
+    """The Trainer's `optim` (transformers' OptimizerNames, a str enum: `str()` of it is its member's name,
+    so the default read as foreach before issue 47) is read once, as preflight reads a YAML's."""
+    from transformers import TrainingArguments
+
+    from tuneproof.runs.trainer import from_trainer
+
+    model = build_model(config_dict("llama"))
+    args = TrainingArguments(output_dir="/tmp/unused", optim=optim, use_cpu=True, report_to=[])
+    assert from_trainer(model, args).step().training.optimizer_impl == impl

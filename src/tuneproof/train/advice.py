@@ -4,12 +4,14 @@ dynamo's recompile limit. The callback raises them as `tuneproof: ...` warnings,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.microbatch import StepFlops
 from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE
 from tuneproof.runs.batch import BatchRead
+from tuneproof.runs.step import UNKNOWN_PATH
 
 PADDING_WARN = 0.10  # padding share of the first step worth a warning
 SLOW_PATH_WARN = 0.02  # attention excess share of the widest first micro-batch worth a warning
@@ -28,16 +30,17 @@ def first_step_warnings(
     if not pending:
         return out
     out += [line for line in (leak_line(pending, run.attn),) if line is not None]
+    if run.attn == UNKNOWN_PATH:  # its dispatch is unknown: the note at train begin said so
+        return out
     from tuneproof.attention.dispatch import BUCKET_ADVICE, FLEX_ADVICE, Context, explain
 
     read = max(pending, key=lambda p: p.width)
-    batch, width = read.batch, read.width
+    width = read.width
     try:
-        ctx = Context(
-            seq_len=width, batch=batch, attn=run.attn, padded=read.seen.is_padded,
-            packed=read.seen.is_packed, dtype=run.dtype, training=True, capability=run.capability,
-            dropout=run.dropout, compiled=run.step.compiled,
-        )  # fmt: skip
+        seen = replace(
+            run.ledger.spec_of(read.seen), mode="full" if run.step.mode == "forward" else run.step.mode
+        )
+        ctx = Context(step=seen, card=run.card, dtype=run.dtype, dropout=run.dropout)
         advice = explain(run.shape, ctx, live=False).advice
     except TuneproofError as e:  # an attention path or device the explainer does not model
         return [*out, f"the attention dispatch cannot be explained here: {e.message}"]
@@ -91,7 +94,7 @@ def _attention_excess_share(run: Any, read: BatchRead) -> float:
     """The ledger's per-attention-group excess (dense squares on sliding layers, is_causal lost to
     padding or packing) as a share of the micro-batch's performed FLOPs."""
     report = run.ledger.report(read)
-    groups = {label for label in run.shape.attention_groups()}
+    groups = {label for label in run.shape.attention_groups}
     excess = sum(e.flops for e in report.excess if any(f", {g})" in e.name for g in groups))
     return excess / report.performed.total if report.performed.total else 0.0
 

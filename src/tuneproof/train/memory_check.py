@@ -10,28 +10,18 @@ from typing import Any
 PART = 0.10
 
 
-def optimizer_impl(args: Any) -> str:
-    """torch's AdamW implementation the Trainer builds from `args.optim`: the fused kernel for
-    adamw_torch_fused (transformers' default), foreach for plain adamw_torch on CUDA."""
-    optim = str(getattr(args, "optim", "adamw_torch_fused"))
-    return "fused" if "fused" in optim else "foreach"
-
-
-def predicted_peak(run: Any, args: Any) -> tuple[int, str] | None:
+def predicted_peak(run: Any) -> tuple[int, str] | None:
     """The ledger's peak for the widest micro-batch the run has seen (None before any): bytes, and
-    what it sized."""
-    from tuneproof.memory.step import Precision, Training, step_memory
+    what it sized. The run's step holds the Trainer's precision, optimizer and accumulation
+    (`tuneproof.runs.trainer`)."""
+    from tuneproof.memory.step import step_memory
 
     if run.resolved is None or not run.widths_seen:
         return None
     width = max(run.widths_seen)
     batch = run.widths_seen[width][1].batch
     step = replace(run.step, seq_len=width, batch=batch)
-    autocast = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else None
-    precision = Precision(dtype=run.dtype, autocast=autocast)
-    accumulation = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
-    training = Training(optimizer_impl=optimizer_impl(args), grad_accum=max(accumulation, 1))
-    got = step_memory(run.resolved, step, precision, training, capability=run.capability)
+    got = step_memory(run.resolved, step, card=run.card)
     return got.peak.peak_bytes, f"B={batch} x T={width}"
 
 

@@ -81,7 +81,9 @@ def _field(output: Any, name: str) -> Any:
 
 
 @dataclass(slots=True)
-class Step:
+class AccumulatedStep:
+    """One optimizer step's micro-batches, as the accumulation check sums them."""
+
     sums: list[float] = field(default_factory=list)  # per micro-batch: summed cross-entropy
     counts: list[int] = field(default_factory=list)  # per micro-batch: trained tokens
     passed: list[bool] = field(default_factory=list)  # per micro-batch: num_items_in_batch given
@@ -103,8 +105,8 @@ class Step:
 class AccumulationCheck:
     """The once-per-run check: the steps up to the first logged loss, then `judge(reported)`."""
 
-    steps: list[Step] = field(default_factory=list)
-    current: Step = field(default_factory=Step)
+    steps: list[AccumulatedStep] = field(default_factory=list)
+    current: AccumulatedStep = field(default_factory=AccumulatedStep)
     done: bool = False
     outcome: str | None = None  # "equal", "changed", "differs", "unchecked"
     line: str = ""
@@ -134,7 +136,7 @@ class AccumulationCheck:
     def step_end(self) -> None:
         if self.current.counts:
             self.steps.append(self.current)
-        self.current = Step()
+        self.current = AccumulatedStep()
         if len(self.steps) > MAX_STEPS and not self.done:
             self.finish(
                 "unchecked", f"no loss logged in the first {MAX_STEPS} steps: accumulation not checked"
