@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
 from tiny_models import TINY, build_model, config_dict, counted_flops, linear_targets  # noqa: E402
 from tuneproof.arch import from_config  # noqa: E402
-from tuneproof.flops import RunSpec, flop_report  # noqa: E402
+from tuneproof.flops import Step, flop_report  # noqa: E402
 
 B, T, REPEATS = 2, 61, 3
 
@@ -45,7 +45,7 @@ def one_family(model_type: str) -> str:
     cfg = config_dict(model_type)
     shape = from_config(cfg)
     targets = linear_targets(shape)
-    run = RunSpec(
+    run = Step(
         seq_len=T,
         batch=B,
         attn="eager",
@@ -86,7 +86,7 @@ def blind_spots() -> None:
     shape = from_config(cfg)
     eager = count_forward(build_model(cfg, attn="eager"), ids)
     sdpa = count_forward(build_model(cfg, attn="sdpa"), ids)
-    attn_ours = flop_report(shape, RunSpec(seq_len=T, batch=B, attn="sdpa", mode="forward")).performed.where(
+    attn_ours = flop_report(shape, Step(seq_len=T, batch=B, attn="sdpa", mode="forward")).performed.where(
         component_prefix="attention"
     )
     print(
@@ -98,7 +98,7 @@ def blind_spots() -> None:
     config = AutoConfig.for_model("gemma4_text", **{k: v for k, v in g4.items() if k != "model_type"})
     torch.manual_seed(0)
     grouped = count_forward(AutoModelForCausalLM.from_config(config, attn_implementation="eager"), ids)
-    ours = flop_report(from_config(g4), RunSpec(seq_len=T, batch=B, attn="eager", mode="forward")).performed
+    ours = flop_report(from_config(g4), Step(seq_len=T, batch=B, attn="eager", mode="forward")).performed
     print(
         f"grouped_mm experts: counter {grouped:.4e} vs ours {ours.total:.4e}: "
         f"undercount {100 * (1 - grouped / ours.total):.1f} % "
@@ -112,9 +112,7 @@ def blind_spots() -> None:
     except Exception as e:  # the point of this line is to show the failure
         msg = str(e).splitlines()[0][:110]
         print(f"flex_attention:    counter crashes in eager: {type(e).__name__}: {msg}")
-    flex_ours = flop_report(
-        shape, RunSpec(seq_len=T, batch=B, attn="flex_attention", mode="forward")
-    ).performed
+    flex_ours = flop_report(shape, Step(seq_len=T, batch=B, attn="flex_attention", mode="forward")).performed
     print(
         f"                   ours counts flex attention as "
         f"{flex_ours.where(component_prefix='attention'):.4e} "

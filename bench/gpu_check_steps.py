@@ -108,11 +108,25 @@ def step_build(work: Path, budget_s: float, emit: Emit) -> None:
     )
 
 
+def _context(
+    width: int, batch: int, cap: tuple[int, int] | None, *, dtype: str = "bf16", training: bool = False,
+    dropout: float | None = None, padded: bool = False,
+) -> Any:  # fmt: skip
+    """The explainer's context for a width and batch on the card of `cap` (None: the CPU)."""
+    from tuneproof.attention.dispatch import Context
+    from tuneproof.hardware.card import CPU, of_capability
+    from tuneproof.runs.run import Run
+
+    run = Run.of_flags(attn="sdpa", mode="full" if training else "forward", seq_len=width, micro_batch=batch)
+    card = of_capability(cap) if cap is not None else CPU
+    return Context(step=run.step(padded=padded), card=card, dtype=dtype, dropout=dropout)
+
+
 def step_dispatch(work: Path, budget_s: float, emit: Emit) -> None:
     """Live dispatch (transformers' mask rule, torch's SDPA choice on this card) against the rule
     table's prediction, per attention group (every layer), at every width, padded and unpadded."""
     from tuneproof.arch import resolve
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(work / "model" / "config.json").shape
     cap, _ = _cuda_facts()
@@ -120,7 +134,7 @@ def step_dispatch(work: Path, budget_s: float, emit: Emit) -> None:
     checked = 0
     for width in WIDTHS:
         for padded in (False, True):
-            ctx = Context(seq_len=width, batch=2, padded=padded, dtype="bf16", training=True, capability=cap)
+            ctx = _context(width, 2, cap, dtype="bf16", training=True, padded=padded)
             live, predicted = explain(shape, ctx, live=True), explain(shape, ctx, live=False)
             for got, want in zip(live.layers, predicted.layers, strict=True):
                 checked += got.num_layers
@@ -157,11 +171,11 @@ def step_sdpa_grid(work: Path, budget_s: float, emit: Emit) -> None:
     import torch
 
     from tuneproof.arch.shape import AttentionSpec
-    from tuneproof.attention.dispatch import Context, cuda_stack, predict
+    from tuneproof.attention.dispatch import cuda_stack, predict
     from tuneproof.attention.live import live_sdpa
 
     cap = None if DEVICE == "cpu" else _cuda_facts()[0]
-    stack = cuda_stack(Context(seq_len=128, batch=1, capability=cap)) if cap is not None else None
+    stack = cuda_stack(_context(128, 1, cap)) if cap is not None else None
     print(f"  stack: {stack.to_dict() if stack else 'cpu'}", flush=True)
     diffs: list[str] = []
     cases = 0
@@ -174,8 +188,7 @@ def step_sdpa_grid(work: Path, budget_s: float, emit: Emit) -> None:
         spec = AttentionSpec(
             kind="full", window=None, num_heads=8, num_kv_heads=kv, head_dim=d_qk, v_head_dim=d_v
         )
-        ctx = Context(seq_len=256, batch=1, dtype=dtype, training=training, dropout=dropout, padded=mask,
-                      capability=cap)  # fmt: skip
+        ctx = _context(256, 1, cap, dtype=dtype, training=training, dropout=dropout, padded=mask)
         want = predict(ctx, spec, stack).backend
         got, refused, _ = live_sdpa(ctx, spec, mask)
         cases += 1
@@ -290,9 +303,9 @@ def step_probe(work: Path, budget_s: float, emit: Emit) -> None:
     quadratic share against the kernel table's at the profiled width."""
     from tuneproof.arch import resolve
     from tuneproof.commands import probe as probe_command
-    from tuneproof.measure.probe import ProbeSpec
+    from tuneproof.commands.probe import ProbeSpec
 
-    spec = ProbeSpec(
+    spec = ProbeSpec.of(
         attn="sdpa", widths=PROBE_WIDTHS, batch=1, mode="full", device=DEVICE, dtype="bf16",
         min_repeats=3, max_repeats=8, budget_s=max(budget_s - 25, 20), over_budget="floor", profiles=2,
     )  # fmt: skip
@@ -486,11 +499,14 @@ def step_memory(work: Path, budget_s: float, emit: Emit) -> None:
     from transformers import AutoModelForCausalLM
 
     from tuneproof.arch import resolve
-    from tuneproof.memory.step import Precision, Training, step_memory
-    from tuneproof.runs.step import RunSpec
+    from tuneproof.hardware.card import CPU, of_capability
+    from tuneproof.memory.step import step_memory
+    from tuneproof.runs.run import Run
+    from tuneproof.runs.step import Precision, Training
 
     model = resolve(work / "model" / "config.json")
     cap, _ = _cuda_facts()
+    card = of_capability(cap) if DEVICE == "cuda" and cap is not None else CPU
     lines, worst = [], 0.0
     for ckpt in (False, True):
         net = AutoModelForCausalLM.from_pretrained(
@@ -504,10 +520,12 @@ def step_memory(work: Path, budget_s: float, emit: Emit) -> None:
                                 fused=DEVICE == "cuda")  # fmt: skip
         ids = torch.randint(2, 500, (1, MEMORY_T), device=DEVICE)
         measured, reserved = _measured_step(net, opt, ids)
-        run = RunSpec(seq_len=MEMORY_T, batch=1, mode="lora", lora_rank=16, grad_ckpt=ckpt)
-        training = Training(optimizer_impl="fused" if DEVICE == "cuda" else "for-loop")
-        got = step_memory(model, run, Precision(dtype="bf16", autocast=None), training,
-                          capability=cap if DEVICE == "cuda" else None)  # fmt: skip
+        flags = Run.of_flags(
+            attn="sdpa", mode="lora", seq_len=MEMORY_T, micro_batch=1, lora_r=16, grad_ckpt=ckpt,
+            targets=("all-linear",), precision=Precision(dtype="bf16", autocast=None),
+            training=Training(optimizer_impl="fused" if DEVICE == "cuda" else "for-loop"),
+        )  # fmt: skip
+        got = step_memory(model, flags.step(), card=card)
         error = got.peak.peak_bytes / measured - 1
         worst = max(worst, abs(error))
         lines.append(f"ckpt={ckpt}: predicted {got.peak.peak_bytes / 2**30:.2f} GiB at {got.peak.where}, "

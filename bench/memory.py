@@ -27,11 +27,11 @@ DEFAULT = ("llama-3.1-8b.json", "qwen3-30b-a3b.json", "gemma-4-26b-a4b.json", "g
 def _predict(path: Path, gpu: str | None = None) -> float:
     from tuneproof.arch import resolve
     from tuneproof.commands.memory import MemorySpec, prepare, run
-    from tuneproof.runs.step import RunSpec
+    from tuneproof.runs.step import Step
 
     model = resolve(path)  # read once, as the command does before sizing
     start = time.perf_counter()
-    run(prepare(MemorySpec(model=model, run=RunSpec(seq_len=4096, mode="lora"), gpu=gpu)))
+    run(prepare(MemorySpec(model=model, run=Step(seq_len=4096, mode="lora"), gpu=gpu)))
     return time.perf_counter() - start
 
 

@@ -83,7 +83,8 @@ def main() -> None:
     opts = parser.parse_args()
     warnings.simplefilter("ignore")
     from tuneproof.arch import resolve
-    from tuneproof.commands.plan import probe_step_model, project
+    from tuneproof.measure.projection import project
+    from tuneproof.measure.step_model import probe_step_model
 
     rows, tokenizer = corpus_rows()
     lengths = np.array([len(r["input_ids"]) for r in rows])

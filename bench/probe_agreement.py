@@ -15,14 +15,16 @@ from dataclasses import replace
 
 from tuneproof.arch import resolve
 from tuneproof.commands import probe as probe_command
-from tuneproof.measure.probe import ProbeSpec
+from tuneproof.commands.probe import ProbeSpec
 
 warnings.filterwarnings("ignore")
 SETUPS = {
-    "forward, batch 2, 512-4096": ProbeSpec(
+    "forward, batch 2, 512-4096": ProbeSpec.of(
         widths=(512, 1024, 2048, 4096), batch=2, mode="forward", budget_s=30
     ),
-    "training, batch 1, 1024-4096": ProbeSpec(widths=(1024, 2048, 4096), batch=1, mode="full", budget_s=60),
+    "training, batch 1, 1024-4096": ProbeSpec.of(
+        widths=(1024, 2048, 4096), batch=1, mode="full", budget_s=60
+    ),
 }
 
 

@@ -79,7 +79,7 @@ def parity(model_type: str) -> Outcome:
     from tuneproof.arch import resolve
     from tuneproof.arch.coverage import refusal
     from tuneproof.core.errors import TuneproofError
-    from tuneproof.flops import RunSpec, flop_report
+    from tuneproof.flops import Step, flop_report
     from tuneproof.measure.model import build_model, lora_targets
 
     warnings.filterwarnings("ignore")
@@ -103,7 +103,7 @@ def parity(model_type: str) -> Outcome:
             targets = [t for t in targets if t.rpartition(".")[2] not in _CONVERTED]
             built = build_model(model, "eager", eager_experts=True)
             counted, _, params = _counted(built, mode, ckpt, targets)
-        run = RunSpec(
+        run = Step(
             seq_len=WIDTH, batch=BATCH, attn="eager", mode=mode, lora_rank=RANK, grad_ckpt=ckpt,
             lora_targets=tuple(targets) or ("all-linear",), lora_target_parameters=params,
         )  # fmt: skip

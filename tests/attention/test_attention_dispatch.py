@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from contexts import context
 from tuneproof.arch import from_config, tiny_config_path
-from tuneproof.attention.dispatch import Context, explain, predict
+from tuneproof.attention.dispatch import explain, predict
 from tuneproof.cli.app import main
 from tuneproof.core.errors import TuneproofError
 from tuneproof.hardware.capability import parse_capability
@@ -50,7 +51,7 @@ def test_case_chain_from_explain_json(capsys) -> None:
 
 def test_unpadded_global_layers_keep_is_causal_but_not_flash_at_512() -> None:
     shape = from_config(CASE)
-    e = explain(shape, Context(seq_len=16384, batch=2, training=True, capability=(12, 0)))
+    e = explain(shape, context(seq_len=16384, batch=2, training=True, capability=(12, 0)))
     glob = next(x for x in e.layers if x.layer_type == "full")
     assert not glob.mask_materialised and "head_dim 512 > 256" in glob.refused["flash"]
     assert glob.backend == "efficient"
@@ -68,9 +69,9 @@ def test_hopper_prefers_cudnn_when_head_dim_allows() -> None:
             "vocab_size": 128,
         }
     )
-    e = explain(shape, Context(seq_len=4096, batch=1, padded=True, capability=(9, 0)), live=False)
+    e = explain(shape, context(seq_len=4096, batch=1, padded=True, capability=(9, 0)), live=False)
     assert e.layers[0].backend == "cudnn" and e.layers[0].refused == {}
-    e = explain(shape, Context(seq_len=4096, batch=1, capability=(8, 0)), live=False)
+    e = explain(shape, context(seq_len=4096, batch=1, capability=(8, 0)), live=False)
     assert e.layers[0].backend == "flash"
 
 
@@ -78,7 +79,7 @@ def test_hopper_prefers_cudnn_when_head_dim_allows() -> None:
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_live_and_predicted_agree_on_this_cpu(seq_len: int, padded: bool, dtype: str) -> None:
     shape = from_config(tiny_config_path())  # sliding window 128
-    ctx = Context(seq_len=seq_len, batch=2, padded=padded, dtype=dtype, training=True)
+    ctx = context(seq_len=seq_len, batch=2, padded=padded, dtype=dtype, training=True)
     live = explain(shape, ctx, live=True)
     for layer in live.layers:
         assert layer.source == "live"
@@ -89,9 +90,9 @@ def test_live_and_predicted_agree_on_this_cpu(seq_len: int, padded: bool, dtype:
 
 def test_flex_and_eager_paths() -> None:
     shape = from_config(CASE)
-    flex = explain(shape, Context(seq_len=16384, batch=2, attn="flex_attention", capability=(12, 0)))
+    flex = explain(shape, context(seq_len=16384, batch=2, attn="flex_attention", capability=(12, 0)))
     assert all(not x.mask_materialised and x.backend == "flex" for x in flex.layers)
-    eager = explain(shape, Context(seq_len=512, batch=2, attn="eager"))
+    eager = explain(shape, context(seq_len=512, batch=2, attn="eager"))
     assert all(x.mask_materialised and x.backend == "eager" for x in eager.layers)
 
 
@@ -219,14 +220,14 @@ def test_advice_follows_the_answer() -> None:
     from tuneproof.attention.dispatch import explain
 
     llama = resolve(CONFIGS / "llama-3.1-8b.json").shape
-    padded = explain(llama, Context(seq_len=4096, batch=4, padded=True, dtype="fp16", capability=(7, 5)))
+    padded = explain(llama, context(seq_len=4096, batch=4, padded=True, dtype="fp16", capability=(7, 5)))
     assert padded.layers[0].backend == "efficient" and padded.layers[0].kernel.startswith(
         "memory-efficient fmha_cutlassF_*_32x128_rf_sm75"
     )  # generate_kernels.py: 32x128 below sm80
     assert not any(a.startswith("bucket") for a in padded.advice)
     assert any(a.startswith("do not bucket the full layers off their mask") for a in padded.advice)
     assert not any("memory traffic grows" in a for a in padded.advice)
-    plain = explain(llama, Context(seq_len=4096, batch=4, dtype="fp16", capability=(7, 5)))
+    plain = explain(llama, context(seq_len=4096, batch=4, dtype="fp16", capability=(7, 5)))
     assert plain.layers[0].backend == "math"
     assert any(
         a.startswith("the full layers (32) run SDPA's math backend") and "torch 2.14" in a
@@ -235,22 +236,22 @@ def test_advice_follows_the_answer() -> None:
     gemma = resolve(CASE).shape
     flex = explain(
         gemma,
-        Context(seq_len=4096, batch=1, attn="flex_attention", capability=(9, 0), training=True, dropout=0.1),
+        context(seq_len=4096, batch=1, attn="flex_attention", capability=(9, 0), training=True, dropout=0.1),
     )
     assert flex.advice[0].startswith(
         "flex_attention cannot run this training step: transformers' flex_attention raises"
     )
     assert all(x.kernel.startswith("none: transformers' flex_attention raises") for x in flex.layers)
-    sdpa = explain(gemma, Context(seq_len=4096, batch=1, capability=(9, 0), training=True, dropout=0.1))
+    sdpa = explain(gemma, context(seq_len=4096, batch=1, capability=(9, 0), training=True, dropout=0.1))
     assert not any(a.startswith("use flex_attention") for a in sdpa.advice)
-    mla_ctx = Context(seq_len=4096, batch=1, capability=(9, 0), training=True, cudnn="9.10.2")
+    mla_ctx = context(seq_len=4096, batch=1, capability=(9, 0), training=True, cudnn="9.10.2")
     mla = explain(resolve(CONFIGS / "deepseek-v3.json").shape, mla_ctx)
     assert mla.layers[0].backend == "efficient"
     assert any("flash needs equal head_dims (q/k 192, v 128)" in a for a in mla.advice)
-    dense = explain(gemma, Context(seq_len=512, batch=1, attn="flash_attention_2", capability=(9, 0)))
+    dense = explain(gemma, context(seq_len=512, batch=1, attn="flash_attention_2", capability=(9, 0)))
     assert all("flash_attn_func" in x.kernel for x in dense.layers)
     varlen = explain(
-        gemma, Context(seq_len=512, batch=2, padded=True, attn="flash_attention_2", capability=(9, 0))
+        gemma, context(seq_len=512, batch=2, padded=True, attn="flash_attention_2", capability=(9, 0))
     )
     assert all("flash_attn_varlen_func" in x.kernel for x in varlen.layers)
 

@@ -495,29 +495,31 @@ def test_bad_head_dim_lists_are_tuneproof_errors(dims: object, fragment: str) ->
 
 
 def test_bf16_below_sm80_is_refused_by_the_memory_efficient_backend() -> None:
+    from contexts import context
     from tuneproof.arch.shape import AttentionSpec
-    from tuneproof.attention.dispatch import Context, predict
+    from tuneproof.attention.dispatch import predict
 
     # equal heads: transformers' GQA call would stop at the memory-efficient kernel's head check first
     spec = AttentionSpec(kind="full", window=None, num_heads=32, num_kv_heads=32, head_dim=128,
                          v_head_dim=128)  # fmt: skip
     for cap, arch in (((7, 5), "sm75"), ((7, 0), "sm70")):
         _, _, backend, refused, kernel = predict(
-            Context(seq_len=4096, batch=1, capability=cap, dtype="bf16"), spec
+            context(seq_len=4096, batch=1, capability=cap, dtype="bf16"), spec
         )
         assert backend == "math" and "bf16 below sm80" in refused["efficient"]
-        _, _, backend, _, kernel = predict(Context(seq_len=4096, batch=1, capability=cap, dtype="fp16"), spec)
+        _, _, backend, _, kernel = predict(context(seq_len=4096, batch=1, capability=cap, dtype="fp16"), spec)
         assert backend == "efficient" and kernel.endswith(f"_{arch} (kMaxK 128)")
 
 
 def test_explaining_flex_names_its_kernel_options() -> None:
+    from contexts import context
     from tuneproof.arch import resolve
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(str(Path(__file__).parent.parent / "data" / "configs" / "gemma-4-26b-a4b.json")).shape
     e = explain(
         shape,
-        Context(seq_len=8192, batch=1, attn="flex_attention", capability=(9, 0), training=True),
+        context(seq_len=8192, batch=1, attn="flex_attention", capability=(9, 0), training=True),
         live=False,
     )
     flex = [a for a in e.advice if a.startswith("flex_attention: pass kernel_options")]
@@ -525,11 +527,12 @@ def test_explaining_flex_names_its_kernel_options() -> None:
 
 
 def test_the_explainers_json_carries_the_kernel_options_as_data() -> None:
+    from contexts import context
     from tuneproof.arch import resolve
-    from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.attention.dispatch import explain
 
     shape = resolve(str(Path(__file__).parent.parent / "data" / "configs" / "gemma-4-26b-a4b.json")).shape
-    d = explain(shape, Context(seq_len=8192, batch=1, capability=(9, 0), training=True), live=False).to_dict()
+    d = explain(shape, context(seq_len=8192, batch=1, capability=(9, 0), training=True), live=False).to_dict()
     fwd = d["flex_kernel_options"]["fwd"]
     assert (
         fwd["options"]["fwd_num_stages"] == 2
@@ -537,7 +540,7 @@ def test_the_explainers_json_carries_the_kernel_options_as_data() -> None:
         and fwd["source"] == "estimated"
     )
     assert set(d["flex_kernel_options"]) == {"fwd", "bwd"}
-    assert explain(shape, Context(seq_len=8192, batch=1), live=False).to_dict()["flex_kernel_options"] is None
+    assert explain(shape, context(seq_len=8192, batch=1), live=False).to_dict()["flex_kernel_options"] is None
 
 
 def test_estimated_kernel_options_say_where_they_are_unverified() -> None:

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contexts import context
 from tuneproof.arch import from_config
-from tuneproof.attention.dispatch import Context, explain
+from tuneproof.attention.dispatch import explain
 from tuneproof.attention.pairs import flex_block_pairs, flex_document_pairs, intended_pairs
 from tuneproof.attention.paths import PATHS, intended_in, names, path
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 from tuneproof.runs.step import Rows
 
 
@@ -117,7 +118,7 @@ def test_unknown_path_is_refused_never_costed_as_another() -> None:
     with pytest.raises(TuneproofError, match="'xformers' is not a known attention path"):
         path("xformers")
     with pytest.raises(TuneproofError, match="attn 'xformers'"):
-        RunSpec(seq_len=8, attn="xformers")
+        Step(seq_len=8, attn="xformers")
 
 
 def test_rows_take_packed_rows_that_end_in_padding_and_refuse_overfull_rows() -> None:
@@ -131,7 +132,8 @@ def test_rows_take_packed_rows_that_end_in_padding_and_refuse_overfull_rows() ->
 
 
 def test_path_table_flags() -> None:
-    assert list(PATHS) == ["eager", "sdpa", "flash_attention_2", "flex_attention"]
+    assert list(PATHS) == ["eager", "sdpa", "flash_attention_2", "flex_attention", "unknown"]
+    assert names() == ("eager", "sdpa", "flash_attention_2", "flex_attention")  # a user's choices
     assert names(probe=True) == ("eager", "sdpa", "flex_attention")
     assert names(adjudicate=True) == ("eager", "sdpa", "flex_attention")
     assert [p.name for p in PATHS.values() if p.fused_backward] == [
@@ -158,14 +160,14 @@ GRID_SHAPE = {
 }
 
 
-@pytest.mark.parametrize("attn", list(PATHS))
+@pytest.mark.parametrize("attn", names())
 @pytest.mark.parametrize("geometry", ["plain", "padded", "packed"])
 @pytest.mark.parametrize("width", [32, 63, 64, 65, 256])  # below, at and above the window of 64
 def test_ledger_and_explainer_agree_on_the_mask(attn: str, geometry: str, width: int) -> None:
     shape = from_config(GRID_SHAPE)
-    ctx = Context(seq_len=width, batch=2, attn=attn, padded=geometry == "padded", packed=geometry == "packed")
-    rows = ctx.rows()
-    run = RunSpec(seq_len=width, batch=2, attn=attn, documents=rows.docs)
+    ctx = context(seq_len=width, batch=2, attn=attn, padded=geometry == "padded", packed=geometry == "packed")
+    rows = ctx.rows
+    run = Step(seq_len=width, batch=2, attn=attn, documents=rows.docs)
     ledger = flop_report(shape, run).attention
     explained = {f"{x.layer_type}": x.mask_materialised for x in explain(shape, ctx, live=False).layers}
     for label, mask in ledger.items():

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
+from contexts import context
 from tiny_models import config_dict
 from tuneproof.arch import resolve
 from tuneproof.arch.shape import AttentionSpec
-from tuneproof.attention.dispatch import Context, predict
+from tuneproof.attention.dispatch import predict
 from tuneproof.flops import flop_report
-from tuneproof.runs.step import RunSpec
+from tuneproof.runs.step import Step
 
 pytestmark = pytest.mark.slow  # dynamo traces the model
 
@@ -76,13 +77,13 @@ def test_the_trap_is_real_a_compiled_model_masks_every_layer() -> None:
 
 def test_the_explainer_and_the_ledger_price_a_compiled_model_as_masked() -> None:
     spec = AttentionSpec(kind="full", window=None, num_heads=8, num_kv_heads=8, head_dim=128, v_head_dim=128)
-    plain = predict(Context(seq_len=4096, batch=1, capability=(8, 0)), spec)
-    compiled = predict(Context(seq_len=4096, batch=1, capability=(8, 0), compiled=True), spec)
+    plain = predict(context(seq_len=4096, batch=1, capability=(8, 0)), spec)
+    compiled = predict(context(seq_len=4096, batch=1, capability=(8, 0), compiled=True), spec)
     assert not plain.mask_materialised and plain.backend == "flash"
     assert compiled.mask_materialised and "compiled model" in compiled.mask_reason
     assert compiled.backend == "efficient" and "explicit attn_mask" in compiled.refused["flash"]
     shape = resolve(config_dict("llama")).shape
-    step = RunSpec(seq_len=1024, batch=1, attn="sdpa", mode="lora")
+    step = Step(seq_len=1024, batch=1, attn="sdpa", mode="lora")
     eager_flops = flop_report(shape, step).performed.total
     compiled_flops = flop_report(shape, replace(step, compiled=True)).performed.total
     assert compiled_flops > eager_flops  # the causal half comes back as masked work

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from contexts import context
 from tuneproof.arch.shape import AttentionSpec
 from tuneproof.attention import dispatch
-from tuneproof.attention.dispatch import Context, predict
+from tuneproof.attention.dispatch import predict
 from tuneproof.hardware.capability import KNOWN_CAPABILITIES
 
 GRID = Path(__file__).parent.parent / "data" / "golden" / "dispatch_grid.json.gz"
@@ -30,7 +31,7 @@ def grid() -> dict[str, object]:
             for padded in (False, True):
                 for dtype in ("bf16", "fp32"):
                     for training in (False, True):
-                        ctx = Context(
+                        ctx = context(
                             seq_len=512,
                             batch=2,
                             padded=padded,
@@ -89,7 +90,7 @@ def test_live_sdpa_asks_pytorch_with_the_layers_shapes(monkeypatch) -> None:
 
     monkeypatch.setattr(torch, "_fused_sdp_choice", fake_choice)
     spec = AttentionSpec(kind="sliding", window=64, num_heads=6, num_kv_heads=2, head_dim=32, v_head_dim=48)
-    ctx = Context(seq_len=4096, batch=7, dtype="bf16", training=True)
+    ctx = context(seq_len=4096, batch=7, dtype="bf16", training=True)
     backend, refused, kernel = dispatch._live_sdpa(ctx, spec, mask=True)
     assert (backend, refused) == ("cpu_flash", {}) and "for CPU" in kernel
     # K/V expanded to the query heads; at most LIVE_LEN tokens and 2 rows: the rules depend on neither
@@ -99,15 +100,15 @@ def test_live_sdpa_asks_pytorch_with_the_layers_shapes(monkeypatch) -> None:
     assert seen["q"].requires_grad and seen["v"].requires_grad
     assert tuple(seen["mask"].shape) == (2, 1, dispatch.LIVE_LEN, dispatch.LIVE_LEN)
     assert seen["dropout"] == 0.0 and seen["is_causal"] is False and seen["gqa"] is False
-    dispatch._live_sdpa(Context(seq_len=100, batch=1, dtype="fp32"), spec, mask=False)
+    dispatch._live_sdpa(context(seq_len=100, batch=1, dtype="fp32"), spec, mask=False)
     assert seen["mask"] is None and seen["is_causal"] is True and seen["q"].shape[2] == 100
     assert seen["q"].dtype == torch.float32 and not seen["q"].requires_grad
     # no mask and equal head_dims: transformers keeps the kv heads and passes enable_gqa; the
     # config's attention dropout reaches SDPA in training only
     same = AttentionSpec(kind="full", window=None, num_heads=6, num_kv_heads=2, head_dim=32, v_head_dim=32)
-    dispatch._live_sdpa(Context(seq_len=100, batch=1, dropout=0.1, training=True), same, mask=False)
+    dispatch._live_sdpa(context(seq_len=100, batch=1, dropout=0.1, training=True), same, mask=False)
     assert seen["gqa"] is True and tuple(seen["k"].shape)[1] == 2 and seen["dropout"] == 0.1
-    dispatch._live_sdpa(Context(seq_len=100, batch=1, dropout=0.1), same, mask=False)
+    dispatch._live_sdpa(context(seq_len=100, batch=1, dropout=0.1), same, mask=False)
     assert seen["dropout"] == 0.0
 
 
@@ -116,7 +117,7 @@ def test_live_sdpa_reports_math_when_pytorch_refuses_flash(monkeypatch) -> None:
 
     monkeypatch.setattr(torch, "_fused_sdp_choice", lambda *a, **k: int(torch.nn.attention.SDPBackend.MATH))
     backend, refused, kernel = dispatch._live_sdpa(
-        Context(seq_len=64, batch=1),
+        context(seq_len=64, batch=1),
         AttentionSpec(kind="full", window=None, num_heads=2, num_kv_heads=2, head_dim=16, v_head_dim=16),
         False,
     )
@@ -136,12 +137,12 @@ def test_live_mask_asks_transformers_with_the_real_kv_length_and_window(monkeypa
 
     monkeypatch.setattr(mu, "_ignore_causal_mask_sdpa", fake)
     spec = AttentionSpec(kind="sliding", window=1024, num_heads=4, num_kv_heads=4, head_dim=64, v_head_dim=64)
-    got = dispatch._live_mask(Context(seq_len=16384, batch=2, padded=True), spec)
+    got = dispatch._live_mask(context(seq_len=16384, batch=2, padded=True), spec)
     assert calls == [([[True, False]], 16384, 16384, 0, 0, 1024)]
     # transformers says "skip the mask" while the rules say "materialise": the disagreement is reported
     assert got is not None and got[0] is False and "differs from the verified one" in got[1]
-    assert dispatch._live_mask(Context(seq_len=64, batch=1, packed=True), spec) is None
-    assert dispatch._live_mask(Context(seq_len=64, batch=1, attn="eager"), spec) is None
+    assert dispatch._live_mask(context(seq_len=64, batch=1, packed=True), spec) is None
+    assert dispatch._live_mask(context(seq_len=64, batch=1, attn="eager"), spec) is None
 
 
 @pytest.mark.parametrize(
@@ -160,13 +161,13 @@ def test_context_refusals(kw: dict, fragment: str) -> None:
     from tuneproof.core.errors import TuneproofError
 
     with pytest.raises(TuneproofError) as e:
-        Context(**{"seq_len": 64, "batch": 1, **kw})
+        context(**{"seq_len": 64, "batch": 1, **kw})
     assert fragment in e.value.message
 
 
 def test_context_rows_and_device() -> None:
-    assert Context(seq_len=10, batch=3, padded=True).rows().docs == ((10,), (10,), (9,))
-    assert Context(seq_len=11, batch=2, packed=True).rows().docs == ((5, 6), (5, 6))
-    assert Context(seq_len=10, batch=2).rows().docs == ((10,), (10,))
-    assert Context(seq_len=8, batch=1).device == "cpu"
-    assert Context(seq_len=8, batch=1, capability=(12, 0)).device == "cuda sm_120"
+    assert context(seq_len=10, batch=3, padded=True).rows.docs == ((10,), (10,), (9,))
+    assert context(seq_len=11, batch=2, packed=True).rows.docs == ((5, 6), (5, 6))
+    assert context(seq_len=10, batch=2).rows.docs == ((10,), (10,))
+    assert context(seq_len=8, batch=1).device == "cpu"
+    assert context(seq_len=8, batch=1, capability=(12, 0)).device == "cuda sm_120"

@@ -176,18 +176,19 @@ def test_explain_live_refuses_before_building(capsys) -> None:
 def test_the_explainer_says_what_keeps_packed_documents_apart_on_every_path(capsys) -> None:
     """Without --live: the path's own rule on a model that lets transformers see packing, the model's
     forward named where it does not (and the layers explained as one sequence per row)."""
-    from tuneproof.attention.dispatch import Context, explain
+    from contexts import context
+    from tuneproof.attention.dispatch import explain
 
     tiny = resolve("tiny").shape
     words_of = {"sdpa": "per-document mask", "eager": "per-document mask",
                 "flex_attention": "per-document mask", "flash_attention_2": "varlen boundaries"}  # fmt: skip
     for attn, words in words_of.items():
-        notes = explain(tiny, Context(seq_len=1024, batch=1, attn=attn, packed=True)).notes
+        notes = explain(tiny, context(seq_len=1024, batch=1, attn=attn, packed=True)).notes
         assert any(n.startswith(f"packed documents kept apart on {attn}") and words in n for n in notes)
-    two = explain(tiny, Context(seq_len=1024, batch=2, attn="flash_attention_2", packed=True)).notes
+    two = explain(tiny, context(seq_len=1024, batch=2, attn="flash_attention_2", packed=True)).notes
     assert any("at 2 rows a batch only from cu_seq_lens_q/k" in n for n in two)
     granite = resolve(CONFIGS / "granite-4.0-1b.json").shape
-    e = explain(granite, Context(seq_len=1024, batch=1, attn="sdpa", packed=True))
+    e = explain(granite, context(seq_len=1024, batch=1, attn="sdpa", packed=True))
     assert any("GraniteMoeHybridModel.forward builds its masks without position_ids" in n for n in e.notes)
     assert e.verdict is not None and e.verdict.exit_code == 1
     assert e.advice[0].startswith("pack only on flash_attention_2 with a collator that sends cu_seq_lens_q")

@@ -15,8 +15,9 @@ import itertools
 
 import pytest
 
+from contexts import context
 from tuneproof.arch.shape import AttentionSpec
-from tuneproof.attention.dispatch import Context, predict
+from tuneproof.attention.dispatch import predict
 from tuneproof.attention.sdpa_cuda import choose, sdpa_call
 from tuneproof.attention.stack import Stack
 
@@ -186,7 +187,7 @@ def test_context_to_call_reads_dropout_and_training(cap, head_dim, training, dro
     spec = AttentionSpec(
         kind="full", window=None, num_heads=8, num_kv_heads=8, head_dim=head_dim, v_head_dim=head_dim
     )
-    ctx = Context(
+    ctx = context(
         seq_len=2048, batch=1, capability=cap, training=training, dropout=dropout, cudnn="9.23.1", cuda="13.0"
     )
     assert predict(ctx, spec).backend == want
@@ -197,9 +198,9 @@ def test_gqa_without_a_mask_falls_to_math_where_flash_cannot_run_before_torch_2_
     2.13's memory-efficient kernel refuses unequal heads, so SDPA runs math; with a mask K/V are copied
     to the query heads and the memory-efficient kernel takes it."""
     spec = AttentionSpec(kind="full", window=None, num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=128)
-    plain = predict(Context(seq_len=2048, batch=1, capability=(7, 5), dtype="fp16"), spec)
+    plain = predict(context(seq_len=2048, batch=1, capability=(7, 5), dtype="fp16"), spec)
     assert plain.backend == "math" and "kernel takes only equal head counts" in plain.refused["efficient"]
-    padded = predict(Context(seq_len=2048, batch=2, padded=True, capability=(7, 5), dtype="fp16"), spec)
+    padded = predict(context(seq_len=2048, batch=2, padded=True, capability=(7, 5), dtype="fp16"), spec)
     assert padded.backend == "efficient"
 
 
@@ -210,7 +211,7 @@ def test_the_cudnn_preference_reads_the_version_and_the_cuda_build() -> None:
         ("9.23.1", "12.8", (10, 3), "cudnn"), ("9.23.1", "13.0", (12, 0), "efficient"),
     )  # fmt: skip
     for cudnn, cuda, cap, want in cases:
-        ctx = Context(seq_len=1024, batch=1, padded=True, capability=cap, cudnn=cudnn, cuda=cuda)
+        ctx = context(seq_len=1024, batch=1, padded=True, capability=cap, cudnn=cudnn, cuda=cuda)
         got = predict(ctx, spec)
         assert got.backend == want, (cudnn, cuda, cap, got.refused)
     # CUDA 12.x builds prefer cuDNN only on minor 0 or 3 of majors 9 and 10 (a 10.1 part, say)
@@ -247,7 +248,7 @@ def test_the_cpu_prediction_agrees_with_torch_fused_sdp_choice(dtype: str) -> No
         spec = AttentionSpec(
             kind="full", window=None, num_heads=4, num_kv_heads=kv, head_dim=d_qk, v_head_dim=d_v
         )
-        ctx = Context(seq_len=64, batch=1, dtype=dtype, training=training, dropout=dropout, padded=mask)
+        ctx = context(seq_len=64, batch=1, dtype=dtype, training=training, dropout=dropout, padded=mask)
         predicted = dispatch.predict_sdpa_cpu(ctx, spec)[0]
         live = dispatch._live_sdpa(ctx, spec, mask)[0]
         assert predicted == live, (d_qk, d_v, mask, dropout, training, kv)

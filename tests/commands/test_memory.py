@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,9 @@ import pytest
 from tuneproof.cli.app import main
 from tuneproof.commands.memory import MemorySpec, prepare, run
 from tuneproof.core.errors import TuneproofError
-from tuneproof.memory.cards import CAPACITY, GIB, card
+from tuneproof.hardware.card import GIB, card
 from tuneproof.memory.ledger import _largest
-from tuneproof.memory.step import Precision, Training
-from tuneproof.runs.step import RunSpec
+from tuneproof.runs.step import Precision, Step, Training
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 
@@ -94,35 +94,37 @@ def test_largest_is_the_last_n_that_fits() -> None:
 def test_every_card_in_the_gpu_table_has_a_capacity() -> None:
     from tuneproof.hardware.gpus import GPUS
 
-    assert {g.name for g in GPUS} == set(CAPACITY)
+    assert all(g.memory_gib and g.memory_source for g in GPUS)
     assert card("NVIDIA A100-SXM4-80GB").total_bytes == 80 * GIB
     assert card("A100 40GB").total_bytes == 40 * GIB
     with pytest.raises(TuneproofError, match="ships with 40 GB or 80 GB"):
-        card("NVIDIA A100")
+        card("NVIDIA A100").memory()
     assert card("H200").total_bytes == 141 * GIB
 
 
 def test_qlora_weights_and_8bit_adam() -> None:
     """4-bit NF4 base (nn.Linear only, the LM head kept), fp32 adapters; 8-bit AdamW states."""
-    step = RunSpec(seq_len=1024, mode="lora")
+    step = Step(seq_len=1024, mode="lora")
     spec = MemorySpec(model=str(CONFIGS / "llama-3.1-8b.json"), run=step)
     plain = run(prepare(spec)).performed.states
-    quant = MemorySpec(model=spec.model, run=step, precision=Precision(quant="4bit"))
+    quant = MemorySpec(model=spec.model, run=replace(step, precision=Precision(quant="4bit")))
     q = run(prepare(quant)).performed.states
     linear = 8_030_261_248 - 2 * 128256 * 4096 - 4096 * 65  # layers' GEMMs: embedding and LM head kept
     assert plain.weights - q.weights == pytest.approx(linear * (2 - 0.5 - 4 / 64), rel=1e-4)
-    eight = run(prepare(MemorySpec(model=spec.model, run=step, training=Training(optimizer="adamw_8bit"))))
+    eight = run(
+        prepare(MemorySpec(model=spec.model, run=replace(step, training=Training(optimizer="adamw_8bit"))))
+    )
     assert eight.performed.states.optimizer == pytest.approx(plain.optimizer / 4 * (1 + 4 / 256), rel=1e-3)
 
 
 def test_fsdp_shards_the_states_and_gathers_a_layer() -> None:
-    step = RunSpec(seq_len=2048, mode="full", grad_ckpt=True)
+    step = Step(seq_len=2048, mode="full", grad_ckpt=True)
     one = run(prepare(MemorySpec(model=str(CONFIGS / "llama-3.1-8b.json"), run=step))).performed
     eight = run(
         prepare(
             MemorySpec(
-                model=str(CONFIGS / "llama-3.1-8b.json"), run=step,
-                training=Training(parallel="fsdp", world_size=8),
+                model=str(CONFIGS / "llama-3.1-8b.json"),
+                run=replace(step, training=Training(parallel="fsdp", world_size=8)),
             )
         )
     ).performed  # fmt: skip
@@ -138,7 +140,7 @@ def test_published_configs_are_sized_in_seconds_without_building_them(path: Path
     if path.name == "params.json":
         pytest.skip("a Mistral-format params.json, not a transformers config")
     start = time.perf_counter()
-    report = run(prepare(MemorySpec(model=str(path), run=RunSpec(seq_len=4096, mode="lora"))))
+    report = run(prepare(MemorySpec(model=str(path), run=Step(seq_len=4096, mode="lora"))))
     assert time.perf_counter() - start < 30
     assert report.performed.peak.peak_bytes > report.performed.states.weights > 0
 
@@ -149,7 +151,7 @@ def test_8bit_adamw_has_no_foreach_implementation() -> None:
 
 
 def test_a_path_transformers_refuses_is_sized_with_a_note() -> None:
-    report = run(prepare(MemorySpec(model=str(CONFIGS / "gpt-oss-20b.json"), run=RunSpec(seq_len=1024))))
+    report = run(prepare(MemorySpec(model=str(CONFIGS / "gpt-oss-20b.json"), run=Step(seq_len=1024))))
     assert report.notes[0].startswith("transformers will not run sdpa for gpt_oss")
 
 
@@ -160,27 +162,29 @@ def test_a_path_transformers_refuses_is_sized_with_a_note() -> None:
      ("lion_32bit", ("adamw", "fused"))],
 )  # fmt: skip
 def test_preflight_reads_the_runs_optimizer(name: str | None, sized: tuple[str, str]) -> None:
-    from tuneproof.preflight.sections import _optimizer
+    from tuneproof.runs.run import ledger_optimizer
 
-    optimizer, impl, unread = _optimizer(name)
+    optimizer, impl, unread = ledger_optimizer(name)
     assert (optimizer, impl) == sized
     assert (unread is not None) == (name == "lion_32bit")
 
 
 def test_quantised_experts_shrink_the_weights() -> None:
-    step = RunSpec(seq_len=1024, mode="lora")
+    step = Step(seq_len=1024, mode="lora")
     model = str(CONFIGS / "qwen3-30b-a3b.json")
-    kept = run(prepare(MemorySpec(model=model, run=step, precision=Precision(quant="4bit")))).performed
+    kept = run(
+        prepare(MemorySpec(model=model, run=replace(step, precision=Precision(quant="4bit"))))
+    ).performed
     both = run(
-        prepare(MemorySpec(model=model, run=step, precision=Precision(quant="4bit", quant_experts=True)))
+        prepare(
+            MemorySpec(model=model, run=replace(step, precision=Precision(quant="4bit", quant_experts=True)))
+        )
     ).performed
     assert both.states.weights < kept.states.weights / 3  # the experts are most of a MoE's weights
 
 
 def test_linear_attention_cores_are_named_as_not_counted() -> None:
-    report = run(
-        prepare(MemorySpec(model=str(CONFIGS / "qwen3-next-80b-a3b.json"), run=RunSpec(seq_len=512)))
-    )
+    report = run(prepare(MemorySpec(model=str(CONFIGS / "qwen3-next-80b-a3b.json"), run=Step(seq_len=512))))
     assert any("36 linear-attention or state-space layer(s)" in n for n in report.notes)
-    dense = run(prepare(MemorySpec(model=str(CONFIGS / "qwen3-8b.json"), run=RunSpec(seq_len=512))))
+    dense = run(prepare(MemorySpec(model=str(CONFIGS / "qwen3-8b.json"), run=Step(seq_len=512))))
     assert not any("state-space" in n for n in dense.notes)

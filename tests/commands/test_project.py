@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from tuneproof.cli.app import main
-from tuneproof.commands.plan import StepModel, project
 from tuneproof.core.errors import TuneproofError
 from tuneproof.data import synthetic_lengths
 from tuneproof.data.ranks import StepCost
+from tuneproof.measure.projection import project
+from tuneproof.measure.step_model import StepModel
 
 CASE = StepModel(cost=StepCost(a=6.87e-4, b=8.85e-8))
 
@@ -107,7 +108,7 @@ def test_bad_plans_are_refused(args: list[str], needle: str, capsys) -> None:
 
 
 def test_the_fastest_is_named_only_when_the_projection_can_tell() -> None:
-    from tuneproof.commands.plan import Projection, fastest
+    from tuneproof.measure.projection import Projection, fastest
 
     def proj(name: str, wall: float, ci: tuple[float, float] | None) -> Projection:
         return Projection(

@@ -8,7 +8,7 @@ import pytest
 
 from tuneproof.arch import from_config
 from tuneproof.attention.pairs import intended_pairs
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 from tuneproof.flops.report import Mfu
 from tuneproof.hardware.gpus import Peak
 
@@ -16,7 +16,7 @@ CASE_CONFIG = Path(__file__).parent.parent.parent / "examples" / "gemma4-26b-a4b
 T, B, W, HEADS = 16384, 2, 1024, 16
 
 
-def case_run(**overrides: object) -> RunSpec:
+def case_run(**overrides: object) -> Step:
     """The CASE step: LoRA on the attention projections, activation checkpointing, SDPA, 2 x 16,384."""
     fields: dict = dict(
         seq_len=T,
@@ -26,7 +26,7 @@ def case_run(**overrides: object) -> RunSpec:
         grad_ckpt=True,
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
     )
-    return RunSpec(**{**fields, **overrides})
+    return Step(**{**fields, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def shape():
 
 
 def test_case_shape(shape) -> None:
-    groups = shape.attention_groups()
+    groups = shape.attention_groups
     assert groups.keys() == {"sliding w=1024 h=16 d=256", "full h=16 d=512"}
     assert len(groups["sliding w=1024 h=16 d=256"]) == 25 and len(groups["full h=16 d=512"]) == 5
     assert shape.parameter_count(active=True) == pytest.approx(3.8e9, rel=0.05)  # "A4B"
@@ -81,8 +81,8 @@ def test_padded_global_layer_gap_is_exact(shape) -> None:
 
 
 def test_flex_removes_the_dense_sliding_excess(shape) -> None:
-    sdpa = flop_report(shape, RunSpec(seq_len=T, batch=B, attn="sdpa", mode="lora", grad_ckpt=True))
-    flex = flop_report(shape, RunSpec(seq_len=T, batch=B, attn="flex_attention", mode="lora", grad_ckpt=True))
+    sdpa = flop_report(shape, Step(seq_len=T, batch=B, attn="sdpa", mode="lora", grad_ckpt=True))
+    flex = flop_report(shape, Step(seq_len=T, batch=B, attn="flex_attention", mode="lora", grad_ckpt=True))
     sliding = [e for e in flex.excess if e.name.startswith("sliding attention")]
     assert (
         sliding
@@ -93,7 +93,7 @@ def test_flex_removes_the_dense_sliding_excess(shape) -> None:
 
 def test_ledger_views_add_up(shape) -> None:
     report = flop_report(
-        shape, RunSpec(seq_len=4096, batch=2, attn="sdpa", padding_fraction=0.2, mode="lora", grad_ckpt=True)
+        shape, Step(seq_len=4096, batch=2, attn="sdpa", padding_fraction=0.2, mode="lora", grad_ckpt=True)
     )
     for ledger in (report.intended, report.performed):
         per_layer = sum(sum(c.values()) for c in ledger.by_layer().values())

@@ -16,7 +16,7 @@ from tiny_models import TINY, TINY_GEMMA4_KV_SHARED, build_model, config_dict, c
 from tuneproof.arch import from_config, resolve
 from tuneproof.arch.coverage import NOT_COSTED, OUT_OF_SCOPE, refusal
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops import RunSpec, flop_report
+from tuneproof.flops import Step, flop_report
 
 # hundreds of model builds: left out of mutation runs (the golden ledgers pin the walker there)
 pytestmark = pytest.mark.slow  # ~200 tiny builds, four steps each, and the tiny configs' grid
@@ -34,7 +34,7 @@ def _ratio(
     counted = counted_flops(
         build_model(cfg), batch, width, mode, lora_rank=4, grad_ckpt=ckpt, lengths=lengths, targets=targets
     )
-    run = RunSpec(
+    run = Step(
         seq_len=width,
         batch=batch,
         attn="eager",
@@ -91,7 +91,7 @@ def test_default_grouped_mm_experts_are_invisible_to_flop_counter() -> None:
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         model(input_ids=torch.randint(0, 200, (2, 37)))
-    ours = flop_report(from_config(cfg), RunSpec(seq_len=37, batch=2, attn="eager", mode="forward"))
+    ours = flop_report(from_config(cfg), Step(seq_len=37, batch=2, attn="eager", mode="forward"))
     experts = ours.performed.by("component")["experts"]
     missing = ours.performed.total - counter.get_total_flops()
     assert missing == pytest.approx(experts, rel=1e-9)

@@ -1,4 +1,4 @@
-"""RunSpec's refusals, word for word (the CLI maps the field names to its flags), and how a padding share
+"""Step's refusals, word for word (the CLI maps the field names to its flags), and how a padding share
 spreads over the rows."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tuneproof.core.errors import TuneproofError
-from tuneproof.flops import RunSpec
+from tuneproof.flops import Step
 
 PAD_HINT = "(pass the share of token slots that are padding, e.g. 0.3)"
 
@@ -64,7 +64,7 @@ PAD_HINT = "(pass the share of token slots that are padding, e.g. 0.3)"
 )
 def test_runspec_refusals(kw: dict, message: str) -> None:
     with pytest.raises(TuneproofError) as e:
-        RunSpec(**{"seq_len": 8, **kw})
+        Step(**{"seq_len": 8, **kw})
     assert e.value.message == message
 
 
@@ -75,12 +75,12 @@ def test_runspec_refusals(kw: dict, message: str) -> None:
 def test_a_padding_share_spreads_evenly_and_keeps_a_token_per_row(
     fraction: float, lengths: list[int]
 ) -> None:
-    run = RunSpec(seq_len=10, batch=3, padding_fraction=fraction)
-    assert run.real_lengths() == lengths
+    run = Step(seq_len=10, batch=3, padding_fraction=fraction)
+    assert run.real_lengths == lengths
     assert run.padded_tokens == 30 and run.real_tokens == sum(lengths)
 
 
 def test_given_lengths_and_documents_make_the_rows() -> None:
-    assert RunSpec(seq_len=8, batch=2, lengths=(3, 8)).real_lengths() == [3, 8]
-    packed = RunSpec(seq_len=8, batch=2, documents=((3, 5), (2,)))
-    assert packed.rows().docs == ((3, 5), (2,)) and packed.real_lengths() == [8, 2]
+    assert Step(seq_len=8, batch=2, lengths=(3, 8)).real_lengths == [3, 8]
+    packed = Step(seq_len=8, batch=2, documents=((3, 5), (2,)))
+    assert packed.rows.docs == ((3, 5), (2,)) and packed.real_lengths == [8, 2]

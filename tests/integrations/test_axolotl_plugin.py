@@ -137,16 +137,17 @@ def test_axolotl_loads_the_plugin_keeps_its_keys_and_logs_the_preflight(
     from axolotl.cli.config import load_cfg
     from axolotl.integrations.base import BasePlugin
 
-    import tuneproof.preflight
+    import tuneproof.commands.preflight as preflight
     from tuneproof.integrations.axolotl import TuneproofPlugin
 
     seen: list[tuple[dict, str]] = []
 
-    def stand_in(cfg: dict, source: str) -> Any:
-        seen.append((cfg, source))
+    def stand_in(spec: Any) -> Any:
+        seen.append((dict(spec.config), spec.source))
         return SimpleNamespace(findings=["padding: 46% of token slots", "attention: mask materialised"])
 
-    monkeypatch.setattr(tuneproof.preflight, "preflight_axolotl", stand_in, raising=False)
+    monkeypatch.setattr(preflight, "prepare", stand_in)
+    monkeypatch.setattr(preflight, "run", lambda plan: plan)
     path = _yaml(folder, "keys", tuneproof_bucketing=True, tuneproof_peak_tflops=2.5)
     cfg = load_cfg(str(path))
     plugin = _plugin()
@@ -164,12 +165,12 @@ def test_axolotl_loads_the_plugin_keeps_its_keys_and_logs_the_preflight(
 def test_a_failing_preflight_is_one_line_and_the_run_goes_on(folder: Path, lines, monkeypatch) -> None:
     from axolotl.cli.config import load_cfg
 
-    import tuneproof.preflight
+    import tuneproof.commands.preflight as preflight
 
-    def broken(cfg: dict, source: str) -> Any:
+    def broken(spec: Any) -> Any:
         raise RuntimeError("no config.json for base_model\nsecond line")
 
-    monkeypatch.setattr(tuneproof.preflight, "preflight_axolotl", broken, raising=False)
+    monkeypatch.setattr(preflight, "prepare", broken)
     cfg = load_cfg(str(_yaml(folder, "broken")))
     assert cfg.base_model == str(folder / "tiny")
     assert lines == ["tuneproof pre-flight skipped: no config.json for base_model"]
@@ -179,10 +180,6 @@ def test_a_failing_preflight_is_one_line_and_the_run_goes_on(folder: Path, lines
 def test_the_real_preflight_runs_on_the_axolotl_config(folder: Path, lines) -> None:
     from axolotl.cli.config import load_cfg
 
-    import tuneproof.preflight
-
-    if not hasattr(tuneproof.preflight, "preflight_axolotl"):
-        pytest.skip("tuneproof.preflight has no preflight_axolotl yet")
     load_cfg(str(_yaml(folder, "real")))
     findings = _plugin().preflight_findings
     assert findings is not None, lines  # not skipped: it read the YAML, the local model and the jsonl

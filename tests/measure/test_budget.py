@@ -13,11 +13,10 @@ import pytest
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
 from tuneproof.commands import probe as probe_command
-from tuneproof.commands.probe import prepare, run
+from tuneproof.commands.probe import ProbeSpec, prepare, run
 from tuneproof.core.errors import TuneproofError
 from tuneproof.hardware.gpus import Peak
 from tuneproof.measure import probe as probe_mod
-from tuneproof.measure.probe import ProbeSpec
 
 TINY = resolve("tiny")
 WIDTHS = (64, 128, 256)
@@ -80,7 +79,7 @@ def _spec(**kw: object) -> ProbeSpec:
     base: dict[str, object] = dict(
         model=TINY, widths=WIDTHS, mode="forward", profiles=2, min_repeats=30, max_repeats=30
     )
-    return ProbeSpec(**{**base, **kw})  # type: ignore[arg-type]
+    return ProbeSpec.of(**{**base, **kw})  # type: ignore[arg-type]
 
 
 # the floor: build 10 + warm-up 7 + 3 rounds of 7 + one profile of the cheapest width measured (1 + 3)

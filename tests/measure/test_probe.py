@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,14 +15,21 @@ from fakes import A, B, case_time
 from tuneproof.arch import resolve
 from tuneproof.cli.app import main
 from tuneproof.commands import probe as probe_command
+from tuneproof.commands.probe import ProbeSpec
 from tuneproof.core.errors import TuneproofError
 from tuneproof.measure import CrossCheck, cross_check, judge_agreement
 from tuneproof.measure import probe as probe_mod
 from tuneproof.measure.fit import read_points
 from tuneproof.measure.kernels import PROFILE_COLUMNS, kernel_table
-from tuneproof.measure.probe import ProbeSpec
+from tuneproof.measure.probe import ProbeSetup
 from tuneproof.measure.timing import Skip
 from tuneproof.trace.read import load_trace
+
+
+def probe_of(**flags: Any) -> ProbeSetup:
+    """The engine's probe of the run these flags describe (`ProbeSpec.of`)."""
+    return ProbeSpec.of(**flags).probe
+
 
 TINY = resolve("tiny")
 FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2, over_budget="floor")
@@ -30,7 +37,7 @@ FAST = dict(widths=(64, 128, 256), mode="forward", budget_s=5.0, profiles=2, ove
 
 @pytest.mark.slow
 def test_probe_runs_fits_profiles_and_keeps_files(tmp_path: Path) -> None:
-    result = probe_command.run(probe_command.prepare(ProbeSpec(**FAST, model=TINY, out=tmp_path / "out")))
+    result = probe_command.run(probe_command.prepare(ProbeSpec.of(**FAST, model=TINY, out=tmp_path / "out")))
     assert sorted(result.timings) == [64, 128, 256] and result.profiled_width == 256
     # the contract is 3 rounds at least; under load the budget may end before an outlier is made up
     assert all(len(t.times_s) >= 3 for t in result.timings.values())
@@ -66,7 +73,7 @@ def test_the_global_rng_is_left_alone() -> None:
 
     torch.manual_seed(123)
     before = torch.random.get_rng_state().clone()
-    probe_command.run(probe_command.prepare(ProbeSpec(**FAST, model=TINY)))
+    probe_command.run(probe_command.prepare(ProbeSpec.of(**FAST, model=TINY)))
     assert torch.equal(torch.random.get_rng_state(), before)
 
 
@@ -82,7 +89,7 @@ def test_out_of_memory_width_is_skipped(monkeypatch) -> None:
 
     monkeypatch.setattr(probe_mod, "time_interleaved", flaky)
     result = probe_command.run(
-        probe_command.prepare(ProbeSpec(**{**FAST, "widths": (64, 96, 128, 256)}, model=TINY))
+        probe_command.prepare(ProbeSpec.of(**{**FAST, "widths": (64, 96, 128, 256)}, model=TINY))
     )
     assert list(result.skipped) == [96] and "out of memory" in result.skipped[96]
     assert sorted(result.timings) == [64, 128, 256]
@@ -94,7 +101,7 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
 
     monkeypatch.setattr(probe_mod, "time_interleaved", broken)
     with pytest.raises(RuntimeError, match="shape mismatch"):
-        probe_command.run(probe_command.prepare(ProbeSpec(**FAST, model=TINY)))
+        probe_command.run(probe_command.prepare(ProbeSpec.of(**FAST, model=TINY)))
 
 
 @pytest.mark.parametrize(
@@ -117,7 +124,7 @@ def test_other_runtime_errors_are_not_swallowed(monkeypatch) -> None:
 )
 def test_bad_probe_specs(kw: dict, fragment: str) -> None:
     with pytest.raises(TuneproofError, match=re.escape(fragment)):
-        ProbeSpec(**kw)
+        probe_of(**kw)
 
 
 def test_widths_beyond_the_model_are_refused_before_building(capsys) -> None:
@@ -151,8 +158,8 @@ def test_probe_command_json_and_errors(capsys, tmp_path: Path) -> None:
 )
 @pytest.mark.slow
 def test_probe_training_modes_run(kw: dict) -> None:
-    spec = ProbeSpec(**{**FAST, "widths": (32, 64, 128), **kw})
-    result = probe_command.run(probe_command.prepare(replace(spec, model=TINY)))
+    spec = ProbeSpec.of(**{**FAST, "widths": (32, 64, 128), **kw}, model=TINY)
+    result = probe_command.run(probe_command.prepare(spec))
     assert sorted(result.timings) == [32, 64, 128]
     assert result.flops.run.mode == kw["mode"]
 
@@ -160,7 +167,7 @@ def test_probe_training_modes_run(kw: dict) -> None:
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
 def test_probe_on_cuda_reads_device_kernels() -> None:
     result = probe_command.run(
-        probe_command.prepare(ProbeSpec(model=TINY, widths=(256, 512, 1024), mode="full", device="cuda"))
+        probe_command.prepare(ProbeSpec.of(model=TINY, widths=(256, 512, 1024), mode="full", device="cuda"))
     )
     assert result.kernels.source == "device" and result.kernels.device is not None
     assert result.kernels.share("attention") > 0
@@ -353,7 +360,7 @@ def test_analyse_concludes_what_the_measurements_say() -> None:
     widths = (2048, 8192, 16384)
     timing = _fake_timing(widths)
     table = kernel_table({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "fmha_x", "ts": 0, "dur": 1}]})
-    spec = ProbeSpec(widths=widths, mode="lora", batch=2, lora_rank=8)
+    spec = probe_of(widths=widths, mode="lora", batch=2, lora_rank=8)
     peak = Peak(tflops=315.0, source="given", dtype="bf16")
     r = analyse(
         TINY, spec, timing, _case_profiles(widths, np.random.default_rng(0)), {8192: [99.0]}, table, peak
@@ -367,9 +374,10 @@ def test_analyse_concludes_what_the_measurements_say() -> None:
         "lora",
         8,
     )
-    assert r.flops.run.lora_targets == tuple(
-        sorted({lin.name for lin in TINY.shape.linears() if lin.adaptable})
-    )
+    from tuneproof.arch.targets import adaptation
+
+    adapted = {name for (_, name), p in adaptation(TINY.shape, r.flops.run.lora).places.items() if p.how}
+    assert adapted == {lin.name for lin in TINY.shape.linears if lin.adaptable}  # all-linear, as PEFT
     assert r.flops.mfu.step_time_s == timing.timings[16384].median_s and r.peak is peak
     assert r.kernels is table and r.model == TINY.name and r.spec is spec and r.files == {}
     assert r.verdict.outcome == "agree" and r.profiled_width == 16384 and r.skipped == {}
@@ -385,7 +393,7 @@ def test_analyse_says_when_the_constant_is_undetermined() -> None:
     table = kernel_table({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1}]})
     r = analyse(
         TINY,
-        ProbeSpec(widths=widths),
+        probe_of(widths=widths),
         timing,
         _case_profiles(widths, np.random.default_rng(1)),
         {},
@@ -432,7 +440,7 @@ def test_profiles_are_interleaved_and_an_outlier_is_re_taken(monkeypatch, tmp_pa
     monkeypatch.setattr(probe_mod, "_profile", fake_profile)
     keep = tmp_path / "trace.json"
     kept, aside, first = profile_widths(
-        {64: lambda: 64, 128: lambda: 128}, ProbeSpec(widths=(64, 128, 256), profiles=3), tmp_path, keep, None
+        {64: lambda: 64, 128: lambda: 128}, probe_of(widths=(64, 128, 256), profiles=3), tmp_path, keep, None
     )
     assert order == [64, 128, 128, 64, 64, 128, 64]  # rotated rounds, then one more for width 64
     assert [round(sum(p.values()), 3) for p in kept[64]] == [10.005, 10.505, 10.205]
@@ -510,7 +518,7 @@ def test_width_steps_time_the_forward_pass_under_no_grad() -> None:
     from tuneproof.measure.probe import width_steps
 
     net = _FakeNet()
-    steps = width_steps(net, ProbeSpec(widths=(256, 64, 128, 64), batch=3, mode="forward"), vocab=7)
+    steps = width_steps(net, probe_of(widths=(256, 64, 128, 64), batch=3, mode="forward"), vocab=7)
     assert list(steps) == [64, 128, 256]
     steps[128]()
     steps[64]()
@@ -522,7 +530,7 @@ def test_width_steps_train_with_labels_and_free_the_gradients() -> None:
     from tuneproof.measure.probe import width_steps
 
     net = _FakeNet()
-    steps = width_steps(net, ProbeSpec(widths=(64, 128, 256), batch=2, mode="lora"), vocab=7)
+    steps = width_steps(net, probe_of(widths=(64, 128, 256), batch=2, mode="lora"), vocab=7)
     steps[256]()
     assert net.calls == [((2, 256), True, True)]
     assert net.backward == 1 and net.zero_grad_args == [True]
@@ -538,12 +546,12 @@ def test_width_steps_draw_ids_from_the_seed_not_the_global_generator() -> None:
     def record(input_ids, labels=None):  # type: ignore[no-untyped-def]
         seen.append(input_ids.clone())
 
-    spec = ProbeSpec(widths=(64, 128, 256), mode="forward", seed=5)
+    spec = probe_of(widths=(64, 128, 256), mode="forward", seed=5)
     torch.manual_seed(0)
     width_steps(record, spec, vocab=50)[64]()
     torch.manual_seed(1)
     width_steps(record, spec, vocab=50)[64]()
-    width_steps(record, ProbeSpec(widths=(64, 128, 256), mode="forward", seed=6), vocab=50)[64]()
+    width_steps(record, probe_of(widths=(64, 128, 256), mode="forward", seed=6), vocab=50)[64]()
     assert torch.equal(seen[0], seen[1]) and not torch.equal(seen[0], seen[2])
     assert int(torch.cat(seen).max()) >= 40  # the whole vocabulary is drawn from
 
@@ -561,7 +569,7 @@ def test_width_steps_draw_ids_from_the_seed_not_the_global_generator() -> None:
 def test_width_steps_turn_out_of_memory_into_a_skip(error: BaseException, skipped: bool) -> None:
     from tuneproof.measure.probe import width_steps
 
-    step = width_steps(_FakeNet(fail=error), ProbeSpec(widths=(64, 128, 256), mode="forward"), vocab=7)[64]
+    step = width_steps(_FakeNet(fail=error), probe_of(widths=(64, 128, 256), mode="forward"), vocab=7)[64]
     if skipped:
         with pytest.raises(Skip) as e:
             step()
@@ -575,12 +583,12 @@ def test_width_steps_turn_out_of_memory_into_a_skip(error: BaseException, skippe
 def test_probe_model_follows_the_spec() -> None:
     from tuneproof.measure.probe import probe_model
 
-    lora = probe_model(TINY, ProbeSpec(widths=(64, 128, 256), mode="lora", lora_rank=4, grad_ckpt=True))
+    lora = probe_model(TINY, probe_of(widths=(64, 128, 256), mode="lora", lora_rank=4, grad_ckpt=True))
     trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     assert lora.peft_config["default"].r == 4
     assert lora.training and lora.base_model.model.is_gradient_checkpointing
-    forward = probe_model(TINY, ProbeSpec(widths=(64, 128, 256), mode="forward"))
+    forward = probe_model(TINY, probe_of(widths=(64, 128, 256), mode="forward"))
     assert not forward.training and not forward.is_gradient_checkpointing
     assert all(p.requires_grad for p in forward.parameters())  # no adapter: full model
 
@@ -628,10 +636,10 @@ def test_the_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     monkeypatch.setattr(probe_mod, "_profile", fake_profile)
     monkeypatch.setattr(probe_mod, "probe_peak", lambda spec: peak)
     said: list[str] = []
-    spec = ProbeSpec(
-        widths=(64, 128, 256), mode="forward", budget_s=1e-6, target=0.01, profiles=2, over_budget="floor"
-    )
-    spec = replace(spec, model=TINY, out=tmp_path / "out")
+    spec = ProbeSpec.of(
+        widths=(64, 128, 256), mode="forward", budget_s=1e-6, target=0.01, profiles=2, over_budget="floor",
+        model=TINY, out=tmp_path / "out",
+    )  # fmt: skip
     r = probe_command.run(probe_command.prepare(spec), said.append)
     assert r.timing.stopped == "the 1e-06 s budget ended after 3 rounds" and r.timing.target == 0.01
     assert {w: len(t.times_s) for w, t in r.timings.items()} == {64: 3, 128: 3, 256: 3}
@@ -645,7 +653,7 @@ def test_the_probe_wires_the_harness_the_profiler_and_the_analysis(monkeypatch, 
     assert said[0].startswith("warm-up 64 (") and any(s.startswith("round 1: timing 64") for s in said)
     assert any(s.startswith("profile round 2: width 256 (") for s in said) and said[-1].startswith("peak (")
     assert "past the probe's 1e-06 s budget" in said[-1]  # every line past the budget says so
-    assert r.peak is peak and r.cross.width == 256 and r.spec is spec
+    assert r.peak is peak and r.cross.width == 256 and r.spec is spec.probe
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "kernels.csv",
         "points.csv",
@@ -703,8 +711,8 @@ def test_check_probe_sizes_the_largest_width_for_the_chosen_path(monkeypatch) ->
     seen = []
     monkeypatch.setattr(model_mod, "check_positions", lambda m, widths: seen.append(("positions", widths)))
     monkeypatch.setattr(model_mod, "check_fits_on_cpu", lambda m, **kw: seen.append(("fits", kw)))
-    check_probe(TINY, ProbeSpec(widths=(256, 64, 1024), batch=3, attn="eager", mode="full"))
-    check_probe(TINY, ProbeSpec(widths=(64, 128, 256), mode="forward"))
+    check_probe(TINY, probe_of(widths=(256, 64, 1024), batch=3, attn="eager", mode="full"))
+    check_probe(TINY, probe_of(widths=(64, 128, 256), mode="forward"))
     assert seen == [
         ("positions", (256, 64, 1024)),
         ("fits", {"attn": "eager", "batch": 3, "width": 1024, "training": True}),
@@ -718,7 +726,7 @@ def test_check_probe_refuses_cuda_without_a_device() -> None:
     from tuneproof.measure.probe import check_probe
 
     with pytest.raises(TuneproofError, match="device cuda but torch sees no CUDA device"):
-        check_probe(TINY, ProbeSpec(widths=(64, 128, 256), device="cuda"))
+        check_probe(TINY, probe_of(widths=(64, 128, 256), device="cuda"))
 
 
 def test_profiles_stop_re_taking_after_twice_the_rounds(monkeypatch, tmp_path: Path) -> None:
@@ -740,7 +748,7 @@ def test_profiles_stop_re_taking_after_twice_the_rounds(monkeypatch, tmp_path: P
     monkeypatch.setattr(probe_mod, "_profile", fake_profile)
     monkeypatch.setattr(robust, "outliers", lambda totals: np.array([50 < t < 128 for t in totals]))
     steps = {w: (lambda w=w: w) for w in (64, 128, 256)}
-    spec = ProbeSpec(widths=(64, 128, 256), profiles=3)
+    spec = probe_of(widths=(64, 128, 256), profiles=3)
     kept, aside, first = profile_widths(steps, spec, tmp_path, tmp_path / "keep.json", None)
     assert {d for _, d in seen} == {"cpu"}
     assert [w for w, _ in seen].count(64) == 6  # 3 rounds for all, then 3 more for width 64 alone
@@ -909,7 +917,7 @@ def test_probe_spec_refusals_as_the_command_line_prints_them(kw: dict, message: 
     labels = {p.name: p.opts[0] for p in probe_command.params if p.name}
     labels["budget_s"] = "--budget"
     with pytest.raises(TuneproofError) as e:
-        ProbeSpec(**{"widths": (64, 128, 256), **kw})
+        probe_of(**{"widths": (64, 128, 256), **kw})
     assert e.value.with_labels(labels).message == message
 
 
@@ -927,7 +935,7 @@ def test_probe_spec_refusals_as_the_command_line_prints_them(kw: dict, message: 
     ],
 )
 def test_probe_spec_edges_that_are_accepted(kw: dict) -> None:
-    ProbeSpec(**{"widths": (64, 128, 256), **kw})
+    probe_of(**{"widths": (64, 128, 256), **kw})
 
 
 def test_the_attribution_names_the_share_its_parts_add_up_to() -> None:
@@ -962,20 +970,20 @@ def test_the_probe_model_raises_no_deprecation_warning_of_its_own() -> None:
     import warnings
 
     from tuneproof.arch import resolve
-    from tuneproof.measure.probe import ProbeSpec, probe_model
+    from tuneproof.measure.probe import probe_model
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         warnings.simplefilter("error", DeprecationWarning)
-        net = probe_model(resolve("tiny"), ProbeSpec(widths=(32, 64, 128), mode="lora", grad_ckpt=True))
+        net = probe_model(resolve("tiny"), probe_of(widths=(32, 64, 128), mode="lora", grad_ckpt=True))
     assert net.training
 
 
 def test_a_lora_probe_adapts_the_targets_it_is_given() -> None:
     from tuneproof.arch import resolve
-    from tuneproof.measure.probe import ProbeSpec, probe_model
+    from tuneproof.measure.probe import probe_model
 
-    spec = ProbeSpec(widths=(32, 64, 128), mode="lora", lora_targets=("self_attn.q_proj",))
+    spec = probe_of(widths=(32, 64, 128), mode="lora", lora_targets=("self_attn.q_proj",))
     net = probe_model(resolve("tiny"), spec)
     adapted = {n.rsplit(".lora_A", 1)[0] for n, _ in net.named_parameters() if ".lora_A" in n}
     assert adapted and all(n.endswith("self_attn.q_proj") for n in adapted)

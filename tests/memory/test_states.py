@@ -12,7 +12,7 @@ import torch
 
 from tuneproof.arch import resolve
 from tuneproof.memory import state_bytes
-from tuneproof.runs.step import RunSpec
+from tuneproof.runs.step import Step
 
 SMALL = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
          "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip
@@ -91,7 +91,7 @@ def test_weights_gradients_and_optimizer_states_match_memtracker(
     family: str, mode: str, optimizer: str
 ) -> None:
     tracked, model, config = _tracked_step(family, mode, "adamw" if optimizer == "adamw" else "sgd")
-    run = RunSpec(
+    run = Step(
         seq_len=32, batch=2, mode=mode, lora_rank=8, lora_targets=("q_proj", "k_proj", "v_proj", "o_proj")
     )
     got = state_bytes(resolve(config).shape, run, "fp32", optimizer, step_on_device=True)
@@ -113,16 +113,16 @@ def test_an_unknown_optimizer_is_refused_with_the_known_ones() -> None:
     from tuneproof.core.errors import TuneproofError
 
     with pytest.raises(TuneproofError, match="use one of adamw, adamw_amsgrad, sgd, sgd_momentum"):
-        state_bytes(resolve("tiny").shape, RunSpec(seq_len=8), "bf16", "lion")
+        state_bytes(resolve("tiny").shape, Step(seq_len=8), "bf16", "lion")
 
 
 def test_bf16_full_fine_tuning_and_lora_by_hand() -> None:
     """The tiny Gemma-4-style model: weights at 2 bytes, AdamW's two moments in the parameter's dtype;
     LoRA's adapters in fp32 whatever the base (PEFT's upcast)."""
     shape = resolve("tiny").shape
-    full = state_bytes(shape, RunSpec(seq_len=8), "bf16")
+    full = state_bytes(shape, Step(seq_len=8), "bf16")
     assert full.gradients == full.trainable * 2 and full.optimizer == 2 * full.gradients
-    lora = state_bytes(shape, RunSpec(seq_len=8, mode="lora", lora_rank=4), "bf16")
+    lora = state_bytes(shape, Step(seq_len=8, mode="lora", lora_rank=4), "bf16")
     assert lora.weights == full.weights and lora.adapters == lora.trainable * 4
     assert lora.optimizer == 2 * lora.adapters and lora.gradients == lora.adapters
     assert "per-layer embedding tables" in lora.not_counted  # Gemma 4's per-layer inputs

@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import test_preflight
 from test_preflight import DATA, _findings
 
+from tuneproof.arch.quantization import stored_quantisation
 from tuneproof.preflight.base_quant import base_quantisation
+from tuneproof.preflight.sections import Section
 from tuneproof.runs.run import Run
+
+
+def _section(run: Run, config: dict[str, Any]) -> Section | None:
+    """The quantised-base section as preflight builds it: none for a base stored unquantised."""
+    stored = stored_quantisation(config)
+    return None if stored is None else base_quantisation(run, stored)
+
 
 hub = test_preflight.hub  # the fake Hugging Face cache of the bases' published config.json
 
@@ -37,7 +47,7 @@ def test_the_trap_is_real_transformers_refuses_bitsandbytes_on_these_bases(name:
 
 
 def test_qlora_on_deepseek_v3s_fp8_release_names_the_format_and_the_refusal() -> None:
-    s = base_quantisation(QLORA, _config("deepseek-v3.json"))
+    s = _section(QLORA, _config("deepseek-v3.json"))
     assert s is not None and s.data["quant_method"] == "fp8"
     assert s.findings == [
         "r.yml: base stored quantised, fp8 (fmt e4m3, weight_block_size [128, 128], "
@@ -63,20 +73,20 @@ def test_qlora_on_deepseek_v3s_fp8_release_names_the_format_and_the_refusal() ->
     ],
 )
 def test_each_stored_format_says_what_loading_it_for_qlora_does(qc: dict, fragment: str) -> None:  # type: ignore[type-arg]
-    s = base_quantisation(QLORA, {"model_type": "llama", "quantization_config": qc})
+    s = _section(QLORA, {"model_type": "llama", "quantization_config": qc})
     assert s is not None and len(s.findings) == 1 and fragment in s.findings[0], s.findings
 
 
 def test_no_finding_without_bitsandbytes_or_on_a_bitsandbytes_base() -> None:
     plain = Run(source="r.yml", kind="axolotl", base_model="b", seq_len=512, adapter="lora")
-    s = base_quantisation(plain, _config("gpt-oss-20b.json"))
+    s = _section(plain, _config("gpt-oss-20b.json"))
     assert s is not None and not s.findings and "mxfp4 (modules_to_not_convert" in s.lines[0]
     bnb = {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}
-    s = base_quantisation(QLORA, bnb)
+    s = _section(QLORA, bnb)
     assert s is not None and not s.findings and "BitsAndBytesConfig of config.json's" in s.lines[1]
-    assert base_quantisation(QLORA, _config("llama-3.1-8b.json")) is None
+    assert _section(QLORA, _config("llama-3.1-8b.json")) is None
     text = {"text_config": {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}}}
-    s = base_quantisation(QLORA, text)  # transformers looks in the text config too
+    s = _section(QLORA, text)  # transformers looks in the text config too
     assert s is not None and "text_config.quantization_config" in s.lines[0] and s.findings
 
 

@@ -274,10 +274,11 @@ def test_local_datasets_give_real_lengths_padding_and_the_wall_time(
 
 
 def test_the_library_call_for_a_loaded_config(monkeypatch, hub) -> None:
-    from tuneproof.commands.preflight import preflight_axolotl
+    from tuneproof.commands.preflight import PreflightSpec, prepare, run
 
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
-    result = preflight_axolotl({"base_model": "NousResearch/Llama-3.2-1B", "sequence_len": 512}, "loaded")
+    loaded = {"base_model": "NousResearch/Llama-3.2-1B", "sequence_len": 512}
+    result = run(prepare(PreflightSpec(config=loaded, source="loaded")))
     assert result.verdict.outcome in ("CLEAN", "FINDINGS") and isinstance(result.findings, list)
     assert result.to_dict()["sections"]["flops"]["width"] == 512
 
@@ -289,6 +290,25 @@ def test_the_docs_example_prints_what_the_page_shows(capsys, monkeypatch) -> Non
     page = (DATA.parent.parent / "docs" / "preflight.md").read_text()
     start = page.index("```\npreflight examples/preflight/gemma4-26b-a4b-sdpa.yml") + 4
     assert capsys.readouterr().out == page[start : page.index("```", start)]
+
+
+def test_the_ledgers_price_the_compiled_model_the_dispatch_explains(monkeypatch) -> None:
+    """torch_compile changes the masks transformers builds, and the dispatch section says so; the FLOP
+    and memory ledgers price that same step (issue 47: they priced the model uncompiled, so the docs'
+    example showed 63.8 TFLOP performed where its own dispatch section explained 65.3)."""
+    import yaml
+
+    from tuneproof.commands.preflight import PreflightSpec, prepare, run
+
+    monkeypatch.chdir(DATA.parent.parent)
+    config = yaml.safe_load(Path("examples/preflight/gemma4-26b-a4b-sdpa.yml").read_text())
+
+    def priced(compiled: bool) -> tuple[float, int]:
+        got = run(prepare(PreflightSpec(config=dict(config, torch_compile=compiled), gpu="H100"))).to_dict()
+        return got["sections"]["flops"]["performed"]["total"], got["sections"]["memory"]["peak_bytes"]
+
+    (flops_on, peak_on), (flops_off, peak_off) = priced(True), priced(False)
+    assert flops_on > flops_off and peak_on > peak_off  # the full layers' masks, built under compile
 
 
 def test_a_malformed_local_dataset_is_one_line_and_a_parquet_one_is_named(

@@ -30,7 +30,8 @@ from tuneproof.core.dtypes import MODEL_DTYPES
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.verdict import FINDING, NoWarnings, Verdict
 from tuneproof.hardware.capability import KNOWN_CAPABILITIES
-from tuneproof.runs.step import Rows
+from tuneproof.hardware.card import CPU, Card
+from tuneproof.runs.step import Rows, Step
 
 if TYPE_CHECKING:
     from tuneproof.attention.stack import Stack
@@ -38,41 +39,20 @@ if TYPE_CHECKING:
 
 @dataclass(kw_only=True, frozen=True, slots=True)
 class Context:
-    """What the explanation is about: the run, and the device. `capability`: (major, minor) or its text
-    ("9.0", "sm_90"); None: this machine's CPU. For a card by name or a profiler trace, take the
-    capability and shared-memory limit from `tuneproof.attention.target.device_target(None, gpu, trace)`
-    (what `tuneproof explain --gpu/--trace` does)."""
+    """What the explanation is about: the step (`runs.step.Step`: its rows, attention path, whether it
+    trains, torch.compile), the card it runs on (`hardware.card.Card`: capability and shared memory; the
+    CPU when none is named), the activations' dtype, and the attention dropout the config sets (SDPA gets
+    it in training only; None: not known yet, `commands.explain` fills it from the model's config)."""
 
-    seq_len: int
-    batch: int
-    attn: str = "sdpa"
-    padded: bool = False
-    packed: bool = False
+    step: Step
+    card: Card = CPU
     dtype: str = "bf16"
-    training: bool = False
-    capability: tuple[int, int] | None = None  # CUDA compute capability; None = CPU
-    smem_limit: int | None = None  # the device's shared memory per block; None: the capability's table
-    smem_source: str | None = None  # where smem_limit came from (`target.DeviceTarget`)
-    # attention dropout p (the config's attention_dropout; SDPA gets it in training only); None: not
-    # known yet (`commands.explain` fills it from the model's config)
     dropout: float | None = None
-    compiled: bool = False  # the model runs under torch.compile (transformers then always builds masks)
     cudnn: int | str | None = None  # runtime cuDNN, '9.23.1' or 92301; None: the device's, or assumed
     cuda: str | None = None  # the CUDA build of torch, '12.8'; None: the device's, or assumed
 
     def __post_init__(self) -> None:
-        validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
-        validate.integer("batch", self.batch, hint="pass sequences per micro-batch")
-        if self.capability is not None and not (
-            isinstance(self.capability, tuple) and len(self.capability) == 2
-        ):  # "9.0", "sm_90", [9, 0]: the one parser
-            from tuneproof.hardware.capability import parse_capability
-
-            text = (
-                self.capability if isinstance(self.capability, str) else ".".join(map(str, self.capability))
-            )
-            object.__setattr__(self, "capability", parse_capability(text))
-        path(self.attn)
+        path(self.step.attn)
         validate.choice("dtype", self.dtype, MODEL_DTYPES)
         if self.dropout is not None:
             validate.real("dropout", self.dropout, low=0.0, high=1.0, high_open=True, hint="a probability")
@@ -84,37 +64,55 @@ class Context:
             from tuneproof.attention.stack import parse_cuda
 
             parse_cuda(self.cuda)
-        if self.padded and self.packed:
-            raise TuneproofError(
-                "{padded} and {packed} together",
-                "a packed batch has no padding; pick one",
-                fields=("padded", "packed"),
-            )
-        if self.packed and self.seq_len < 2:
-            raise TuneproofError("a packed row of width 1 holds one document", "pack rows of width 2 or more")
-        if self.smem_limit is not None:
-            validate.integer("smem_limit", self.smem_limit, low=1, high=1 << 30, hint="bytes per block")
-        elif self.capability is not None:  # no device limit given: the capability's table, named as such
-            from tuneproof.attention.target import table_target
-
-            table = table_target(self.capability)
-            object.__setattr__(self, "smem_limit", table.smem_limit)
-            object.__setattr__(self, "smem_source", table.smem_source)
         if self.capability is not None and self.capability not in KNOWN_CAPABILITIES:
             raise TuneproofError(
                 f"unknown {{capability}} {self.capability}", "use MAJOR.MINOR", fields=("capability",)
             )
 
+    # the step's and the card's facts, by the names the rules read
+    @property
+    def seq_len(self) -> int:
+        return self.step.seq_len
+
+    @property
+    def batch(self) -> int:
+        return self.step.batch
+
+    @property
+    def attn(self) -> str:
+        return self.step.attn
+
+    @property
+    def padded(self) -> bool:
+        return self.step.rows.is_padded
+
+    @property
+    def packed(self) -> bool:
+        return self.step.rows.is_packed
+
+    @property
+    def compiled(self) -> bool:
+        return self.step.compiled
+
+    @property
+    def training(self) -> bool:
+        return self.step.mode != "forward"
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        return self.card.capability
+
+    @property
+    def smem_limit(self) -> int | None:
+        return self.card.smem_limit
+
+    @property
+    def smem_source(self) -> str | None:
+        return self.card.smem_source
+
+    @property
     def rows(self) -> Rows:
-        """A batch with this context's geometry: the last row one token short when padded, each row
-        two documents when packed (the mask rules read only whether there is padding or packing)."""
-        if self.packed:
-            half = self.seq_len // 2
-            return Rows(self.seq_len, ((half, self.seq_len - half),) * self.batch, self.compiled)
-        lengths = [self.seq_len] * self.batch
-        if self.padded:
-            lengths[-1] = max(1, self.seq_len - 1)
-        return Rows.padded(self.seq_len, lengths, self.compiled)
+        return self.step.rows
 
     @property
     def sdpa_dropout(self) -> float:
@@ -216,7 +214,7 @@ class Explanation(NoWarnings):
 def predict_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str]:
     """Does transformers hand the attention a dense mask tensor, and which condition decides
     (the attention path table's rule, shared with the FLOP ledger)."""
-    mask = performed_for(path(ctx.attn), ctx.rows(), spec).mask
+    mask = performed_for(path(ctx.attn), ctx.rows, spec).mask
     return mask.materialised, mask.reason
 
 
@@ -286,7 +284,7 @@ def predict(ctx: Context, spec: AttentionSpec, stack: Stack | None = None) -> Pr
         )
     if own is not None:
         kernel = own.on(ctx.capability)
-        rows = ctx.rows()
+        rows = ctx.rows
         if ctx.attn == "flash_attention_2" and not (rows.is_padded or rows.is_packed):
             kernel = kernel.replace(
                 "varlen kernels (flash_attn_varlen_func)", "dense kernels (flash_attn_func)"
@@ -313,7 +311,7 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     live_ok = live and device_present(ctx)
     stack = cuda_stack(ctx) if ctx.capability is not None and ctx.attn == "sdpa" else None
     layers = []
-    for idxs in shape.attention_groups().values():
+    for idxs in shape.attention_groups.values():
         spec = shape.layers[idxs[0]].attention
         p = predict(seen, spec, stack)
         mask, mask_reason = p.mask_materialised, p.mask_reason
@@ -336,7 +334,7 @@ def explain(shape: ModelShape, ctx: Context, live: bool = True) -> Explanation:
     from tuneproof.attention.mixer_notes import mixer_notes
 
     notes = (
-        version_notes() + ([packing_note] if packing_note else []) + mixer_notes(shape, ctx.rows().is_packed)
+        version_notes() + ([packing_note] if packing_note else []) + mixer_notes(shape, ctx.rows.is_packed)
     )
     if stack is not None and stack.assumptions:
         notes.append(
@@ -392,7 +390,6 @@ def _packing(shape: ModelShape, ctx: Context) -> tuple[str, Context]:
     and the context the kernel really sees (unpacked rows where transformers never detects packing)."""
     if not ctx.packed:
         return "", ctx
-    from dataclasses import replace
 
     from tuneproof.attention.isolation import documents_line
     from tuneproof.attention.packed_detection import packed_detection
@@ -403,10 +400,18 @@ def _packing(shape: ModelShape, ctx: Context) -> tuple[str, Context]:
         return (
             f"packed documents attend to each other: {blind} (each row is explained as the one sequence the "
             f"kernel sees{LIVE_HINT})",
-            replace(ctx, packed=False),
+            _unpacked(ctx),
         )
     line = documents_line(ctx.attn, ctx.batch)
     return (f"{line}; {blind}" if blind else line), ctx
+
+
+def _unpacked(ctx: Context) -> Context:
+    """The context with every row one whole sequence: no padding, no packed documents."""
+    from dataclasses import replace
+
+    plain = replace(ctx.step, lengths=None, documents=None, padding_fraction=0.0)
+    return replace(ctx, step=plain)
 
 
 # The advice lines whose whole cost is attention FLOPs (the ledger's per-attention-group excess):
@@ -431,7 +436,7 @@ FLEX_DROPOUT = (
 
 def _spec_of(shape: ModelShape, x: LayerExplanation) -> AttentionSpec | None:
     """The geometry behind an explained layer group."""
-    for idxs in shape.attention_groups().values():
+    for idxs in shape.attention_groups.values():
         spec = shape.layers[idxs[0]].attention
         if spec.kind == x.layer_type and spec.head_dim == x.head_dim and spec.num_heads == x.num_heads:
             return spec
@@ -441,12 +446,11 @@ def _spec_of(shape: ModelShape, x: LayerExplanation) -> AttentionSpec | None:
 def _unpadded_falls_to_math(shape: ModelShape, ctx: Context, x: LayerExplanation) -> bool:
     """Would this masked layer run math once bucketing drops the mask (GQA on the memory-efficient
     kernel before torch 2.14, where flash cannot run)?"""
-    from dataclasses import replace
 
     spec = _spec_of(shape, x)
     if spec is None or ctx.attn != "sdpa":
         return False
-    return x.backend != "math" and predict(replace(ctx, padded=False), spec).backend == "math"
+    return x.backend != "math" and predict(_unpacked(ctx), spec).backend == "math"
 
 
 def _math_advice(ctx: Context, x: LayerExplanation) -> str:

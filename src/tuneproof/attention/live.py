@@ -36,7 +36,7 @@ def live_mask(ctx: Context, spec: AttentionSpec) -> tuple[bool, str] | None:
     if ctx.padded:
         padding[0, -1] = False
     materialised = not bool(_ignore_causal_mask_sdpa(padding, ctx.seq_len, ctx.seq_len, 0, 0, spec.window))
-    predicted = path(ctx.attn).mask(ctx.rows(), spec.window)
+    predicted = path(ctx.attn).mask(ctx.rows, spec.window)
     if materialised != predicted.materialised:
         return materialised, (
             "transformers._ignore_causal_mask_sdpa says mask "

@@ -17,9 +17,13 @@ def mixer_notes(shape: ModelShape, is_packed: bool) -> list[str]:
     from tuneproof.arch.cca import cca_notes
     from tuneproof.arch.indexer import indexed_attention_notes
     from tuneproof.arch.moa import moa_notes
+    from tuneproof.arch.ssd_notes import ssd_notes
 
-    notes = linear_attention_notes(shape, is_packed) + repeated_call_notes(shape)
-    return notes + cca_notes(shape) + moa_notes(shape) + indexed_attention_notes(shape)
+    # the architecture's own notes first (read from the shape), then the attention path's
+    ssd, cca, moa = ssd_notes(shape, is_packed), cca_notes(shape), moa_notes(shape)
+    indexed = indexed_attention_notes(shape)
+    notes = linear_attention_notes(shape, is_packed) + ssd + repeated_call_notes(shape)
+    return notes + cca + moa + indexed
 
 
 # transformers models/qwen3_next/modeling_qwen3_next.py: chunk_gated_delta_rule and causal_conv1d_fn are
@@ -67,16 +71,15 @@ def _core_notes() -> dict[type, Callable[[Any, int, str, bool], str]]:
 
 def linear_attention_notes(shape: ModelShape, is_packed: bool) -> list[str]:
     """What runs for each linear-attention geometry (no mask, no SDPA backend): the line of its
-    layers' first core that `_core_notes` knows (a core it does not know gets no line)."""
-    from tuneproof.arch.ssd_notes import ssd_notes
-
+    layers' first core that `_core_notes` knows (a core it does not know gets no line; Mamba-2's SSD
+    cores are `tuneproof.arch.ssd_notes`')."""
     by_type = _core_notes()
     notes: list[str] = []
-    for label, idxs in shape.mixer_groups().items():
+    for label, idxs in shape.mixer_groups.items():
         core = next((s for s in shape.layers[idxs[0]].steps if type(s) in by_type), None)
         if core is not None:
             notes.append(by_type[type(core)](core, len(idxs), label, is_packed))
-    return notes + ssd_notes(shape, is_packed)
+    return notes
 
 
 def repeated_calls(layer: LayerShape) -> int:

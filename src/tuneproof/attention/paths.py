@@ -30,7 +30,7 @@ from tuneproof.attention.pairs import (
     flex_document_pairs,
     intended_pairs,
 )
-from tuneproof.runs.step import Rows, attention_path_name
+from tuneproof.runs.step import UNKNOWN_PATH, Rows, attention_path_name
 
 if TYPE_CHECKING:
     from tuneproof.arch.shape import AttentionSpec
@@ -153,6 +153,16 @@ def _flex_pairs(rows: Rows, window: int | None) -> Performed:
     )
 
 
+def _unknown_pairs(rows: Rows, window: int | None) -> Performed:
+    """An implementation no rule models: what its kernel computes is unknown. The ledger counts the
+    pairs the architecture intends there (a lower bound), and the report says the performed side is."""
+    return Performed(
+        intended_in(rows, window),
+        Mask(False, (), "unknown: an attention implementation tuneproof does not model"),
+        "not modelled: counted as the pairs the architecture intends, a lower bound",
+    )
+
+
 def _eager_square(batch: int, width: int, heads: int, layers: int) -> tuple[int, str]:
     return 2 * 4 * batch * width * width * heads * layers, (
         f"eager score matrices ({layers} layer(s) x {batch} x {heads} heads x {width}^2 x 2 x 4 B)"
@@ -208,6 +218,7 @@ class AttentionPath:
 _EAGER_KERNEL = "aten matmul + softmax: the full score matrix, mask added after"
 _FLASH_KERNEL = "flash-attn package varlen kernels (flash_attn_varlen_func)"
 _FLEX_KERNEL = "flex_attention ({}; triton_tem_fused_flex_attention*)"
+_UNKNOWN_KERNEL = "not modelled: the implementation's own kernel"
 
 # Order: the paths as transformers lists them (eager first); every consumer keeps this order.
 # backward_on_cpu: flex_attention's backward raises NotImplementedError on the CPU (torch 2.13,
@@ -257,13 +268,24 @@ PATHS: dict[str, AttentionPath] = {
                 _FLEX_KERNEL.format("inductor CPU lowering"),
             ),
         ),
+        # a run's implementation that no rule of runs.implementations models: never a --attn choice
+        AttentionPath(
+            name=UNKNOWN_PATH,
+            performed=_unknown_pairs,
+            fused_backward=False,
+            backward_on_cpu=False,
+            probe=False,
+            adjudicate=False,
+            kernel=Kernel(UNKNOWN_PATH, _UNKNOWN_KERNEL, _UNKNOWN_KERNEL),
+        ),
     )
 }
 
 
-def path(name: object, field: str = "attn") -> AttentionPath:
-    """The record for `name`; an unknown name is refused, naming the known ones."""
-    return PATHS[attention_path_name(name, field)]
+def path(name: object, field: str = "attn", unknown: bool = False) -> AttentionPath:
+    """The record for `name`; a name that is no path is refused, naming the known ones (with `unknown`,
+    the unknown path a run's implementation may price as is a record too)."""
+    return PATHS[attention_path_name(name, field, unknown)]
 
 
 def intended_in(rows: Rows, window: int | None) -> int:
@@ -272,9 +294,11 @@ def intended_in(rows: Rows, window: int | None) -> int:
 
 
 def names(*, probe: bool = False, adjudicate: bool = False) -> tuple[str, ...]:
-    """Path names, optionally only those `tuneproof probe` / `adjudicate` can run."""
+    """Path names a user may pass, optionally only those `tuneproof probe` / `adjudicate` can run."""
     return tuple(
-        p.name for p in PATHS.values() if (not probe or p.probe) and (not adjudicate or p.adjudicate)
+        p.name
+        for p in PATHS.values()
+        if p.name != UNKNOWN_PATH and (not probe or p.probe) and (not adjudicate or p.adjudicate)
     )
 
 
@@ -371,20 +395,3 @@ def performed_for(p: AttentionPath, rows: Rows, spec: AttentionSpec) -> Performe
         got.mask.materialised, tuple((swap(c), s) for c, s in got.mask.causes), swap(got.mask.otherwise)
     )
     return Performed(got.pairs, mask, swap(got.why))
-
-
-def implementation_path(attn: str | None) -> tuple[str, str | None]:
-    """The path a transformers `attn_implementation` is costed as, and how it was mapped (None: as is).
-    None is transformers' default (sdpa); the FlashAttention builds (flash_attention_3, _4, a hub
-    kernel named flash-attn) are fused kernels with no mask, costed as flash_attention_2; any other
-    implementation is not modelled and is costed as a fused kernel too, saying so."""
-    if attn is None:
-        return "sdpa", "no attention option: transformers' default, sdpa"
-    if attn in PATHS:
-        return attn, None
-    if attn.startswith("flash_attention") or "flash-attn" in attn:
-        return "flash_attention_2", f"{attn} is costed as flash_attention_2 (a fused kernel, no mask)"
-    return (
-        "flash_attention_2",
-        f"{attn} is not modelled: costed as a fused kernel (no mask), dispatch unknown",
-    )

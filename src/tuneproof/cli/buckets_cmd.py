@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tuneproof.attention.paths import PATHS
+from tuneproof.attention.paths import names
 from tuneproof.cli.common import (
     command,
     finish,
@@ -47,7 +47,10 @@ from tuneproof.data.compare import CASE_FIT_TEXT, COMPARE_CHOICES
     "adds the attention FLOPs each plan performs.",
 )
 @click.option(
-    "--attn", default="sdpa", show_default=True, help="Attention path for --config: " + ", ".join(PATHS) + "."
+    "--attn",
+    default="sdpa",
+    show_default=True,
+    help="Attention path for --config: " + ", ".join(names()) + ".",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed of every shuffle (same seed, same plan)."

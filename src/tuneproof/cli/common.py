@@ -108,13 +108,13 @@ def command(**kwargs: Any) -> Callable[[Callable[..., Any]], click.Command]:
 def step_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The micro-batch's geometry, as `flops` and `memory` take it: --seq-len, --batch, --attn,
     --padding-fraction."""
-    from tuneproof.attention.paths import PATHS
+    from tuneproof.attention.paths import names
 
     for option in reversed((
         click.option("--seq-len", type=int, required=True, help="Padded width T of every sequence, tokens."),
         click.option("--batch", type=int, default=1, show_default=True, help="Sequences per micro-batch, B."),
         click.option("--attn", default="sdpa", show_default=True,
-                     help="Attention path: " + ", ".join(PATHS) + "."),
+                     help="Attention path: " + ", ".join(names()) + "."),
         click.option("--padding-fraction", type=float, default=0.0, show_default=True,
                      help="Share of the B*T token slots that are padding, in [0, 1)."),
     )):  # fmt: skip

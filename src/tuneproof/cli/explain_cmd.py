@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tuneproof.attention.paths import PATHS
+from tuneproof.attention.paths import names
 from tuneproof.cli.common import (
     PATH,
     command,
@@ -33,7 +33,7 @@ from tuneproof.cli.common import (
     help="With --packed: build a small copy of the model (every layer kind, random weights) on --attn and "
     "run one packed row packed and document by document: do the documents stay apart?",
 )
-@click.option("--attn", default="sdpa", show_default=True, help=", ".join(PATHS) + ".")
+@click.option("--attn", default="sdpa", show_default=True, help=", ".join(names()) + ".")
 @click.option("--dtype", default="bf16", show_default=True, help="bf16, fp16 or fp32.")
 @click.option("--training", is_flag=True, help="Tensors require grad (training step), not inference.")
 @click.option(
@@ -94,10 +94,11 @@ def explain(
 ) -> int:
     """Per attention layer type: is a mask materialised, which SDPA backend runs, what each refusal was."""
     from tuneproof.attention.dispatch import Context
-    from tuneproof.attention.target import device_target
     from tuneproof.commands.explain import ExplainSpec, prepare, run
+    from tuneproof.hardware.card import card
+    from tuneproof.runs.run import Run
 
-    target = device_target(capability, gpu, trace)
+    target = card(gpu, capability=capability, trace=trace)
     if trace is not None and config == "tiny":
         warn("--trace gives the card, not the model: the embedded tiny model is explained; pass --config")
     warn_unused(
@@ -111,10 +112,11 @@ def explain(
             ("cuda",), "a 9.x/10.x card of minor other than 0 or 3 (the only CUDA-build rule)", minor_rule
         )
     warn_unused(("dropout",), "--training (the attention gets its dropout in training only)", training)
-    ctx = Context(
-        seq_len=seq_len, batch=batch, attn=attn, padded=padded, packed=packed, dtype=dtype,
-        training=training, capability=target.capability, smem_limit=target.smem_limit,
-        smem_source=target.smem_source, dropout=dropout, compiled=compiled, cudnn=cudnn, cuda=cuda,
+    flags = Run.of_flags(
+        attn=attn, mode="full" if training else "forward", seq_len=seq_len, micro_batch=batch,
+        torch_compile=compiled,
     )  # fmt: skip
+    step = flags.step(padded=padded, packed=packed)
+    ctx = Context(step=step, card=target, dtype=dtype, dropout=dropout, cudnn=cudnn, cuda=cuda)
     spec = ExplainSpec(model=config, context=ctx, live=live)
     return finish(run(prepare(with_model(spec))), json_out)

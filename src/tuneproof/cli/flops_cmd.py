@@ -14,7 +14,6 @@ from tuneproof.cli.common import (
     str_list,
     target_parameters,
     warn_unused,
-    with_model,
 )
 
 
@@ -57,18 +56,17 @@ def flops(
 ) -> int:
     """Intended vs performed FLOPs per component and pass, each excess named, and MFU."""
     from tuneproof.commands.flops import FlopsSpec, prepare, run
-    from tuneproof.runs.step import RunSpec
+    from tuneproof.runs.run import Run
 
-    step = RunSpec(
-        seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
-        lora_rank=lora_rank,
-        lora_targets=() if lora_targets == "none" else str_list(lora_targets, "--lora-targets"),
-        lora_target_parameters=target_parameters(lora_target_parameters), grad_ckpt=grad_ckpt,
+    warn_unused(("lora_rank", "lora_targets", "lora_target_parameters"), "--mode lora", mode == "lora")
+    warn_unused(("gpu", "peak_tflops", "dtype"), "--step-time (MFU needs a step time)", step_time is not None)
+    flags = Run.of_flags(
+        attn=attn, mode=mode, seq_len=seq_len, micro_batch=batch, lora_r=lora_rank,
+        targets=() if lora_targets == "none" else str_list(lora_targets, "--lora-targets"),
+        target_parameters=target_parameters(lora_target_parameters), grad_ckpt=grad_ckpt,
     )  # fmt: skip
+    step = flags.step(padding=padding_fraction)
     spec = FlopsSpec(
         model=config, run=step, step_time_s=step_time, gpu=gpu, dtype=dtype, peak_tflops=peak_tflops
     )  # checked before the model is read
-    result = run(prepare(with_model(spec)))
-    warn_unused(("lora_rank", "lora_targets", "lora_target_parameters"), "--mode lora", mode == "lora")
-    warn_unused(("gpu", "peak_tflops", "dtype"), "--step-time (MFU needs a step time)", step_time is not None)
-    return finish(result, json_out)
+    return finish(run(prepare(spec)), json_out)

@@ -15,7 +15,6 @@ from tuneproof.cli.common import (
     str_list,
     target_parameters,
     warn_unused,
-    with_model,
 )
 
 
@@ -58,23 +57,18 @@ def memory(
     from tuneproof.commands.memory import MemorySpec, prepare, run
     from tuneproof.core import validate
     from tuneproof.core.dtypes import LOW_PRECISION
-    from tuneproof.memory.step import Precision, Training
-    from tuneproof.runs.step import RunSpec
+    from tuneproof.runs.run import Run
+    from tuneproof.runs.step import Precision, Training
 
     validate.choice("autocast", autocast, (*LOW_PRECISION, "none"))
-    step = RunSpec(
-        seq_len=seq_len, batch=batch, attn=attn, padding_fraction=padding_fraction, mode=mode,
-        lora_rank=lora_rank,
-        lora_targets=() if lora_targets == "none" else str_list(lora_targets, "--lora-targets"),
-        lora_target_parameters=target_parameters(lora_target_parameters), grad_ckpt=grad_ckpt,
-    )  # fmt: skip
-    spec = MemorySpec(
-        model=config, run=step,
+    warn_unused(("lora_rank", "lora_targets", "lora_target_parameters"), "--mode lora", mode == "lora")
+    flags = Run.of_flags(
+        attn=attn, mode=mode, seq_len=seq_len, micro_batch=batch, lora_r=lora_rank,
+        targets=() if lora_targets == "none" else str_list(lora_targets, "--lora-targets"),
+        target_parameters=target_parameters(lora_target_parameters), grad_ckpt=grad_ckpt,
         precision=Precision(dtype=dtype, autocast=None if autocast == "none" else autocast, quant=quant),
         training=Training(optimizer=optimizer, optimizer_impl=optimizer_impl, grad_accum=grad_accum,
                           parallel=parallel, world_size=world_size),
-        gpu=gpu, gpu_memory=gpu_memory,
     )  # fmt: skip
-    result = run(prepare(with_model(spec)))
-    warn_unused(("lora_rank", "lora_targets", "lora_target_parameters"), "--mode lora", mode == "lora")
-    return finish(result, json_out)
+    spec = MemorySpec(model=config, run=flags.step(padding=padding_fraction), gpu=gpu, gpu_memory=gpu_memory)
+    return finish(run(prepare(spec)), json_out)

@@ -102,7 +102,7 @@ def probe(
     """Time a step at several widths, fit t = A*w + B*w^2, profile every width, cross-check the two."""
     from tuneproof.commands import probe as area
 
-    spec = area.ProbeSpec(
+    spec = area.ProbeSpec.of(
         model=config, out=out, attn=attn, widths=int_list(widths, "--widths"), batch=batch, mode=mode,
         grad_ckpt=grad_ckpt, device=device, dtype=dtype, min_repeats=min_repeats, max_repeats=max_repeats,
         budget_s=budget_s, target=target, profiles=profiles, seed=seed, over_budget=over_budget,

@@ -112,7 +112,6 @@ def memory_section(model: ResolvedModel) -> MemorySection | SkippedSection:
     from tuneproof.core.errors import TuneproofError
     from tuneproof.memory.norms import norm_inventory
     from tuneproof.memory.step import check_sizable, step_memory
-    from tuneproof.runs.step import RunSpec
 
     try:
         check_sizable(model.shape)
@@ -122,10 +121,7 @@ def memory_section(model: ResolvedModel) -> MemorySection | SkippedSection:
     rows = []
     for width in doctor_widths(model.shape):
         for (label, attn, pad), ckpt in ((s, c) for s in SCENARIOS for c in (True, False)):
-            run = RunSpec(
-                seq_len=width, batch=BATCH, attn=attn, padding_fraction=pad, mode="lora", lora_rank=LORA_RANK,
-                grad_ckpt=ckpt,
-            )  # fmt: skip
+            run = _lora_run(width, attn, ckpt).step(padding=pad)
             peak = step_memory(model, run, norms=norms).peak
             rows.append({"width": width, "scenario": label, "grad_ckpt": ckpt, "peak_bytes": peak.peak_bytes,
                          "where": peak.where})  # fmt: skip
@@ -185,22 +181,13 @@ class DoctorReport(NoWarnings):
 
 def flops_section(shape: ModelShape) -> FlopsSection:
     from tuneproof.flops import flop_report
-    from tuneproof.runs.step import RunSpec
 
     widths = doctor_widths(shape)
     rows = []
     detail = None
     for width in widths:
         for label, attn, pad in SCENARIOS:
-            run = RunSpec(
-                seq_len=width,
-                batch=BATCH,
-                attn=attn,
-                padding_fraction=pad,
-                mode="lora",
-                lora_rank=LORA_RANK,
-                grad_ckpt=True,
-            )
+            run = _lora_run(width, attn, True).step(padding=pad)
             rep = flop_report(shape, run)
             top = max(rep.excess, key=lambda e: e.flops, default=None)
             rows.append(
@@ -278,7 +265,7 @@ def probe_section(
 
     # a diagnosis runs the probe's floor even past its budget, and the probe's notes say so; the
     # estimate is said as soon as it is known, and every progress line past the budget says so
-    spec = ProbeSpec(
+    spec = ProbeSpec.of(
         model=model, widths=PROBE_WIDTHS, batch=2, mode=PROBE_MODE, budget_s=budget_s, over_budget="floor"
     )
     try:
@@ -306,14 +293,32 @@ class ExplainSection:
         render_explanation(self.case_card, console)
 
 
+def _lora_run(width: int, attn: str, grad_ckpt: bool) -> Any:
+    """The doctor's run at one width: a LoRA of rank LORA_RANK on all-linear, BATCH rows."""
+    from tuneproof.runs.run import Run
+
+    return Run.of_flags(
+        attn=attn,
+        mode="lora",
+        seq_len=width,
+        micro_batch=BATCH,
+        lora_r=LORA_RANK,
+        grad_ckpt=grad_ckpt,
+        targets=("all-linear",),
+    )
+
+
 def explain_section(shape: ModelShape) -> ExplainSection:
     from dataclasses import replace
 
     from tuneproof.attention.dispatch import Context, explain
+    from tuneproof.hardware.card import of_capability
+    from tuneproof.runs.run import Run
 
-    here = Context(seq_len=doctor_widths(shape)[-1], batch=BATCH, padded=True, training=True, dtype="fp32")
+    widest = Run.of_flags(attn="sdpa", mode="full", seq_len=doctor_widths(shape)[-1], micro_batch=BATCH)
+    here = Context(step=widest.step(padded=True), dtype="fp32")
     return ExplainSection(
-        explain(shape, here), explain(shape, replace(here, dtype="bf16", capability=(12, 0)))
+        explain(shape, here), explain(shape, replace(here, dtype="bf16", card=of_capability((12, 0))))
     )
 
 
@@ -373,7 +378,7 @@ class ProjectionSection:
     model: Any  # StepModel
 
     def line(self) -> str:
-        from tuneproof.commands.plan import hours as _h
+        from tuneproof.measure.projection import hours as _h
 
         ours, rnd = self.projections
         ci = (f" (95 % interval {_h(ours.wall_s_ci95[0])}-{_h(ours.wall_s_ci95[1])})"
@@ -397,9 +402,10 @@ class ProjectionSection:
 
 
 def projection_section(probe: Any) -> ProjectionSection | SkippedSection:
-    from tuneproof.commands.plan import StepModel, project
     from tuneproof.data import synthetic_lengths
     from tuneproof.measure.probe import timing_rows
+    from tuneproof.measure.projection import project
+    from tuneproof.measure.step_model import StepModel
 
     if not isinstance(probe, ProbeSection):
         return SkippedSection("no probe fit to project with (the probe section says why)")

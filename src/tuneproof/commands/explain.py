@@ -93,11 +93,10 @@ def _memory_notes(shape: Any, ctx: Any, result: Explanation) -> list[str]:
     from tuneproof.core.dtypes import BY_SHORT
     from tuneproof.memory.activations import Geometry, attention_items
     from tuneproof.memory.report import gib
-    from tuneproof.runs.step import RunSpec
 
-    run = RunSpec(seq_len=ctx.seq_len, batch=ctx.batch, attn=ctx.attn)
+    run = ctx.step
     notes = []
-    for x, idxs in zip(result.layers, shape.attention_groups().values(), strict=False):
+    for x, idxs in zip(result.layers, shape.attention_groups.values(), strict=False):
         layer = shape.layers[idxs[0]]
 
         def kept(backend: str, masked: bool, layer: Any = layer) -> int:

@@ -97,7 +97,7 @@ def run(plan: RecordPlan | ComparePlan, progress: Progress | None = None) -> Rec
     from tuneproof.core.io import atomic_write_json
 
     if isinstance(plan, ComparePlan):
-        return compare(plan, progress)
+        return _compare(plan, progress)
     taken = fingerprint(plan.checkpoint, mib_steps(progress, "hashing MiB", plan.checkpoint.nbytes))
     result = Fingerprint(
         digest=taken.digest, tensors=taken.tensors, total_bytes=taken.total_bytes, source=str(plan.source)
@@ -143,7 +143,7 @@ def _digests(side: Side, progress: Progress | None) -> Fingerprint:
     return fingerprint(side.checkpoint, step)
 
 
-def compare(plan: ComparePlan, progress: Progress | None = None) -> FingerprintComparison:
+def _compare(plan: ComparePlan, progress: Progress | None = None) -> FingerprintComparison:
     """Hash each folder (progress phase 'hashing NAME MiB'), name the differing tensors and, when both
     sides are folders, characterise the tensors of the same shape that differ."""
     a, b = plan.a, plan.b

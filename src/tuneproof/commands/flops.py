@@ -10,9 +10,9 @@ from tuneproof.arch import ResolvedModel, resolve
 from tuneproof.arch.shape import ModelShape
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
-from tuneproof.flops.report import FlopReport, check_step_time, flop_report, positions_notes
+from tuneproof.flops.report import FlopReport, check_step_time, flop_report
 from tuneproof.hardware.gpus import Peak
-from tuneproof.runs.step import RunSpec
+from tuneproof.runs.step import Step
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -24,7 +24,7 @@ class FlopsSpec:
     (`tuneproof.resolve`; its `notes` say which fields came from transformers' defaults)."""
 
     model: str | Path | ResolvedModel = "tiny"
-    run: RunSpec
+    run: Step
     step_time_s: float | None = None
     gpu: str | None = None
     dtype: str = "bf16"
@@ -48,20 +48,23 @@ class FlopsSpec:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class FlopsPlan:
-    """What `run` counts, with the notes found on the way in."""
+    """What `run` counts, with the notes found on the way in and the model's own warnings (the fields
+    its config left to transformers' defaults)."""
 
     shape: ModelShape
     spec: FlopsSpec
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def prepare(spec: FlopsSpec) -> FlopsPlan:
     """The plan for `spec` on its model. A width over the model's positions is counted as asked
     (context extension), with a note."""
     model = resolve(spec.model)
-    return FlopsPlan(model.shape, spec, positions_notes(model, spec.run.seq_len))
+    notes = model.positions_notes(spec.run.seq_len)
+    return FlopsPlan(shape=model.shape, spec=spec, notes=notes, warnings=model.notes)
 
 
 def run(plan: FlopsPlan, progress: Progress | None = None) -> FlopReport:
@@ -69,4 +72,5 @@ def run(plan: FlopsPlan, progress: Progress | None = None) -> FlopReport:
     spec = plan.spec
     report = flop_report(plan.shape, spec.run, step_time_s=spec.step_time_s, peak=spec.peak)
     report.notes.extend(plan.notes)
+    report.warnings[:0] = plan.warnings
     return report

@@ -1,270 +1,63 @@
 """`tuneproof preflight` as two library calls: `prepare(spec)` reads the run's config (an Axolotl YAML or a
 tuneproof recipe TOML) and its base model, refusing in one line what cannot be checked; `run(plan)`
 computes every section and returns a `PreflightResult`, whose verdict is FINDINGS (exit 1) when any
-section found something slow or wrong and CLEAN (exit 0) otherwise. `preflight_axolotl(cfg, source)`
-does both for a config already loaded (the Axolotl plugin's use).
+section found something slow or wrong and CLEAN (exit 0) otherwise. The spec takes a config already
+loaded too (`PreflightSpec(config=...)`: the Axolotl plugin's use).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuneproof.attention.target import DeviceTarget
 from tuneproof.core.errors import TuneproofError
 from tuneproof.core.progress import Progress
-from tuneproof.core.verdict import NoWarnings, Verdict, counted
 from tuneproof.data.ranks import StepCost
-from tuneproof.preflight.sections import Section
-from tuneproof.runs.axolotl import from_axolotl, read_yaml
-from tuneproof.runs.run import Run
+from tuneproof.preflight.report import PreflightPlan, PreflightResult, plan_preflight, preflight_report
+from tuneproof.runs.axolotl import from_axolotl
+from tuneproof.runs.read import RUN_HINT
 
-RUN_HINT = "pass an Axolotl YAML (.yml, .yaml) or a tuneproof recipe (.toml)"
+__all__ = ["PreflightPlan", "PreflightResult", "PreflightSpec", "prepare", "run"]
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
 class PreflightSpec:
     """A run's own config to check before launch: `run_file` an Axolotl YAML or a tuneproof recipe
-    TOML; `gpu` the card, for dispatch and flex kernel options ("auto": this device, None: the CPU);
-    `fit` the step's measured cost (`tuneproof.data.ranks.StepCost`: c + rows x (a*w + b*w^2) seconds
-    at width w, from a `tuneproof probe` or `fit` of this model), for the run's wall time; None: none."""
+    TOML, or `config` an Axolotl config already loaded (a mapping of its options, as the Axolotl plugin
+    has it; `source` names it); `gpu` the card, for dispatch and flex kernel options ("auto": this
+    device, None: the CPU); `fit` the step's measured cost (`tuneproof.data.ranks.StepCost`: c + rows x
+    (a*w + b*w^2) seconds at width w, from a `tuneproof probe` or `fit` of this model), for the run's wall
+    time; None: none."""
 
-    run_file: Path
+    run_file: Path | None = None
+    config: Mapping[str, Any] | None = None
+    source: str = ""
     gpu: str | None = None
     fit: StepCost | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "run_file", Path(self.run_file))  # a str is taken as the path it names
-
-
-@dataclass(kw_only=True, slots=True)
-class PreflightPlan:
-    run: Run
-    model: Any  # ResolvedModel
-    config: dict[str, Any]  # the base's config.json
-    folder: Path | None  # the base's local folder (its tokenizer), when there is one
-    target: DeviceTarget  # the card: capability and shared memory (none: the CPU)
-    gpu: str | None
-    fit: StepCost | None
-
-
-@dataclass(slots=True)
-class PreflightResult(NoWarnings):
-    run: Run
-    sections: list[Section]
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def findings(self) -> list[str]:
-        return [*self.run.findings, *(f for s in self.sections for f in s.findings)]
-
-    @property
-    def verdict(self) -> Verdict:
-        return counted(len(self.findings), "before launch", "nothing found that will be slow or wrong")
-
-    def to_dict(self) -> dict[str, Any]:
-        r = self.run
-        return {
-            "source": r.source,
-            "kind": r.kind,
-            "base_model": r.base_model,
-            "run": {
-                "sequence_len": r.seq_len,
-                "micro_batch_size": r.micro_batch,
-                "grad_accum": r.grad_accum,
-                "sample_packing": r.packing,
-                "pad_to_sequence_len": r.pad_to_seq_len,
-                "attn_implementation": r.attn,
-                "dtype": r.dtype,
-                "gemma4_hybrid_attn_impl": r.hybrid,
-                "gradient_checkpointing": r.grad_ckpt,
-                "adapter": r.adapter,
-                "lora_r": r.lora_r,
-                "torch_compile": r.torch_compile,
-                "fsdp": r.fsdp,
-                "deepspeed": r.deepspeed,
-            },
-            "sections": {s.name: {"lines": s.lines, **s.data, "findings": s.findings} for s in self.sections},
-            "findings": self.findings,
-            "notes": [*r.notes, *self.notes],
-            "verdict": self.verdict.outcome,
-            "exit_code": self.verdict.exit_code,
-        }
-
-    def render(self, console: Any) -> None:
-        from rich.markup import escape
-
-        r = self.run
-        console.print(f"preflight {escape(r.source)} ({r.kind}): base {escape(r.base_model)}", markup=True)
-        for note in [*r.notes, *self.notes]:
-            console.print(f"  note: {escape(note)}")
-        for s in self.sections:
-            console.print(f"{s.name}")
-            for line in s.lines:
-                console.print(f"  {escape(line)}")
-        if self.findings:
-            console.print("findings")
-            for f in self.findings:
-                console.print(f"  - {escape(f)}")
-        v = self.verdict
-        console.print(f"verdict: {v.outcome} ({v.reason}; exit {v.exit_code})")
-
-
-def read_run(path: Path) -> Run:
-    from tuneproof.core.io import input_file
-
-    input_file(path, "run config", RUN_HINT)
-    suffix = path.suffix.lower()
-    if suffix in (".yml", ".yaml"):
-        data, lines, duplicates = read_yaml(path)
-        return from_axolotl(data, str(path), lines, duplicates)
-    if suffix == ".toml":
-        from tuneproof.runs.from_recipe import from_recipe
-
-        return from_recipe(path)
-    raise TuneproofError(f"{path}: not a YAML or TOML file", RUN_HINT)
+        if (self.run_file is None) == (self.config is None):
+            raise TuneproofError("give a run's config file or a loaded config, one of them", RUN_HINT)
+        if self.run_file is not None:  # a str is taken as the path it names
+            object.__setattr__(self, "run_file", Path(self.run_file))
 
 
 def prepare(spec: PreflightSpec) -> PreflightPlan:
-    return _plan(read_run(spec.run_file), spec.gpu, spec.fit)
+    """The run read (its file, or an Axolotl config already loaded), its base model resolved and the
+    card found (`tuneproof.preflight.report.plan_preflight`); what cannot be checked is refused here in
+    one line."""
+    from tuneproof.runs.read import read_run_file
 
-
-def _plan(run: Run, gpu: str | None, fit: Any) -> PreflightPlan:
-    from tuneproof.arch import resolve
-    from tuneproof.arch.locate import locate_config
-
-    target = _target(gpu)
-    model = resolve("tiny" if run.base_model == "tiny" else run.base_model)
-    folder = None if run.base_model == "tiny" else locate_config(run.base_model).parent
-    if target.capability is not None and target.capability < (8, 0) and run.dtype == "bf16":
-        if run.bf16_auto:
-            note = "bf16 auto on a card without bf16 (capability below 8.0): Axolotl trains in fp16"
-            run = replace(run, dtype="fp16", notes=(*run.notes, note))
-        else:
-            finding = (
-                f"{run.source}: bf16 on a card of capability {target.capability[0]}.{target.capability[1]}, "
-                "which has no bf16: transformers' Trainer refuses it; use fp16 or fp32"
-            )
-            run = replace(run, findings=(*run.findings, finding))
-    if run.auto_attention:  # tuneproof train's attention auto
-        run = replace(run, attn="flex_attention" if target.capability is not None else "sdpa")
-    problem = model.positions_problem(run.seq_len, run.seq_len_key)
-    if problem:
-        raise TuneproofError(
-            f"{run.source}: {problem}", "lower sequence_len, or extend the model's context first"
-        )
-    config = model.source if isinstance(model.source, dict) else {}
-    return PreflightPlan(run=run, model=model, config=config, folder=folder, target=target, gpu=gpu, fit=fit)
-
-
-def _target(gpu: str | None) -> DeviceTarget:
-    """The card from its name (its row's shared memory; "auto": this device's), or from a capability
-    written as one (9.0, sm_90: the capability's table)."""
-    from tuneproof.attention.target import device_target
-
-    return device_target(None, gpu)
+    if spec.config is not None:
+        run = from_axolotl(dict(spec.config), spec.source or "the Axolotl config")
+    else:
+        assert spec.run_file is not None  # checked by the spec
+        run = read_run_file(spec.run_file)
+    return plan_preflight(run, spec.gpu, spec.fit)
 
 
 def run(plan: PreflightPlan, progress: Progress | None = None) -> PreflightResult:
-    from tuneproof.preflight import batches, sections, vocab
-    from tuneproof.preflight.base_quant import base_quantisation
-    from tuneproof.preflight.coverage import coverage, inventory
-
-    say = progress or (lambda _m: None)
-    r = plan.run
-    notes: list[str] = []
-    lens, padding, distinct, widths = None, None, None, None
-    out: list[Section] = []
-    tokenizer, why_not = None, None
-    if r.datasets or r.tokens.asked:
-        folder, why_not = vocab.tokenizer_folder(r, plan.folder)
-        tokenizer, why_not = batches.read_tokenizer(folder) if folder is not None else (None, why_not)
-    if r.datasets:
-        say("datasets")
-        lens, ds_notes, ds_findings = batches.lengths(r, tokenizer)
-        notes.extend(ds_notes)
-        r = replace(r, findings=(*r.findings, *ds_findings))
-    else:
-        notes.append("no datasets listed: padding and wall time need real lengths")
-    if lens is not None:
-        sec, padding, distinct, widths = batches.batching(r, lens)
-        out.append(sec)
-    if r.datasets and tokenizer is not None:
-        say("tokens that train")
-        out.append(trained_tokens(r, tokenizer, plan.folder))
-    cov = coverage(r, inventory(plan.config)) if r.adapter and plan.config else None
-    say("FLOP ledger")
-    real = None if r.packing or not widths else int(sorted(widths)[len(widths) // 2])
-    out.append(sections.ledger(r, plan.model, None if r.packing else padding, real, cov))
-    say("attention dispatch")
-    out.append(sections.dispatch(r, plan.model, plan.target))
-    out.append(sections.flex_options(plan.model, plan.target, plan.gpu, r))
-    say("memory ledger")
-    out.append(sections.memory(r, plan.model, plan.gpu, plan.target, cov))
-    out.append(sections.recompiles(r, distinct))
-    if cov is not None:
-        out.append(_lora(r, cov))
-    added = vocab.tokens(r, tokenizer, why_not, plan.model, str(plan.config.get("model_type", "")))
-    if added is not None:
-        out.append(added)
-    stored = base_quantisation(r, plan.config)
-    if stored is not None:
-        out.append(stored)
-    out.append(sections.ship(r, plan.config))
-    if plan.fit is not None and widths:
-        out.append(batches.wall_time(r, widths, plan.fit))
-    elif plan.fit is not None:
-        out.append(batches.step_time(r, plan.fit))
-    return PreflightResult(r, out, notes)
-
-
-def trained_tokens(r: Run, tokenizer: Any, folder: Path | None) -> Section:
-    """The tokens that train in each local dataset, as the run's trainer builds its labels
-    (`tuneproof.labels`): one line per dataset, and its findings."""
-    from tuneproof.labels.from_run import rules_for
-    from tuneproof.labels.report import ModelFacts, check
-    from tuneproof.labels.rows import read_rows
-    from tuneproof.preflight.batches import MAX_ROWS
-
-    s = Section(name="trained tokens")
-    model = ModelFacts.from_folder(folder)
-    for ds in r.datasets:
-        if ds.local is None:
-            continue
-        rules, why = rules_for(r, ds)
-        if rules is None:
-            s.lines.append(f"{ds.path}: not modelled: {why}")
-            continue
-        try:
-            rows = read_rows(ds.local, MAX_ROWS)
-        except TuneproofError as e:
-            s.lines.append(f"{ds.path}: not read: {e.message}")
-            continue
-        report = check(rows, tokenizer, rules, model, ds.path)
-        s.lines.append(f"{ds.path}: {report.lines[0]}")
-        s.lines.extend(f"  {line}" for line in report.lines[1:])
-        s.findings.extend(f"tokens that train: {ds.path}: {f.text}" for f in report.findings)
-        s.data[ds.path] = report.to_dict()
-    return s
-
-
-def _lora(r: Run, cov: Any) -> Section:
-    s = Section(name="lora", data=cov.to_dict(), findings=list(cov.findings))
-    fams = ", ".join(f"{k} x{v}" for k, v in sorted(cov.families.items()))
-    s.lines.append(
-        f"{len(cov.adapted)} modules adapted ({fams or 'none'}), rank {r.lora_r}: "
-        f"{cov.adapter_params / 1e6:,.1f} M adapter parameters, "
-        f"{cov.adapter_params / max(cov.total_params, 1):.3%} "
-        f"of {cov.total_params / 1e9:,.2f} B"
-    )
-    if cov.experts_adapted:
-        s.lines.append(f"expert parameters adapted in place: {len(cov.experts_adapted)}")
-    return s
-
-
-def preflight_axolotl(cfg: Mapping[str, Any], source: str, gpu: str | None = None) -> PreflightResult:
-    """The pre-flight of an Axolotl config already loaded (a mapping of its options)."""
-    run_config = from_axolotl(dict(cfg), source)
-    return run(_plan(run_config, gpu, None))
+    """Every section (`tuneproof.preflight.report.preflight_report`)."""
+    return preflight_report(plan, progress)

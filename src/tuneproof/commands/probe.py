@@ -10,22 +10,64 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tuneproof.arch import ResolvedModel
 from tuneproof.core.progress import Progress
 from tuneproof.measure import probe as engine
-from tuneproof.measure.probe import ProbeSpec
+from tuneproof.measure.probe import ProbeSetup
 from tuneproof.measure.probe_result import ProbeResult, analyse
+from tuneproof.runs.run import Run
 
 __all__ = ["ProbePlan", "ProbeSpec", "prepare", "run"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
+class ProbeSpec:
+    """What to probe: `model`, a config ("tiny", a config.json or its folder, a hub id in the local
+    cache) read by `prepare`, or a model already resolved; `probe`, what each timed step trains and how
+    hard to measure (`measure.probe.ProbeSetup`); `out`, the folder for the trace and the fit (None: nothing
+    written). `ProbeSpec.of(...)` takes the command's flags."""
+
+    model: str | Path | ResolvedModel = "tiny"
+    probe: ProbeSetup
+    out: Path | None = None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        model: str | Path | ResolvedModel = "tiny",
+        out: Path | None = None,
+        attn: str = "sdpa",
+        mode: str = "full",
+        grad_ckpt: bool = False,
+        lora_rank: int = 16,
+        lora_targets: tuple[str, ...] | None = None,
+        widths: tuple[int, ...] = (512, 1024, 2048),
+        batch: int = 1,
+        **how: Any,
+    ) -> ProbeSpec:
+        """The probe of the run these flags describe: `lora_targets` module paths inside a layer (None:
+        all-linear); `how`: the rest of `ProbeSetup`'s fields (device, dtype, repeats, budget, ...)."""
+        from tuneproof.attention.paths import names
+        from tuneproof.core import validate
+
+        validate.integers("widths", widths, low=2)
+        validate.choice("attn", attn, names(probe=True))  # the paths a probe can run
+        run = Run.of_flags(
+            attn=attn, mode=mode, seq_len=max(widths), micro_batch=batch, grad_ckpt=grad_ckpt,
+            lora_r=lora_rank, targets=tuple(lora_targets) if lora_targets else ("all-linear",),
+        )  # fmt: skip
+        return cls(model=model, out=out, probe=ProbeSetup(run=run, widths=widths, batch=batch, **how))
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
 class ProbePlan:
-    """A probe that passed every cheap check (`prepare`): the model, the spec, the output folder."""
+    """A probe that passed every cheap check (`prepare`): the model, the probe, the output folder."""
 
     model: ResolvedModel
-    spec: ProbeSpec
+    spec: ProbeSetup
     out: Path | None = None
 
 
@@ -38,8 +80,8 @@ def prepare(spec: ProbeSpec) -> ProbePlan:
     if spec.out is not None:
         check_out_folder(spec.out, engine.OUT_FILES)
     model = resolve(spec.model)
-    engine.check_probe(model, spec)
-    return ProbePlan(model, spec, spec.out)
+    engine.check_probe(model, spec.probe)
+    return ProbePlan(model=model, spec=spec.probe, out=spec.out)
 
 
 def run(

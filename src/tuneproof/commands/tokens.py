@@ -149,12 +149,12 @@ def _tokenizer(folder: Path) -> Any:
 
 def _from_run(spec: TokensSpec) -> TokensPlan:
     from tuneproof.arch.locate import locate_config
-    from tuneproof.commands.preflight import read_run
     from tuneproof.labels.from_run import rules_for
     from tuneproof.labels.rows import read_rows
     from tuneproof.preflight.vocab import tokenizer_folder
+    from tuneproof.runs.read import read_run_file
 
-    run = read_run(spec.source)
+    run = read_run_file(spec.source)
     if run.base_model == "tiny":
         raise TuneproofError(
             f"{run.source}: the tiny demo model has no tokenizer folder", "name a local base model"

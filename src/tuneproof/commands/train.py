@@ -40,6 +40,7 @@ from tuneproof.core.extras import require
 from tuneproof.core.progress import Progress
 from tuneproof.measure.probe import span_widths as probe_widths
 from tuneproof.runs.recipe import Recipe
+from tuneproof.runs.run import auto_attention
 from tuneproof.train.base import attach_lora, base_model, base_tokenizer, check_lora_targets
 from tuneproof.train.data import check_chat_template, is_chat, read_records, tokenise
 from tuneproof.train.folder import RECIPE_NAME, Written, check_output, last_checkpoint, write_state
@@ -106,8 +107,8 @@ def prepare(spec: TrainSpec) -> TrainPlan:
 
     cuda = torch.cuda.is_available()
     attention = recipe.run.attention
-    if attention == "auto":
-        attention = "flex_attention" if cuda else "sdpa"
+    if attention == "auto":  # the one rule of a recipe's auto (`runs.run.auto_attention`)
+        attention = auto_attention(cuda)
     owns_group = not _in_process_group()  # building the arguments starts it under torchrun
     args = training_args(recipe, out, chat, cuda, spec.quiet)
     owns_group = owns_group and _in_process_group()
@@ -459,7 +460,7 @@ def _probe(
     if widths is None:
         return None, f"the run's widest sequence ({max(lengths)} tokens) is too short to fit a scaling law"
     try:
-        spec = probe.ProbeSpec(
+        spec = probe.ProbeSpec.of(
             model=resolved, attn=attention, widths=widths, batch=recipe.optim.micro_batch, mode="lora",
             grad_ckpt=recipe.optim.grad_ckpt, device=device, lora_rank=recipe.lora.r, budget_s=budget,
             seed=recipe.optim.seed, lora_targets=run_targets(resolved, recipe.lora.targets),

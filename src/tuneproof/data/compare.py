@@ -65,7 +65,7 @@ def attention_flops(
     from tuneproof.runs.step import Rows
 
     chosen = path(attn)
-    groups = [(shape.layers[idx[0]].attention, len(idx)) for idx in shape.attention_groups().values()]
+    groups = [(shape.layers[idx[0]].attention, len(idx)) for idx in shape.attention_groups.values()]
     performed = intended = 0.0
     for b in batches:
         ls = [int(n) for n in lengths[b]]

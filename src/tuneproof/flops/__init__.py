@@ -3,7 +3,7 @@
 from tuneproof.flops.effects import EFFECTS, Effect
 from tuneproof.flops.ledger import Ledger, Row, WalkState
 from tuneproof.flops.report import Excess, FlopReport, Mfu, flop_report
-from tuneproof.runs.step import MODES, RunSpec
+from tuneproof.runs.step import MODES, RunSpec, Step
 
 __all__ = [
     "EFFECTS",
@@ -15,6 +15,7 @@ __all__ = [
     "Mfu",
     "Row",
     "RunSpec",
+    "Step",
     "WalkState",
     "flop_report",
 ]

@@ -17,18 +17,39 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tuneproof.arch.shape import Linear, ModelShape
-from tuneproof.attention.paths import PATHS, Performed, intended_for
-from tuneproof.flops.ledger import WalkState, adapted_in_place
-from tuneproof.runs.step import RunSpec
+from tuneproof.arch.targets import Adaptation, check
+from tuneproof.attention.paths import PATHS, Performed, intended_for, path, performed_for
+from tuneproof.flops.ledger import WalkState
+from tuneproof.runs.step import Step
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class EffectContext:
-    """What the effects read: the model, the run, and the chosen path's pairs per layer."""
+    """What the walks and the effects read from the layers below, read once before the first walk: the
+    model, the run, what its LoRA adapts (PEFT's resolution, checked), the softmax-attention groups, and
+    per layer the pairs the architecture intends and what the chosen path computes for this batch."""
 
     shape: ModelShape
-    run: RunSpec
+    run: Step
+    lora: Adaptation
+    groups: dict[str, list[int]]  # attention geometry label -> its layer indices
+    intended: tuple[int, ...]  # per layer: attention pairs the architecture intends
     performed: dict[int, Performed]  # layer index -> what the path computes for this batch
+
+    @classmethod
+    def of(cls, shape: ModelShape, run: Step) -> EffectContext:
+        rows, attn = run.rows, path(run.attn, unknown=True)
+        intended = tuple(intended_for(rows, layer.attention) for layer in shape.layers)
+        performed = {layer.index: performed_for(attn, rows, layer.attention) for layer in shape.layers}
+        found = check(shape, run.lora, run.mode)
+        return cls(
+            shape=shape,
+            run=run,
+            lora=found if run.mode == "lora" else Adaptation(targets=run.lora),
+            groups=shape.attention_groups,
+            intended=intended,
+            performed=performed,
+        )
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -43,9 +64,7 @@ class Effect:
 
 
 def intended_state(ctx: EffectContext) -> WalkState:
-    rows = ctx.run.rows()
-    pairs = tuple(intended_for(rows, layer.attention) for layer in ctx.shape.layers)
-    return WalkState(tokens=ctx.run.real_tokens, pairs=pairs)
+    return WalkState(tokens=ctx.run.real_tokens, pairs=ctx.intended)
 
 
 def _pad_why(ctx: EffectContext, layers: tuple[int, ...]) -> str:
@@ -62,7 +81,7 @@ def _delta_why(ctx: EffectContext, layers: tuple[int, ...]) -> str:
         1
         for layer in ctx.shape.layers
         for s in layer.steps
-        if isinstance(s, Linear) and adapted_in_place(s, run)
+        if isinstance(s, Linear) and ctx.lora.place(layer.index, s).how == "parameter"
     )
     return (
         f"PEFT's target_parameters forms W + A@B (r={run.lora_rank} per expert) for {count} fused expert "

@@ -11,7 +11,7 @@ Convention (both ledgers):
 - Fused attention kernels (sdpa, flash, flex) recompute QK^T inside their backward; the performed
   ledger counts it as its own row, the intended ledger does not.
 - MoE experts: each token runs top_k experts (exact whatever the routing).
-- LoRA on fused experts (PEFT `target_parameters`, `RunSpec.lora_target_parameters`): PEFT's
+- LoRA on fused experts (PEFT `target_parameters`, `Step.lora_target_parameters`): PEFT's
   ParamWrapper does not add an adapter path beside the experts; it re-parametrises the 3-D weight
   W[E, in, out] as W + s*A@B with A[E, in, r], B[E, r, out] (rank r per expert) on every forward, and
   the experts' GEMMs run on that merged weight. So the merged weight needs a gradient: the expert
@@ -45,11 +45,11 @@ from tuneproof.arch.shape import (
     LayerShape,
     Linear,
     ModelShape,
-    Step,
+    Op,
 )
-from tuneproof.arch.targets import peft_matches
-from tuneproof.core.errors import TuneproofError, field_error
-from tuneproof.runs.step import RunSpec
+from tuneproof.arch.targets import Adaptation
+from tuneproof.core.errors import TuneproofError
+from tuneproof.runs.step import Step
 
 PASSES = ("forward", "recompute", "backward")
 # components whose rows cost the same whatever the tokens: a micro-batch pays them once, not per row
@@ -99,38 +99,6 @@ class Ledger:
         )
 
 
-def _matches(name: str, targets: tuple[str, ...]) -> bool:
-    """PEFT target_modules semantics on a module path: exact name or '.'-suffix."""
-    return "all-linear" in targets or peft_matches(name, targets)
-
-
-def _matches_parameter(name: str, targets: tuple[str, ...]) -> bool:
-    """PEFT target_parameters semantics on a parameter path: exact name or '.'-suffix."""
-    return peft_matches(name, targets)
-
-
-def parameter_path(lin: Linear) -> str:
-    """The path PEFT's target_parameters names `lin`'s weight by: a fused expert parameter is a
-    parameter itself (`mlp.experts.gate_up_proj`), a 2-D weight is its module's `.weight`
-    (`mlp.gate.weight`, a router applied as a raw matmul)."""
-    return lin.name if lin.num_experts > 1 else f"{lin.name}.weight"
-
-
-def adapted_in_place(lin: Linear, run: RunSpec) -> bool:
-    """A weight PEFT's target_parameters adapts in place (W + A@B, formed on every use): a fused
-    expert parameter, or a 2-D weight (PEFT's all-linear on MoE models wraps the router's)."""
-    return (
-        run.mode == "lora"
-        and lin.component != "lm_head"
-        and _matches_parameter(parameter_path(lin), run.lora_target_parameters)
-    )
-
-
-def trained_whole(lin: Linear, run: RunSpec) -> bool:
-    """A module PEFT's modules_to_save copies and trains whole beside the adapters."""
-    return run.mode == "lora" and peft_matches(lin.name, run.lora_modules_to_save)
-
-
 @dataclass(kw_only=True, frozen=True, slots=True)
 class WalkState:
     """What one walk of the layer programs counts. The intended ledger is one state, the performed
@@ -163,7 +131,7 @@ class WalkState:
 class _Walker:
     """Evaluates the layer programs: requires-grad flags per node, FLOPs per GEMM and pass."""
 
-    def __init__(self, shape: ModelShape, run: RunSpec, state: WalkState) -> None:
+    def __init__(self, shape: ModelShape, run: Step, state: WalkState, lora: Adaptation) -> None:
         self.shape, self.run = shape, run
         self.tokens, self.pairs, self.fused = state.tokens, state.pairs, state.fused
         # the tokens a model prepends to each row run through every layer, not the model-level GEMMs
@@ -174,15 +142,13 @@ class _Walker:
         self.recompute = state.recompute and run.grad_ckpt
         self.training = run.mode != "forward"
         full = run.mode == "full"
-        embed_saved = run.mode == "lora" and peft_matches("embed_tokens", run.lora_modules_to_save)
+        self.lora = lora  # what the LoRA adapts: each GEMM's place
+        embed_saved = lora.embedding_saved
         self.rg: dict[str, bool] = {
             "model:embed": full or embed_saved or (state.input_grads and run.grad_ckpt and self.training),
             "model:embed_per_layer": full,
         }
         self.ledger = Ledger()
-
-    def adapted(self, lin: Linear) -> bool:
-        return self.run.mode == "lora" and lora_adapts(self.shape.model_type, lin, self.run.lora_targets)
 
     def node(self, layer: int | None, name: str) -> str:
         if layer is None or (name.startswith(("model:", "L")) and ":" in name):
@@ -197,11 +163,12 @@ class _Walker:
         if lin.no_grad:  # forward only: no backward, its output needs no gradient (nor its adapter)
             return self.forward_only(layer, lin, passes, gemm)
         src_rg = self.rg[self.node(layer, lin.src)]
-        in_place = adapted_in_place(lin, self.run)
+        place = self.lora.place(layer, lin)
+        in_place = place.how == "parameter"
         # a merged weight W + A@B gets its gradient; so does a module saved whole (modules_to_save)
-        trainable = self.run.mode == "full" or in_place or trained_whole(lin, self.run)
-        adapted = self.adapted(lin)
-        r = self.run.rank_of(parameter_path(lin) if in_place else lin.name)
+        trainable = self.run.mode == "full" or in_place or place.how == "whole"
+        adapted = place.how == "module"
+        r = place.rank
         a_gemm = 2.0 * n * lin.in_features * r
         b_gemm = 2.0 * n * r * lin.out_features
         # one A@B product over all E experts, whatever the tokens (performed only)
@@ -226,8 +193,8 @@ class _Walker:
         """A GEMM under torch.no_grad (a sparse-attention indexer's projection), with its LoRA
         adapter's two forward GEMMs when adapted."""
         n = (self.tokens + (self.prefix if layer is not None else 0)) * lin.tokens_per_token
-        rank = self.run.rank_of(lin.name)
-        lora = 2.0 * n * rank * (lin.in_features + lin.out_features) if self.adapted(lin) else 0
+        place = self.lora.place(layer, lin)
+        lora = 2.0 * n * place.rank * (lin.in_features + lin.out_features) if place.how == "module" else 0
         for p in passes:
             self.ledger.add(layer, lin.component, p, gemm)
             self.ledger.add(layer, "lora", p, lora)
@@ -238,7 +205,7 @@ class _Walker:
         document's causal triangle, or on every padded row's full square once both are switched on."""
         from tuneproof.arch.indexer import index_pairs, index_score_flops
 
-        lengths = [self.run.seq_len] * self.run.batch if self.padded else self.run.document_lengths()
+        lengths = [self.run.seq_len] * self.run.batch if self.padded else self.run.document_lengths
         flops = index_score_flops(step, index_pairs(lengths, square=self.index_square))
         for p in passes:
             self.ledger.add(index, "attention.indexer", p, flops)
@@ -268,7 +235,7 @@ class _Walker:
         on (a pad query sees the row's real keys); forward only (and again in a recompute)."""
         from tuneproof.attention.pairs import visible_blocks
 
-        rows = self.run.rows()
+        rows = self.run.rows
         if self.padded and rows.is_packed:
             raise TuneproofError(
                 f"{self.shape.model_type}'s block indexer on packed rows: which keys its pad queries see "
@@ -306,7 +273,7 @@ class _Walker:
         fine-tuning."""
         from tuneproof.arch.mixers import mixer_flops
 
-        lengths = [self.run.seq_len] * self.run.batch if self.padded else self.run.document_lengths()
+        lengths = [self.run.seq_len] * self.run.batch if self.padded else self.run.document_lengths
         costs = [mixer_flops(rule, n) for n in lengths]
         forward, conv, backward = (sum(c[i] for c in costs) for i in range(3))
         for p in passes:
@@ -321,7 +288,7 @@ class _Walker:
         if self.training and (in_rg or full):
             self.ledger.add(index, "linear_attention.conv", "backward", conv * (int(in_rg) + int(full)))
 
-    def steps(self, layer: LayerShape | None, steps: tuple[Step, ...], passes: tuple[str, ...]) -> None:
+    def steps(self, layer: LayerShape | None, steps: tuple[Op, ...], passes: tuple[str, ...]) -> None:
         idx = None if layer is None else layer.index
         costed = [s for s in steps if isinstance(s, Linear | Core)]
         last = costed[-1] if layer is not None and layer.recompute_stops_early and costed else None
@@ -374,116 +341,9 @@ class _Walker:
         return self.ledger
 
 
-# PEFT refuses LoRA on these modules of these model types (peft/tuners/tuners_utils.py
-# _check_lora_target_modules_mamba, PEFT 0.21): the fused Mamba kernels read their weights directly.
-PEFT_MAMBA_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
-PEFT_MAMBA_REFUSED = frozenset({"out_proj", "conv1d"})
-
-
-def lora_adapts(model_type: str, lin: Linear, targets: tuple[str, ...]) -> bool:
-    """Whether LoRA on `targets` (PEFT target_modules semantics) wraps `lin`. "all-linear" is every
-    adaptable module but those PEFT refuses on Mamba models (named explicitly, they are refused by
-    `check_targets`; PEFT's own all-linear would raise on them)."""
-    if not (lin.adaptable and _matches(lin.name, targets)):
-        return False
-    return not (model_type in PEFT_MAMBA_TYPES and lin.name.rpartition(".")[2] in PEFT_MAMBA_REFUSED)
-
-
-def _why_not_adaptable(shape: ModelShape, target: str) -> str:
-    """Why a target naming a GEMM LoRA does not adapt gets nothing: the LM head, a routed expert's
-    fused parameter, or a module whose forward reads only its weight (Mamba-1's dt_proj,
-    LongCat-Flash's router classifier, RG-LRU's block-diagonal gates)."""
-    if target.endswith("lm_head"):
-        return " (the LM head is never adapted here)"
-    hit = [lin for lin in shape.linears() if not lin.adaptable and _matches(lin.name, (target,))]
-    if any(lin.num_experts > 1 for lin in hit):
-        return f": {target} is a routed expert's fused parameter (adapt it through lora_target_parameters)"
-    if hit:
-        return (
-            f": transformers' forward applies {target} as a raw matmul with its weight (the module "
-            "itself is never called), so an adapter there would never run"
-        )
-    return ""
-
-
-def _own_names(shape: ModelShape) -> str:
-    """The module names all-linear adapts in this model (the first ten)."""
-    own = {
-        x.name.rpartition(".")[2]
-        for x in shape.linears()
-        if lora_adapts(shape.model_type, x, ("all-linear",))
-    }
-    return ", ".join(sorted(own)[:10]) or "none"
-
-
-def check_targets(shape: ModelShape, run: RunSpec) -> None:
-    """PEFT raises when a target matches no module; so do we (in every mode: a typo is a typo). Under
-    LoRA a rank above min(in_features, out_features) of every adapted module (a fused expert
-    parameter counts with its per-expert matrix) is refused too: no adapter would be low-rank (PEFT
-    accepts it and trains more weights than the module has)."""
-    names = [lin.name for lin in shape.linears() if lin.adaptable]
-    for t in run.lora_targets:
-        if t != "all-linear" and not any(_matches(n, (t,)) for n in names):
-            raise field_error(
-                "lora_targets",
-                f"{t!r} matches no nn.Linear module LoRA can adapt in this {shape.model_type} model"
-                + _why_not_adaptable(shape, t),
-                f"targets: all-linear or this model's module names: {_own_names(shape)}",
-            )
-    if run.mode != "lora":
-        return
-    named = tuple(t for t in run.lora_targets if t != "all-linear")
-    if shape.model_type in PEFT_MAMBA_TYPES:
-        hit = sorted(
-            {
-                lin.name.rpartition(".")[2]
-                for lin in shape.linears()
-                if lin.adaptable and _matches(lin.name, named)
-            }
-            & PEFT_MAMBA_REFUSED
-        )
-        if hit:
-            raise field_error(
-                "lora_targets",
-                f"PEFT refuses LoRA on {', '.join(hit)} of {shape.model_type} models "
-                "(peft tuners_utils._check_lora_target_modules_mamba)",
-                "target the other projections, e.g. in_proj",
-            )
-    widest = max(
-        (
-            min(lin.in_features, lin.out_features)
-            for lin in shape.linears()
-            if lora_adapts(shape.model_type, lin, run.lora_targets) or adapted_in_place(lin, run)
-        ),
-        default=None,
-    )
-    if widest is not None and run.lora_rank > widest:
-        raise field_error(
-            "lora_rank",
-            f"{run.lora_rank} is above {widest}, the largest min(in_features, out_features) of the "
-            "modules it adapts: no adapter would be low-rank",
-            f"pass a rank of at most {widest}",
-        )
-
-
-def check_target_parameters(shape: ModelShape, run: RunSpec) -> None:
-    """PEFT raises when target_parameters match no parameter; so do we (a fused expert parameter, or a
-    GEMM's 2-D weight, `mlp.gate.weight`; never the LM head's)."""
-    names = sorted({parameter_path(lin) for lin in shape.linears() if lin.component != "lm_head"})
-    experts = [lin.name for lin in shape.linears() if lin.num_experts > 1]
-    for t in run.lora_target_parameters:
-        if not any(_matches_parameter(n, (t,)) for n in names):
-            raise field_error(
-                "lora_target_parameters",
-                f"{t!r} matches no fused expert parameter or GEMM weight of this {shape.model_type} model",
-                f"its fused expert parameters: {', '.join(sorted(set(experts)))}"
-                if experts
-                else "it has none (adapt nn.Linear modules with lora_targets)",
-            )
-
-
-def walk(shape: ModelShape, run: RunSpec, state: WalkState) -> Ledger:
-    """FLOP rows of `run` on `shape` as `state` counts them."""
+def walk(shape: ModelShape, run: Step, state: WalkState, lora: Adaptation) -> Ledger:
+    """FLOP rows of `run` on `shape` as `state` counts them, with `lora` what its LoRA adapts (checked:
+    `tuneproof.arch.targets.check`; empty outside LoRA)."""
     if run.grad_ckpt and not shape.checkpointing:
         raise TuneproofError(
             f"transformers' {shape.model_type} model does not support gradient checkpointing "
@@ -491,6 +351,4 @@ def walk(shape: ModelShape, run: RunSpec, state: WalkState) -> Ledger:
             "drop {grad_ckpt}",
             fields=("grad_ckpt",),
         )
-    check_targets(shape, run)
-    check_target_parameters(shape, run)
-    return _Walker(shape, run, state).walk()
+    return _Walker(shape, run, state, lora).walk()

@@ -4,7 +4,7 @@ training run, cheaply enough to price each one as it runs (what `TuneproofCallba
 Conventions are the ledger's (`flop_report`): intended FLOPs count each row at its own length (real
 tokens, causal skip, window); performed FLOPs count what the attention path computes (every row at
 the micro-batch's padded width, skips lost to padding or dense masks), LoRA's missing weight-gradient
-GEMMs and recompute as `RunSpec` describes them. Both are exact copies of the ledger (tested), never
+GEMMs and recompute as `Step` describes them. Both are exact copies of the ledger (tested), never
 an approximation of it: a fit is used only where it reproduces the ledger to 1e-9.
 
 A micro-batch here is a `tuneproof.runs.batch.BatchRead`: its real documents per row (intended) and
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tuneproof.runs.batch import BatchRead
-from tuneproof.runs.step import Rows, RunSpec
+from tuneproof.runs.step import Rows, Step
 
 # paths whose performed FLOPs depend on the batch only through (B, T, any row padded): the ledger
 # is then B x one row's (checked against the ledger itself in tests/train/test_callback.py)
@@ -94,7 +94,7 @@ class MicroBatchLedger:
     on the whole micro-batch, memoised. Work that costs the same whatever the tokens (PEFT's expert
     merges) is priced once per micro-batch, outside the per-row fits."""
 
-    def __init__(self, shape: Any, step: RunSpec) -> None:
+    def __init__(self, shape: Any, step: Step) -> None:
         """`step`: the run's step (its attention path, mode, adapters, checkpointing) at any width."""
         self.shape = shape
         self.step = step
@@ -119,7 +119,7 @@ class MicroBatchLedger:
 
         return step_totals(self.shape, replace(self.step, seq_len=width, batch=batch, lengths=lengths))
 
-    def spec_of(self, rows: Rows) -> RunSpec:
+    def spec_of(self, rows: Rows) -> Step:
         """The run's step on these rows: packed rows as documents, others as their lengths."""
         if rows.is_packed:
             return replace(

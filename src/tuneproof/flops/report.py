@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import ModelShape
-from tuneproof.attention.paths import Mask, path, performed_for
+from tuneproof.attention.paths import Mask
 from tuneproof.core import validate
 from tuneproof.core.errors import TuneproofError
 from tuneproof.flops.effects import EFFECTS, EffectContext, intended_state
 from tuneproof.flops.ledger import Ledger, walk
 from tuneproof.hardware.gpus import Peak
-from tuneproof.runs.step import RunSpec
+from tuneproof.runs.step import UNKNOWN_PATH, Step
+
+UNKNOWN_NOTE = (
+    "the attention implementation is not one tuneproof models: the performed ledger counts the pairs the "
+    "architecture intends on attention (a lower bound), so no performed MFU is given"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,7 @@ class Mfu:
 @dataclass(kw_only=True, slots=True)
 class FlopReport:
     shape: ModelShape
-    run: RunSpec
+    run: Step
     intended: Ledger
     performed: Ledger
     excess: list[Excess]
@@ -163,23 +167,19 @@ def check_step_time(step_time_s: object) -> float:
     )
 
 
-def step_totals(shape: ModelShape, run: RunSpec) -> tuple[float, float]:
+def step_totals(shape: ModelShape, run: Step) -> tuple[float, float]:
     """(intended, performed) totals of `flop_report`, without the excess lines: one walk for each
     ledger instead of one per effect (for callers that price many micro-batches, e.g. the callback)."""
-    rows = run.rows()
-    attn = path(run.attn)
-    ctx = EffectContext(
-        shape, run, {layer.index: performed_for(attn, rows, layer.attention) for layer in shape.layers}
-    )
+    ctx = EffectContext.of(shape, run)
     state = intended_state(ctx)
-    intended = walk(shape, run, state).total
+    intended = walk(shape, run, state, ctx.lora).total
     for effect in EFFECTS:
         state = effect.apply(state, ctx)
-    return float(intended), float(walk(shape, run, state).total)
+    return float(intended), float(walk(shape, run, state, ctx.lora).total)
 
 
 def flop_report(
-    shape: ModelShape, run: RunSpec, step_time_s: float | None = None, peak: Peak | None = None
+    shape: ModelShape, run: Step, step_time_s: float | None = None, peak: Peak | None = None
 ) -> FlopReport:
     """Both ledgers for `run` on `shape`, the excess lines that explain their difference, and MFU.
 
@@ -193,20 +193,15 @@ def flop_report(
                 "add {gpu} or {peak_tflops}",
                 fields=("step_time", "gpu", "peak_tflops"),
             )
-    rows = run.rows()
-    attn = path(run.attn)
-    ctx = EffectContext(
-        shape, run, {layer.index: performed_for(attn, rows, layer.attention) for layer in shape.layers}
-    )
-
+    ctx = EffectContext.of(shape, run)
     state = intended_state(ctx)
-    intended = ledger = walk(shape, run, state)
+    intended = ledger = walk(shape, run, state, ctx.lora)
     excess: list[Excess] = []
     for effect in EFFECTS:  # one fold: each effect's added FLOPs are its line
         state = effect.apply(state, ctx)
-        after = walk(shape, run, state)
+        after = walk(shape, run, state, ctx.lora)
         if effect.per_attention_group:
-            for label, idxs in shape.attention_groups().items():
+            for label, idxs in ctx.groups.items():
                 members = set(idxs)
                 diff = after.where(layers=members) - ledger.where(layers=members)
                 if diff:
@@ -223,12 +218,16 @@ def flop_report(
             "this ledger shows what it would compute; use eager or flex_attention"
         )
     mfu = Mfu.compute(intended.total, ledger.total, step_time_s, peak)
+    if run.attn == UNKNOWN_PATH:
+        notes.append(UNKNOWN_NOTE)
+        if mfu.performed is not None:
+            mfu = replace(mfu, performed=None, reason=UNKNOWN_NOTE)
     if mfu.performed is not None and mfu.performed > 1.0:
         notes.append(
             f"performed MFU {100 * mfu.performed:.3g} % is over 100 %: the step time is too short or the "
             "peak too low for this work (is it the time of one micro-batch step, on this GPU?)"
         )
-    attention = {label: ctx.performed[idxs[0]].mask for label, idxs in shape.attention_groups().items()}
+    attention = {label: ctx.performed[idxs[0]].mask for label, idxs in ctx.groups.items()}
     return FlopReport(
         shape=shape,
         run=run,
@@ -239,9 +238,3 @@ def flop_report(
         attention=attention,
         notes=notes,
     )
-
-
-def positions_notes(model: ResolvedModel, seq_len: int) -> tuple[str, ...]:
-    """A width over the model's positions is counted as asked (context extension), with this note."""
-    problem = model.positions_problem(seq_len, "seq_len")
-    return (f"{problem}: the ledger counts it as asked (context extension?)",) if problem else ()

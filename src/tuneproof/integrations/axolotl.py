@@ -92,9 +92,9 @@ def _preflight_findings(cfg: Mapping[str, Any]) -> list[str] | None:
     source = str(cfg.get("axolotl_config_path") or "the Axolotl config")
     data = {k: v for k, v in _plain(cfg).items() if k not in _NOT_THE_RUN and not k.startswith("tuneproof_")}
     try:
-        from tuneproof.commands.preflight import preflight_axolotl
+        from tuneproof.commands.preflight import PreflightSpec, prepare, run
 
-        findings = [str(f) for f in preflight_axolotl(data, source).findings]
+        findings = [str(f) for f in run(prepare(PreflightSpec(config=data, source=source))).findings]
     except Exception as e:  # any failure, tuneproof's own included: the run goes on
         first = str(e).strip().splitlines()
         LOG.warning(f"tuneproof pre-flight skipped: {first[0] if first else type(e).__name__}")

@@ -12,7 +12,7 @@ _EXPORTS = {
     "Interleaved": "tuneproof.measure.timing",
     "KernelTable": "tuneproof.measure.kernels",
     "ProbeResult": "tuneproof.measure.probe_result",
-    "ProbeSpec": "tuneproof.measure.probe",
+    "ProbeSetup": "tuneproof.measure.probe",
     "ScalingFit": "tuneproof.measure.fit",
     "Timing": "tuneproof.measure.timing",
     "cross_check": "tuneproof.measure.crosscheck",

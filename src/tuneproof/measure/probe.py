@@ -34,35 +34,30 @@ from tuneproof.measure.kernels import CLASSES, PROFILE_COLUMNS, KernelTable, ker
 from tuneproof.measure.probe_result import timing_rows
 from tuneproof.measure.steps import probe_model, width_steps
 from tuneproof.measure.timing import Interleaved, time_interleaved
-from tuneproof.runs.step import MODES
+from tuneproof.runs.run import Run
+from tuneproof.runs.step import Step
 from tuneproof.trace.read import load_trace
 
 DEVICES = ("cpu", "cuda")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
-class ProbeSpec:
-    """What to probe and how hard to measure.
+class ProbeSetup:
+    """What the probe times and how hard it measures.
 
+    `run`: what each timed step trains (`runs.run.Run`: the attention path, forward/full/LoRA and its
+    targets, checkpointing), taken at each of `widths` with `batch` rows (`Run.step`).
     `min_repeats`/`max_repeats`/`target`: timing rounds continue until every width's median is known
     to +-target (needs `min_repeats`), up to `max_repeats` rounds or the budget. `budget_s`: seconds for
     the whole probe (build, warm-up, rounds, profiles, peak; `tuneproof.measure.budget`); a floor that
     cannot fit in it is refused (`over_budget` "refuse") or run alone ("floor"). `profiles`: profiled
-    steps per width (2 or more give the kernel side an interval). `model`: a config ("tiny", a
-    config.json or its folder, a hub id in the local cache) read by the command's `prepare`, or a
-    model already resolved; `out`: the folder for the trace and the fit (None: nothing written)."""
+    steps per width (2 or more give the kernel side an interval)."""
 
-    model: str | Path | ResolvedModel = "tiny"
-    out: Path | None = None
-    attn: str = "sdpa"
+    run: Run
     widths: tuple[int, ...] = (512, 1024, 2048)
     batch: int = 1
-    mode: str = "full"
-    grad_ckpt: bool = False
     device: str = "cpu"
     dtype: str | None = None  # None: fp32 on CPU, bf16 on CUDA
-    lora_rank: int = 16
-    lora_targets: tuple[str, ...] | None = None  # module paths inside a layer; None: every linear
     min_repeats: int = 6
     max_repeats: int = 30
     budget_s: float = 60.0
@@ -70,6 +65,42 @@ class ProbeSpec:
     profiles: int = 3
     seed: int = 0
     over_budget: str = "refuse"
+
+    def step(self, width: int) -> Step:
+        """The run's step at `width`, `batch` rows."""
+        return self.run.step(width=width, rows=self.batch)
+
+    # what the step trains, as the probe's records name it
+    @property
+    def attn(self) -> str:
+        return self.step(max(self.widths)).attn
+
+    @property
+    def mode(self) -> str:
+        return self.step(max(self.widths)).mode
+
+    @property
+    def grad_ckpt(self) -> bool:
+        return self.run.grad_ckpt
+
+    @property
+    def lora_rank(self) -> int:
+        return self.run.lora_r
+
+    @property
+    def lora_targets(self) -> tuple[str, ...] | None:
+        """Module paths inside a layer; None: every linear (all-linear)."""
+        own = tuple(self.run.targets)
+        return None if own in ((), ("all-linear",)) else own
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attn": self.attn, "widths": self.widths, "batch": self.batch, "mode": self.mode,
+            "grad_ckpt": self.grad_ckpt, "device": self.device, "dtype": self.dtype,
+            "lora_rank": self.lora_rank, "lora_targets": self.lora_targets, "min_repeats": self.min_repeats,
+            "max_repeats": self.max_repeats, "budget_s": self.budget_s, "target": self.target,
+            "profiles": self.profiles, "seed": self.seed, "over_budget": self.over_budget,
+        }  # fmt: skip
 
     def __post_init__(self) -> None:
         widths = validate.integers("widths", self.widths, low=2)
@@ -86,7 +117,6 @@ class ProbeSpec:
                 fields=("widths",),
             )
         validate.choice("attn", self.attn, path_names(probe=True))
-        validate.choice("mode", self.mode, MODES)
         validate.choice("device", self.device, DEVICES)
         if self.dtype is not None:
             validate.choice("dtype", self.dtype, MODEL_DTYPES)
@@ -121,10 +151,6 @@ class ProbeSpec:
                 f"{self.attn} has no backward on CPU (PyTorch raises NotImplementedError)",
                 "use mode forward, another attention path, or a CUDA device",
             )
-        if self.grad_ckpt and self.mode == "forward":
-            raise TuneproofError(
-                "{grad_ckpt} needs a backward pass", "use mode full or lora", fields=("grad_ckpt",)
-            )
 
     @property
     def torch_dtype(self) -> str:
@@ -147,7 +173,7 @@ def span_widths(widths: Any) -> tuple[int, ...] | None:
     return (lo, round(math.sqrt(lo * hi)), hi)
 
 
-def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
+def check_probe(model: ResolvedModel, spec: ProbeSetup) -> None:
     """Everything that can be refused before building the model: positions, device, memory."""
     from tuneproof.core.extras import require
     from tuneproof.measure.model import check_fits_on_cpu, check_positions
@@ -168,7 +194,7 @@ def check_probe(model: ResolvedModel, spec: ProbeSpec) -> None:
 
 def time_widths(
     model: ResolvedModel,
-    spec: ProbeSpec,
+    spec: ProbeSetup,
     progress: Callable[[str], None] | None = None,
     net: Any = None,
     budget: WholeBudget | None = None,
@@ -205,7 +231,7 @@ def time_widths(
     return steps, timing
 
 
-def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[], None]]:
+def model_steps(model: ResolvedModel, spec: ProbeSetup) -> dict[int, Callable[[], None]]:
     """One training (or forward) step per width on `model` built with random weights; a step that
     runs out of memory raises `Skip` so that its width is dropped with the reason."""
     return width_steps(probe_model(model, spec), spec, int(model.config.vocab_size))
@@ -213,7 +239,7 @@ def model_steps(model: ResolvedModel, spec: ProbeSpec) -> dict[int, Callable[[],
 
 def profile_widths(
     steps: dict[int, Callable[[], None]],
-    spec: ProbeSpec,
+    spec: ProbeSetup,
     tmp: Path,
     keep: Path,
     progress: Callable[[str], None] | None,
@@ -335,7 +361,7 @@ def keep_files(
     return {"points": str(points), "kernels": str(kernels), "trace": str(trace_gz)}
 
 
-def probe_peak(spec: ProbeSpec) -> Any:
+def probe_peak(spec: ProbeSetup) -> Any:
     """The MFU denominator: the table peak for a known GPU, the measured peak otherwise (the CPU
     included), through `hardware.gpus.resolve_peak`, with the reason."""
     from tuneproof.hardware.gpus import resolve_peak

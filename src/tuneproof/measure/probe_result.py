@@ -17,7 +17,7 @@ from tuneproof.measure.timing import Interleaved, Timing
 
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
-    from tuneproof.measure.probe import ProbeSpec
+    from tuneproof.measure.probe import ProbeSetup
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -136,7 +136,7 @@ def derived_numbers(result: ProbeResult) -> list[Derived]:
 @dataclass(kw_only=True, slots=True)
 class ProbeResult(NoWarnings):
     model: str
-    spec: ProbeSpec
+    spec: ProbeSetup
     timing: Interleaved[int]
     fit: ScalingFit
     kernel_ms: dict[int, list[dict[str, float]]]  # width -> per profile, ms per kernel class
@@ -175,9 +175,7 @@ class ProbeResult(NoWarnings):
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
-            "spec": {
-                k: getattr(self.spec, k) for k in self.spec.__dataclass_fields__ if k not in ("model", "out")
-            },
+            "spec": self.spec.to_dict(),
             "timing": self.timing.to_dict(),
             "points": [{"width": w, **t.to_dict()} for w, t in sorted(self.timings.items())],
             "skipped": [{"width": w, "reason": r} for w, r in sorted(self.skipped.items())],
@@ -193,7 +191,7 @@ class ProbeResult(NoWarnings):
 
 def analyse(
     model: ResolvedModel,
-    spec: ProbeSpec,
+    spec: ProbeSetup,
     timing: Interleaved[int],
     kernel_ms: dict[int, list[dict[str, float]]],
     set_aside: dict[int, list[float]],
@@ -203,8 +201,6 @@ def analyse(
     """The fit, the cross-check at the largest width, their notes, and the FLOP ledger with MFU for the
     measured step: everything the probe concludes from its measurements."""
     from tuneproof.flops import flop_report
-    from tuneproof.measure.model import lora_targets
-    from tuneproof.runs.step import RunSpec
 
     widths = sorted(timing.timings)
     ws, ts = timing_rows(timing)
@@ -230,15 +226,7 @@ def analyse(
             "the constant test is undetermined, so both sides are fitted with a constant term: "
             "wider intervals, no assumption that per-step overhead is absent"
         )
-    run = RunSpec(
-        seq_len=profiled,
-        batch=spec.batch,
-        attn=spec.attn,
-        mode=spec.mode,
-        lora_rank=spec.lora_rank,
-        lora_targets=spec.lora_targets or tuple(lora_targets(model.shape)),
-        grad_ckpt=spec.grad_ckpt,
-    )
+    run = spec.step(profiled)
     report = flop_report(model.shape, run, step_time_s=timing.timings[profiled].median_s, peak=peak)
     return ProbeResult(
         model=model.name,

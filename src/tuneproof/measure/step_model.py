@@ -80,11 +80,14 @@ def points_batch(points: Path, micro_batch: int) -> tuple[int, str]:
 
 def probe_spec(model: Any, attn: str, mode: str, micro_batch: int, budget_s: float, seed: int,
                lengths: np.ndarray) -> Any:  # fmt: skip
-    """The `ProbeSpec` that times `model` (a ResolvedModel) at three widths up to the longest length,
+    """The `ProbeSetup` that times `model` (a ResolvedModel) at three widths up to the longest length,
     with micro-batches of `micro_batch`, checked (`check_probe`) before anything is built."""
     import torch
 
-    from tuneproof.measure.probe import ProbeSpec, check_probe, span_widths
+    from tuneproof.attention.paths import names as path_names
+    from tuneproof.core import validate
+    from tuneproof.measure.probe import ProbeSetup, check_probe, span_widths
+    from tuneproof.runs.run import Run
 
     if mode != "forward":  # the step's own overhead is timed in a real Trainer step (accelerate, PEFT)
         require("train", f"timing a {mode} Trainer step (the plan's probe)")
@@ -98,8 +101,9 @@ def probe_spec(model: Any, attn: str, mode: str, micro_batch: int, budget_s: flo
             "give the step cost as a fit or as timed points",
         )
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    spec = ProbeSpec(attn=attn, widths=widths, batch=micro_batch, mode=mode, device=device, budget_s=budget_s,
-                     seed=seed)  # fmt: skip
+    validate.choice("attn", attn, path_names(probe=True))  # the paths a probe can run
+    run = Run.of_flags(attn=attn, mode=mode, seq_len=max(widths), micro_batch=micro_batch)
+    spec = ProbeSetup(run=run, widths=widths, batch=micro_batch, device=device, budget_s=budget_s, seed=seed)
     try:
         check_probe(model, spec)
     except TuneproofError as e:

@@ -14,7 +14,7 @@ from tuneproof.measure.timing import Skip
 
 if TYPE_CHECKING:
     from tuneproof.arch import ResolvedModel
-    from tuneproof.measure.probe import ProbeSpec
+    from tuneproof.measure.probe import ProbeSetup
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -23,15 +23,14 @@ def _is_oom(e: BaseException) -> bool:
     return isinstance(e, MemoryError) or "out of memory" in text or "can't allocate memory" in text
 
 
-def probe_model(model: ResolvedModel, spec: ProbeSpec) -> Any:
+def probe_model(model: ResolvedModel, spec: ProbeSetup) -> Any:
     """`model` with random weights as `spec` trains it: LoRA adapters, gradient checkpointing, and
     train mode unless only the forward pass is timed."""
-    from tuneproof.measure.model import apply_lora, build_model, lora_targets
+    from tuneproof.measure.model import apply_peft, build_model
 
     net = build_model(model, spec.attn, device=spec.device, dtype=spec.torch_dtype, seed=spec.seed)
-    if spec.mode == "lora":
-        targets = list(spec.lora_targets) if spec.lora_targets else lora_targets(model.shape)
-        net = apply_lora(net, targets, spec.lora_rank)
+    if spec.mode == "lora":  # PEFT's own resolution of the run's targets: what the ledger prices
+        net = apply_peft(net, spec.step(max(spec.widths)).lora)
     if spec.grad_ckpt:  # transformers 5 renamed it (the old name warns FutureWarning)
         enable = getattr(net, "activation_checkpointing_enable", None) or net.gradient_checkpointing_enable
         enable()
@@ -39,7 +38,7 @@ def probe_model(model: ResolvedModel, spec: ProbeSpec) -> Any:
     return net
 
 
-def width_steps(net: Any, spec: ProbeSpec, vocab: int) -> dict[int, Callable[[], None]]:
+def width_steps(net: Any, spec: ProbeSetup, vocab: int) -> dict[int, Callable[[], None]]:
     """One step of `net` per distinct width of `spec`, on random token ids (drawn from `spec.seed`, not
     the global generator): forward only under no_grad, or forward, loss, backward and the gradients
     freed. Out of memory becomes `Skip`; any other error propagates."""
@@ -74,7 +73,7 @@ def width_steps(net: Any, spec: ProbeSpec, vocab: int) -> dict[int, Callable[[],
 
 
 def trainer_overhead(
-    net: Any, spec: ProbeSpec, vocab: int, bare: Callable[[], None], steps: int = 14
+    net: Any, spec: ProbeSetup, vocab: int, bare: Callable[[], None], steps: int = 14
 ) -> tuple[float, float]:
     """What a transformers Trainer step adds beyond its bare micro-batch (collator, gradient clipping,
     AdamW, the scheduler, zero_grad, the Trainer's bookkeeping): the median whole Trainer step on

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from tuneproof.arch.shape import Attention, Join, LayerShape, Linear, ModelShape
 from tuneproof.memory.norms import Norm
-from tuneproof.runs.step import RunSpec
+from tuneproof.runs.step import Step
 
 FP32 = 4
 INDEX = 8  # int64
@@ -61,7 +61,7 @@ class Geometry:
     batch: int
     width: int
     act_bytes: int
-    run: RunSpec
+    run: Step
     backends: dict[int, str]
     masked: dict[int, bool]
     input_grads: bool
@@ -89,20 +89,20 @@ def fused(backend: str) -> bool:
     return any(backend.startswith(name) for name in FUSED) or backend in ("flash_attention_2",)
 
 
-def _trains(lin: Linear, shape: ModelShape, run: RunSpec) -> tuple[bool, int, bool]:
+def _trains(layer: int | None, lin: Linear, shape: ModelShape, run: Step) -> tuple[bool, int, bool]:
     """(the weight trains whole, the LoRA rank adapting it or 0, adapted in place: PEFT's
-    target_parameters, whose merged weight W + BA the GEMM then reads)."""
-    from tuneproof.flops.ledger import adapted_in_place, lora_adapts, parameter_path, trained_whole
+    target_parameters, whose merged weight W + BA the GEMM then reads), as `tuneproof.arch.targets`
+    resolves the step's LoRA on this model."""
+    from tuneproof.arch.targets import adaptation
 
     if lin.no_grad:
         return False, 0, False
-    if run.mode != "lora" or trained_whole(lin, run):
+    if run.mode != "lora":
         return True, 0, False
-    if adapted_in_place(lin, run):
-        return False, run.rank_of(parameter_path(lin)), True
-    if lora_adapts(shape.model_type, lin, run.lora_targets):
-        return False, run.rank_of(lin.name), False
-    return False, 0, False
+    place = adaptation(shape, run.lora).place(layer, lin)
+    if place.how == "whole":
+        return True, 0, False
+    return False, place.rank, place.how == "parameter"
 
 
 def norm_items(norms: tuple[Norm, ...], g: Geometry, weights_train: bool, skip_first: bool) -> list[Item]:
@@ -172,7 +172,7 @@ def gemm_items(layer: LayerShape, shape: ModelShape, g: Geometry) -> list[Item]:
     cast = _stream_nodes(layer) if g.stream_bytes != b else set()
     for lin in (s for s in layer.steps if isinstance(s, Linear)):
         half = attention_half(lin)
-        whole, rank, in_place = _trains(lin, shape, run)
+        whole, rank, in_place = _trains(layer.index, lin, shape, run)
         rows = round(n * lin.tokens_per_token)
         expert = lin.num_experts > 1 or lin.tokens_per_token != 1
         # autocast casts an fp32 residual-stream input for each GEMM that reads it: one copy each
@@ -373,7 +373,7 @@ def model_items(shape: ModelShape, final: tuple[Norm, ...], g: Geometry, rotary_
             )
         )
     items += norm_items(final, g, g.run.mode != "lora", False)
-    whole = _trains(shape.head, shape, g.run)[0]
+    whole = _trains(None, shape.head, shape, g.run)[0]
     if whole:
         items.append(
             Item(component="lm_head", nbytes=n * shape.hidden_size * g.act_bytes, what="LM head input")

@@ -1,147 +1,112 @@
-"""The memory ledger as the library runs it (`tuneproof memory`, and preflight's memory section): a
-`MemorySpec` (the step, how it holds its numbers, what steps it, the card), `plan_memory(spec)` (every
-check before any counting) and `memory_report(plan)`."""
+"""The memory ledger as the library runs it (`tuneproof memory`, and preflight's memory section):
+`plan_memory(model, step, card)` (every check before any counting) and `memory_report(plan)`. The step
+(`tuneproof.runs.step.Step`) holds how it trains, its precision and what steps it; the card
+(`tuneproof.hardware.card.Card`) its capability and memory."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tuneproof.arch import ResolvedModel, resolve
-from tuneproof.core import validate
+from tuneproof.arch import ResolvedModel
 from tuneproof.core.errors import TuneproofError
-from tuneproof.memory.cards import Card, card
+from tuneproof.hardware.card import CPU, Card
 from tuneproof.memory.norms import NormInventory, norm_inventory
 from tuneproof.memory.report import Fit, MemoryReport, excess_lines
-from tuneproof.memory.step import Precision, StepMemory, Training, step_memory
-from tuneproof.runs.step import MAX_BATCH, RunSpec
+from tuneproof.memory.step import StepMemory, step_memory
+from tuneproof.runs.step import MAX_BATCH, UNKNOWN_PATH, Step
 
 MAX_WIDTH = 1 << 20  # the widest row the fit search tries: a million tokens
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
-class MemorySpec:
-    """One step to size (`run`) on `model`, in `precision`, stepped by `training`; `gpu`: a card by
-    name or "auto", to fit the step on (`gpu_memory` for a card the table lacks or one that ships in
-    several sizes). Checked on construction, before a model is read."""
-
-    model: str | Path | ResolvedModel = "tiny"
-    run: RunSpec
-    precision: Precision = field(default_factory=Precision)
-    training: Training = field(default_factory=Training)
-    gpu: str | None = None
-    gpu_memory: float | None = None
-    capability: tuple[int, int] | None = None  # a card's capability without its name (no fit)
-
-    def __post_init__(self) -> None:
-        if self.gpu_memory is not None:
-            validate.real("gpu_memory", self.gpu_memory, low=0.001, high=1 << 20, hint="GiB")
-        if self.precision.quant is not None and self.run.mode != "lora":
-            raise TuneproofError(
-                f"{{quant}} {self.precision.quant} with {self.run.mode} fine-tuning",
-                "quantised weights do not train: use LoRA (QLoRA)",
-                fields=("quant",),
-            )
-        if self.run.mode == "forward":
-            raise TuneproofError(
-                "{mode} forward has no backward to size", "use full or lora", fields=("mode",)
-            )
-
-
-@dataclass(kw_only=True, frozen=True, slots=True)
 class MemoryPlan:
+    """What the ledger sizes: `run` on `model`, on `card` (its capability picks the attention backends;
+    with its memory known, the step is fitted on it)."""
+
     model: ResolvedModel
-    spec: MemorySpec
-    card: Card | None
-    capability: tuple[int, int] | None
+    run: Step
+    card: Card
     norms: NormInventory
     notes: tuple[str, ...] = ()
 
 
-def plan_memory(spec: MemorySpec) -> MemoryPlan:
-    """The model read, its norms listed, the card and its capability found (an unknown card is refused
-    here)."""
-    from tuneproof.flops.ledger import check_target_parameters, check_targets
-    from tuneproof.flops.report import positions_notes
+def plan_memory(model: ResolvedModel, run: Step, card: Card = CPU) -> MemoryPlan:
+    """The step's checks, the model's norms listed: what a step without a backward, an attention
+    implementation tuneproof does not model, or a LoRA that adapts nothing cannot be sized for."""
+    from tuneproof.arch.targets import check
 
-    model = resolve(spec.model)
-    if spec.run.mode == "lora":
-        check_targets(model.shape, spec.run)
-        check_target_parameters(model.shape, spec.run)
-    chosen, capability = None, spec.capability
-    if spec.gpu is not None:
-        from tuneproof.hardware.gpus import capability_of
-
-        chosen = card(spec.gpu, spec.gpu_memory)
-        capability = capability_of(spec.gpu)
-    elif spec.gpu_memory is not None:
-        chosen = card("the card", spec.gpu_memory)
-    notes = positions_notes(model, spec.run.seq_len)
-    return MemoryPlan(
-        model=model, spec=spec, card=chosen, capability=capability, norms=norm_inventory(model), notes=notes
-    )
+    if run.mode == "forward":
+        raise TuneproofError("{mode} forward has no backward to size", "use full or lora", fields=("mode",))
+    if run.attn == UNKNOWN_PATH:
+        raise TuneproofError(
+            "the attention implementation is not one tuneproof models: what its kernel keeps for backward "
+            "is unknown",
+            "size the step on the path it runs ({attn})",
+            fields=("attn",),
+        )
+    if run.mode == "lora":
+        check(model.shape, run.lora, run.mode)
+    notes = model.positions_notes(run.seq_len)
+    return MemoryPlan(model=model, run=run, card=card, norms=norm_inventory(model), notes=notes)
 
 
-def _step(plan: MemoryPlan, run: RunSpec, fused: bool = False) -> StepMemory:
-    s = plan.spec
-    return step_memory(
-        plan.model, run, s.precision, s.training, capability=plan.capability, norms=plan.norms,
-        fused_attention=fused,
-    )  # fmt: skip
+def _step(plan: MemoryPlan, run: Step, fused: bool = False) -> StepMemory:
+    return step_memory(plan.model, run, card=plan.card, norms=plan.norms, fused_attention=fused)
 
 
 def memory_report(plan: MemoryPlan) -> MemoryReport:
-    """The performed and intended steps, the excess between them, and the fit on the card."""
-    spec = plan.spec
-    performed = _step(plan, spec.run)
-    intended = _step(plan, spec.run, fused=True)
+    """The performed and intended steps, the excess between them, and the fit on the card when its
+    memory is known."""
+    performed = _step(plan, plan.run)
+    intended = _step(plan, plan.run, fused=True)
     report = MemoryReport(
-        model_type=plan.model.shape.model_type, run=spec.run, precision=spec.precision,
-        training=spec.training, performed=performed, intended=intended,
-        excess=excess_lines(performed, intended, spec.run), notes=list(plan.notes) + _notes(plan, performed),
+        model_type=plan.model.shape.model_type, run=plan.run, performed=performed, intended=intended,
+        excess=excess_lines(performed, intended, plan.run), notes=list(plan.notes) + _notes(plan, performed),
+        warnings=list(plan.model.notes),
     )  # fmt: skip
-    if plan.card is not None:
-        report.fit = _fit(plan, performed, plan.card)
+    if plan.card.total_bytes is not None:
+        report.fit = _fit(plan, performed, plan.card, plan.card.total_bytes)
     return report
 
 
 def _notes(plan: MemoryPlan, performed: StepMemory) -> list[str]:
-    spec, notes = plan.spec, []
-    if plan.capability is None:
+    notes: list[str] = []
+    run, precision, training = plan.run, plan.run.precision, plan.run.training
+    if plan.card.capability is None:
         notes.append("attention backends as on this machine's CPU: name a card for its own")
-    refused = plan.model.shape.attn_refused.get(spec.run.attn)
+    refused = plan.model.shape.attn_refused.get(run.attn)
     if refused:
         model_type = plan.model.shape.model_type
         notes.insert(
             0,
-            f"transformers will not run {spec.run.attn} for {model_type} ({refused}): this sizes what "
-            f"{spec.run.attn} would keep; size eager, what it runs",
+            f"transformers will not run {run.attn} for {model_type} ({refused}): this sizes what "
+            f"{run.attn} would keep; size eager, what it runs",
         )
-    if spec.precision.quant and any(lin.num_experts > 1 for lin in plan.model.shape.linears()):
+    if precision.quant and any(lin.num_experts > 1 for lin in plan.model.shape.linears):
         notes.append(
-            f"{spec.precision.quant}: the fused experts stay in {spec.precision.dtype} (bitsandbytes "
+            f"{precision.quant}: the fused experts stay in {precision.dtype} (bitsandbytes "
             "quantises nn.Linear modules only, as transformers loads them)"
         )
-    if spec.run.padding_fraction:
+    if run.padding_fraction:
         notes.append(
-            f"{spec.run.padding_fraction:.0%} of the token slots are padding: they hold activations as real "
+            f"{run.padding_fraction:.0%} of the token slots are padding: they hold activations as real "
             "tokens do (packing or bucketing frees them)"
         )
-    if spec.run.mode == "lora" and spec.precision.activation_bytes < 4:
+    if run.mode == "lora" and precision.activation_bytes < 4:
         notes.append(
             "LoRA under autocast: each adapted module keeps its own copy of its input (PEFT casts it to "
             "the fp32 adapter, autocast casts it back), so q, k and v keep three"
         )
     top = performed.peak.top
-    loss = 2 * spec.run.batch * spec.run.seq_len * plan.model.shape.vocab_size * 4
+    loss = 2 * run.batch * run.seq_len * plan.model.shape.vocab_size * 4
     if top.where.startswith("start of backward") and loss > 0.1 * top.total:
         notes.append(
             f"the peak holds the loss's fp32 gradient over B x T x V, twice ({loss / 2**30:.2f} GiB): a "
             "chunked cross-entropy (Liger's fused linear cross-entropy, say) never makes it"
         )
-    mixers = plan.model.shape.mixer_groups()
+    mixers = plan.model.shape.mixer_groups
     if mixers:
         count = sum(len(v) for v in mixers.values())
         notes.append(
@@ -149,15 +114,15 @@ def _notes(plan: MemoryPlan, performed: StepMemory) -> list[str]:
             "not the chunked scan's own intermediates (unknown: they depend on the kernel, fla's or the "
             "torch fallback)"
         )
-    if spec.training.optimizer == "adamw_8bit":
+    if training.optimizer == "adamw_8bit":
         notes.append(
             "8-bit AdamW: parameters under 4,096 elements keep fp32 states (bitsandbytes min_8bit_size)"
         )
     return notes
 
 
-def _fit(plan: MemoryPlan, performed: StepMemory, chosen: Card) -> Fit:
-    run, total = plan.spec.run, chosen.total_bytes
+def _fit(plan: MemoryPlan, performed: StepMemory, chosen: Card, total: int) -> Fit:
+    run = plan.run
 
     def peak(**change: Any) -> int:
         return _step(plan, replace(run, **change)).peak.peak_bytes
@@ -169,10 +134,9 @@ def _fit(plan: MemoryPlan, performed: StepMemory, chosen: Card) -> Fit:
         options.append(("with activation checkpointing", peak(grad_ckpt=True)))
     if performed.peak.where == "optimizer step" and run.mode == "full":
         options.append(("LoRA instead of full fine-tuning", peak(mode="lora")))
-        if plan.spec.training.optimizer != "adamw_8bit":
-            eight = replace(plan.spec.training, optimizer="adamw_8bit", optimizer_impl="fused")
-            options.append(("8-bit AdamW", step_memory(plan.model, run, plan.spec.precision, eight,
-                            capability=plan.capability, norms=plan.norms).peak.peak_bytes))  # fmt: skip
+        if run.training.optimizer != "adamw_8bit":
+            eight = replace(run.training, optimizer="adamw_8bit", optimizer_impl="fused")
+            options.append(("8-bit AdamW", _step(plan, replace(run, training=eight)).peak.peak_bytes))
     if performed.backends and any(b in ("math", "eager") for b in performed.backends.values()):
         options.append(("attention on a fused kernel (flex, or SDPA without a mask)",
                         _step(plan, run, fused=True).peak.peak_bytes))  # fmt: skip
@@ -181,6 +145,7 @@ def _fit(plan: MemoryPlan, performed: StepMemory, chosen: Card) -> Fit:
     headroom = total - performed.peak.peak_bytes
     return Fit(
         card=chosen,
+        total=total,
         fits=headroom >= 0,
         headroom=headroom,
         largest_batch=batch,

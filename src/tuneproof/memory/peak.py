@@ -21,7 +21,6 @@ from tuneproof.memory.activations import FP32, Geometry, Item, fused
 
 # torch.optim.AdamW implementations (torch/optim/adamw.py `_fused_adamw`, `_multi_tensor_adamw`,
 # `_single_tensor_adamw`): what each allocates beyond the states while it steps
-OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)

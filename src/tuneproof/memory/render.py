@@ -22,7 +22,8 @@ ACTIVATION_ORDER = (
 def render_report(report: MemoryReport, console: Console) -> None:
     from tuneproof.core.tables import Table
 
-    run, pr, tr, p = report.run, report.precision, report.training, report.performed
+    run, p = report.run, report.performed
+    pr, tr = run.precision, run.training
     console.print(
         f"[bold]memory ledger[/bold] {report.model_type}: T={run.seq_len} x B={run.batch}, attn={run.attn}, "
         f"mode={run.mode}" + (", grad-ckpt" if run.grad_ckpt else "")
@@ -106,10 +107,10 @@ def _fit(report: MemoryReport, console: Console) -> None:
         console.print("fit: no card given (--gpu NAME or auto)")
         return
     card = fit.card
-    share = fit.headroom / card.total_bytes
+    share = fit.headroom / fit.total
     verdict = "fits" if fit.fits else "does NOT fit"
     console.print(
-        f"on {escape(card.name)} ({gib(card.total_bytes)}, {escape(card.source)}): {verdict}, "
+        f"on {escape(str(card.name))} ({gib(fit.total)}, {escape(str(card.memory_source))}): {verdict}, "
         f"headroom {gib(fit.headroom)} ({share:.0%})"
     )
     if fit.fits and share < HEADROOM_WARN:
@@ -119,5 +120,5 @@ def _fit(report: MemoryReport, console: Console) -> None:
         f"largest width at B={report.run.batch}: {fit.largest_width or 'none fits'}"
     )
     for change, peak in fit.options:
-        mark = "fits" if peak <= card.total_bytes else "does not fit"
+        mark = "fits" if peak <= fit.total else "does not fit"
         console.print(f"  {escape(change)}: peak {gib(peak)} ({mark})")

@@ -7,10 +7,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuneproof.core.verdict import FINDING, OK, NoWarnings, Verdict
-from tuneproof.memory.cards import GIB, Card
-from tuneproof.memory.step import Precision, StepMemory, Training
-from tuneproof.runs.step import RunSpec
+from tuneproof.core.verdict import FINDING, OK, Verdict
+from tuneproof.hardware.card import GIB, Card
+from tuneproof.memory.step import StepMemory
+from tuneproof.runs.step import Step
 
 # What a config cannot give, and why: reported as unknown, measured by bench/gpu_check.py on a card.
 UNKNOWN = {
@@ -39,6 +39,7 @@ class Fit:
     """The step on a card: fits or not, headroom, and the largest batch and width that fit."""
 
     card: Card
+    total: int  # the card's bytes the step is fitted against
     fits: bool
     headroom: int
     largest_batch: int  # at the asked width (0: not even one row)
@@ -47,23 +48,22 @@ class Fit:
 
 
 @dataclass(kw_only=True, slots=True)
-class MemoryReport(NoWarnings):
+class MemoryReport:
     model_type: str
-    run: RunSpec
-    precision: Precision
-    training: Training
+    run: Step
     performed: StepMemory
     intended: StepMemory
     excess: list[MemoryExcess]
     fit: Fit | None = None
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the model's: fields left to transformers' defaults
 
     @property
     def verdict(self) -> Verdict | None:
         """FITS (exit 0) or OUT_OF_MEMORY (exit 1) on a named card; None without one (a ledger)."""
         if self.fit is None:
             return None
-        peak, total = self.performed.peak.peak_bytes, self.fit.card.total_bytes
+        peak, total = self.performed.peak.peak_bytes, self.fit.total
         if self.fit.fits:
             return Verdict(
                 outcome="FITS",
@@ -92,7 +92,7 @@ class MemoryReport(NoWarnings):
         render_report(self, console)
 
     def to_dict(self) -> dict[str, Any]:
-        p = self.performed
+        p, pr, tr = self.performed, self.run.precision, self.run.training
         top = p.peak.top
         return {
             "model_type": self.model_type,
@@ -101,11 +101,9 @@ class MemoryReport(NoWarnings):
                 "padding_fraction": self.run.padding_fraction, "mode": self.run.mode,
                 "grad_ckpt": self.run.grad_ckpt,
             },
-            "precision": {"dtype": self.precision.dtype, "autocast": self.precision.autocast,
-                          "quant": self.precision.quant},
-            "training": {"optimizer": self.training.optimizer, "optimizer_impl": self.training.optimizer_impl,
-                         "grad_accum": self.training.grad_accum, "parallel": self.training.parallel,
-                         "world_size": self.training.world_size},
+            "precision": {"dtype": pr.dtype, "autocast": pr.autocast, "quant": pr.quant},
+            "training": {"optimizer": tr.optimizer, "optimizer_impl": tr.optimizer_impl,
+                         "grad_accum": tr.grad_accum, "parallel": tr.parallel, "world_size": tr.world_size},
             "peak_bytes": p.peak.peak_bytes,
             "peak_where": top.where,
             "components": _components(p),
@@ -142,16 +140,16 @@ def _fit_dict(fit: Fit | None) -> dict[str, Any] | None:
     if fit is None:
         return None
     return {
-        "gpu": fit.card.name, "total_bytes": fit.card.total_bytes, "source": fit.card.source,
+        "gpu": fit.card.name, "total_bytes": fit.total, "source": fit.card.memory_source,
         "fits": fit.fits, "headroom_bytes": fit.headroom, "largest_batch": fit.largest_batch,
         "largest_width": fit.largest_width,
         "options": [
-            {"change": c, "peak_bytes": b, "fits": b <= fit.card.total_bytes} for c, b in fit.options
+            {"change": c, "peak_bytes": b, "fits": b <= fit.total} for c, b in fit.options
         ],
     }  # fmt: skip
 
 
-def excess_lines(performed: StepMemory, intended: StepMemory, run: RunSpec) -> list[MemoryExcess]:
+def excess_lines(performed: StepMemory, intended: StepMemory, run: Step) -> list[MemoryExcess]:
     """Each attention group whose backend keeps the T x T probabilities (and K, V repeated to every
     head), and the masks built whole, at the bytes they add to the peak."""
     from tuneproof.memory.activations import fused

@@ -5,7 +5,7 @@ What each row counts, and where the rule comes from:
   and the input embedding (vocab x hidden) unless tied to the LM head, at the model's dtype. Norm
   weights and biases are not in the shape (it holds GEMMs): they are named as not counted (at published
   sizes under 0.1 % of the weights; under 1 % on the test fixtures).
-- LoRA adapters: r x (in + out) per adapted module at its rank (`RunSpec.rank_of`, PEFT's
+- LoRA adapters: r x (in + out) per adapted module at its rank (`Step.rank_of`, PEFT's
   rank_pattern), r x (in + out) per expert for a fused parameter PEFT adapts in place (A[E, in, r],
   B[E, r, out]), each module of modules_to_save copied whole. Adapters are fp32 whatever the base's
   dtype: PEFT upcasts them (`autocast_adapter_dtype=True`, peft/tuners/tuners_utils.py).
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from tuneproof.arch.shape import Linear, ModelShape
 from tuneproof.core.dtypes import BY_SHORT, check_dtype
 from tuneproof.core.errors import TuneproofError
-from tuneproof.runs.step import RunSpec
+from tuneproof.runs.step import Step
 
 FP32 = 4
 STEP_BYTES = 4  # AdamW's float32 `step` scalar per parameter tensor
@@ -80,7 +80,7 @@ class States:
 
 def state_bytes(
     shape: ModelShape,
-    run: RunSpec,
+    run: Step,
     dtype: str = "bf16",
     optimizer: str = "adamw",
     step_on_device: bool = False,
@@ -138,7 +138,7 @@ def state_bytes(
     )
 
 
-def _check_quant(quant: str | None, run: RunSpec) -> None:
+def _check_quant(quant: str | None, run: Step) -> None:
     if quant is None:
         return
     if quant not in QUANT:
@@ -154,28 +154,29 @@ def _check_quant(quant: str | None, run: RunSpec) -> None:
 def _unique_linears(shape: ModelShape) -> list[Linear]:
     """Each GEMM weight once: a tied one (the LM head that is the embedding, a shared block's reuse)
     holds no weight of its own. Identical layers share Linear objects but not weights: each counts."""
-    return [lin for lin in shape.linears() if not lin.tied]
+    return [lin for lin in shape.linears if not lin.tied]
 
 
 def _gemm_parameters(shape: ModelShape) -> int:
     return sum(lin.in_features * lin.out_features * lin.num_experts for lin in _unique_linears(shape))
 
 
-def _adapters(shape: ModelShape, run: RunSpec) -> tuple[int, int, int]:
-    """(adapter parameters, parameters of modules_to_save, their tensors) as PEFT creates them."""
-    from tuneproof.flops.ledger import adapted_in_place, lora_adapts, parameter_path, trained_whole
+def _adapters(shape: ModelShape, run: Step) -> tuple[int, int, int]:
+    """(adapter parameters, parameters of modules_to_save, their tensors) as PEFT creates them, on what
+    `tuneproof.arch.targets` resolves the step's LoRA to adapt."""
+    from tuneproof.arch.targets import adaptation
 
+    found = adaptation(shape, run.lora)
     adapters = whole = tensors = 0
-    for lin in _unique_linears(shape):
-        if trained_whole(lin, run):
+    for layer, lin in shape.own_weights:
+        place = found.place(layer, lin)
+        if place.how == "whole":
             whole += lin.in_features * lin.out_features * lin.num_experts
             tensors += 1
-        elif adapted_in_place(lin, run):
-            r = run.rank_of(parameter_path(lin))
-            adapters += lin.num_experts * r * (lin.in_features + lin.out_features)
+        elif place.how == "parameter":
+            adapters += lin.num_experts * place.rank * (lin.in_features + lin.out_features)
             tensors += 2
-        elif lora_adapts(shape.model_type, lin, run.lora_targets):
-            r = run.rank_of(lin.name)
-            adapters += r * (lin.in_features + lin.out_features)
+        elif place.how == "module":
+            adapters += place.rank * (lin.in_features + lin.out_features)
             tensors += 2
     return adapters, whole, tensors

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, replace
 
 from tuneproof.arch import ResolvedModel
 from tuneproof.arch.shape import Attention, BlockMix, BlockScores, LayerShape, Linear, ModelShape
-from tuneproof.core import validate
-from tuneproof.core.dtypes import BY_SHORT, LOW_PRECISION, MODEL_DTYPES, check_dtype
+from tuneproof.core.dtypes import BY_SHORT
 from tuneproof.core.errors import TuneproofError
+from tuneproof.hardware.card import CPU, Card
 from tuneproof.memory.activations import (
     FP32,
     GATED,
@@ -21,76 +21,9 @@ from tuneproof.memory.activations import (
     model_items,
 )
 from tuneproof.memory.norms import NormInventory, norm_inventory
-from tuneproof.memory.peak import OPTIMIZER_IMPLS, LayerCost, StepPeak, backward_temps, walk
-from tuneproof.memory.states import OPTIMIZERS, QUANT, States, state_bytes
-from tuneproof.runs.step import RunSpec
-
-PARALLEL = ("none", "ddp", "fsdp")
-
-
-@dataclass(kw_only=True, frozen=True, slots=True)
-class Precision:
-    """How the step holds its numbers. `dtype`: the weights as loaded; `autocast`: the activations'
-    dtype under torch.autocast (the Trainer's bf16/fp16 flag), None to run in the weights' dtype;
-    `quant`: the base's nn.Linear weights loaded by bitsandbytes (QLoRA)."""
-
-    dtype: str = "bf16"
-    autocast: str | None = "bf16"
-    quant: str | None = None
-    quant_experts: bool = False  # the fused experts quantised too (Axolotl's quantize_moe_experts)
-
-    def __post_init__(self) -> None:
-        check_dtype(self.dtype)
-        validate.choice("dtype", self.dtype, MODEL_DTYPES)
-        if self.autocast is not None:
-            validate.choice("autocast", self.autocast, LOW_PRECISION)
-        if self.quant is not None:
-            validate.choice("quant", self.quant, tuple(QUANT))
-
-    @property
-    def activation_bytes(self) -> int:
-        return BY_SHORT[self.autocast or self.dtype].bytes
-
-    @property
-    def weight_copies(self) -> bool:
-        """fp32 weights under a low-precision autocast: every GEMM reads a low-precision copy of its
-        weight, made in forward and kept by the GEMM for its input's gradient."""
-        return self.dtype == "fp32" and self.autocast is not None
-
-
-@dataclass(kw_only=True, frozen=True, slots=True)
-class Training:
-    """What steps the weights and across how many ranks. `optimizer_impl`: torch's AdamW
-    implementation (fused: HF Trainer's default `adamw_torch_fused`); `grad_accum`: micro-batches per
-    optimizer step (gradients live through every forward after the first); `parallel` over
-    `world_size` ranks: DDP keeps every weight and a bucketed copy of the gradients per rank, FSDP2
-    shards weights, gradients and states and gathers one layer (and prefetches the next)."""
-
-    optimizer: str = "adamw"
-    optimizer_impl: str = "fused"
-    grad_accum: int = 1
-    parallel: str = "none"
-    world_size: int = 1
-    step_on_device: bool = False  # AdamW's step scalars on the device (capturable, or the CPU)
-
-    def __post_init__(self) -> None:
-        validate.choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
-        validate.choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
-        validate.integer("grad_accum", self.grad_accum, high=1 << 16, hint="micro-batches per step")
-        validate.choice("parallel", self.parallel, PARALLEL)
-        if self.optimizer == "adamw_8bit" and self.optimizer_impl != "fused":
-            raise TuneproofError(
-                f"{{optimizer}} adamw_8bit with {{optimizer_impl}} {self.optimizer_impl}",
-                "bitsandbytes steps in one kernel: leave the implementation fused",
-                fields=("optimizer", "optimizer_impl"),
-            )
-        validate.integer("world_size", self.world_size, high=1 << 16, hint="ranks")
-        if (self.parallel == "none") != (self.world_size == 1):
-            raise TuneproofError(
-                "{parallel} and {world_size} disagree",
-                "give ddp or fsdp with more than one rank, none with one",
-                fields=("parallel", "world_size"),
-            )
+from tuneproof.memory.peak import LayerCost, StepPeak, backward_temps, walk
+from tuneproof.memory.states import States, state_bytes
+from tuneproof.runs.step import Precision, Step, Training
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -113,21 +46,17 @@ class StepMemory:
 
 
 def attention_backends(
-    shape: ModelShape, run: RunSpec, dtype: str, capability: tuple[int, int] | None, dropout: float
+    shape: ModelShape, run: Step, dtype: str, card: Card, dropout: float
 ) -> tuple[dict[int, str], dict[int, bool], dict[int, str]]:
     """The backend each softmax layer runs, whether its mask is materialised, and why a layer runs a
     backend that keeps the T x T probabilities, as dispatch decides."""
     from tuneproof.attention.dispatch import Context, predict
 
-    rows = run.rows()
-    ctx = Context(
-        seq_len=run.seq_len, batch=run.batch, attn=run.attn, padded=rows.is_padded, packed=rows.is_packed,
-        dtype=dtype, training=True, capability=capability, dropout=dropout, compiled=run.compiled,
-    )  # fmt: skip
+    ctx = Context(step=run, card=card, dtype=dtype, dropout=dropout)
     backends: dict[int, str] = {}
     masked: dict[int, bool] = {}
     why: dict[int, str] = {}
-    for idxs in shape.attention_groups().values():
+    for idxs in shape.attention_groups.values():
         p = predict(ctx, shape.layers[idxs[0]].attention)
         reason = "; ".join(f"{k}: {v}" for k, v in p.refused.items()) or (
             f"{run.attn} computes the scores itself" if run.attn == "eager" else p.mask_reason
@@ -141,14 +70,16 @@ def _ffn_temps(layer: LayerShape, shape: ModelShape, g: Geometry) -> tuple[float
     """The feed-forward part's intermediate width (rows per token x the down projection's input), and
     what its backward adds beside: the largest merged weight's gradient of a PEFT target_parameters
     adapter, and the routed rows' gradient of a MoE (N x k x hidden)."""
-    from tuneproof.flops.ledger import adapted_in_place
+    from tuneproof.arch.targets import adaptation
+
+    lora = adaptation(shape, g.run.lora) if g.run.mode == "lora" else None
 
     widest, extra, routed = 0.0, 0, 0.0
     for s in layer.steps:
         if isinstance(s, Linear) and attention_half(s) == "ffn":
             if s.in_features != shape.hidden_size:  # the down projection: its input is the MLP's width
                 widest = max(widest, s.tokens_per_token * s.in_features)
-            if g.run.mode == "lora" and adapted_in_place(s, g.run):
+            if lora is not None and lora.place(layer.index, s).how == "parameter":
                 extra = max(extra, s.num_experts * s.in_features * s.out_features * g.weight_bytes)
             if s.num_experts > 1:
                 routed = max(routed, s.tokens_per_token)
@@ -168,15 +99,15 @@ def _layer_gradients(shape: ModelShape, states: States) -> tuple[list[int], int]
 
 def _geometry(
     model: ResolvedModel,
-    run: RunSpec,
+    run: Step,
     precision: Precision,
-    capability: tuple[int, int] | None,
+    card: Card,
     fused_attention: bool,
 ) -> tuple[Geometry, dict[int, str]]:
     config = model.config if (model.source is not None or model._config is not None) else None
     dropout = float(getattr(config, "attention_dropout", 0.0) or 0.0)
     compute = precision.autocast or precision.dtype
-    backends, masked, why = attention_backends(model.shape, run, compute, capability, dropout)
+    backends, masked, why = attention_backends(model.shape, run, compute, card, dropout)
     if fused_attention:  # the intended step: every softmax layer on a kernel that keeps O(T) statistics
         backends = dict.fromkeys(backends, "flash")
         masked = dict.fromkeys(masked, False)
@@ -290,18 +221,16 @@ def check_sizable(shape: ModelShape) -> None:
 
 def step_memory(
     model: ResolvedModel,
-    run: RunSpec,
-    precision: Precision | None = None,
-    training: Training | None = None,
+    run: Step,
     *,
-    capability: tuple[int, int] | None = None,
+    card: Card = CPU,
     norms: NormInventory | None = None,
     fused_attention: bool = False,
 ) -> StepMemory:
-    """The step of `run` on `model` on one rank, on the CUDA card of `capability` (None: the CPU);
-    with `fused_attention`, the intended step: every softmax layer on a fused kernel, no mask built."""
-    precision = precision or Precision()
-    training = training or Training()
+    """The step of `run` on `model` on one rank (in the step's own precision, stepped as its training
+    says), on `card` (its capability picks the attention backends; the CPU's by default); with
+    `fused_attention`, the intended step: every softmax layer on a fused kernel, no mask built."""
+    precision, training = run.precision, run.training
     shape = model.shape
     check_sizable(shape)
     states = state_bytes(
@@ -313,7 +242,7 @@ def step_memory(
         precision.quant,
         precision.quant_experts,
     )
-    g, why = _geometry(model, run, precision, capability, fused_attention)
+    g, why = _geometry(model, run, precision, card, fused_attention)
     inv = norms or norm_inventory(model)
     states, sharding, fixed_extra = _per_rank(states, shape, training)
     grads, rest = _layer_gradients(shape, states)
@@ -403,7 +332,7 @@ def _layer_parameters(layer: LayerShape) -> int:
 def _all_parameters(shape: ModelShape) -> int:
     embedding = 0 if shape.tie_word_embeddings else shape.vocab_size * shape.hidden_size
     return embedding + sum(
-        lin.in_features * lin.out_features * lin.num_experts for lin in shape.linears() if not lin.tied
+        lin.in_features * lin.out_features * lin.num_experts for lin in shape.linears if not lin.tied
     )
 
 

@@ -13,9 +13,7 @@ the stored tensors are loaded as if unquantised.
 
 from __future__ import annotations
 
-from typing import Any
-
-from tuneproof.arch.quantization import StoredQuantisation, stored_quantisation
+from tuneproof.arch.quantization import StoredQuantisation
 from tuneproof.preflight.sections import Section
 from tuneproof.runs.run import Run
 
@@ -25,12 +23,10 @@ AXOLOTL_OWN = {"gptq": "GPTQConfig", "awq": "AwqConfig", "bitsandbytes": "BitsAn
 DEQUANTISE = {"fp8": "FineGrainedFP8Config", "mxfp4": "Mxfp4Config"}
 
 
-def base_quantisation(run: Run, config: dict[str, Any]) -> Section | None:
-    """The base's declared storage and, when the run asks bitsandbytes for 4 or 8 bits, what Axolotl
-    and transformers do with a checkpoint already quantised; None when the base is stored unquantised."""
-    stored = stored_quantisation(config)
-    if stored is None:
-        return None
+def base_quantisation(run: Run, stored: StoredQuantisation) -> Section:
+    """The base's declared storage (`tuneproof.arch.quantization.stored_quantisation`) and, when the run
+    asks bitsandbytes for 4 or 8 bits, what Axolotl and transformers do with a checkpoint already
+    quantised."""
     s = Section(name="quantised base", data={"quant_method": stored.method, "fields": stored.fields})
     s.lines.append(f"the base is stored quantised ({stored.where}): {stored.describe()}")
     if run.adapter == "qlora" and run.load_in_4bit:

@@ -10,17 +10,20 @@ Every section is lines to print, a JSON-able dict and its findings (what will be
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tuneproof.arch.quantization import stored_quantisation
-from tuneproof.attention.paths import implementation_path
-from tuneproof.attention.target import DeviceTarget
+from tuneproof.arch.quantization import StoredQuantisation
+from tuneproof.arch.targets import LoraTargets
 from tuneproof.core.errors import TuneproofError
-from tuneproof.preflight.axolotl_packing import contamination_finding, packing_isolation
+from tuneproof.hardware.card import Card
 from tuneproof.runs.axolotl import AXOLOTL_PAD_MULTIPLE
+from tuneproof.runs.axolotl_packing import PackingIsolation, contamination_finding, packing_isolation
+from tuneproof.runs.implementations import implementation
 from tuneproof.runs.run import Run
+from tuneproof.runs.step import UNKNOWN_PATH, Step
 
+UNKNOWN_MEMORY = "what {} keeps for backward is not modelled: name a path tuneproof models to size the step"
 RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
 FLASH_ATTN_MAX_HEAD_DIM = 256  # flash-attn 2/3: csrc/flash_attn/flash_api.cpp mha_fwd
 
@@ -33,47 +36,104 @@ class Section:
     findings: list[str] = field(default_factory=list)
 
 
-def path_of(run: Run) -> tuple[str, str | None]:
-    """tuneproof's attention path for the run's implementation, and how it was mapped (None: as is)."""
-    return implementation_path(run.attn)
+@dataclass(kw_only=True, frozen=True, slots=True)
+class Priced:
+    """The run's steps as the sections price them, made once before the first section: the FLOP
+    ledger's (`ledger`: at the median micro-batch's width on the real lengths, or the run's width), the
+    memory ledger's (`memory`: the run's width), the dispatch's (`dispatch`: padded or packed as the run
+    batches; what the LoRA adapts does not change dispatch, so all-linear, which any LoRA run has);
+    `fallback` the line when the LoRA is costed on all-linear; `attn` tuneproof's path and `mapped` how
+    the run's implementation maps to it; `asked` the LoRA the run names, for its coverage; `iso` how
+    Axolotl's packing keeps documents apart; `positions` the model's notes at the ledger's width;
+    `real_width` and `padding` what the datasets' real lengths gave (None: not read, or packed)."""
+
+    ledger: Step
+    memory: Step
+    dispatch: Step
+    fallback: str | None
+    attn: str
+    mapped: str | None
+    asked: LoraTargets
+    iso: PackingIsolation | None
+    positions: tuple[str, ...]
+    real_width: int | None = None
+    padding: float | None = None
+
+    @property
+    def mixed(self) -> bool:
+        """Packed documents not kept apart: transformers sees rows with one causal mask each and the
+        padding after their documents (a bin short of the width), never a per-document mask."""
+        return self.iso is not None and not self.iso.isolated
 
 
-def widths(run: Run) -> tuple[int, int]:
-    """(rows, width) of one micro-batch as the trainer builds it."""
-    if run.packs_rows:
-        return 1, run.micro_batch * run.seq_len
-    return run.micro_batch, run.seq_len
+def price(run: Run, model: Any, *, real_width: int | None = None, padding: float | None = None) -> Priced:
+    """The run's steps for every section (`Priced`); `real_width` and `padding`: the median micro-batch
+    on the real lengths and its padding share, when the datasets were read (and not packed). Each LoRA
+    step is checked as PEFT would apply it (`tuneproof.arch.targets.check`), before any section."""
+    from tuneproof.arch.targets import check
 
-
-def ledger(run: Run, model: Any, padding: float | None, real_width: int | None, cov: Any) -> Section:
-    """The ledger of one micro-batch: at the run's width, or with real lengths and no packing at the
-    median micro-batch's width; LoRA on the leaf names the targets really adapt (`cov`)."""
-    from tuneproof.flops import flop_report
-    from tuneproof.flops.report import positions_notes
-    from tuneproof.runs.step import RunSpec
-
-    rows, width = widths(run)
-    if real_width is not None:
-        width = real_width
-    attn, mapped = path_of(run)
-    mode = "lora" if run.adapter else "full"
-    targets: tuple[str, ...] = ("all-linear",)
-    unmatched = mode == "lora" and cov is not None and not cov.families and not cov.experts_adapted
-    if mode == "lora" and cov is not None and not unmatched:
-        targets = tuple(sorted(cov.families))  # () with expert parameters only
-    spec = RunSpec(
-        seq_len=width, batch=rows, attn=attn, padding_fraction=padding or 0.0, mode=mode,
-        lora_rank=run.lora_r, lora_targets=targets,
-        lora_target_parameters=run.target_parameters if mode == "lora" else (), grad_ckpt=run.grad_ckpt,
+    found, iso = implementation(run.attn), packing_isolation(run)
+    rows, width = run.widths()
+    asked = run.step().lora if run.names_targets else LoraTargets(modules=(), rank=run.lora_r)
+    mixed = iso is not None and not iso.isolated
+    packed = run.packing and not mixed
+    padded = (not run.packing and run.pad_to_seq_len is not True and rows > 1) or mixed
+    dispatch = run.step(padded=padded and width > 1, packed=packed, targets=("all-linear",))
+    ledger, fallback = _priced_step(run, model, width=real_width, padding=padding or 0.0)
+    memory, _ = _priced_step(run, model)
+    for step in (ledger, memory):
+        check(model.shape, step.lora, step.mode)
+    return Priced(
+        ledger=ledger, memory=memory, dispatch=dispatch, fallback=fallback, attn=found.path,
+        mapped=found.note, asked=asked, iso=iso, positions=model.positions_notes(ledger.seq_len),
+        real_width=real_width, padding=padding,
     )  # fmt: skip
+
+
+def _priced_step(
+    run: Run, model: Any, *, width: int | None = None, padding: float = 0.0
+) -> tuple[Step, str | None]:
+    """The run's step as preflight prices it (the ledger's and the memory ledger's alike): at the run's
+    width (or `width`, the median micro-batch on the real lengths), its LoRA as PEFT resolves it, the
+    target names that match nothing left out (the LoRA section names them), and all-linear where the
+    targets adapt nothing at all, said in the line returned."""
+    from tuneproof.arch.targets import adaptation, unmatched
+
+    rows, own = run.widths()
+    fallback = run.step(width=width or own, rows=rows, padding=padding, targets=("all-linear",))
+    line = "LoRA costed on all-linear: the run's targets adapt nothing (the LoRA section)"
+    if not run.names_targets:
+        return fallback, line if fallback.mode == "lora" else None
+    step = run.step(width=width or own, rows=rows, padding=padding)
+    if step.mode != "lora":
+        return step, None
+    missing = set(unmatched(model.shape, step.lora))
+    if missing:
+        kept = tuple(t for t in step.lora_targets if t not in missing)
+        if not (kept or run.target_linear or run.target_parameters):
+            return fallback, line
+        step = run.step(width=width or own, rows=rows, padding=padding, targets=kept)
+    if adaptation(model.shape, step.lora).any_adapted:
+        return step, None
+    return fallback, line
+
+
+def ledger(run: Run, model: Any, priced: Priced) -> Section:
+    """The ledger of one micro-batch: at the run's width, or with real lengths and no packing at the
+    median micro-batch's width."""
+    from tuneproof.flops import flop_report
+
+    spec = priced.ledger
+    rows, width, mode = spec.batch, spec.seq_len, spec.mode
     report = flop_report(model.shape, spec)
-    report.notes.extend(positions_notes(model, spec.seq_len))
+    report.notes.extend(priced.positions)
     d = report.to_dict()
+    attn, mapped, fallback, padding = priced.attn, priced.mapped, priced.fallback, priced.padding
     intended, performed = d["intended"]["total"], d["performed"]["total"]
     s = Section(name="flops", data={"width": width, "rows": rows, "attn": attn, "mode": mode, **d})
     where = (
         f"the median micro-batch on the real lengths, {padding:.0%} padding"
-        if real_width
+        if priced.real_width
         else "the run's width"
     )
     offload = "activation offloading" + ("" if run.offload in (None, "True") else f" ({run.offload})")
@@ -85,8 +145,8 @@ def ledger(run: Run, model: Any, padding: float | None, real_width: int | None, 
     )
     if mapped:
         s.lines.append(mapped)
-    if unmatched:
-        s.lines.append("LoRA costed on all-linear: the run's targets adapt nothing (the LoRA section)")
+    if fallback:
+        s.lines.append(fallback)
     for ex in d["excess"]:
         share = ex["flops"] / performed
         s.lines.append(f"excess {share:.0%} of the performed FLOPs: {ex['name']}: {ex['why']}")
@@ -95,17 +155,13 @@ def ledger(run: Run, model: Any, padding: float | None, real_width: int | None, 
     return s
 
 
-def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
+def dispatch(run: Run, model: Any, target: Card, priced: Priced) -> Section:
+    """The backend each layer type runs on the card, as torch decides it (`tuneproof.attention.dispatch`),
+    with the advice that follows."""
     from tuneproof.attention.dispatch import Context, advise, explain
 
-    rows, width = widths(run)
-    attn, mapped = path_of(run)
-    iso = packing_isolation(run)
-    # packed documents not kept apart: transformers sees rows with one causal mask each and the padding
-    # after their documents (a bin short of the width), never a per-document mask
-    mixed = iso is not None and not iso.isolated
-    packed = run.packing and not mixed
-    padded = (not run.packing and run.pad_to_seq_len is not True and rows > 1) or mixed
+    step, attn, iso, mixed = priced.dispatch, priced.attn, priced.iso, priced.mixed
+    rows, width, packed = step.batch, step.seq_len, step.rows.is_packed
     s = Section(name="dispatch")
     if mixed:
         assert iso is not None
@@ -114,7 +170,7 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
             "causal mask across its documents; the mask below is the padding after them, not per document"
         )
         s.findings.append(contamination_finding(iso))
-    if mapped and "not modelled" in mapped:
+    if attn == UNKNOWN_PATH:
         s.lines.append(f"dispatch unknown: {run.attn} is not modelled here (no per-layer backend to name)")
         s.data = {"layers": [], "advice": [], "attn": run.attn,
                   "packing": iso.to_dict() if iso else None}  # fmt: skip
@@ -126,10 +182,9 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
         )
 
     def ctx(path: str) -> Context:
-        return Context(seq_len=width, batch=rows, attn=path, padded=padded, packed=packed,
-                       dtype=run.dtype, training=True, capability=capability, smem_limit=target.smem_limit,
-                       smem_source=target.smem_source, dropout=model.attention_dropout,
-                       compiled=run.torch_compile)  # fmt: skip
+        return Context(
+            step=replace(step, attn=path), card=target, dtype=run.dtype, dropout=model.attention_dropout
+        )
 
     sliding = any(x.attention.kind == "sliding" for x in model.shape.layers)
     if run.hybrid and not sliding:
@@ -174,7 +229,7 @@ def dispatch(run: Run, model: Any, target: DeviceTarget) -> Section:
     return s
 
 
-def flex_options(model: Any, target: DeviceTarget, gpu: str | None, run: Run) -> Section:
+def flex_options(model: Any, target: Card, gpu: str | None, run: Run) -> Section:
     from tuneproof.attention.kernel_measure import best_choice
 
     s = Section(name="flex")
@@ -241,9 +296,9 @@ def recompiles(run: Run, widths_seen: int | None) -> Section:
     return s
 
 
-def ship(run: Run, config: dict[str, Any]) -> Section:
+def ship(run: Run, stored: StoredQuantisation | None) -> Section:
+    """What merging and serving the adapter needs: the base it merges into, the stored base's recipe."""
     s = Section(name="ship")
-    stored = stored_quantisation(config)
     if run.adapter == "qlora" or run.load_in_4bit:
         s.lines.append(
             "a QLoRA adapter trains against 4-bit weights: merge it into the bf16 base it was quantised from "
@@ -264,42 +319,20 @@ def ship(run: Run, config: dict[str, Any]) -> Section:
     return s
 
 
-def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Section:
+def memory(run: Run, model: Any, card: Card, priced: Priced) -> Section:
     """The memory ledger of one micro-batch at the run's width (`tuneproof memory`): the peak, where it
     falls, what a named card leaves, and a finding when it will not fit."""
-    from tuneproof.memory.ledger import MemorySpec, memory_report, plan_memory
+    from tuneproof.memory.ledger import memory_report, plan_memory
     from tuneproof.memory.report import gib
-    from tuneproof.memory.step import Precision, Training
-    from tuneproof.runs.step import RunSpec
 
-    rows, width = widths(run)
-    attn, _ = path_of(run)
-    mode = "lora" if run.adapter else "full"
-    targets = (
-        tuple(sorted(cov.families))
-        if mode == "lora" and cov is not None and cov.families
-        else ("all-linear",)
-    )
-    step = RunSpec(
-        seq_len=width, batch=rows, attn=attn, mode=mode, lora_rank=run.lora_r, lora_targets=targets,
-        lora_target_parameters=run.target_parameters if mode == "lora" else (), grad_ckpt=run.grad_ckpt,
-    )  # fmt: skip
-    quant = (
-        "4bit-dq" if (run.load_in_4bit or run.adapter == "qlora") else "8bit" if run.load_in_8bit else None
-    )
-    precision = Precision(
-        dtype=run.dtype, autocast=run.dtype if run.dtype != "fp32" else None, quant=quant,
-        quant_experts=run.quantize_experts and quant is not None,
-    )  # fmt: skip
-    optimizer, impl, unread = _optimizer(run.optimizer)
-    training = Training(grad_accum=max(run.grad_accum, 1), optimizer=optimizer, optimizer_impl=impl)
-    from tuneproof.attention.target import CAPABILITY_TEXT
-
-    card = None if gpu is None or CAPABILITY_TEXT.fullmatch(gpu) else gpu  # a capability names no memory
-    spec = MemorySpec(
-        model=model, run=step, precision=precision, training=training, gpu=card, capability=target.capability
-    )
-    report = memory_report(plan_memory(spec))
+    if priced.attn == UNKNOWN_PATH:
+        s = Section(name="memory", data={"peak_bytes": None, "reason": UNKNOWN_MEMORY.format(run.attn)})
+        s.lines.append("not sized: " + UNKNOWN_MEMORY.format(run.attn))
+        return s
+    step = priced.memory
+    rows, width, mode, quant = step.batch, step.seq_len, step.mode, step.precision.quant
+    unread = run.optimizer_note
+    report = memory_report(plan_memory(model, step, card))
     d = report.to_dict()
     s = Section(name="memory", data=d)
     s.lines.append(
@@ -315,30 +348,18 @@ def memory(run: Run, model: Any, gpu: str | None, target: Any, cov: Any) -> Sect
             f"{run.fused_loss} never makes the B x T x V logits: the loss's share is counted as unfused"
         )
     fit = report.fit
-    if fit is None and gpu is not None:
-        s.lines.append(f"no fit: {gpu} is a capability, not a card with its memory (name the card)")
+    if fit is None and card.capability is not None and card.name is None:
+        s.lines.append(
+            f"no fit: {card.capability[0]}.{card.capability[1]} is a capability, not a card with its memory "
+            "(name the card)"
+        )
     if fit is not None:
         s.lines.append(f"on {fit.card.name}: headroom {gib(fit.headroom)}; largest micro-batch at this width "
                        f"{fit.largest_batch or 'none'}")  # fmt: skip
         if not fit.fits:
-            better = [c for c, b in fit.options if b <= fit.card.total_bytes]
+            better = [c for c, b in fit.options if b <= fit.total]
             s.findings.append(
                 f"memory: the step needs {gib(d['peak_bytes'])}, the {fit.card.name} holds "
-                f"{gib(fit.card.total_bytes)}: out of memory" + (f"; {better[0]} would fit" if better else "")
+                f"{gib(fit.total)}: out of memory" + (f"; {better[0]} would fit" if better else "")
             )
     return s
-
-
-def _optimizer(name: str | None) -> tuple[str, str, str | None]:
-    """The run's optimizer as the memory ledger sizes it: (optimizer, torch implementation, a line
-    when the name is not one it sizes). Transformers' names: adamw_torch_fused (its default),
-    adamw_torch (foreach on CUDA), the 8-bit AdamWs of bitsandbytes and torchao, sgd."""
-    if name is None or name == "adamw_torch_fused":
-        return "adamw", "fused", None
-    if "8bit" in name and "adam" in name:
-        return "adamw_8bit", "fused", None
-    if name in ("adamw_torch", "adamw_hf", "adamw"):
-        return "adamw", "foreach", None
-    if name == "sgd":
-        return "sgd", "fused", None
-    return "adamw", "fused", f"optimizer {name} is not one the ledger sizes: its states are sized as AdamW's"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from tuneproof.runs.step import Rows
+from tuneproof.runs.step import UNKNOWN_PATH, Rows
 
 # the keys a forward pre-hook keeps from the model's kwargs to read the batch at the step's end
 BATCH_KEYS = (
@@ -124,6 +124,16 @@ def read_batch(
             seen=Rows(width, seen_docs),
             documents_from=None,
             padding_from=padding_from,
+        )
+    if attn == UNKNOWN_PATH:  # whether its kernel keeps the documents apart is unknown
+        return BatchRead(
+            batch=rows,
+            width=width,
+            docs=docs,
+            seen=Rows(width, docs),
+            documents_from=SOURCES[source],
+            padding_from=padding_from,
+            apart=None,
         )
     why = _why_not_apart(attn, source, rows, mask2d, cache, batch, hidden)
     apart = not why

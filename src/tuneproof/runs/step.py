@@ -1,27 +1,37 @@
 """What one training step holds, the one step type every tool prices: `Rows` (what a micro-batch
-holds: its rows, the documents packed into each, the padding after them) and `RunSpec` (the rows plus
-how the step trains: the attention path, forward/full/LoRA, the adapters, checkpointing).
+holds: its rows, the documents packed into each, the padding after them) and `Step` (the rows plus how
+the step trains: the attention path, forward/full/LoRA and what the LoRA targets, checkpointing, how it
+holds its numbers (`Precision`) and what steps the weights (`Training`)).
 
-A run's config (`tuneproof.runs.run.Run`, from an Axolotl YAML or a recipe) gives its step through
-`Run.step`; the CLI builds one from flags, the train callback from the model it wraps (`from_model`
-in `tuneproof.train.read_run`), probe and doctor from their own specs.
+A run (`tuneproof.runs.run.Run`: from a command's flags, an Axolotl YAML, a recipe, a Trainer's model
+and arguments) gives its steps through `Run.step()`; no other module builds one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tuneproof.core import validate
+from tuneproof.core.dtypes import BY_SHORT, LOW_PRECISION, MODEL_DTYPES, check_dtype
 from tuneproof.core.errors import TuneproofError, field_error
 
+if TYPE_CHECKING:
+    from tuneproof.arch.targets import LoraTargets
+
 # The attention paths transformers can take, by the names its attn_implementation uses; their records
-# (mask rules, pairs, kernels) are `tuneproof.attention.paths.PATHS`, in this order.
+# (mask rules, pairs, kernels) are `tuneproof.attention.paths.PATHS`, in this order, then UNKNOWN_PATH's.
 ATTENTION_PATHS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
+# What a run's attention implementation prices as when no rule models it (`runs.implementations`): never
+# a name a user passes for a path, never costed as the nearest known one
+UNKNOWN_PATH = "unknown"
+PRICED_PATHS = (*ATTENTION_PATHS, UNKNOWN_PATH)
 
 
-def attention_path_name(name: object, field: str = "attn") -> str:
-    """`name` if it is a known attention path; an unknown name is refused, naming the known ones."""
-    if not isinstance(name, str) or name not in ATTENTION_PATHS:
+def attention_path_name(name: object, field: str = "attn", unknown: bool = False) -> str:
+    """`name` if it is a known attention path (or, with `unknown`, the unknown path a run's
+    implementation may price as); any other name is refused, naming the known ones."""
+    if not isinstance(name, str) or name not in (PRICED_PATHS if unknown else ATTENTION_PATHS):
         raise field_error(
             field, f"{name!r} is not a known attention path", "use one of: " + ", ".join(ATTENTION_PATHS)
         )
@@ -67,10 +77,81 @@ class Rows:
 
 MODES = ("forward", "full", "lora")
 MAX_BATCH = 1 << 20
+# The names of how a step holds its numbers and what steps it; their sizes are the memory ledger's
+# (`tuneproof.memory.states.QUANT` and `OPTIMIZERS`, keyed by these names in this order)
+QUANT_NAMES = ("8bit", "4bit", "4bit-dq")  # bitsandbytes as transformers loads it (QLoRA: 4bit-dq)
+OPTIMIZER_NAMES = ("adamw", "adamw_amsgrad", "sgd", "sgd_momentum", "adamw_8bit")
+OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")  # torch's AdamW implementations
+PARALLEL = ("none", "ddp", "fsdp")
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
-class RunSpec:
+class Precision:
+    """How the step holds its numbers. `dtype`: the weights as loaded; `autocast`: the activations'
+    dtype under torch.autocast (the Trainer's bf16/fp16 flag), None to run in the weights' dtype;
+    `quant`: the base's nn.Linear weights loaded by bitsandbytes (QLoRA)."""
+
+    dtype: str = "bf16"
+    autocast: str | None = "bf16"
+    quant: str | None = None
+    quant_experts: bool = False  # the fused experts quantised too (Axolotl's quantize_moe_experts)
+
+    def __post_init__(self) -> None:
+        check_dtype(self.dtype)
+        validate.choice("dtype", self.dtype, MODEL_DTYPES)
+        if self.autocast is not None:
+            validate.choice("autocast", self.autocast, LOW_PRECISION)
+        if self.quant is not None:
+            validate.choice("quant", self.quant, QUANT_NAMES)
+
+    @property
+    def activation_bytes(self) -> int:
+        return BY_SHORT[self.autocast or self.dtype].bytes
+
+    @property
+    def weight_copies(self) -> bool:
+        """fp32 weights under a low-precision autocast: every GEMM reads a low-precision copy of its
+        weight, made in forward and kept by the GEMM for its input's gradient."""
+        return self.dtype == "fp32" and self.autocast is not None
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class Training:
+    """What steps the weights and across how many ranks. `optimizer_impl`: torch's AdamW
+    implementation (fused: HF Trainer's default `adamw_torch_fused`); `grad_accum`: micro-batches per
+    optimizer step (gradients live through every forward after the first); `parallel` over
+    `world_size` ranks: DDP keeps every weight and a bucketed copy of the gradients per rank, FSDP2
+    shards weights, gradients and states and gathers one layer (and prefetches the next)."""
+
+    optimizer: str = "adamw"
+    optimizer_impl: str = "fused"
+    grad_accum: int = 1
+    parallel: str = "none"
+    world_size: int = 1
+    step_on_device: bool = False  # AdamW's step scalars on the device (capturable, or the CPU)
+
+    def __post_init__(self) -> None:
+        validate.choice("optimizer", self.optimizer, OPTIMIZER_NAMES)
+        validate.choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        validate.integer("grad_accum", self.grad_accum, high=1 << 16, hint="micro-batches per step")
+        validate.choice("parallel", self.parallel, PARALLEL)
+        if self.optimizer == "adamw_8bit" and self.optimizer_impl != "fused":
+            raise TuneproofError(
+                f"{{optimizer}} adamw_8bit with {{optimizer_impl}} {self.optimizer_impl}",
+                "bitsandbytes steps in one kernel: leave the implementation fused",
+                fields=("optimizer", "optimizer_impl"),
+            )
+        validate.integer("world_size", self.world_size, high=1 << 16, hint="ranks")
+        if (self.parallel == "none") != (self.world_size == 1):
+            raise TuneproofError(
+                "{parallel} and {world_size} disagree",
+                "give ddp or fsdp with more than one rank, none with one",
+                fields=("parallel", "world_size"),
+            )
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class Step:
     """One micro-batch step.
 
     `seq_len` is the padded width T every row of the micro-batch has. Real lengths come from
@@ -83,7 +164,11 @@ class RunSpec:
     "mlp.experts.gate_up_proj", rank `lora_rank` per expert; `lora_targets` may then be empty).
     `lora_ranks`: (module or parameter path or its '.'-suffix, rank) for the adapters whose rank is not
     `lora_rank` (PEFT's rank_pattern, or the ranks a PEFT model really holds); `lora_modules_to_save`:
-    modules PEFT copies and trains whole beside the adapters (modules_to_save, e.g. lm_head).
+    modules PEFT copies and trains whole beside the adapters (modules_to_save, e.g. lm_head);
+    `lora_regex`: target_modules as a regular expression over full module paths (then `lora_targets` is
+    not read); `lora_linear_leaves`: Axolotl's lora_target_linear (every nn.Linear's last name added to
+    `lora_targets`). What a LoRA of these adapts is `tuneproof.arch.targets`' (`Step.lora`), PEFT's own
+    resolution. `precision` and `training` are what the memory ledger sizes (the FLOP ledger reads neither).
     """
 
     seq_len: int
@@ -100,6 +185,10 @@ class RunSpec:
     lengths: tuple[int, ...] | None = None
     documents: tuple[tuple[int, ...], ...] | None = None
     compiled: bool = False  # torch.compile: SDPA gets a mask on every layer (attention.paths)
+    lora_regex: str | None = None
+    lora_linear_leaves: bool = False
+    precision: Precision = Precision()
+    training: Training = Training()
 
     def __post_init__(self) -> None:
         validate.integer("seq_len", self.seq_len, hint="pass the padded width in tokens")
@@ -114,7 +203,7 @@ class RunSpec:
             high_open=True,
             hint="pass the share of token slots that are padding, e.g. 0.3",
         )
-        attention_path_name(self.attn)
+        attention_path_name(self.attn, unknown=True)
         validate.choice("mode", self.mode, MODES)
         validate.integer("lora_rank", self.lora_rank, high=1 << 20, hint="pass the adapter rank r")
         _names("lora_targets", self.lora_targets, "module", "('q_proj', 'v_proj')")
@@ -130,11 +219,21 @@ class RunSpec:
                     "e.g. (('mlp.experts.gate_up_proj', 32),)",
                 )
             validate.integer("lora_ranks", entry[1], high=1 << 20, hint="pass each adapter's rank r")
-        if not self.lora_targets and not self.lora_target_parameters:
+        if self.lora_regex is not None:
+            _regex(self.lora_regex)
+        if not (
+            self.lora_targets or self.lora_target_parameters or self.lora_regex or self.lora_linear_leaves
+        ):
             raise TuneproofError(
                 "{lora_targets} is empty",
                 "give module names, all-linear, or {lora_target_parameters}",
                 fields=("lora_targets", "lora_target_parameters"),
+            )
+        if self.precision.quant is not None and self.mode != "lora":
+            raise TuneproofError(
+                f"{{quant}} {self.precision.quant} with {self.mode} fine-tuning",
+                "quantised weights do not train: use LoRA (QLoRA)",
+                fields=("quant",),
             )
         if self.grad_ckpt and self.mode == "forward":
             raise TuneproofError(
@@ -157,17 +256,27 @@ class RunSpec:
         if self.documents is not None:
             for row in self.documents:
                 validate.integers("documents", row, high=self.seq_len)
-        self.rows()  # the geometry itself is checked by Rows
+        _ = self.rows  # the geometry itself is checked by Rows
+
+    @property
+    def lora(self) -> LoraTargets:
+        """What the LoRA is asked to adapt, in PEFT's words (`tuneproof.arch.targets`)."""
+        from tuneproof.arch.targets import LoraTargets
+
+        return LoraTargets(
+            modules=self.lora_targets, regex=self.lora_regex, linear_leaves=self.lora_linear_leaves,
+            parameters=self.lora_target_parameters, rank=self.lora_rank, ranks=self.lora_ranks,
+            saved=self.lora_modules_to_save,
+        )  # fmt: skip
 
     def rank_of(self, path: str) -> int:
-        """The adapter rank on the module or parameter at `path` (inside a layer): the first entry of
-        `lora_ranks` it matches (exact or '.'-suffix, PEFT's semantics), else `lora_rank`."""
-        from tuneproof.arch.targets import peft_matches
+        """The adapter rank on the module or parameter at `path`: the first `lora_ranks` key matching it
+        as PEFT's rank_pattern matches (`(.*\\.)?(key)$`), else `lora_rank`."""
+        from tuneproof.arch.targets import pattern_rank
 
-        return next(
-            (rank for pattern, rank in self.lora_ranks if peft_matches(path, (pattern,))), self.lora_rank
-        )
+        return pattern_rank(path, self.lora_ranks, self.lora_rank)
 
+    @property
     def rows(self) -> Rows:
         """The batch as attention sees it."""
         if self.documents is not None:
@@ -181,21 +290,38 @@ class RunSpec:
         lengths = [base + (1 if i < extra else 0) for i in range(self.batch)]
         return Rows.padded(self.seq_len, lengths, self.compiled)
 
+    @property
     def document_lengths(self) -> list[int]:
         """Every document's length, row by row (one per row unless packed)."""
-        return [n for row in self.rows().docs for n in row]
+        return [n for row in self.rows.docs for n in row]
 
+    @property
     def real_lengths(self) -> list[int]:
         """Real (unpadded) tokens in each row."""
-        return [sum(row) for row in self.rows().docs]
+        return [sum(row) for row in self.rows.docs]
 
     @property
     def real_tokens(self) -> int:
-        return sum(self.real_lengths())
+        return sum(self.real_lengths)
 
     @property
     def padded_tokens(self) -> int:
         return self.batch * self.seq_len
+
+
+# the name every caller of the library knew before the run became the spine (issue 47)
+RunSpec = Step
+
+
+def _regex(pattern: str) -> None:
+    import re
+
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise field_error(
+            "lora_targets", f"the regex {pattern!r} does not compile ({e})", "fix the pattern"
+        ) from None
 
 
 def _names(field: str, value: object, kind: str, example: str) -> None:
