@@ -33,9 +33,9 @@ MUTANTS: tuple[tuple[str, str, list[tuple[str, str]], list[str]], ...] = (
         "the cross-check's agree and disagree swapped",
         "src/tuneproof/measure/crosscheck.py",
         [
-            (r'Verdict\(\s*"agree"', 'Verdict("SWAPPED"'),
-            (r'Verdict\(\s*"disagree"', 'Verdict("agree"'),
-            (r'Verdict\("SWAPPED"', 'Verdict("disagree"'),
+            (r'Agreement\(\s*outcome="agree"', 'Agreement(outcome="SWAPPED"'),
+            (r'Agreement\(\s*outcome="disagree"', 'Agreement(outcome="agree"'),
+            (r'Agreement\(outcome="SWAPPED"', 'Agreement(outcome="disagree"'),
         ],
         ["tests/measure/test_probe.py"],
     ),
@@ -50,8 +50,10 @@ MUTANTS: tuple[tuple[str, str, list[tuple[str, str]], list[str]], ...] = (
         "src/tuneproof/hardware/gpus.py",
         [
             (
-                r'"H100 SXM",(\s*\("h100",\),\s*\(9, 0\),\s*SMEM_SM90_100,\s*)\{"bf16": 989\.0',
-                r'"H100 SXM",\1{"bf16": 98.9',
+                r'name="H100 SXM",(\s*aliases=\("h100 sxm", "h100 80gb hbm3", "h100"\),'
+                r"\s*capability=\(9, 0\),\s*smem_per_block_optin=SMEM_SM90_100,\s*)"
+                r'peak_tflops=\{"bf16": 989\.0',
+                r'name="H100 SXM",\1peak_tflops={"bf16": 98.9',
             )
         ],
         ["tests/hardware/test_hardware.py"],

@@ -21,7 +21,10 @@ SRC = Path(tuneproof.__file__).parent
 
 FRONT_DOORS = {
     tuneproof: [
+        "Run",
         "RunSpec",
+        "Step",
+        "TuneproofCallback",
         "TuneproofError",
         "__version__",
         "flop_report",
@@ -41,7 +44,7 @@ FRONT_DOORS = {
         "ModelShape",
         "ResolvedModel",
         "SUPPORTED_MODEL_TYPES",
-        "Step",
+        "Op",
         "TINY",
         "from_config",
         "load_config_dict",
@@ -73,6 +76,7 @@ FRONT_DOORS = {
         "Mfu",
         "Row",
         "RunSpec",
+        "Step",
         "WalkState",
         "flop_report",
     ],
@@ -141,7 +145,7 @@ FRONT_DOORS = {
         "Interleaved",
         "KernelTable",
         "ProbeResult",
-        "ProbeSpec",
+        "ProbeSetup",
         "ScalingFit",
         "Timing",
         "cross_check",

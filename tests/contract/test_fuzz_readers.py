@@ -343,12 +343,12 @@ kernel_rows = st.fixed_dictionaries(
 @given(props=st.lists(device_props, max_size=3) | json_values, events=st.lists(kernel_rows, max_size=4))
 def test_trace_devices(props: object, events: list[dict]) -> None:
     """`explain --trace`: the device a trace ran on, from whatever its deviceProperties hold."""
-    from tuneproof.attention.target import trace_target
+    from tuneproof.hardware.card import of_trace
 
     raw = json.dumps({"deviceProperties": props, "traceEvents": events}).encode()
 
     def read(path: Path) -> None:
-        t = trace_target(load_trace(path))
+        t = of_trace(load_trace(path))
         assert t.capability is not None and (t.smem_limit is None or t.smem_limit >= 49_152)
 
     _file_refused_or_ok(read, raw, "trace.json")

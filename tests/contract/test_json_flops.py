@@ -35,12 +35,12 @@ def _untimed(data: Any) -> Any:
 
 def test_flops_json_is_the_library_report(capsys: pytest.CaptureFixture[str]) -> None:
     from tuneproof.commands.flops import FlopsSpec, prepare, run
-    from tuneproof.flops import RunSpec
+    from tuneproof.flops import Step
 
     argv = ["--batch", "2", "--attn", "eager", "--padding-fraction", "0.25", "--mode", "lora"]
     argv += ["--lora-rank", "8", "--grad-ckpt", "--step-time", "0.5", "--gpu", "H100"]
     printed = _printed(capsys, ["flops", "--seq-len", "5000", *argv, "--json"])
-    step = RunSpec(
+    step = Step(
         seq_len=5000, batch=2, attn="eager", padding_fraction=0.25, mode="lora", lora_rank=8, grad_ckpt=True
     )
     result = run(prepare(FlopsSpec(model=resolve("tiny"), run=step, step_time_s=0.5, gpu="H100")))
@@ -50,16 +50,16 @@ def test_flops_json_is_the_library_report(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_explain_json_is_the_library_explanation(capsys: pytest.CaptureFixture[str]) -> None:
-    from tuneproof.attention.dispatch import Context
+    from contexts import context
     from tuneproof.commands.explain import ExplainSpec, prepare, run
 
     printed = _printed(
         capsys, ["explain", "--seq-len", "512", "--batch", "2", "--padded", "--training", "--json"]
     )
-    ctx = Context(seq_len=512, batch=2, padded=True, training=True)
+    ctx = context(seq_len=512, batch=2, padded=True, training=True)
     assert _as_json(run(prepare(ExplainSpec(model=resolve("tiny"), context=ctx)))) == printed
     printed = _printed(capsys, ["explain", "--seq-len", "1024", "--capability", "12.0", "--json"])
-    ctx = Context(seq_len=1024, batch=1, capability=(12, 0))
+    ctx = context(seq_len=1024, batch=1, capability=(12, 0))
     assert _as_json(run(prepare(ExplainSpec(model=resolve("tiny"), context=ctx)))) == printed
 
 

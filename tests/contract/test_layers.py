@@ -1,7 +1,7 @@
 """The layers of the code (docs/contributing.md), top to bottom:
 
-    cli > integrations > commands > measure, gate, ship, train, preflight > flops, data, attention
-        > arch, trace, hardware, runs > core
+    cli > integrations > commands > measure, gate, ship, train, preflight, memory
+        > flops, data, attention, labels > arch, trace, hardware, runs > core  (tests/layers.py)
 
 A module imports only from its own layer or below, packages import each other in no cycle, and no
 module imports another module's private name. Every import counts: at the top, inside a function (to
@@ -14,18 +14,10 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from layers import LAYER, LAYERS
+
 SRC = Path(__file__).resolve().parent.parent.parent / "src" / "tuneproof"
-LAYERS: tuple[tuple[str, ...], ...] = (  # bottom first
-    ("core",),
-    ("arch", "trace", "hardware", "runs"),
-    ("flops", "data", "attention", "labels"),
-    ("measure", "gate", "ship", "train", "preflight", "memory"),
-    ("commands",),
-    ("integrations",),
-    ("cli",),
-)
 TOP = ("__init__", "__main__")  # the package's front door and `python -m tuneproof`: above every layer
-LAYER = {package: i for i, packages in enumerate(LAYERS) for package in packages}
 
 
 def _module_name(path: Path) -> str:
@@ -196,18 +188,69 @@ def test_no_two_classes_share_a_name() -> None:
 
 # One home per concept: the definition, and the code shapes that would be a second copy of it.
 HOMES = {
-    "tuneproof.core.dtypes": ("DTYPES", "MODEL_DTYPES", "PEAK_DTYPES", "PEAK_ALIASES", "normalise_dtype"),
+    "tuneproof.core.dtypes": (
+        "DTYPES",
+        "MODEL_DTYPES",
+        "PEAK_DTYPES",
+        "PEAK_ALIASES",
+        "SAFETENSORS_BITS",
+        "normalise_dtype",
+    ),
+    "tuneproof.core.quantiles": ("t_quantile",),
     "tuneproof.hardware.capability": ("KNOWN_CAPABILITIES", "SMEM_FLOOR", "parse_capability", "smem_limit"),
-    "tuneproof.arch.targets": ("peft_matches",),
-    "tuneproof.attention.paths": ("PATHS", "implementation_path"),
+    "tuneproof.hardware.gpus": ("GPUS", "GpuSpec"),
+    "tuneproof.hardware.card": ("Card", "card", "of_capability", "of_trace"),
+    "tuneproof.arch.targets": (
+        "peft_matches",
+        "pattern_value",
+        "LoraTargets",
+        "Adaptation",
+        "adaptation",
+        "resolve_names",
+        "MOE_PATTERN",
+        "PEFT_MAMBA_TYPES",
+        "parameter_path",
+    ),
+    "tuneproof.gate.metrics": ("METRIC_FAMILIES", "MetricFamily"),
+    "tuneproof.attention.paths": ("PATHS",),
+    "tuneproof.runs.implementations": ("implementation", "Implementation"),
     "tuneproof.runs.axolotl": ("AXOLOTL_PAD_MULTIPLE",),
-    "tuneproof.runs.run": ("Run", "DatasetRef", "PACKS_ROWS", "attn_base"),
-    "tuneproof.runs.step": ("RunSpec", "Rows", "ATTENTION_PATHS", "attention_path_name"),
+    "tuneproof.runs.axolotl_packing": ("PackingIsolation", "packing_isolation"),
+    "tuneproof.arch.inventory": ("Inventory", "inventory"),
+    "tuneproof.runs.run": (
+        "Run",
+        "DatasetRef",
+        "PACKS_ROWS",
+        "attn_base",
+        "auto_attention",
+        "ledger_optimizer",
+    ),
+    "tuneproof.runs.step": (
+        "Step",
+        "Rows",
+        "ATTENTION_PATHS",
+        "PRICED_PATHS",
+        "UNKNOWN_PATH",
+        "attention_path_name",
+    ),
 }
-# How a step trains: RunSpec's fields. A dataclass that holds several of them is a second run type,
-# unless it is a command's Spec (its user's input, turned into a RunSpec by the command).
-STEP_FIELDS = {"attn", "mode", "lora_rank", "lora_targets", "lora_target_parameters", "grad_ckpt"}
-DTYPE_NAMES = {"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"}
+# How a step trains: Step's fields. A dataclass that holds several of them is a second run type,
+# unless it is a command's Spec (its user's input, turned into a Step by the command).
+STEP_FIELDS = {
+    "attn",
+    "mode",
+    "lora_rank",
+    "lora_targets",
+    "lora_target_parameters",
+    "grad_ckpt",
+    "seq_len",
+    "batch",
+    "padded",
+    "packed",
+    "compiled",
+    "training",
+}
+DTYPE_NAMES = {"bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "f16", "f32", "f64", "i8", "u8"}
 
 
 def _top_level_names(module: str) -> set[str]:
@@ -236,14 +279,13 @@ def _fields(node: ast.ClassDef) -> set[str]:
 
 
 def test_one_run_type_and_one_step_type() -> None:
-    """The run is `runs.run.Run` and its step `runs.step.RunSpec`, both frozen; no other class
-    carries a copy of how the step trains (a callback's state holds a RunSpec instead)."""
+    """The run is `runs.run.Run` and its step `runs.step.Step`, both frozen; no class outside `runs/`
+    carries a copy of how the step trains: a command's spec, the probe and the explainer's context hold a
+    Step or a Run instead (issue 47: ProbeSpec and dispatch.Context kept their own copies)."""
     copies = [
         f"{m}.{node.name}"
         for m, node in _classes()
-        if m != "tuneproof.runs.step"
-        and not node.name.endswith("Spec")
-        and len(STEP_FIELDS & _fields(node)) >= 3
+        if not m.startswith("tuneproof.runs.") and len(STEP_FIELDS & _fields(node)) >= 3
     ]
     assert copies == []
     loose = [
@@ -255,25 +297,108 @@ def test_one_run_type_and_one_step_type() -> None:
     assert loose == []
 
 
+def _calls(name: str) -> list[str]:
+    """module:line of every call of `name` (a plain call or an attribute's)."""
+    found = []
+    for m, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if called == name:
+                    found.append(f"{m}:{node.lineno}")
+    return found
+
+
+def test_one_step_constructor() -> None:
+    """A step is built in one place, `Run.step()`: every reader (flags, a recipe, an Axolotl YAML, a
+    Trainer's model) makes a Run, and the Run makes its steps."""
+    built = [c for c in _calls("Step") + _calls("RunSpec") if not c.startswith("tuneproof.runs.run:")]
+    assert built == []
+
+
+def test_one_card_table() -> None:
+    """Every fact about a card by its name (peaks, capability, shared memory, memory) is a row of
+    `hardware/gpus.py`; a mapping keyed by GPU names anywhere else is a second table (issue 47:
+    memory/cards.CAPACITY was one)."""
+    from tuneproof.hardware.gpus import GPUS
+
+    names = {g.name for g in GPUS} | {a for g in GPUS for a in g.aliases}
+    copies = [
+        f"{m}:{node.lineno}"
+        for m, path in MODULES.items()
+        if m != "tuneproof.hardware.gpus"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Dict)
+        and sum(isinstance(k, ast.Constant) and k.value in names for k in node.keys) >= 2
+    ]
+    assert copies == []
+
+
+def test_one_t_quantile() -> None:
+    """Student's t two-sided quantile is `core.quantiles.t_quantile` alone (issue 47: a table in the
+    adjudicator and two functions, in the gate and the fit, were three)."""
+    copies = [
+        f"{m}:{node.lineno}"
+        for m, path in MODULES.items()
+        if m != "tuneproof.core.quantiles"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "ppf"
+        and node.args
+        and ("/ 2" in ast.unparse(node.args[0]) or "0.975" in ast.unparse(node.args[0]))
+    ]
+    assert copies == []
+    tables = [
+        f"{m}:{node.lineno}"
+        for m, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Tuple)
+        and len(node.elts) > 5
+        and [getattr(e, "value", None) for e in node.elts[:2]] == [12.706, 4.303]
+    ]
+    assert tables == []
+
+
+def test_a_gate_metric_is_registered_once() -> None:
+    """A gate family's name is spelled in `gate/metrics.py` alone; every other module reads the record
+    (issue 47: a metric's name was written in four files)."""
+    from tuneproof.gate.metrics import METRIC_FAMILIES
+
+    spelled = [
+        f"{m}:{node.lineno}"
+        for m, path in MODULES.items()
+        if m != "tuneproof.gate.metrics"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in METRIC_FAMILIES
+    ]
+    assert spelled == []
+
+
 def test_the_path_records_are_the_step_s_path_names() -> None:
     from tuneproof.attention.paths import PATHS
-    from tuneproof.runs.step import ATTENTION_PATHS
+    from tuneproof.runs.step import PRICED_PATHS
 
-    assert tuple(PATHS) == ATTENTION_PATHS
+    assert tuple(PATHS) == PRICED_PATHS
 
 
 def _dtype_table(node: ast.AST) -> bool:
-    """A literal tuple, list or set of dtype names, or a dict mapping them to other names: a copy of the
-    dtype table (a dict of numbers per dtype, a GPU row's peaks, is data about dtypes, not a copy)."""
+    """A literal tuple, list or set of dtype names, a dict mapping them to other names, or a dict mapping
+    them to whole numbers (sizes, bits): a copy of the dtype table, whatever its names' spelling
+    (`bf16`, `bfloat16`, `BF16`). A dict of fractional numbers per dtype (a GPU row's peaks) is data
+    about dtypes, not a copy."""
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
     elif isinstance(node, ast.Dict) and all(
-        isinstance(v, ast.Constant) and isinstance(v.value, str) for v in node.values
+        isinstance(v, ast.Constant) and (isinstance(v.value, str) or type(v.value) is int)
+        for v in node.values
     ):
         values = [k.value for k in node.keys if isinstance(k, ast.Constant)]
     else:
         return False
-    return len(DTYPE_NAMES.intersection(v for v in values if isinstance(v, str))) >= 2
+    names = {v.lower() for v in values if isinstance(v, str)}
+    return len(DTYPE_NAMES.intersection(names)) >= 2
 
 
 def test_no_module_but_the_dtype_table_lists_dtypes() -> None:
